@@ -1,0 +1,29 @@
+# Helpers that keep each module's declaration to a few lines.
+#
+#   sluice_cc_library(NAME core SRCS a.cc b.cc DEPS nlohmann_json::nlohmann_json)
+#   sluice_cc_test(NAME core_test SRCS a_test.cc DEPS sluice_core LABELS unit)
+#
+# Every library is STATIC, named sluice_<NAME>, and sees the repository root
+# as its include root so that code includes "core/status.h" and the like.
+
+function(sluice_cc_library)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  set(target sluice_${A_NAME})
+  add_library(${target} STATIC ${A_SRCS})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${target} PUBLIC ${A_DEPS})
+endfunction()
+
+# A GoogleTest executable whose cases are registered with CTest one by one
+# (at test time, so building never needs a server) and carry LABELS.
+function(sluice_cc_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${A_NAME}
+    DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+endfunction()

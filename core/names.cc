@@ -1,0 +1,31 @@
+#include "core/names.h"
+
+namespace sluice {
+namespace {
+
+bool VisibleAscii(std::string_view s, size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  for (unsigned char c : s) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+bool Identifier(std::string_view s, size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  if (s[0] < 'a' || s[0] > 'z') return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsValidEntityId(std::string_view id) { return VisibleAscii(id, kMaxEntityIdBytes); }
+bool IsValidCommandId(std::string_view id) { return VisibleAscii(id, kMaxCommandIdBytes); }
+bool IsValidTypeName(std::string_view name) { return Identifier(name, kMaxTypeNameBytes); }
+bool IsValidCommandName(std::string_view name) { return Identifier(name, kMaxCommandNameBytes); }
+
+}  // namespace sluice
