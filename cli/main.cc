@@ -1,0 +1,253 @@
+// sluice: one binary, one subcommand per job.
+//
+// Exit codes: 0 success, 1 failure (invalid config, storage refused, runtime
+// error), 2 usage error.
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "config/config.h"
+#include "core/log.h"
+#include "sql/connection.h"
+#include "sql/schema.h"
+#include "writer/writer_service.h"
+
+namespace po = boost::program_options;
+
+namespace sluice::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr const char* kTopHelp = R"(sluice: a change-data pipeline whose source of truth lives in MySQL
+
+usage: sluice <command> [options]
+
+commands:
+  serve --config FILE     run the writer (HTTP API) and, once it lands, the sync engine
+  writer --config FILE    run the writer alone
+  init --config FILE      create the database, metadata and event tables (idempotent)
+  config check FILE       validate a config file and print every problem with file:line:column
+  version                 print the version
+
+Run `sluice <command> --help` for the options of a command.
+Exit codes: 0 success, 1 failure, 2 usage error.
+)";
+
+struct Usage {
+  std::string message;
+};
+
+// Parses argv[first..] against desc; throws Usage on a bad command line.
+po::variables_map Parse(const po::options_description& desc, const po::positional_options_description* pos,
+                        const std::vector<std::string>& args) {
+  po::variables_map vm;
+  try {
+    po::command_line_parser parser(args);
+    parser.options(desc);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Usage{e.what()};
+  }
+  return vm;
+}
+
+void RaiseFileLimit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+Result<config::Config> LoadOrExplain(const std::string& path) {
+  auto cfg = config::LoadConfig(path);
+  if (!cfg.ok()) std::cerr << cfg.status().message() << "\n";
+  return cfg;
+}
+
+std::vector<sql::EntityTypeSpec> Specs(const config::Config& cfg) {
+  std::vector<sql::EntityTypeSpec> specs;
+  for (const auto& [name, e] : cfg.entities) specs.push_back({name, e.partitions});
+  return specs;
+}
+
+int ConfigCheck(const std::vector<std::string>& args) {
+  po::options_description desc("usage: sluice config check FILE\n\nValidates FILE and prints every problem as FILE:LINE:COLUMN: message.\n\noptions");
+  desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the config file")(
+      "config", po::value<std::string>(), "the config file (same as FILE)")(
+      "print", "print the resolved config with secrets redacted");
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  auto vm = Parse(desc, &pos, args);
+  if (vm.count("help")) {
+    std::cout << desc << "\nExit codes: 0 valid, 1 invalid, 2 usage error.\n";
+    return kExitOk;
+  }
+  std::string path = vm.count("file") ? vm["file"].as<std::string>() : "";
+  if (path.empty() && vm.count("config")) path = vm["config"].as<std::string>();
+  if (path.empty()) throw Usage{"config check needs a FILE"};
+  auto cfg = LoadOrExplain(path);
+  if (!cfg.ok()) return kExitFailure;
+  if (vm.count("print")) std::cout << cfg->Redacted();
+  std::cout << path << ": ok\n";
+  return kExitOk;
+}
+
+// Connects to the configured server without selecting the database.
+Result<std::unique_ptr<sql::Connection>> ConnectServer(const config::Config& cfg) {
+  sql::ConnectParams p = writer::MysqlParams(cfg.mysql);
+  p.database.clear();
+  return sql::Connection::Open(p);
+}
+
+Status RunInit(const config::Config& cfg, bool verbose) {
+  ASSIGN_OR_RETURN(auto conn, ConnectServer(cfg));
+  ASSIGN_OR_RETURN(auto report, sql::InitSchema(*conn, cfg.mysql.database, Specs(cfg)));
+  if (verbose) {
+    std::cout << "database " << cfg.mysql.database << ": " << report.tables_created << " event tables created, "
+              << report.types_registered << " entity types registered";
+    if (report.tables_created == 0 && report.types_registered == 0) std::cout << " (already up to date)";
+    std::cout << "\n";
+  }
+  return Status::Ok();
+}
+
+int Init(const std::vector<std::string>& args) {
+  po::options_description desc("usage: sluice init --config FILE\n\nCreates the database, the metadata tables and one event table per entity type and\npartition. Running it again changes nothing; a partition count that differs from\nthe existing tables is refused.\n\noptions");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
+  auto vm = Parse(desc, nullptr, args);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return kExitOk;
+  }
+  if (!vm.count("config")) throw Usage{"init needs --config FILE"};
+  auto cfg = LoadOrExplain(vm["config"].as<std::string>());
+  if (!cfg.ok()) return kExitFailure;
+  if (Status st = RunInit(*cfg, true); !st.ok()) {
+    std::cerr << "sluice init: " << st.message() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+// Refuses weak durability settings unless allowed; warns when allowed.
+Status CheckDurability(const config::Config& cfg, bool allow_weak) {
+  sql::ConnectParams p = writer::MysqlParams(cfg.mysql);
+  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(p));
+  ASSIGN_OR_RETURN(auto d, sql::ReadDurability(*conn));
+  if (d.durable()) return Status::Ok();
+  const std::string what = "MySQL's durability settings are weaker than sluice needs (" + d.Describe() +
+                           "): a committed command can be lost in a crash. Set "
+                           "innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 when the binlog is on)";
+  if (!allow_weak) {
+    return FailedPrecondition(what + ", or start with --allow-weak-durability / writer.allow_weak_durability: true");
+  }
+  Log(LogLevel::kWarn, "WARNING: " + what + ". Continuing because weak durability is allowed.");
+  return Status::Ok();
+}
+
+
+int Serve(const std::vector<std::string>& args, const std::string& name) {
+  const bool is_serve = name == "serve";
+  po::options_description desc("usage: sluice " + name + " --config FILE\n\n" +
+                               (is_serve ? std::string("Runs the writer's HTTP API (and, once it lands, the sync engine) in one process.\nCreates missing tables first unless --no-init.\n")
+                                         : std::string("Runs the writer's HTTP API alone. The schema must exist (`sluice init`).\n")) +
+                               "Stops cleanly on SIGINT or SIGTERM, finishing queued commands.\n\noptions");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "no-init", "do not create missing tables (serve only)")(
+      "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
+  auto vm = Parse(desc, nullptr, args);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return kExitOk;
+  }
+  if (!vm.count("config")) throw Usage{name + " needs --config FILE"};
+  auto cfg = LoadOrExplain(vm["config"].as<std::string>());
+  if (!cfg.ok()) return kExitFailure;
+
+  // Block the stop signals before any thread starts so that only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  RaiseFileLimit();
+
+  Status st = Status::Ok();
+  if (is_serve && !vm.count("no-init")) {
+    st = RunInit(*cfg, false);
+  } else {
+    st = [&]() -> Status {
+      ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(writer::MysqlParams(cfg->mysql)));
+      return sql::CheckSchema(*conn, Specs(*cfg));
+    }();
+  }
+  if (st.ok()) st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability"));
+  if (!st.ok()) {
+    std::cerr << "sluice " << name << ": " << st.message() << "\n";
+    return kExitFailure;
+  }
+  writer::WriterService service(*cfg);
+  if (Status s = service.Start(); !s.ok()) {
+    std::cerr << "sluice " << name << ": " << s.message() << "\n";
+    return kExitFailure;
+  }
+  std::string types;
+  for (const auto& [t, e] : cfg->entities) types += (types.empty() ? "" : ", ") + t + "[" + std::to_string(e.partitions) + "]";
+  std::printf("sluice %s: listening on http://%s:%u (entity types: %s)\n", name.c_str(),
+              cfg->writer.listen_host.c_str(), service.port(), types.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  Log(LogLevel::kInfo, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                           ", finishing queued commands");
+  service.Stop();
+  return kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kTopHelp;
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const std::string cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    if (cmd == "version" || cmd == "--version") {
+      std::cout << "sluice 0.1.0\n";
+      return kExitOk;
+    }
+    if (cmd == "config") {
+      if (rest.empty() || rest[0] == "--help" || rest[0] == "-h") {
+        std::cout << "usage: sluice config check FILE\n";
+        return rest.empty() ? kExitUsage : kExitOk;
+      }
+      if (rest[0] != "check") throw Usage{"unknown config subcommand '" + rest[0] + "'"};
+      return ConfigCheck({rest.begin() + 1, rest.end()});
+    }
+    if (cmd == "init") return Init(rest);
+    if (cmd == "serve" || cmd == "writer") return Serve(rest, cmd);
+    throw Usage{"unknown command '" + cmd + "'"};
+  } catch (const Usage& u) {
+    std::cerr << "sluice: " << u.message << "\nRun `sluice --help` for usage.\n";
+    return kExitUsage;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::cli
+
+int main(int argc, char** argv) { return sluice::cli::Main(argc, argv); }

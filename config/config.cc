@@ -1,0 +1,748 @@
+#include "config/config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "core/names.h"
+
+namespace sluice::config {
+namespace {
+
+constexpr std::string_view kRedacted = "<redacted>";
+// Caps that keep a mistaken path (/dev/zero, a log file) from eating memory.
+constexpr size_t kMaxConfigFileBytes = 16u << 20;
+constexpr size_t kMaxSecretFileBytes = 64u << 10;
+constexpr std::chrono::milliseconds kMinTimeout{1};
+constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
+constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
+// Every field whose value may be a ${env:...} / ${file:...} reference.
+constexpr std::array<std::string_view, 1> kSecretFields = {"storage.mysql.password"};
+constexpr size_t kMaxQuotedChars = 60;
+
+// Reads the whole file into *out; returns 0 or an errno value.
+int ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return err;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return EISDIR;
+  }
+  out->clear();
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return err;
+    }
+    if (n == 0) break;
+    if (out->size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      return EFBIG;
+    }
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return 0;
+}
+
+std::string ErrnoText(int err) { return std::system_category().message(err); }
+
+// Appends c, or "\xNN" when it is a control character.
+void AppendPrintable(unsigned char c, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  if (c < 0x20 || c == 0x7f) {
+    *out += "\\x";
+    *out += kHex[c >> 4];
+    *out += kHex[c & 0xf];
+  } else {
+    *out += static_cast<char>(c);
+  }
+}
+
+// A value shown back to the user: quoted, escaped, and cut short.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  size_t shown = 0;
+  for (unsigned char c : s) {
+    if (shown++ == kMaxQuotedChars) {
+      out += "...";
+      break;
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else {
+      AppendPrintable(c, &out);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// What the user wrote, for "got ..." in a message.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Scalar: return Quote(node.Scalar());
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: break;
+  }
+  return "an empty value";
+}
+
+std::string JoinPath(std::string_view parent, std::string_view key) {
+  std::string out(parent);
+  if (!out.empty()) out += '.';
+  out += key;
+  return out;
+}
+
+bool HasSecretReference(std::string_view s) {
+  return s.find("${env:") != std::string_view::npos || s.find("${file:") != std::string_view::npos;
+}
+
+// Edit distance counting an adjacent swap as one edit ("hots" -> "host").
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::optional<uint64_t> ParseDecimal(std::string_view s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string FormatDuration(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  if (ms != 0 && ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms != 0 && ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+// Problems in one file, printed as "FILE:LINE:COL: path: problem".
+class Problems {
+ public:
+  explicit Problems(std::string file) : file_(std::move(file)) {}
+
+  void Add(const YAML::Mark& mark, std::string_view path, std::string_view what) {
+    std::string text;
+    // Keys may hold control characters; keep each problem on one line.
+    for (unsigned char c : std::string(path) + (path.empty() ? "" : ": ") + std::string(what)) {
+      AppendPrintable(c, &text);
+    }
+    problems_.push_back({mark.is_null() ? -1 : mark.line, mark.is_null() ? -1 : mark.column,
+                         std::move(text)});
+  }
+
+  bool empty() const { return problems_.empty(); }
+
+  // One line per problem, in file order.
+  std::string Join() {
+    std::stable_sort(problems_.begin(), problems_.end(), [](const Entry& a, const Entry& b) {
+      return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+    });
+    std::string out;
+    for (const Entry& p : problems_) {
+      if (!out.empty()) out += '\n';
+      out += file_;
+      if (p.line >= 0) {
+        out += ':' + std::to_string(p.line + 1) + ':' + std::to_string(p.column + 1);
+      }
+      out += ": ";
+      out += p.text;
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    int line;
+    int column;
+    std::string text;
+  };
+  std::string file_;
+  std::vector<Entry> problems_;
+};
+
+// One key/value pair being read, with where to point when its value is wrong.
+struct Field {
+  YAML::Node key;
+  YAML::Node value;
+  std::string path;  // dotted path of the key, e.g. "storage.mysql.port"
+  YAML::Mark mark;   // the value, or the key when the value is empty
+};
+
+Field MakeField(const YAML::Node& key, const YAML::Node& value, std::string path) {
+  const YAML::Mark mark = value.IsNull() ? key.Mark() : value.Mark();
+  return Field{key, value, std::move(path), mark};
+}
+
+enum class Presence { kRequired, kOptional };
+
+// One key a mapping accepts: its name, whether it must be present, and how to
+// read its value.
+struct KeySpec {
+  std::string_view name;
+  Presence presence;
+  std::function<void(const Field&)> read;
+};
+
+// Walks a YAML document into a Config, collecting every problem on the way.
+// Each section is one Read* function with a table of the keys it accepts;
+// adding a section is a new function and one row in ReadRoot's table.
+class ConfigReader {
+ public:
+  ConfigReader(Problems* problems, std::filesystem::path base_dir)
+      : problems_(problems), base_dir_(std::move(base_dir)) {}
+
+  void ReadRoot(const YAML::Node& doc, Config* config) {
+    if (!doc.IsMap()) {
+      Problem(doc.Mark(), "",
+              "the configuration must be a mapping with storage and entities sections, got " +
+                  Describe(doc));
+      return;
+    }
+    const Field root{YAML::Node(), doc, "", doc.Mark()};
+    constexpr auto kRequired = Presence::kRequired;
+    constexpr auto kOptional = Presence::kOptional;
+    ExpectKeys(root, {
+        {"storage", kRequired, [&](const Field& f) { ReadStorage(f, config); }},
+        {"entities", kRequired, [&](const Field& f) { ReadEntities(f, &config->entities); }},
+        {"writer", kOptional, [&](const Field& f) { ReadWriter(f, &config->writer); }},
+    });
+  }
+
+ private:
+  void Problem(const YAML::Mark& mark, std::string_view path, std::string_view what) {
+    problems_->Add(mark, path, what);
+  }
+
+  // Calls `each` for every entry of the mapping at `at` (an empty value counts
+  // as an empty mapping), reporting non-string and duplicate keys.
+  void ForEachEntry(const Field& at, const std::function<void(const Field&)>& each) {
+    if (at.value.IsNull()) return;
+    if (!at.value.IsMap()) {
+      Problem(at.mark, at.path, "must be a mapping, got " + Describe(at.value));
+      return;
+    }
+    std::map<std::string, int> seen_at_line;
+    for (const auto& kv : at.value) {
+      const YAML::Node& key = kv.first;
+      if (!key.IsScalar()) {
+        Problem(key.Mark(), at.path, "keys must be strings, got " + Describe(key));
+        continue;
+      }
+      const std::string& name = key.Scalar();
+      const auto [it, inserted] = seen_at_line.emplace(name, key.Mark().line + 1);
+      if (!inserted) {
+        Problem(key.Mark(), JoinPath(at.path, name),
+                "duplicate key (first given on line " + std::to_string(it->second) + ")");
+        continue;
+      }
+      each(MakeField(key, kv.second, JoinPath(at.path, name)));
+    }
+  }
+
+  // Reads a mapping that accepts exactly `keys`.
+  void ExpectKeys(const Field& at, const std::vector<KeySpec>& keys) {
+    std::vector<bool> present(keys.size(), false);
+    ForEachEntry(at, [&](const Field& f) {
+      const std::string& name = f.key.Scalar();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (keys[i].name == name) {
+          present[i] = true;
+          keys[i].read(f);
+          return;
+        }
+      }
+      Problem(f.key.Mark(), f.path, UnknownKeyText(name, keys));
+    });
+    if (!at.value.IsNull() && !at.value.IsMap()) return;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].presence == Presence::kRequired && !present[i]) {
+        Problem(at.mark, JoinPath(at.path, keys[i].name), "required key is missing");
+      }
+    }
+  }
+
+  static std::string UnknownKeyText(std::string_view name, const std::vector<KeySpec>& keys) {
+    std::string_view best;
+    size_t best_distance = 3;
+    for (const KeySpec& k : keys) {
+      const size_t d = EditDistance(name, k.name);
+      if (d < best_distance && d < name.size()) {
+        best = k.name;
+        best_distance = d;
+      }
+    }
+    if (!best.empty()) return "unknown key (did you mean " + Quote(best) + "?)";
+    std::string out = "unknown key (expected one of: ";
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += keys[i].name;
+    }
+    return out + ")";
+  }
+
+  // ---- sections ----
+
+  void ReadStorage(const Field& at, Config* config) {
+    ExpectKeys(at, {
+        {"mysql", Presence::kRequired, [&](const Field& f) { ReadMysql(f, &config->mysql); }},
+    });
+  }
+
+  void ReadMysql(const Field& at, MysqlConfig* m) {
+    constexpr auto kOptional = Presence::kOptional;
+    ExpectKeys(at, {
+        {"host", kOptional, [&](const Field& f) { ReadHost(f, &m->host); }},
+        {"port", kOptional, [&](const Field& f) { ReadUint(f, 1, 65535, &m->port); }},
+        {"socket", kOptional, [&](const Field& f) { ReadString(f, kMayBeEmpty, &m->socket); }},
+        {"user", kOptional, [&](const Field& f) { ReadString(f, kNotEmpty, &m->user); }},
+        {"password", kOptional, [&](const Field& f) { ReadSecret(f, &m->password); }},
+        {"database", kOptional, [&](const Field& f) { ReadDatabaseName(f, &m->database); }},
+        {"connect_timeout", kOptional,
+         [&](const Field& f) { ReadTimeout(f, &m->connect_timeout); }},
+        {"io_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &m->io_timeout); }},
+    });
+  }
+
+  void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities) {
+    if (!at.value.IsNull() && !at.value.IsMap()) {
+      Problem(at.mark, at.path,
+              "must be a mapping from entity type name to its settings, got " + Describe(at.value));
+      return;
+    }
+    if (at.value.size() == 0) {
+      Problem(at.mark, at.path, "at least one entity type is required");
+      return;
+    }
+    ForEachEntry(at, [&](const Field& f) {
+      const std::string& name = f.key.Scalar();
+      const bool valid_name = IsValidTypeName(name);
+      if (!valid_name) {
+        Problem(f.key.Mark(), f.path, "entity type names must match [a-z][a-z0-9_]{0,47}");
+      }
+      EntityTypeConfig entity;
+      entity.name = name;
+      ExpectKeys(f, {
+          {"partitions", Presence::kRequired,
+           [&](const Field& p) { ReadUint(p, 1, 1024, &entity.partitions); }},
+      });
+      if (valid_name) entities->emplace(name, std::move(entity));
+    });
+  }
+
+  void ReadWriter(const Field& at, WriterConfig* w) {
+    constexpr auto kOptional = Presence::kOptional;
+    ExpectKeys(at, {
+        {"listen", kOptional,
+         [&](const Field& f) { ReadListen(f, &w->listen_host, &w->listen_port); }},
+        {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &w->batch_max); }},
+        {"max_body_bytes", kOptional,
+         [&](const Field& f) { ReadByteSize(f, 1, kMaxBodyBytesLimit, &w->max_body_bytes); }},
+        {"io_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &w->io_threads); }},
+        {"read_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 256, &w->read_threads); }},
+        {"entity_cache_entries", kOptional,
+         [&](const Field& f) { ReadUint(f, 1, 10000000, &w->entity_cache_entries); }},
+        {"conflict_retries", kOptional,
+         [&](const Field& f) { ReadUint(f, 1, 1000, &w->conflict_retries); }},
+        {"allow_weak_durability", kOptional,
+         [&](const Field& f) { ReadBool(f, &w->allow_weak_durability); }},
+    });
+  }
+
+  // ---- values ----
+
+  // The scalar text of a non-secret field, or nullopt after reporting why not.
+  // `expected` completes "must be ...".
+  std::optional<std::string> PlainScalar(const Field& f, std::string_view expected) {
+    if (!f.value.IsScalar()) {
+      Problem(f.mark, f.path, "must be " + std::string(expected) + ", got " + Describe(f.value));
+      return std::nullopt;
+    }
+    const std::string& text = f.value.Scalar();
+    if (HasSecretReference(text)) {
+      std::string fields;
+      for (std::string_view s : kSecretFields) {
+        if (!fields.empty()) fields += ", ";
+        fields += s;
+      }
+      Problem(f.mark, f.path, "secrets are only accepted in fields marked secret: " + fields);
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  void Expected(const Field& f, std::string_view expected, std::string_view got) {
+    Problem(f.mark, f.path, "must be " + std::string(expected) + ", got " + Quote(got));
+  }
+
+  template <typename T>
+  void ReadUint(const Field& f, uint64_t min, uint64_t max, T* out) {
+    const std::string expected =
+        "an integer between " + std::to_string(min) + " and " + std::to_string(max);
+    const auto text = PlainScalar(f, expected);
+    if (!text) return;
+    const auto v = ParseDecimal(*text);
+    if (!v || *v < min || *v > max) return Expected(f, expected, *text);
+    *out = static_cast<T>(*v);
+  }
+
+  void ReadBool(const Field& f, bool* out) {
+    const auto text = PlainScalar(f, "true or false");
+    if (!text) return;
+    if (*text == "true") {
+      *out = true;
+    } else if (*text == "false") {
+      *out = false;
+    } else {
+      Expected(f, "true or false", *text);
+    }
+  }
+
+  enum class Emptiness { kMayBeEmpty, kNotEmpty };
+  static constexpr Emptiness kMayBeEmpty = Emptiness::kMayBeEmpty;
+  static constexpr Emptiness kNotEmpty = Emptiness::kNotEmpty;
+
+  void ReadString(const Field& f, Emptiness emptiness, std::string* out) {
+    const auto text = PlainScalar(f, "a string");
+    if (!text) return;
+    if (text->empty() && emptiness == kNotEmpty) {
+      Problem(f.mark, f.path, "must not be empty");
+      return;
+    }
+    *out = *text;
+  }
+
+  void ReadHost(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a host name or IP address";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    if (!IsValidHost(*text)) return Expected(f, kExpected, *text);
+    *out = *text;
+  }
+
+  void ReadDatabaseName(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a name matching [A-Za-z0-9_]{1,64}";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    const bool ok = !text->empty() && text->size() <= 64 &&
+                    std::all_of(text->begin(), text->end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                             (c >= '0' && c <= '9') || c == '_';
+                    });
+    if (!ok) return Expected(f, kExpected, *text);
+    *out = *text;
+  }
+
+  void ReadTimeout(const Field& f, std::chrono::milliseconds* out) {
+    ReadDuration(f, kMinTimeout, kMaxTimeout, out);
+  }
+
+  // "500ms", "2s", "1m".
+  void ReadDuration(const Field& f, std::chrono::milliseconds min, std::chrono::milliseconds max,
+                    std::chrono::milliseconds* out) {
+    constexpr std::string_view kExpected = "a duration such as 500ms, 2s or 1m";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    const std::string_view s = *text;
+    const size_t digits = s.find_first_not_of("0123456789");
+    if (digits == 0 || digits == std::string_view::npos) return Expected(f, kExpected, s);
+    const std::string_view unit = s.substr(digits);
+    uint64_t scale = 0;
+    if (unit == "ms") {
+      scale = 1;
+    } else if (unit == "s") {
+      scale = 1000;
+    } else if (unit == "m") {
+      scale = 60000;
+    } else {
+      return Expected(f, kExpected, s);
+    }
+    const auto n = ParseDecimal(s.substr(0, digits));
+    const uint64_t max_ms = static_cast<uint64_t>(max.count());
+    if (!n || *n > max_ms / scale || *n * scale < static_cast<uint64_t>(min.count())) {
+      return Expected(f, "between " + FormatDuration(min) + " and " + FormatDuration(max), s);
+    }
+    *out = std::chrono::milliseconds(static_cast<int64_t>(*n * scale));
+  }
+
+  // A byte count, or a number with a binary unit: "1048576", "512KiB", "1MiB".
+  void ReadByteSize(const Field& f, uint64_t min, uint64_t max, uint64_t* out) {
+    const std::string expected = "a size between " + std::to_string(min) + " and " +
+                                 std::to_string(max) +
+                                 " bytes (a byte count, or a number with KiB, MiB or GiB)";
+    const auto text = PlainScalar(f, expected);
+    if (!text) return;
+    const std::string_view s = *text;
+    const size_t digits = std::min(s.find_first_not_of("0123456789"), s.size());
+    const std::string_view unit = s.substr(digits);
+    uint64_t scale = 0;
+    if (unit.empty() || unit == "B") {
+      scale = 1;
+    } else if (unit == "KiB") {
+      scale = uint64_t{1} << 10;
+    } else if (unit == "MiB") {
+      scale = uint64_t{1} << 20;
+    } else if (unit == "GiB") {
+      scale = uint64_t{1} << 30;
+    } else {
+      return Expected(f, expected, s);
+    }
+    const auto n = ParseDecimal(s.substr(0, digits));
+    if (!n || *n > max / scale || *n * scale < min) return Expected(f, expected, s);
+    *out = *n * scale;
+  }
+
+  // "host:port" or "[ipv6]:port"; port 0 asks the OS for a free port.
+  void ReadListen(const Field& f, std::string* host, uint16_t* port) {
+    constexpr std::string_view kExpected = "host:port with a port between 0 and 65535";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    const std::string_view s = *text;
+    std::string_view h;
+    std::string_view p;
+    if (!s.empty() && s.front() == '[') {
+      const size_t close = s.find("]:");
+      if (close == std::string_view::npos) return Expected(f, kExpected, s);
+      h = s.substr(1, close - 1);
+      p = s.substr(close + 2);
+      const bool ipv6 = !h.empty() && h.find_first_not_of("0123456789abcdefABCDEF:.") ==
+                                          std::string_view::npos;
+      if (!ipv6) return Expected(f, kExpected, s);
+    } else {
+      const size_t colon = s.rfind(':');
+      if (colon == std::string_view::npos) return Expected(f, kExpected, s);
+      h = s.substr(0, colon);
+      p = s.substr(colon + 1);
+      if (!IsValidHost(h)) return Expected(f, kExpected, s);
+    }
+    const auto n = p.size() <= 5 ? ParseDecimal(p) : std::nullopt;
+    if (!n || *n > 65535) return Expected(f, kExpected, s);
+    *host = std::string(h);
+    *port = static_cast<uint16_t>(*n);
+  }
+
+  static bool IsValidHost(std::string_view h) {
+    if (h.empty() || h.size() > 253) return false;
+    return std::all_of(h.begin(), h.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '-' || c == '_';
+    });
+  }
+
+  // A secret field: a literal, or a whole-value "${env:NAME}" / "${file:PATH}".
+  // No message here may include the value.
+  void ReadSecret(const Field& f, std::string* out) {
+    if (!f.value.IsScalar()) {
+      // Describe() quotes only scalars, so this never shows a value.
+      Problem(f.mark, f.path, "must be a string, got " + Describe(f.value));
+      return;
+    }
+    const std::string& text = f.value.Scalar();
+    const bool reference =
+        text.size() >= 3 && text.compare(0, 2, "${") == 0 && text.back() == '}';
+    if (!reference) {
+      if (HasSecretReference(text)) {
+        Problem(f.mark, f.path,
+                "a secret reference must be the whole value, "
+                "as in \"${env:NAME}\" or \"${file:PATH}\"");
+        return;
+      }
+      *out = text;
+      return;
+    }
+    const std::string_view inner = std::string_view(text).substr(2, text.size() - 3);
+    if (inner.rfind("env:", 0) == 0) {
+      const std::string name(inner.substr(4));
+      const bool valid_name =
+          !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+          std::all_of(name.begin(), name.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '_';
+          });
+      if (!valid_name) {
+        Problem(f.mark, f.path,
+                "invalid environment variable name " + Quote(name) + " in ${env:NAME}");
+        return;
+      }
+      const char* value = std::getenv(name.c_str());
+      if (value == nullptr) {
+        Problem(f.mark, f.path, "environment variable " + name + " is not set");
+        return;
+      }
+      *out = value;
+      return;
+    }
+    if (inner.rfind("file:", 0) == 0) {
+      const std::string_view file = inner.substr(5);
+      if (file.empty()) {
+        Problem(f.mark, f.path, "${file:PATH} needs a path");
+        return;
+      }
+      std::filesystem::path p{std::string(file)};
+      if (p.is_relative() && !base_dir_.empty()) p = base_dir_ / p;
+      std::string contents;
+      if (const int err = ReadWholeFile(p.string(), kMaxSecretFileBytes, &contents); err != 0) {
+        Problem(f.mark, f.path, "cannot read secret file " + p.string() + ": " + ErrnoText(err));
+        return;
+      }
+      if (!contents.empty() && contents.back() == '\n') {
+        contents.pop_back();
+        if (!contents.empty() && contents.back() == '\r') contents.pop_back();
+      }
+      *out = std::move(contents);
+      return;
+    }
+    Problem(f.mark, f.path, "a value of the form ${...} must be ${env:NAME} or ${file:PATH}");
+  }
+
+  Problems* problems_;
+  std::filesystem::path base_dir_;  // where relative ${file:...} paths start
+};
+
+Result<Config> Load(const std::string& text, const std::string& path) {
+  Problems problems(path);
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& e) {
+    problems.Add(e.mark, "", "invalid YAML: nested more than " + std::to_string(e.depth()) +
+                                 " levels deep");
+    return InvalidArgument(problems.Join());
+  } catch (const YAML::Exception& e) {
+    problems.Add(e.mark, "", "invalid YAML: " + e.msg);
+    return InvalidArgument(problems.Join());
+  }
+  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+    YAML::Mark start;  // 1:1
+    problems.Add(start, "",
+                 "the configuration is empty; it needs at least the storage and entities sections");
+    return InvalidArgument(problems.Join());
+  }
+  if (docs.size() > 1) {
+    problems.Add(docs[1].Mark(), "", "only one YAML document is allowed per file");
+  }
+
+  Config config;
+  config.path = path;
+  ConfigReader reader(&problems, std::filesystem::path(path).parent_path());
+  reader.ReadRoot(docs[0], &config);
+  if (!problems.empty()) return InvalidArgument(problems.Join());
+  return config;
+}
+
+}  // namespace
+
+std::string Config::Redacted() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mysql" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "host" << YAML::Value << mysql.host;
+  out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(mysql.port);
+  if (!mysql.socket.empty()) out << YAML::Key << "socket" << YAML::Value << mysql.socket;
+  out << YAML::Key << "user" << YAML::Value << mysql.user;
+  // Always redacted, even when empty, so the output says nothing about it.
+  out << YAML::Key << "password" << YAML::Value << std::string(kRedacted);
+  out << YAML::Key << "database" << YAML::Value << mysql.database;
+  out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(mysql.connect_timeout);
+  out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(mysql.io_timeout);
+  out << YAML::EndMap << YAML::EndMap;
+
+  out << YAML::Key << "entities" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, entity] : entities) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(entity.partitions);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+
+  const std::string host = writer.listen_host.find(':') == std::string::npos
+                               ? writer.listen_host
+                               : "[" + writer.listen_host + "]";
+  out << YAML::Key << "writer" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "listen" << YAML::Value << host + ":" + std::to_string(writer.listen_port);
+  out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(writer.batch_max);
+  out << YAML::Key << "max_body_bytes" << YAML::Value
+      << static_cast<unsigned long long>(writer.max_body_bytes);
+  out << YAML::Key << "io_threads" << YAML::Value << static_cast<unsigned>(writer.io_threads);
+  out << YAML::Key << "read_threads" << YAML::Value << static_cast<unsigned>(writer.read_threads);
+  out << YAML::Key << "entity_cache_entries" << YAML::Value
+      << static_cast<unsigned>(writer.entity_cache_entries);
+  out << YAML::Key << "conflict_retries" << YAML::Value
+      << static_cast<unsigned>(writer.conflict_retries);
+  out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+  // yaml-cpp reports through exceptions; none may leave this module.
+  try {
+    return Load(text, path);
+  } catch (const std::exception& e) {
+    return Internal(path + ": unexpected error while reading the configuration: " + e.what());
+  } catch (...) {
+    return Internal(path + ": unexpected error while reading the configuration");
+  }
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  try {
+    std::string text;
+    if (const int err = ReadWholeFile(path, kMaxConfigFileBytes, &text); err != 0) {
+      return InvalidArgument(path + ": cannot read: " + ErrnoText(err));
+    }
+    return LoadConfigFromString(text, path);
+  } catch (...) {
+    return Internal(path + ": unexpected error while reading the configuration");
+  }
+}
+
+}  // namespace sluice::config

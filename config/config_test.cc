@@ -1,0 +1,531 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace sluice::config {
+namespace {
+
+constexpr char kFile[] = "t.yaml";
+
+// A valid file; tests append to it or replace one line of it.
+constexpr char kValid[] = R"(storage:
+  mysql:
+    host: 127.0.0.1
+    port: 13306
+    user: sluice
+    password: literal-pw
+    database: sluice_demo
+entities:
+  account: {partitions: 4}
+)";
+
+// The error message for `yaml`, or "" when it loads.
+std::string Errors(const std::string& yaml) {
+  Result<Config> r = LoadConfigFromString(yaml, kFile);
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  return r.status().message();
+}
+
+// kValid with its line `from` replaced by `to` (both without indentation).
+std::string ValidWith(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  return s;
+}
+
+// Sets an environment variable for one test and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// A scratch directory removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "sluice_config_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::filesystem::path Write(const std::string& name, const std::string& contents) const {
+    const auto p = path_ / name;
+    std::ofstream(p) << contents;
+    return p;
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// ---- valid configurations ----
+
+TEST(LoadConfig, QuickstartExampleLoads) {
+  ScopedEnv env("SLUICE_MYSQL_PASSWORD", "demo-password");
+  Result<Config> r = LoadConfig(SLUICE_CONFIG_EXAMPLES_DIR "/quickstart.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Config& c = *r;
+  EXPECT_EQ(c.path, SLUICE_CONFIG_EXAMPLES_DIR "/quickstart.yaml");
+  EXPECT_EQ(c.mysql.host, "127.0.0.1");
+  EXPECT_EQ(c.mysql.port, 13306);
+  EXPECT_EQ(c.mysql.user, "sluice");
+  EXPECT_EQ(c.mysql.password, "demo-password");
+  EXPECT_EQ(c.mysql.database, "sluice_demo");
+  ASSERT_EQ(c.entities.size(), 2u);
+  EXPECT_EQ(c.entities.at("account").name, "account");
+  EXPECT_EQ(c.entities.at("account").partitions, 4u);
+  EXPECT_EQ(c.entities.at("order").partitions, 2u);
+  EXPECT_EQ(c.writer.listen_host, "127.0.0.1");
+  EXPECT_EQ(c.writer.listen_port, 8080);
+  EXPECT_EQ(c.writer.batch_max, 1000u);
+}
+
+TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
+  Result<Config> r = LoadConfigFromString(
+      "storage: {mysql: }\nentities: {a: {partitions: 1}}\nwriter:\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const MysqlConfig mysql_defaults;
+  const WriterConfig writer_defaults;
+  EXPECT_EQ(r->mysql.host, mysql_defaults.host);
+  EXPECT_EQ(r->mysql.port, mysql_defaults.port);
+  EXPECT_EQ(r->mysql.database, mysql_defaults.database);
+  EXPECT_EQ(r->mysql.connect_timeout, mysql_defaults.connect_timeout);
+  EXPECT_EQ(r->writer.listen_port, writer_defaults.listen_port);
+  EXPECT_EQ(r->writer.max_body_bytes, writer_defaults.max_body_bytes);
+  EXPECT_EQ(r->writer.read_threads, writer_defaults.read_threads);
+  EXPECT_EQ(r->writer.allow_weak_durability, writer_defaults.allow_weak_durability);
+}
+
+TEST(LoadConfig, ReadsEveryKey) {
+  Result<Config> r = LoadConfigFromString(R"(
+storage:
+  mysql:
+    host: db.internal
+    port: 3307
+    socket: /run/mysqld/mysqld.sock
+    user: app
+    password: ""
+    database: Sluice_2
+    connect_timeout: 500ms
+    io_timeout: 1m
+entities:
+  account: {partitions: 1024}
+  order_line_2: {partitions: 1}
+writer:
+  listen: "[::1]:0"
+  batch_max: 100000
+  max_body_bytes: 512KiB
+  io_threads: 64
+  read_threads: 256
+  entity_cache_entries: 10000000
+  conflict_retries: 1000
+  allow_weak_durability: true
+)",
+                                          kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->mysql.host, "db.internal");
+  EXPECT_EQ(r->mysql.port, 3307);
+  EXPECT_EQ(r->mysql.socket, "/run/mysqld/mysqld.sock");
+  EXPECT_EQ(r->mysql.user, "app");
+  EXPECT_EQ(r->mysql.password, "");
+  EXPECT_EQ(r->mysql.database, "Sluice_2");
+  EXPECT_EQ(r->mysql.connect_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(r->mysql.io_timeout, std::chrono::milliseconds(60000));
+  EXPECT_EQ(r->entities.at("account").partitions, 1024u);
+  EXPECT_EQ(r->entities.at("order_line_2").partitions, 1u);
+  EXPECT_EQ(r->writer.listen_host, "::1");
+  EXPECT_EQ(r->writer.listen_port, 0);
+  EXPECT_EQ(r->writer.batch_max, 100000u);
+  EXPECT_EQ(r->writer.max_body_bytes, 512u * 1024);
+  EXPECT_EQ(r->writer.io_threads, 64u);
+  EXPECT_EQ(r->writer.read_threads, 256u);
+  EXPECT_EQ(r->writer.entity_cache_entries, 10000000u);
+  EXPECT_EQ(r->writer.conflict_retries, 1000u);
+  EXPECT_TRUE(r->writer.allow_weak_durability);
+}
+
+TEST(LoadConfig, ByteSizesAcceptBinaryUnits) {
+  auto body = [](const std::string& v) -> uint64_t {
+    Result<Config> r =
+        LoadConfigFromString(std::string(kValid) + "writer: {max_body_bytes: " + v + "}\n", kFile);
+    EXPECT_TRUE(r.ok()) << v << ": " << r.status().ToString();
+    return r.ok() ? r->writer.max_body_bytes : 0;
+  };
+  EXPECT_EQ(body("1"), 1u);
+  EXPECT_EQ(body("1MiB"), 1u << 20);
+  EXPECT_EQ(body("64MiB"), 64u << 20);
+  EXPECT_EQ(body("2048B"), 2048u);
+}
+
+// ---- broken configurations: one exact message each ----
+
+TEST(LoadConfigErrors, UnknownKeySuggestsTheClosestName) {
+  EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "hots: 127.0.0.1")),
+            "t.yaml:3:5: storage.mysql.hots: unknown key (did you mean \"host\"?)");
+}
+
+TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
+  EXPECT_EQ(Errors(std::string(kValid) + "sinks: []\n"),
+            "t.yaml:10:1: sinks: unknown key (expected one of: storage, entities, writer)");
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, handlers: h.js}")),
+            "t.yaml:9:28: entities.account.handlers: unknown key (expected one of: partitions)");
+}
+
+TEST(LoadConfigErrors, WrongTypeIsReportedNotThrown) {
+  EXPECT_EQ(Errors("storage: [mysql]\nentities: {a: {partitions: 1}}\n"),
+            "t.yaml:1:10: storage: must be a mapping, got a sequence");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer:\n  batch_max: {n: 5}\n"),
+            "t.yaml:11:14: writer.batch_max: must be an integer between 1 and 100000, "
+            "got a mapping");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "user: [a, b]")),
+            "t.yaml:5:11: storage.mysql.user: must be a string, got a sequence");
+  EXPECT_EQ(Errors(ValidWith("account: {partitions: 4}", "account: 4")),
+            "t.yaml:9:12: entities.account: must be a mapping, got \"4\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {allow_weak_durability: yes}\n"),
+            "t.yaml:10:33: writer.allow_weak_durability: must be true or false, got \"yes\"");
+  EXPECT_EQ(Errors("- storage\n- entities\n"),
+            "t.yaml:1:1: the configuration must be a mapping with storage and entities sections, "
+            "got a sequence");
+}
+
+TEST(LoadConfigErrors, OutOfRange) {
+  EXPECT_EQ(Errors(std::string(kValid) + "writer:\n  batch_max: lots\n"),
+            "t.yaml:11:14: writer.batch_max: must be an integer between 1 and 100000, "
+            "got \"lots\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer:\n  batch_max: 0\n"),
+            "t.yaml:11:14: writer.batch_max: must be an integer between 1 and 100000, got \"0\"");
+  EXPECT_EQ(Errors(ValidWith("port: 13306", "port: 70000")),
+            "t.yaml:4:11: storage.mysql.port: must be an integer between 1 and 65535, "
+            "got \"70000\"");
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 1025}")),
+            "t.yaml:9:25: entities.account.partitions: must be an integer between 1 and 1024, "
+            "got \"1025\"");
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: -1}")),
+            "t.yaml:9:25: entities.account.partitions: must be an integer between 1 and 1024, "
+            "got \"-1\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {max_body_bytes: 65MiB}\n"),
+            "t.yaml:10:26: writer.max_body_bytes: must be a size between 1 and 67108864 bytes "
+            "(a byte count, or a number with KiB, MiB or GiB), got \"65MiB\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {max_body_bytes: 1MB}\n"),
+            "t.yaml:10:26: writer.max_body_bytes: must be a size between 1 and 67108864 bytes "
+            "(a byte count, or a number with KiB, MiB or GiB), got \"1MB\"");
+  EXPECT_EQ(Errors(ValidWith("database: sluice_demo", "database: sluice-demo")),
+            "t.yaml:7:15: storage.mysql.database: must be a name matching [A-Za-z0-9_]{1,64}, "
+            "got \"sluice-demo\"");
+}
+
+TEST(LoadConfigErrors, MissingRequiredSection) {
+  EXPECT_EQ(Errors("storage:\n  mysql: {host: db}\n"),
+            "t.yaml:1:1: entities: required key is missing");
+  EXPECT_EQ(Errors("storage:\nentities: {a: {partitions: 1}}\n"),
+            "t.yaml:1:1: storage.mysql: required key is missing");
+  EXPECT_EQ(Errors("storage: {mysql: {}}\nentities: {}\n"),
+            "t.yaml:2:11: entities: at least one entity type is required");
+  EXPECT_EQ(Errors("storage: {mysql: {}}\nentities: {a: {}}\n"),
+            "t.yaml:2:15: entities.a.partitions: required key is missing");
+}
+
+TEST(LoadConfigErrors, BadEntityName) {
+  EXPECT_EQ(Errors(ValidWith("account:", "Account:")),
+            "t.yaml:9:3: entities.Account: entity type names must match [a-z][a-z0-9_]{0,47}");
+  const std::string long_name(49, 'a');
+  EXPECT_EQ(Errors(ValidWith("account:", long_name + ":")),
+            "t.yaml:9:3: entities." + long_name +
+                ": entity type names must match [a-z][a-z0-9_]{0,47}");
+  EXPECT_EQ(Errors(ValidWith("account:", std::string(48, 'a') + ":")), "");
+}
+
+TEST(LoadConfigErrors, BadDuration) {
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "connect_timeout: 2 seconds")),
+            "t.yaml:5:22: storage.mysql.connect_timeout: must be a duration such as 500ms, "
+            "2s or 1m, got \"2 seconds\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 10")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s or 1m, "
+            "got \"10\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2h")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s or 1m, "
+            "got \"2h\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 61m")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 60m, got \"61m\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 0s")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 60m, got \"0s\"");
+}
+
+TEST(LoadConfigErrors, BadListenAddress) {
+  const std::string expected_prefix =
+      "t.yaml:10:18: writer.listen: must be host:port with a port between 0 and 65535, got ";
+  const std::vector<std::string> bad_addresses = {
+      "localhost", "127.0.0.1:99999", "127.0.0.1:", ":8080",
+      "::1:80",    "[::1]8080",       "127.0.0.1:80x"};
+  for (const std::string& bad : bad_addresses) {
+    EXPECT_EQ(Errors(std::string(kValid) + "writer: {listen: \"" + bad + "\"}\n"),
+              expected_prefix + "\"" + bad + "\"");
+  }
+}
+
+TEST(LoadConfigErrors, MissingEnvironmentSecret) {
+  ScopedEnv env("SLUICE_TEST_UNSET_PASSWORD", nullptr);
+  EXPECT_EQ(Errors(ValidWith("password: literal-pw",
+                             "password: ${env:SLUICE_TEST_UNSET_PASSWORD}")),
+            "t.yaml:6:15: storage.mysql.password: environment variable SLUICE_TEST_UNSET_PASSWORD "
+            "is not set");
+}
+
+TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
+  ScopedEnv env("SLUICE_TEST_HOST", "db.internal");
+  EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
+            "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
+            "storage.mysql.password");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
+            "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
+            "storage.mysql.password");
+}
+
+TEST(LoadConfigErrors, MalformedSecretReference) {
+  EXPECT_EQ(Errors(ValidWith("password: literal-pw", "password: pre${env:X}")),
+            "t.yaml:6:15: storage.mysql.password: a secret reference must be the whole value, "
+            "as in \"${env:NAME}\" or \"${file:PATH}\"");
+  EXPECT_EQ(Errors(ValidWith("password: literal-pw", "password: ${vault:x}")),
+            "t.yaml:6:15: storage.mysql.password: a value of the form ${...} must be ${env:NAME} "
+            "or ${file:PATH}");
+  EXPECT_EQ(Errors(ValidWith("password: literal-pw", "password: ${env:A-B}")),
+            "t.yaml:6:15: storage.mysql.password: invalid environment variable name \"A-B\" in "
+            "${env:NAME}");
+}
+
+TEST(LoadConfigErrors, YamlSyntaxErrorHasLineAndColumn) {
+  EXPECT_EQ(Errors("storage:\n  mysql: {host: a, port: [1,\nentities: {}\n"),
+            "t.yaml:4:1: invalid YAML: end of sequence flow not found");
+  EXPECT_EQ(Errors("storage:\n  mysql:\n    host: a: b\n"),
+            "t.yaml:3:12: invalid YAML: illegal map value");
+}
+
+TEST(LoadConfigErrors, EveryProblemIsReportedTogetherInFileOrder) {
+  ScopedEnv env("SLUICE_TEST_UNSET_PASSWORD", nullptr);
+  EXPECT_EQ(Errors(R"(storage:
+  mysql:
+    hots: db
+    port: 0
+    password: ${env:SLUICE_TEST_UNSET_PASSWORD}
+entities:
+  Account: {partitions: 4}
+  order: {partitions: many}
+writer:
+  listen: nowhere
+  batch_max: 100001
+  batch_max: 5
+)"),
+            "t.yaml:3:5: storage.mysql.hots: unknown key (did you mean \"host\"?)\n"
+            "t.yaml:4:11: storage.mysql.port: must be an integer between 1 and 65535, got \"0\"\n"
+            "t.yaml:5:15: storage.mysql.password: environment variable SLUICE_TEST_UNSET_PASSWORD "
+            "is not set\n"
+            "t.yaml:7:3: entities.Account: entity type names must match [a-z][a-z0-9_]{0,47}\n"
+            "t.yaml:8:23: entities.order.partitions: must be an integer between 1 and 1024, got "
+            "\"many\"\n"
+            "t.yaml:10:11: writer.listen: must be host:port with a port between 0 and 65535, got "
+            "\"nowhere\"\n"
+            "t.yaml:11:14: writer.batch_max: must be an integer between 1 and 100000, got "
+            "\"100001\"\n"
+            "t.yaml:12:3: writer.batch_max: duplicate key (first given on line 11)");
+}
+
+TEST(LoadConfigErrors, EmptyFile) {
+  const std::string expected =
+      "t.yaml:1:1: the configuration is empty; it needs at least the storage and entities sections";
+  EXPECT_EQ(Errors(""), expected);
+  EXPECT_EQ(Errors("# nothing here yet\n"), expected);
+  EXPECT_EQ(Errors("---\n"), expected);
+}
+
+TEST(LoadConfigErrors, DeepNestingIsASyntaxError) {
+  const std::string message = Errors(std::string(5000, '['));
+  EXPECT_EQ(message.rfind("t.yaml:1:", 0), 0u) << message;
+  EXPECT_NE(message.find("invalid YAML: nested more than"), std::string::npos) << message;
+}
+
+TEST(LoadConfigErrors, MoreThanOneDocument) {
+  EXPECT_EQ(Errors(std::string(kValid) + "---\nwriter: {}\n"),
+            "t.yaml:11:1: only one YAML document is allowed per file");
+}
+
+TEST(LoadConfigErrors, MissingFile) {
+  Result<Config> r = LoadConfig("/nonexistent/sluice.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "/nonexistent/sluice.yaml: cannot read: No such file or directory");
+
+  TempDir dir;
+  r = LoadConfig(dir.path().string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), dir.path().string() + ": cannot read: Is a directory");
+}
+
+TEST(LoadConfigErrors, HostileInputNeverThrows) {
+  const std::string deep(5000, '[');
+  for (const std::string& text :
+       {std::string("? [a, b]\n: 1\n"), std::string("storage: &x {mysql: *x}\n"),
+        std::string("\t- tab\n"), std::string("storage:\n  mysql: {port: !!binary AAAA}\n"),
+        std::string("entities: {~: {partitions: 1}}\n"), std::string("\x01\xff\xfe garbage: ["),
+        std::string("storage: {mysql: {\"ho\\nst\": 1}}\n"), deep}) {
+    Result<Config> r = Config{};
+    EXPECT_NO_THROW(r = LoadConfigFromString(text, kFile)) << text;
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text;
+    // One problem per line, and every line names the file.
+    std::string message = r.status().message();
+    for (size_t start = 0; start < message.size();) {
+      const size_t end = std::min(message.find('\n', start), message.size());
+      EXPECT_EQ(message.compare(start, 7, "t.yaml:"), 0) << message;
+      start = end + 1;
+    }
+  }
+}
+
+// ---- secrets ----
+
+TEST(Secrets, EnvironmentReferenceIsResolved) {
+  ScopedEnv env("SLUICE_TEST_PASSWORD", "from-env");
+  Result<Config> r = LoadConfigFromString(
+      ValidWith("password: literal-pw", "password: \"${env:SLUICE_TEST_PASSWORD}\""), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->mysql.password, "from-env");
+}
+
+TEST(Secrets, FileReferenceIsResolvedAndLosesOneTrailingNewline) {
+  TempDir dir;
+  const auto secret = dir.Write("pw", "from-file\n\n");
+  Result<Config> r = LoadConfigFromString(
+      ValidWith("password: literal-pw", "password: ${file:" + secret.string() + "}"), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->mysql.password, "from-file\n");
+
+  // A relative path starts at the configuration file's folder.
+  dir.Write("pw2", "relative\n");
+  const auto config = dir.Write(
+      "sluice.yaml", ValidWith("password: literal-pw", "password: ${file:pw2}"));
+  r = LoadConfig(config.string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->mysql.password, "relative");
+}
+
+TEST(Secrets, UnreadableSecretFileNamesThePath) {
+  EXPECT_EQ(Errors(ValidWith("password: literal-pw", "password: ${file:/nonexistent/pw}")),
+            "t.yaml:6:15: storage.mysql.password: cannot read secret file /nonexistent/pw: "
+            "No such file or directory");
+}
+
+TEST(Secrets, ValuesNeverAppearInErrorsOrRedactedOutput) {
+  constexpr char kSecret[] = "s3cr3t-Value-9";
+  ScopedEnv env("SLUICE_TEST_PASSWORD", kSecret);
+  TempDir dir;
+  const auto secret_file = dir.Write("pw", std::string(kSecret) + "\n");
+  const std::vector<std::string> passwords = {
+      "\"${env:SLUICE_TEST_PASSWORD}\"", "${file:" + secret_file.string() + "}", kSecret};
+  for (const std::string& password : passwords) {
+    const std::string good = ValidWith("password: literal-pw", "password: " + password);
+    Result<Config> r = LoadConfigFromString(good, kFile);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->mysql.password, kSecret);
+    const std::string redacted = r->Redacted();
+    EXPECT_EQ(redacted.find(kSecret), std::string::npos) << redacted;
+    EXPECT_NE(redacted.find("password: <redacted>"), std::string::npos) << redacted;
+
+    // The same file with other problems: the message must not leak it either.
+    const std::string bad = good + "writer: {batch_max: 0, listen: x}\nbogus: 1\n";
+    const std::string errors = Errors(bad);
+    EXPECT_FALSE(errors.empty());
+    EXPECT_EQ(errors.find(kSecret), std::string::npos) << errors;
+  }
+  // A secret field of the wrong shape is described, never quoted.
+  const std::string errors =
+      Errors(ValidWith("password: literal-pw", std::string("password: [") + kSecret + "]"));
+  EXPECT_EQ(errors, "t.yaml:6:15: storage.mysql.password: must be a string, got a sequence");
+}
+
+// ---- Redacted ----
+
+TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
+  ScopedEnv env("SLUICE_MYSQL_PASSWORD", "demo-password");
+  Result<Config> r = LoadConfig(SLUICE_CONFIG_EXAMPLES_DIR "/quickstart.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->Redacted(),
+            "storage:\n"
+            "  mysql:\n"
+            "    host: 127.0.0.1\n"
+            "    port: 13306\n"
+            "    user: sluice\n"
+            "    password: <redacted>\n"
+            "    database: sluice_demo\n"
+            "    connect_timeout: 2s\n"
+            "    io_timeout: 10s\n"
+            "entities:\n"
+            "  account:\n"
+            "    partitions: 4\n"
+            "  order:\n"
+            "    partitions: 2\n"
+            "writer:\n"
+            "  listen: 127.0.0.1:8080\n"
+            "  batch_max: 1000\n"
+            "  max_body_bytes: 1048576\n"
+            "  io_threads: 2\n"
+            "  read_threads: 4\n"
+            "  entity_cache_entries: 100000\n"
+            "  conflict_retries: 16\n"
+            "  allow_weak_durability: false\n");
+
+  Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->Redacted(), r->Redacted());
+}
+
+TEST(Redacted, BracketsIpv6ListenHostsAndKeepsSubSecondDurations) {
+  Result<Config> r = LoadConfigFromString(
+      std::string(kValid) + "writer: {listen: \"[::1]:9000\"}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Config c = *r;
+  c.mysql.connect_timeout = std::chrono::milliseconds(1500);
+  const std::string redacted = c.Redacted();
+  EXPECT_NE(redacted.find("listen: \"[::1]:9000\""), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("connect_timeout: 1500ms"), std::string::npos) << redacted;
+  Result<Config> again = LoadConfigFromString(redacted, kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->writer.listen_host, "::1");
+  EXPECT_EQ(again->mysql.connect_timeout, std::chrono::milliseconds(1500));
+}
+
+}  // namespace
+}  // namespace sluice::config

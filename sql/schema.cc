@@ -1,0 +1,155 @@
+#include "sql/schema.h"
+
+#include <cstdio>
+
+namespace sluice::sql {
+
+std::string EventTableName(const std::string& type, uint32_t partition) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%03u", partition);
+  return "ev_" + type + "_p" + buf;
+}
+
+std::string EventTableDdl(const std::string& type, uint32_t partition) {
+  // Text columns are LONGTEXT utf8mb4_bin, not JSON: MySQL 8's JSON type
+  // re-serialises documents, and a replayed reply must be byte-identical to
+  // the first one. The writer only stores JSON it has parsed and printed.
+  return "CREATE TABLE IF NOT EXISTS " + QuoteIdent(EventTableName(type, partition)) +
+         " ("
+         "event_id BIGINT UNSIGNED NOT NULL,"
+         "entity_id VARBINARY(64) NOT NULL,"
+         "version BIGINT UNSIGNED NOT NULL,"
+         "command_id VARBINARY(128) NOT NULL,"
+         "command_name VARBINARY(64) NOT NULL,"
+         "expected_version BIGINT UNSIGNED NULL,"
+         "request LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
+         "response LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
+         "state LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,"
+         "delta LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,"
+         "deleted TINYINT(1) NOT NULL DEFAULT 0,"
+         "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+         "PRIMARY KEY (event_id),"
+         "UNIQUE KEY uk_entity_version (entity_id, version),"
+         "UNIQUE KEY uk_entity_command (entity_id, command_id)"
+         ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+}
+
+namespace {
+
+constexpr const char* kMetaDdl[] = {
+    "CREATE TABLE IF NOT EXISTS sluice_schema ("
+    "id TINYINT UNSIGNED NOT NULL PRIMARY KEY,"
+    "version INT NOT NULL,"
+    "updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    ") ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS sluice_entity_types ("
+    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+    "partitions INT UNSIGNED NOT NULL,"
+    "created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    ") ENGINE=InnoDB",
+};
+
+Result<bool> TableExists(Connection& conn, const std::string& table) {
+  std::string q = "SELECT 1 FROM information_schema.tables WHERE table_schema=DATABASE() AND table_name=";
+  conn.AppendQuoted(q, table);
+  ASSIGN_OR_RETURN(auto rows, conn.Query(q));
+  return !rows.empty();
+}
+
+// The recorded partition count of a type, or 0 when it is not recorded.
+Result<uint32_t> RecordedPartitions(Connection& conn, const std::string& type) {
+  std::string q = "SELECT partitions FROM sluice_entity_types WHERE entity_type=";
+  conn.AppendQuoted(q, type);
+  ASSIGN_OR_RETURN(auto rows, conn.Query(q));
+  if (rows.empty() || !rows[0][0]) return uint32_t{0};
+  return static_cast<uint32_t>(std::stoul(*rows[0][0]));
+}
+
+Status MismatchError(const EntityTypeSpec& t, uint32_t recorded) {
+  return FailedPrecondition(
+      "entity type '" + t.name + "' was created with " + std::to_string(recorded) +
+      " partitions but the config says " + std::to_string(t.partitions) +
+      "; the partition count is fixed once the tables exist (changing it would move "
+      "entities between partitions). Set entities." + t.name + ".partitions: " +
+      std::to_string(recorded) + " or use a new database");
+}
+
+}  // namespace
+
+Result<InitReport> InitSchema(Connection& conn, const std::string& database,
+                              const std::vector<EntityTypeSpec>& types) {
+  InitReport report;
+  RETURN_IF_ERROR(conn.Execute("CREATE DATABASE IF NOT EXISTS " + QuoteIdent(database) +
+                               " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+                      .status());
+  RETURN_IF_ERROR(conn.Execute("USE " + QuoteIdent(database)).status());
+  for (const char* ddl : kMetaDdl) RETURN_IF_ERROR(conn.Execute(ddl).status());
+  RETURN_IF_ERROR(conn.Execute("INSERT IGNORE INTO sluice_schema (id, version) VALUES (1, " +
+                               std::to_string(kSchemaVersion) + ")")
+                      .status());
+  ASSIGN_OR_RETURN(auto version_rows, conn.Query("SELECT version FROM sluice_schema WHERE id=1"));
+  if (version_rows.empty() || !version_rows[0][0] || std::stoi(*version_rows[0][0]) > kSchemaVersion) {
+    return FailedPrecondition("database '" + database + "' has a newer sluice schema than this binary (" +
+                              std::to_string(kSchemaVersion) + "); upgrade sluice");
+  }
+  // Check every type before creating anything, so a refused config changes nothing.
+  for (const auto& t : types) {
+    ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
+    if (recorded != 0 && recorded != t.partitions) return MismatchError(t, recorded);
+  }
+  for (const auto& t : types) {
+    std::string ins = "INSERT IGNORE INTO sluice_entity_types (entity_type, partitions) VALUES (";
+    conn.AppendQuoted(ins, t.name);
+    ins += "," + std::to_string(t.partitions) + ")";
+    ASSIGN_OR_RETURN(uint64_t inserted, conn.Execute(ins));
+    report.types_registered += static_cast<int>(inserted);
+    // Another process may have registered the type with another count meanwhile.
+    ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
+    if (recorded != t.partitions) return MismatchError(t, recorded);
+    for (uint32_t p = 0; p < t.partitions; ++p) {
+      ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
+      if (exists) continue;
+      RETURN_IF_ERROR(conn.Execute(EventTableDdl(t.name, p)).status());
+      ++report.tables_created;
+    }
+  }
+  return report;
+}
+
+Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types) {
+  ASSIGN_OR_RETURN(bool meta, TableExists(conn, "sluice_entity_types"));
+  if (!meta) return FailedPrecondition("the database has no sluice schema; run `sluice init --config FILE`");
+  for (const auto& t : types) {
+    ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
+    if (recorded == 0) {
+      return FailedPrecondition("entity type '" + t.name + "' has no tables; run `sluice init --config FILE`");
+    }
+    if (recorded != t.partitions) return MismatchError(t, recorded);
+    for (uint32_t p = 0; p < t.partitions; ++p) {
+      ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
+      if (!exists) {
+        return FailedPrecondition("table " + EventTableName(t.name, p) +
+                                  " is missing; run `sluice init --config FILE`");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Durability::Describe() const {
+  return "innodb_flush_log_at_trx_commit=" + std::to_string(innodb_flush_log_at_trx_commit) +
+         ", log_bin=" + (log_bin ? "ON" : "OFF") + ", sync_binlog=" + std::to_string(sync_binlog);
+}
+
+Result<Durability> ReadDurability(Connection& conn) {
+  ASSIGN_OR_RETURN(auto rows,
+                   conn.Query("SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin"));
+  if (rows.empty() || rows[0].size() != 3) return Internal("unexpected reply to the durability query");
+  Durability d;
+  d.innodb_flush_log_at_trx_commit = std::stoi(rows[0][0].value_or("-1"));
+  d.sync_binlog = std::stoll(rows[0][1].value_or("-1"));
+  d.log_bin = rows[0][2].value_or("0") == "1";
+  return d;
+}
+
+}  // namespace sluice::sql

@@ -1,0 +1,70 @@
+// The main-storage schema: one event table per (entity type, partition), a
+// table recording each entity type's partition count, and the schema version.
+//
+//   ev_<type>_p<NNN>      events of one partition (NNN zero-padded to 3+ digits)
+//   sluice_entity_types   entity_type -> partitions, fixed at creation
+//   sluice_schema         the schema version of this database
+//
+// All functions run statements on the given connection from the calling
+// thread; they are safe to run from several processes at once (DDL is
+// IF NOT EXISTS, metadata rows are INSERT IGNORE and then compared).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "sql/connection.h"
+
+namespace sluice::sql {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct EntityTypeSpec {
+  std::string name;
+  uint32_t partitions = 0;
+};
+
+// "ev_account_p003".
+std::string EventTableName(const std::string& type, uint32_t partition);
+
+// CREATE TABLE IF NOT EXISTS for one partition's event table.
+std::string EventTableDdl(const std::string& type, uint32_t partition);
+
+// The columns of an event row in the order EventTableDdl declares them and
+// every INSERT lists them (event_id, entity_id, version, command_id,
+// command_name, expected_version, request, response, state, delta, deleted).
+inline constexpr const char* kEventInsertColumns =
+    "(event_id,entity_id,version,command_id,command_name,expected_version,request,response,state,delta,deleted)";
+
+// What InitSchema did, for the operator.
+struct InitReport {
+  int tables_created = 0;     // event tables that did not exist before
+  int types_registered = 0;   // entity types recorded for the first time
+};
+
+// Creates the database when missing (the connection must not have selected
+// one, or may have selected it already), the metadata tables and every event
+// table. Refuses with FailedPrecondition when a recorded partition count
+// differs from the spec. Running it twice changes nothing.
+Result<InitReport> InitSchema(Connection& conn, const std::string& database,
+                              const std::vector<EntityTypeSpec>& types);
+
+// Checks, without changing anything, that every type is recorded with the
+// same partition count and all its tables exist.
+Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types);
+
+// MySQL's durability settings as the server reports them.
+struct Durability {
+  int innodb_flush_log_at_trx_commit = -1;
+  int64_t sync_binlog = -1;
+  bool log_bin = false;
+  // True when a committed transaction survives a power cut: flush=1 and,
+  // when a binlog is on, sync_binlog=1.
+  bool durable() const { return innodb_flush_log_at_trx_commit == 1 && (!log_bin || sync_binlog == 1); }
+  std::string Describe() const;
+};
+Result<Durability> ReadDurability(Connection& conn);
+
+}  // namespace sluice::sql

@@ -1,0 +1,49 @@
+#include "writer/api.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::writer {
+namespace {
+
+TEST(Api, RoutesCommandsAndReads) {
+  auto r = ParseRoute("POST", "/v1/entities/account/a%2F1/commands/patch");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Route::Kind::kCommand);
+  EXPECT_EQ(r->type, "account");
+  EXPECT_EQ(r->entity_id, "a/1");
+  EXPECT_EQ(r->command, "patch");
+
+  r = ParseRoute("GET", "/v1/entities/account/a1");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Route::Kind::kGetEntity);
+
+  r = ParseRoute("GET", "/v1/entities/account/a1/events?after_version=5&limit=10");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Route::Kind::kGetEvents);
+  EXPECT_EQ(*QueryUint(*r, "after_version", 0), 5u);
+  EXPECT_EQ(*QueryUint(*r, "limit", 100), 10u);
+  EXPECT_EQ(*QueryUint(*r, "missing", 7), 7u);
+}
+
+TEST(Api, RejectsUnknownPathsAndBadEncoding) {
+  EXPECT_EQ(ParseRoute("GET", "/v2/x").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ParseRoute("DELETE", "/v1/entities/a/b").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ParseRoute("GET", "/v1/entities/a/b/commands/x").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ParseRoute("POST", "/v1/entities/a/b%zz/commands/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRoute("POST", "/v1/entities/a/b%4/commands/x").status().code(), StatusCode::kInvalidArgument);
+  auto r = ParseRoute("GET", "/v1/entities/a/b/events?after_version=-1");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(QueryUint(*r, "after_version", 0).ok());
+}
+
+TEST(Api, IfMatchForms) {
+  EXPECT_EQ(*ParseIfMatch("5"), 5u);
+  EXPECT_EQ(*ParseIfMatch("\"12\""), 12u);
+  EXPECT_EQ(*ParseIfMatch("W/\"3\""), 3u);
+  EXPECT_FALSE(ParseIfMatch("*").ok());
+  EXPECT_FALSE(ParseIfMatch("five").ok());
+  EXPECT_FALSE(ParseIfMatch("").ok());
+}
+
+}  // namespace
+}  // namespace sluice::writer

@@ -1,0 +1,380 @@
+#include "writer/partition_worker.h"
+
+#include <unordered_set>
+
+#include "core/failpoint.h"
+#include "core/log.h"
+#include "sql/schema.h"
+#include "writer/commands.h"
+
+namespace sluice::writer {
+
+namespace {
+
+std::string CommandKey(const std::string& entity_id, const std::string& command_id) {
+  std::string k;
+  k.reserve(entity_id.size() + command_id.size() + 1);
+  k += entity_id;
+  k += '\0';
+  k += command_id;
+  return k;
+}
+
+Reply ReuseReply() {
+  return ErrorReply(409, "idempotency_key_reused",
+                    "this Idempotency-Key was already used with a different command or request");
+}
+
+}  // namespace
+
+// What the planner decided for one command of the batch.
+struct PartitionWorker::Planned {
+  enum class Kind { kWrite, kReply, kDuplicateOf };
+  Kind kind = Kind::kReply;
+  Reply reply;                 // kReply; for kWrite filled after the commit
+  size_t duplicate_of = 0;     // kDuplicateOf: index of the first command with this key
+  bool check_storage = false;  // rejected: a stored event for this key would answer it instead
+  // kWrite:
+  uint64_t version = 0;
+  uint64_t event_id = 0;
+  std::string response_text;
+};
+
+PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
+    : options_(std::move(options)),
+      table_(sql::EventTableName(options_.type, options_.partition)),
+      // The cache must hold every entity of a batch at once.
+      entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
+      recent_(options_.cache_entries) {}
+
+PartitionWorker::~PartitionWorker() { Stop(); }
+
+void PartitionWorker::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void PartitionWorker::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PartitionWorker::Submit(Command command) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_ && queue_.size() < options_.max_queue) {
+      queue_.push_back(std::move(command));
+      if (queue_.size() == 1) cv_.notify_one();
+      return;
+    }
+  }
+  Reply r = ErrorReply(503, "overloaded", "the partition's queue is full or the writer is stopping; retry");
+  r.retry_after_seconds = 1;
+  command.reply(std::move(r));
+}
+
+void PartitionWorker::Run() {
+  std::deque<Command> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
+      for (size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    ProcessBatch(batch);
+    if (!batch.empty()) {
+      // The batch was cut to keep the INSERT small: the rest goes first next time.
+      std::lock_guard lock(mu_);
+      while (!batch.empty()) {
+        queue_.push_front(std::move(batch.back()));
+        batch.pop_back();
+      }
+    }
+  }
+}
+
+std::string PartitionWorker::Fingerprint(const std::string& name, std::optional<uint64_t> expected,
+                                         const std::string& request_text) {
+  std::string f = name;
+  f += '\n';
+  f += expected ? std::to_string(*expected) : "-";
+  f += '\n';
+  f += request_text;
+  return f;
+}
+
+Status PartitionWorker::EnsureConnected() {
+  if (conn_ && conn_->healthy()) return Status::Ok();
+  conn_.reset();
+  head_.reset();
+  entities_.Clear();
+  ASSIGN_OR_RETURN(conn_, sql::Connection::Open(options_.mysql));
+  return Status::Ok();
+}
+
+Status PartitionWorker::LoadHead() {
+  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT COALESCE(MAX(event_id),0) FROM " + sql::QuoteIdent(table_)));
+  head_ = std::stoull(rows.at(0).at(0).value_or("0"));
+  return Status::Ok();
+}
+
+Status PartitionWorker::LoadEntities(const std::deque<Command>& batch) {
+  std::unordered_set<std::string> missing;
+  for (const auto& c : batch) {
+    if (entities_.Find(c.entity_id) == nullptr) missing.insert(c.entity_id);
+  }
+  if (missing.empty()) return Status::Ok();
+  std::string in;
+  for (const auto& id : missing) {
+    if (!in.empty()) in += ',';
+    conn_->AppendQuoted(in, id);
+  }
+  const std::string t = sql::QuoteIdent(table_);
+  const std::string q = "SELECT e.entity_id, e.version, e.state, e.deleted FROM " + t +
+                        " e JOIN (SELECT entity_id, MAX(version) AS v FROM " + t + " WHERE entity_id IN (" +
+                        in + ") GROUP BY entity_id) m ON e.entity_id=m.entity_id AND e.version=m.v";
+  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
+  for (auto& row : rows) {
+    EntityState s;
+    s.version = std::stoull(row.at(1).value_or("0"));
+    s.exists = row.at(3).value_or("0") == "0";
+    if (s.exists) {
+      auto parsed = ParseJson(row.at(2).value_or("null"));
+      if (!parsed.ok()) return Internal("stored state of '" + *row[0] + "' is not JSON: " + parsed.status().message());
+      s.state = std::move(parsed).value();
+    }
+    missing.erase(*row[0]);
+    entities_.Put(*row[0], std::move(s));
+  }
+  for (const auto& id : missing) entities_.Put(id, EntityState{});
+  return Status::Ok();
+}
+
+void PartitionWorker::DropCaches(const std::deque<Command>& batch) {
+  head_.reset();
+  for (const auto& c : batch) entities_.Erase(c.entity_id);
+}
+
+Status PartitionWorker::AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan,
+                                          std::vector<char>& done, const std::vector<size_t>& which) {
+  if (which.empty()) return Status::Ok();
+  std::string q =
+      "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response FROM " +
+      sql::QuoteIdent(table_) + " WHERE ";
+  for (size_t k = 0; k < which.size(); ++k) {
+    const Command& c = batch[which[k]];
+    if (k > 0) q += " OR ";
+    q += "(entity_id=";
+    conn_->AppendQuoted(q, c.entity_id);
+    q += " AND command_id=";
+    conn_->AppendQuoted(q, c.command_id);
+    q += ')';
+  }
+  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
+  std::unordered_map<std::string, const sql::Row*> stored;
+  for (const auto& row : rows) stored.emplace(CommandKey(*row.at(0), *row.at(1)), &row);
+  for (size_t i : which) {
+    Command& c = batch[i];
+    const std::string key = CommandKey(c.entity_id, c.command_id);
+    auto it = stored.find(key);
+    if (it == stored.end()) continue;
+    const sql::Row& row = *it->second;
+    const std::optional<uint64_t> expected =
+        row.at(5) ? std::optional<uint64_t>(std::stoull(*row[5])) : std::nullopt;
+    Reply r;
+    if (Fingerprint(*row.at(4), expected, row.at(6).value_or("")) == Fingerprint(c.name, c.expected_version, c.request_text)) {
+      r.body = CommandReplyBody(options_.type, c.entity_id, std::stoull(*row.at(2)), std::stoull(*row.at(3)),
+                                options_.partition, row.at(7).value_or("null"));
+      r.replayed = true;
+      recent_.Put(key, RecentCommand{Fingerprint(c.name, c.expected_version, c.request_text), r.body});
+    } else {
+      r = ReuseReply();
+    }
+    plan[i].kind = Planned::Kind::kReply;
+    plan[i].reply = r;
+    done[i] = 1;
+    c.reply(std::move(r));
+  }
+  return Status::Ok();
+}
+
+void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
+  size_t n = batch.size();
+  std::vector<Planned> plan(n);
+  std::vector<char> done(n, 0);
+
+  // Replies every command of [0, n) not answered yet, then drops them from the batch.
+  auto finish = [&](const std::function<Reply(size_t)>& reply_for) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) batch[i].reply(reply_for(i));
+    }
+    batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
+  };
+  auto fail_all = [&](const Status& st) {
+    DropCaches(batch);
+    if (st.code() == StatusCode::kUnavailable) {
+      LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
+      finish([&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
+    } else {
+      LogRateLimited(LogLevel::kError, "writer.batch_failed", "writer: " + table_ + ": " + st.ToString());
+      finish([&](size_t) { return ErrorReply(500, "internal", "the command could not be stored: " + st.message()); });
+    }
+  };
+
+  for (uint32_t attempt = 0; attempt <= options_.conflict_retries; ++attempt) {
+    Status st = EnsureConnected();
+    if (st.ok() && !head_) st = LoadHead();
+    if (st.ok()) st = LoadEntities(batch);
+    if (!st.ok()) return fail_all(st);
+
+    // Plan: run every pending command against the state the earlier ones leave.
+    std::unordered_map<std::string, EntityState> overlay;
+    std::unordered_map<std::string, size_t> first_with_key;
+    std::vector<size_t> writes;
+    std::vector<size_t> rejected;
+    std::string insert = "INSERT INTO " + sql::QuoteIdent(table_) + " " + sql::kEventInsertColumns + " VALUES ";
+    std::string row;
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      Command& c = batch[i];
+      Planned& p = plan[i];
+      p = Planned{};
+      const std::string key = CommandKey(c.entity_id, c.command_id);
+      const std::string fingerprint = Fingerprint(c.name, c.expected_version, c.request_text);
+      if (auto it = first_with_key.find(key); it != first_with_key.end()) {
+        const Command& first = batch[it->second];
+        if (Fingerprint(first.name, first.expected_version, first.request_text) == fingerprint) {
+          p.kind = Planned::Kind::kDuplicateOf;
+          p.duplicate_of = it->second;
+        } else {
+          p.reply = ReuseReply();
+        }
+        continue;
+      }
+      if (const RecentCommand* recent = recent_.Find(key)) {
+        if (recent->fingerprint == fingerprint) {
+          p.reply.body = recent->body;
+          p.reply.replayed = true;
+        } else {
+          p.reply = ReuseReply();
+        }
+        continue;
+      }
+      auto ov = overlay.find(c.entity_id);
+      if (ov == overlay.end()) {
+        const EntityState* cached = entities_.Find(c.entity_id);
+        ov = overlay.emplace(c.entity_id, cached ? *cached : EntityState{}).first;
+      }
+      EntityState& entity = ov->second;
+      if (c.expected_version && *c.expected_version != entity.version) {
+        p.reply = ErrorReply(409, "version_mismatch",
+                             "If-Match expects version " + std::to_string(*c.expected_version) +
+                                 " but the entity is at version " + std::to_string(entity.version));
+        p.check_storage = true;
+        rejected.push_back(i);
+        continue;
+      }
+      CommandOutcome out = RunBuiltinCommand(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request);
+      if (!out.applied) {
+        p.reply = ErrorReply(out.http_status, out.error_code, out.message);
+        p.check_storage = true;
+        rejected.push_back(i);
+        continue;
+      }
+      p.kind = Planned::Kind::kWrite;
+      p.version = entity.version + 1;
+      p.event_id = *head_ + writes.size() + 1;
+      p.response_text = CanonicalJson(out.response);
+      row.clear();
+      row += writes.empty() ? "(" : ",(";
+      row += std::to_string(p.event_id);
+      row += ',';
+      conn_->AppendQuoted(row, c.entity_id);
+      row += ',';
+      row += std::to_string(p.version);
+      row += ',';
+      conn_->AppendQuoted(row, c.command_id);
+      row += ',';
+      conn_->AppendQuoted(row, c.name);
+      row += ',';
+      row += c.expected_version ? std::to_string(*c.expected_version) : "NULL";
+      row += ',';
+      conn_->AppendQuoted(row, c.request_text);
+      row += ',';
+      conn_->AppendQuoted(row, p.response_text);
+      row += ',';
+      if (out.deleted) {
+        row += "NULL,NULL,1)";
+      } else {
+        conn_->AppendQuoted(row, CanonicalJson(out.new_state));
+        row += ",NULL,0)";
+      }
+      if (!writes.empty() && insert.size() + row.size() > options_.max_statement_bytes) {
+        // Cut the batch here; commands from i on are requeued by Run().
+        p = Planned{};
+        n = i;
+        break;
+      }
+      insert += row;
+      writes.push_back(i);
+      first_with_key.emplace(key, i);
+      entity.version = p.version;
+      entity.exists = !out.deleted;
+      entity.state = std::move(out.new_state);
+    }
+    // Rejections of commands that may have been applied before (a retry whose
+    // first reply was lost): the stored event answers those instead.
+    std::erase_if(rejected, [&](size_t i) { return i >= n; });
+    if (st = AnswerFromStorage(batch, plan, done, rejected); !st.ok()) return fail_all(st);
+
+    if (!writes.empty()) {
+      if (SLUICE_FAILPOINT("writer.before_commit")) {
+        st = Unavailable("failpoint writer.before_commit");
+      } else {
+        st = conn_->Execute(insert).status();  // one statement, autocommit: one transaction
+      }
+      if (!st.ok()) {
+        if (st.code() != StatusCode::kAborted) return fail_all(st);
+        const std::string key = sql::DuplicateKeyName(st);
+        DropCaches(batch);
+        if (key == "uk_entity_command") {
+          std::vector<size_t> pending;
+          for (size_t i = 0; i < n; ++i) {
+            if (!done[i]) pending.push_back(i);
+          }
+          if (st = AnswerFromStorage(batch, plan, done, pending); !st.ok()) return fail_all(st);
+        }
+        continue;  // re-plan against reloaded state
+      }
+      CheckFailpoint("writer.after_commit");  // `crash` here: committed but unanswered
+      *head_ += writes.size();
+      for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
+    }
+    for (size_t i : writes) {
+      Command& c = batch[i];
+      plan[i].reply.body = CommandReplyBody(options_.type, c.entity_id, plan[i].version, plan[i].event_id,
+                                            options_.partition, plan[i].response_text);
+      recent_.Put(CommandKey(c.entity_id, c.command_id),
+                  RecentCommand{Fingerprint(c.name, c.expected_version, c.request_text), plan[i].reply.body});
+    }
+    finish([&](size_t i) {
+      if (plan[i].kind == Planned::Kind::kDuplicateOf) {
+        Reply r = plan[plan[i].duplicate_of].reply;
+        if (r.status == 200) r.replayed = true;
+        return r;
+      }
+      return plan[i].reply;
+    });
+    return;
+  }
+  fail_all(Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
+                       " conflicting writes by other writers"));
+}
+
+}  // namespace sluice::writer

@@ -1,0 +1,121 @@
+// PartitionWorker: the single writer of one (entity type, partition) inside
+// this process. It drains its queue in batches and appends each batch as one
+// multi-row INSERT in one transaction (DESIGN 3.3):
+//
+//   1. take up to batch_max queued commands;
+//   2. for each, in order: answer retries known to the recent-command cache;
+//      check If-Match; run the handler on the entity's state as left by the
+//      earlier commands of the batch; build the event row with
+//      event_id = partition head + 1 (I3) and version = entity version + 1 (I1);
+//   3. INSERT all rows, COMMIT, and only then advance the cached head and
+//      entity states and reply to every caller;
+//   4. on a duplicate key, the key's name says what was stale (PRIMARY: the
+//      head, uk_entity_version: an entity, uk_entity_command: a retry already
+//      stored): reload, re-plan, retry, up to conflict_retries times (I4).
+//
+// Replies are held until the batch's outcome is known, so no caller is told
+// about a state that was never committed. When MySQL is unreachable every
+// command of the batch gets 503 and the caches are dropped; a retry with the
+// same Idempotency-Key is then answered from storage if the commit did land.
+//
+// Threads: Submit() may be called from any thread; everything else runs on
+// the worker's own thread, which owns the MySQL connection and the caches.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/json.h"
+#include "sql/connection.h"
+#include "writer/lru_cache.h"
+#include "writer/reply.h"
+
+namespace sluice::writer {
+
+// One command as the HTTP layer validated it.
+struct Command {
+  std::string entity_id;
+  std::string name;
+  std::string command_id;
+  std::optional<uint64_t> expected_version;  // If-Match
+  Json request;
+  std::string request_text;  // canonical JSON of request, as stored
+  ReplyFn reply;
+};
+
+struct PartitionWorkerOptions {
+  std::string type;
+  uint32_t partition = 0;
+  sql::ConnectParams mysql;
+  uint32_t batch_max = 1000;
+  size_t cache_entries = 100000;
+  uint32_t conflict_retries = 16;
+  size_t max_queue = 200000;                   // Submit() refuses beyond this
+  size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
+};
+
+class PartitionWorker {
+ public:
+  explicit PartitionWorker(PartitionWorkerOptions options);
+  ~PartitionWorker();  // calls Stop()
+  PartitionWorker(const PartitionWorker&) = delete;
+  PartitionWorker& operator=(const PartitionWorker&) = delete;
+
+  void Start();
+  // Stops taking commands, finishes the queued ones, joins the thread.
+  void Stop();
+
+  // Queues a command; replies 503 at once when the queue is full or stopping.
+  void Submit(Command command);
+
+ private:
+  struct EntityState {
+    bool exists = false;
+    uint64_t version = 0;
+    Json state;
+  };
+  struct RecentCommand {
+    std::string fingerprint;
+    std::string body;  // the reply body sent the first time
+  };
+  struct Planned;
+
+  void Run();
+  void ProcessBatch(std::deque<Command>& batch);
+  Status EnsureConnected();
+  Status LoadHead();
+  Status LoadEntities(const std::deque<Command>& batch);
+  // Answers the commands `which` of the batch that are already stored (same
+  // entity and command id) from their event rows, and marks them done.
+  Status AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan, std::vector<char>& done,
+                           const std::vector<size_t>& which);
+  void DropCaches(const std::deque<Command>& batch);
+
+  static std::string Fingerprint(const std::string& name, std::optional<uint64_t> expected,
+                                 const std::string& request_text);
+
+  const PartitionWorkerOptions options_;
+  const std::string table_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  // Worker-thread state.
+  std::unique_ptr<sql::Connection> conn_;
+  std::optional<uint64_t> head_;  // last committed event_id, when known
+  LruCache<std::string, EntityState> entities_;
+  LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id
+};
+
+}  // namespace sluice::writer

@@ -1,0 +1,286 @@
+#include "writer/writer_service.h"
+
+#include <random>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "core/names.h"
+#include "core/partitioner.h"
+#include "sql/schema.h"
+#include "writer/api.h"
+#include "writer/commands.h"
+
+namespace sluice::writer {
+namespace {
+
+constexpr uint64_t kDefaultEventsLimit = 100;
+constexpr uint64_t kMaxEventsLimit = 1000;
+
+HttpResponse ToHttp(Reply r) {
+  HttpResponse h;
+  h.status = r.status;
+  h.body = std::move(r.body);
+  if (r.replayed) h.headers.emplace_back("Idempotent-Replayed", "true");
+  if (r.retry_after_seconds > 0) h.headers.emplace_back("Retry-After", std::to_string(r.retry_after_seconds));
+  return h;
+}
+
+void SendError(const Responder& respond, int status, std::string_view code, std::string_view message) {
+  respond(ToHttp(ErrorReply(status, code, message)));
+}
+
+// A command id for requests that came without Idempotency-Key.
+std::string GenerateCommandId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "gen-";
+  for (int i = 0; i < 2; ++i) {
+    uint64_t v = rng();
+    for (int j = 0; j < 16; ++j, v >>= 4) id += kHex[v & 15];
+  }
+  return id;
+}
+
+// "2026-11-21 12:00:00.123456" -> "2026-11-21T12:00:00.123456Z".
+std::string IsoTime(std::string t) {
+  if (t.size() > 10 && t[10] == ' ') t[10] = 'T';
+  return t + "Z";
+}
+
+}  // namespace
+
+sql::ConnectParams MysqlParams(const config::MysqlConfig& m) {
+  sql::ConnectParams p;
+  p.host = m.host;
+  p.port = m.port;
+  p.socket = m.socket;
+  p.user = m.user;
+  p.password = m.password;
+  p.database = m.database;
+  p.connect_timeout = m.connect_timeout;
+  p.io_timeout = m.io_timeout;
+  return p;
+}
+
+WriterService::WriterService(config::Config config) : config_(std::move(config)) {
+  const sql::ConnectParams params = MysqlParams(config_.mysql);
+  for (const auto& [name, entity] : config_.entities) {
+    TypeState& t = types_[name];
+    t.partitions = entity.partitions;
+    for (uint32_t p = 0; p < entity.partitions; ++p) {
+      PartitionWorkerOptions o;
+      o.type = name;
+      o.partition = p;
+      o.mysql = params;
+      o.batch_max = config_.writer.batch_max;
+      o.cache_entries = config_.writer.entity_cache_entries;
+      o.conflict_retries = config_.writer.conflict_retries;
+      t.workers.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+    }
+  }
+  readers_ = std::make_unique<ReaderPool>(params, config_.writer.read_threads, 100000);
+  HttpServerOptions h;
+  h.host = config_.writer.listen_host;
+  h.port = config_.writer.listen_port;
+  h.io_threads = config_.writer.io_threads;
+  h.max_body_bytes = config_.writer.max_body_bytes;
+  http_ = std::make_unique<HttpServer>(h, [this](HttpRequest&& req, Responder respond) {
+    Handle(std::move(req), std::move(respond));
+  });
+}
+
+WriterService::~WriterService() { Stop(); }
+
+Status WriterService::Start() {
+  for (auto& [name, t] : types_) {
+    for (auto& w : t.workers) w->Start();
+  }
+  readers_->Start();
+  started_ = true;
+  return http_->Start();
+}
+
+void WriterService::Stop() {
+  if (!started_) return;
+  started_ = false;
+  // Workers and readers first: their last replies still need the event loops.
+  for (auto& [name, t] : types_) {
+    for (auto& w : t.workers) w->Stop();
+  }
+  readers_->Stop();
+  http_->Stop();
+}
+
+uint16_t WriterService::port() const { return http_->port(); }
+
+void WriterService::Handle(HttpRequest&& req, Responder respond) {
+  auto route = ParseRoute(req.method, req.target);
+  if (!route.ok()) {
+    const bool not_found = route.status().code() == StatusCode::kNotFound;
+    return SendError(respond, not_found ? 404 : 400, not_found ? "not_found" : "invalid_request",
+                     route.status().message());
+  }
+  switch (route->kind) {
+    case Route::Kind::kHealth: {
+      HttpResponse ok;
+      ok.body = R"({"status":"ok"})";
+      return respond(std::move(ok));
+    }
+    case Route::Kind::kCommand: return HandleCommand(*route, req, std::move(respond));
+    case Route::Kind::kGetEntity: return HandleGetEntity(*route, std::move(respond));
+    case Route::Kind::kGetEvents: return HandleGetEvents(*route, std::move(respond));
+  }
+}
+
+const WriterService::TypeState* WriterService::CheckEntity(const Route& route, const Responder& respond) const {
+  auto it = types_.find(route.type);
+  if (it == types_.end()) {
+    SendError(respond, 404, "unknown_entity_type", "no entity type '" + route.type + "' is configured");
+    return nullptr;
+  }
+  if (!IsValidEntityId(route.entity_id)) {
+    SendError(respond, 400, "invalid_entity_id",
+              "entity ids are 1 to 64 bytes of visible ASCII (0x21-0x7e)");
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder respond) {
+  const TypeState* type = CheckEntity(route, respond);
+  if (type == nullptr) return;
+  if (!IsBuiltinCommand(route.command)) {
+    return SendError(respond, 404, "unknown_command",
+                     "entity type '" + route.type + "' has no command '" + route.command +
+                         "' (built-in commands: create, put, patch, delete)");
+  }
+  Command cmd;
+  if (req.has_idempotency_key) {
+    if (!IsValidCommandId(req.idempotency_key)) {
+      return SendError(respond, 400, "invalid_idempotency_key",
+                       "Idempotency-Key must be 1 to 128 bytes of visible ASCII");
+    }
+    cmd.command_id = std::move(req.idempotency_key);
+  } else {
+    cmd.command_id = GenerateCommandId();
+  }
+  if (req.has_if_match) {
+    auto v = ParseIfMatch(req.if_match);
+    if (!v.ok()) return SendError(respond, 400, "invalid_if_match", v.status().message());
+    cmd.expected_version = *v;
+  }
+  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    cmd.request = Json::object();
+  } else {
+    auto parsed = ParseJson(req.body);
+    if (!parsed.ok()) return SendError(respond, 400, "malformed_json", parsed.status().message());
+    cmd.request = std::move(parsed).value();
+  }
+  cmd.request_text = CanonicalJson(cmd.request);
+  cmd.entity_id = std::move(route.entity_id);
+  cmd.name = std::move(route.command);
+  const uint32_t partition = PartitionOf(cmd.entity_id, type->partitions);
+  cmd.reply = [respond = std::move(respond)](Reply r) { respond(ToHttp(std::move(r))); };
+  type->workers[partition]->Submit(std::move(cmd));
+}
+
+void WriterService::HandleGetEntity(const Route& route, Responder respond) {
+  const TypeState* type = CheckEntity(route, respond);
+  if (type == nullptr) return;
+  const std::string table = sql::EventTableName(route.type, PartitionOf(route.entity_id, type->partitions));
+  auto job = [respond, table, type_name = route.type, id = route.entity_id](Result<sql::Connection*> conn) {
+    if (!conn.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+    std::string q = "SELECT version, state, deleted FROM " + sql::QuoteIdent(table) + " WHERE entity_id=";
+    (*conn)->AppendQuoted(q, id);
+    q += " ORDER BY version DESC LIMIT 1";
+    auto rows = (*conn)->Query(q);
+    if (!rows.ok()) {
+      if (rows.status().code() == StatusCode::kUnavailable) {
+        return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+      }
+      return SendError(respond, 500, "internal", rows.status().message());
+    }
+    if (rows->empty()) return SendError(respond, 404, "not_found", "no entity '" + id + "' of type '" + type_name + "'");
+    const auto& row = rows->front();
+    if (row[2].value_or("0") != "0") {
+      return SendError(respond, 404, "not_found", "the entity was deleted at version " + row[0].value_or("?"));
+    }
+    HttpResponse ok;
+    ok.body = R"({"type":)";
+    AppendJsonString(ok.body, type_name);
+    ok.body += R"(,"id":)";
+    AppendJsonString(ok.body, id);
+    ok.body += R"(,"version":)" + row[0].value_or("0") + R"(,"state":)" + row[1].value_or("null") + "}";
+    ok.headers.emplace_back("ETag", "\"" + row[0].value_or("0") + "\"");
+    respond(std::move(ok));
+  };
+  if (!readers_->Submit(std::move(job))) {
+    SendError(respond, 503, "overloaded", "too many reads are queued; retry");
+  }
+}
+
+void WriterService::HandleGetEvents(const Route& route, Responder respond) {
+  const TypeState* type = CheckEntity(route, respond);
+  if (type == nullptr) return;
+  auto after = QueryUint(route, "after_version", 0);
+  if (!after.ok()) return SendError(respond, 400, "invalid_request", after.status().message());
+  auto limit = QueryUint(route, "limit", kDefaultEventsLimit);
+  if (!limit.ok() || *limit == 0 || *limit > kMaxEventsLimit) {
+    return SendError(respond, 400, "invalid_request",
+                     "query parameter limit must be between 1 and " + std::to_string(kMaxEventsLimit));
+  }
+  const std::string table = sql::EventTableName(route.type, PartitionOf(route.entity_id, type->partitions));
+  auto job = [respond, table, type_name = route.type, id = route.entity_id, after = *after,
+              limit = *limit](Result<sql::Connection*> conn) {
+    if (!conn.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+    std::string q =
+        "SELECT version, event_id, command_name, command_id, request, response, state, deleted, committed_at FROM " +
+        sql::QuoteIdent(table) + " WHERE entity_id=";
+    (*conn)->AppendQuoted(q, id);
+    q += " AND version > " + std::to_string(after) + " ORDER BY version LIMIT " + std::to_string(limit);
+    auto rows = (*conn)->Query(q);
+    if (rows.ok() && rows->empty()) {
+      std::string exists = "SELECT 1 FROM " + sql::QuoteIdent(table) + " WHERE entity_id=";
+      (*conn)->AppendQuoted(exists, id);
+      auto any = (*conn)->Query(exists + " LIMIT 1");
+      if (any.ok() && any->empty()) {
+        return SendError(respond, 404, "not_found", "no entity '" + id + "' of type '" + type_name + "'");
+      }
+      if (!any.ok()) rows = any.status();
+    }
+    if (!rows.ok()) {
+      if (rows.status().code() == StatusCode::kUnavailable) {
+        return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+      }
+      return SendError(respond, 500, "internal", rows.status().message());
+    }
+    HttpResponse ok;
+    std::string& b = ok.body;
+    b = R"({"type":)";
+    AppendJsonString(b, type_name);
+    b += R"(,"id":)";
+    AppendJsonString(b, id);
+    b += R"(,"events":[)";
+    bool first = true;
+    for (const auto& r : *rows) {
+      if (!first) b += ',';
+      first = false;
+      b += R"({"version":)" + r[0].value_or("0") + R"(,"event_id":)" + r[1].value_or("0") + R"(,"command":)";
+      AppendJsonString(b, r[2].value_or(""));
+      b += R"(,"command_id":)";
+      AppendJsonString(b, r[3].value_or(""));
+      b += R"(,"request":)" + r[4].value_or("null") + R"(,"response":)" + r[5].value_or("null") +
+           R"(,"state":)" + r[6].value_or("null") + R"(,"deleted":)" +
+           (r[7].value_or("0") == "0" ? "false" : "true") + R"(,"committed_at":)";
+      AppendJsonString(b, IsoTime(r[8].value_or("")));
+      b += '}';
+    }
+    b += "]}";
+    respond(std::move(ok));
+  };
+  if (!readers_->Submit(std::move(job))) {
+    SendError(respond, 503, "overloaded", "too many reads are queued; retry");
+  }
+}
+
+}  // namespace sluice::writer

@@ -1,0 +1,60 @@
+// WriterService: the writer half of sluice. It serves the HTTP API of
+// DESIGN 3.4, validates every request before anything is queued, routes each
+// command to the PartitionWorker of its (type, partition), and serves reads
+// from main storage through a ReaderPool.
+//
+// Lifecycle: construct with a validated Config, Start(), later Stop() (which
+// finishes queued commands before closing connections). Start/Stop from one
+// thread; requests are handled on the HTTP event-loop threads.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "sql/connection.h"
+#include "writer/api.h"
+#include "writer/http_server.h"
+#include "writer/partition_worker.h"
+#include "writer/reader_pool.h"
+
+namespace sluice::writer {
+
+// The connection parameters of the configured main storage.
+sql::ConnectParams MysqlParams(const config::MysqlConfig& mysql);
+
+class WriterService {
+ public:
+  explicit WriterService(config::Config config);
+  ~WriterService();  // calls Stop()
+  WriterService(const WriterService&) = delete;
+  WriterService& operator=(const WriterService&) = delete;
+
+  Status Start();
+  void Stop();
+  // The HTTP port actually bound (useful with listen port 0).
+  uint16_t port() const;
+
+ private:
+  struct TypeState {
+    uint32_t partitions = 0;
+    std::vector<std::unique_ptr<PartitionWorker>> workers;
+  };
+
+  void Handle(HttpRequest&& req, Responder respond);
+  void HandleCommand(Route& route, HttpRequest& req, Responder respond);
+  void HandleGetEntity(const Route& route, Responder respond);
+  void HandleGetEvents(const Route& route, Responder respond);
+  // 404 unless the type is configured and the id valid; the type's state.
+  const TypeState* CheckEntity(const Route& route, const Responder& respond) const;
+
+  const config::Config config_;
+  std::map<std::string, TypeState> types_;
+  std::unique_ptr<ReaderPool> readers_;
+  std::unique_ptr<HttpServer> http_;
+  bool started_ = false;
+};
+
+}  // namespace sluice::writer
