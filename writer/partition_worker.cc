@@ -275,7 +275,8 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       if (c.expected_version && *c.expected_version != entity.version) {
         p.reply = ErrorReply(409, "version_mismatch",
                              "If-Match expects version " + std::to_string(*c.expected_version) +
-                                 " but the entity is at version " + std::to_string(entity.version));
+                                 " but the entity is at version " + std::to_string(entity.version),
+                             R"({"current_version":)" + std::to_string(entity.version) + "}");
         p.check_storage = true;
         rejected.push_back(i);
         continue;
@@ -352,7 +353,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
         }
         continue;  // re-plan against reloaded state
       }
-      CheckFailpoint("writer.after_commit");  // `crash` here: committed but unanswered
+      (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
       *head_ += writes.size();
       for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
     }

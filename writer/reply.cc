@@ -4,19 +4,24 @@
 
 namespace sluice::writer {
 
-std::string ErrorBody(std::string_view code, std::string_view message) {
+std::string ErrorBody(std::string_view code, std::string_view message, std::string_view extra_json) {
   std::string out = R"({"error":{"code":)";
   AppendJsonString(out, code);
   out += R"(,"message":)";
   AppendJsonString(out, message);
+  // extra_json is "{...}": splice its members in.
+  if (extra_json.size() > 2) {
+    out += ',';
+    out += extra_json.substr(1, extra_json.size() - 2);
+  }
   out += "}}";
   return out;
 }
 
-Reply ErrorReply(int status, std::string_view code, std::string_view message) {
+Reply ErrorReply(int status, std::string_view code, std::string_view message, std::string_view extra_json) {
   Reply r;
   r.status = status;
-  r.body = ErrorBody(code, message);
+  r.body = ErrorBody(code, message, extra_json);
   return r;
 }
 

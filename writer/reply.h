@@ -19,9 +19,10 @@ struct Reply {
 // Called exactly once per command or read, from whichever thread finished it.
 using ReplyFn = std::function<void(Reply)>;
 
-// {"error":{"code":"...","message":"..."}}
-std::string ErrorBody(std::string_view code, std::string_view message);
-Reply ErrorReply(int status, std::string_view code, std::string_view message);
+// {"error":{"code":"...","message":"..."}}; `extra_json`, when given, is a
+// JSON object text whose members are added to the error object.
+std::string ErrorBody(std::string_view code, std::string_view message, std::string_view extra_json = "");
+Reply ErrorReply(int status, std::string_view code, std::string_view message, std::string_view extra_json = "");
 // 503 with Retry-After: the same request (same Idempotency-Key) is safe to retry.
 Reply UnavailableReply(std::string_view message);
 

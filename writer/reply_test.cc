@@ -17,6 +17,9 @@ TEST(Reply, ErrorBodyIsValidJson) {
   ASSERT_TRUE(j.ok());
   EXPECT_EQ((*j)["error"]["code"], "malformed_json");
   EXPECT_EQ((*j)["error"]["message"], "bad \"thing\"\n");
+  auto extra = ParseJson(ErrorBody("version_mismatch", "m", R"({"current_version":7})"));
+  ASSERT_TRUE(extra.ok());
+  EXPECT_EQ((*extra)["error"]["current_version"], 7);
   auto r = UnavailableReply("down");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.retry_after_seconds, 1);

@@ -1,0 +1,113 @@
+// `sluice init`, `sluice config check` and the start-up checks, against a real MariaDB.
+#include <gtest/gtest.h>
+
+#include "sql/schema.h"
+#include "tests/support/test_support.h"
+
+namespace sluice::testing {
+namespace {
+
+int64_t CountTables(TestDatabase& db) {
+  return db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=DATABASE()");
+}
+
+TEST(Init, CreatesEveryPartitionTableAndIsIdempotent) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("init");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 16}, {"order_line", 3}};
+  const std::string path = cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  EXPECT_NE(out.find("19 event tables created"), std::string::npos) << out;
+  EXPECT_EQ(CountTables(db), 19 + 2);
+  EXPECT_EQ(db.Scalar("SELECT partitions FROM sluice_entity_types WHERE entity_type='account'"), 16);
+  EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=DATABASE() AND "
+                      "table_name='ev_account_p015'"),
+            1);
+  // Twice: nothing changes.
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  EXPECT_NE(out.find("already up to date"), std::string::npos) << out;
+  EXPECT_EQ(CountTables(db), 21);
+}
+
+TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("initmismatch");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 4}};
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 0) << out;
+  cfg.entities = {{"account", 8}, {"extra", 2}};
+  EXPECT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 1);
+  EXPECT_NE(out.find("entity type 'account' was created with 4 partitions but the config says 8"), std::string::npos)
+      << out;
+  EXPECT_EQ(CountTables(db), 4 + 2);  // not even the new type's tables
+  EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM sluice_entity_types"), 1);
+  // The writer refuses to start on it too.
+  std::string why;
+  cfg.entities = {{"account", 8}};
+  cfg.port = FreePort();
+  SluiceProcess writer({"writer", "--config", cfg.Write()}, cfg.port);
+  EXPECT_FALSE(writer.Start(&why, std::chrono::seconds(10)));
+  EXPECT_NE(why.find("created with 4 partitions"), std::string::npos) << why;
+}
+
+TEST(Init, ReportsAnUnreachableServerClearly) {
+  SluiceConfig cfg;
+  cfg.database = "unreachable";
+  cfg.entities = {{"account", 1}};
+  cfg.mysql_port = FreePort();  // nothing listens there
+  std::string out;
+  EXPECT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 1);
+  EXPECT_NE(out.find("cannot connect to MySQL at 127.0.0.1:" + std::to_string(cfg.mysql_port)), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(MysqlParams().password + "\n"), std::string::npos);
+}
+
+TEST(ConfigCheck, ReportsFileLineAndColumn) {
+  const std::string path = ::testing::TempDir() + "/broken.yaml";
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("storage:\n  mysql: {host: 127.0.0.1}\nentities:\n  account: {partitions: 0}\nwriter:\n  batch_mx: 5\n", f);
+  std::fclose(f);
+  std::string out;
+  EXPECT_EQ(RunSluice({"config", "check", path}, &out), 1);
+  EXPECT_NE(out.find(path + ":4:"), std::string::npos) << out;
+  EXPECT_NE(out.find(path + ":6:3: writer.batch_mx: unknown key"), std::string::npos) << out;
+  EXPECT_EQ(RunSluice({"config", "check"}, &out), 2);
+  EXPECT_EQ(RunSluice({"--help"}, &out), 0);
+  EXPECT_NE(out.find("usage: sluice"), std::string::npos);
+  for (const char* cmd : {"serve", "writer", "init"}) {
+    EXPECT_EQ(RunSluice({cmd, "--help"}, &out), 0) << cmd;
+    EXPECT_NE(out.find("--config"), std::string::npos) << cmd;
+  }
+  EXPECT_EQ(RunSluice({"frobnicate"}, &out), 2);
+}
+
+// The writer refuses MySQL settings that can lose committed commands, unless allowed.
+TEST(Durability, WeakSettingsAreRefusedUnlessAllowed) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("durability");
+  ASSERT_TRUE(db.conn().Execute("SET GLOBAL innodb_flush_log_at_trx_commit=2").ok());
+  struct Restore {
+    TestDatabase& db;
+    ~Restore() { (void)db.conn().Execute("SET GLOBAL innodb_flush_log_at_trx_commit=1"); }
+  } restore{db};
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 1}};
+  cfg.port = FreePort();
+  const std::string path = cfg.Write();
+  SluiceProcess refused({"serve", "--config", path}, cfg.port);
+  std::string why;
+  EXPECT_FALSE(refused.Start(&why, std::chrono::seconds(15)));
+  EXPECT_NE(why.find("innodb_flush_log_at_trx_commit=2"), std::string::npos) << why;
+  SluiceProcess allowed({"serve", "--config", path, "--allow-weak-durability"}, cfg.port);
+  ASSERT_TRUE(allowed.Start(&why)) << why;
+  EXPECT_NE(allowed.Log().find("WARNING"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::testing

@@ -1,0 +1,465 @@
+#include "tests/support/test_support.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "sql/schema.h"
+
+namespace sluice::testing {
+namespace {
+
+std::string Env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string RandomSuffix() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(::getpid()));
+  std::lock_guard lock(mu);
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s;
+  for (int i = 0; i < 8; ++i) s += kAlnum[rng() % 36];
+  return s;
+}
+
+std::string TempDir() {
+  static std::string dir = [] {
+    std::string tmpl = Env("TMPDIR", "/tmp") + "/sluice-test-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    const char* made = ::mkdtemp(buf.data());
+    return std::string(made ? made : "/tmp");
+  }();
+  return dir;
+}
+
+}  // namespace
+
+sql::ConnectParams MysqlParams() {
+  sql::ConnectParams p;
+  p.host = Env("SLUICE_TEST_MYSQL_HOST", "127.0.0.1");
+  p.port = static_cast<uint16_t>(std::stoi(Env("SLUICE_TEST_MYSQL_PORT", "13306")));
+  p.user = Env("SLUICE_TEST_MYSQL_USER", "sluice");
+  p.password = Env("SLUICE_TEST_MYSQL_PASSWORD", "sluice");
+  p.connect_timeout = std::chrono::seconds(3);
+  p.io_timeout = std::chrono::seconds(60);
+  return p;
+}
+
+bool InCi() { return Env("CI", "") == "true"; }
+
+std::unique_ptr<sql::Connection> Connect(const std::string& database) {
+  auto p = MysqlParams();
+  p.database = database;
+  auto c = sql::Connection::Open(p);
+  if (!c.ok()) return nullptr;
+  return std::move(c).value();
+}
+
+TestDatabase::TestDatabase(const std::string& prefix) {
+  name_ = "t_" + prefix + "_" + RandomSuffix();
+  conn_ = Connect();
+  if (!conn_) throw std::runtime_error("MariaDB is not reachable");
+  auto st = conn_->Execute("CREATE DATABASE " + sql::QuoteIdent(name_));
+  if (!st.ok()) throw std::runtime_error(st.status().ToString());
+  st = conn_->Execute("USE " + sql::QuoteIdent(name_));
+  if (!st.ok()) throw std::runtime_error(st.status().ToString());
+}
+
+TestDatabase::~TestDatabase() {
+  if (!conn_ || !conn_->healthy()) conn_ = Connect();
+  if (conn_) (void)conn_->Execute("DROP DATABASE IF EXISTS " + sql::QuoteIdent(name_));
+}
+
+std::vector<sql::Row> TestDatabase::Query(const std::string& q) {
+  if (!conn_->healthy()) {
+    conn_ = Connect(name_);
+  }
+  auto rows = conn_->Query(q);
+  EXPECT_TRUE(rows.ok()) << q << ": " << rows.status().ToString();
+  return rows.ok() ? std::move(rows).value() : std::vector<sql::Row>{};
+}
+
+int64_t TestDatabase::Scalar(const std::string& q) {
+  auto rows = Query(q);
+  if (rows.empty() || rows[0].empty() || !rows[0][0]) return -1;
+  return std::stoll(*rows[0][0]);
+}
+
+std::string SluiceConfig::Write() const {
+  const auto mysql = MysqlParams();
+  std::ostringstream y;
+  y << "storage:\n  mysql:\n"
+    << "    host: " << (mysql_host.empty() ? mysql.host : mysql_host) << "\n"
+    << "    port: " << (mysql_port ? mysql_port : mysql.port) << "\n"
+    << "    user: " << mysql.user << "\n"
+    << "    password: \"${env:SLUICE_TEST_MYSQL_PASSWORD}\"\n"
+    << "    database: " << database << "\n"
+    << "    connect_timeout: 2s\n    io_timeout: 10s\n"
+    << "entities:\n";
+  for (const auto& [type, partitions] : entities) y << "  " << type << ": {partitions: " << partitions << "}\n";
+  y << "writer:\n  listen: 127.0.0.1:" << port << "\n" << extra_writer_yaml;
+  const std::string path = TempDir() + "/" + database + "-" + RandomSuffix() + ".yaml";
+  std::ofstream(path) << y.str();
+  ::setenv("SLUICE_TEST_MYSQL_PASSWORD", mysql.password.c_str(), 0);
+  return path;
+}
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string SluiceBinary() { return SLUICE_BINARY; }
+
+int RunSluice(const std::vector<std::string>& args, std::string* output) {
+  std::string cmd = "'" + SluiceBinary() + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+SluiceProcess::SluiceProcess(std::vector<std::string> args, uint16_t port) : args_(std::move(args)), port_(port) {
+  log_path_ = TempDir() + "/sluice-" + std::to_string(port) + "-" + RandomSuffix() + ".log";
+}
+
+SluiceProcess::~SluiceProcess() { Kill(); }
+
+bool SluiceProcess::Start(std::string* why, std::chrono::seconds timeout) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<std::string> argv_s;
+    argv_s.push_back(SluiceBinary());
+    for (const auto& a : args_) argv_s.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  HttpClient probe(port_, std::chrono::milliseconds(1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (why) *why = "sluice exited during start-up:\n" + Log();
+      return false;
+    }
+    if (probe.Get("/healthz").status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (why) *why = "sluice did not answer /healthz in time:\n" + Log();
+  Kill();
+  return false;
+}
+
+void SluiceProcess::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+int SluiceProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string SluiceProcess::Log() const {
+  std::ifstream f(log_path_);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+HttpClient::HttpClient(uint16_t port, std::chrono::milliseconds timeout) : port_(port), timeout_(timeout) {}
+HttpClient::~HttpClient() { Close(); }
+
+void HttpClient::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  buffer_.clear();
+}
+
+bool HttpClient::Connect() {
+  Close();
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd_ < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port_);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    Close();
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return true;
+}
+
+HttpReply HttpClient::Post(const std::string& path, const std::string& body,
+                           const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string r = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  for (const auto& [k, v] : headers) r += k + ": " + v + "\r\n";
+  r += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  return Roundtrip(r);
+}
+
+HttpReply HttpClient::Get(const std::string& path) {
+  return Roundtrip("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
+HttpReply HttpClient::Send(const std::string& raw) { return Roundtrip(raw); }
+
+HttpReply HttpClient::Roundtrip(const std::string& request) {
+  HttpReply reply;
+  if (fd_ < 0 && !Connect()) {
+    reply.error = "connect failed";
+    return reply;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      Close();
+      reply.error = "send failed";
+      return reply;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  auto read_more = [&]() -> bool {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    buffer_.append(buf, static_cast<size_t>(n));
+    return true;
+  };
+  size_t header_end;
+  while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+    if (!read_more()) {
+      Close();
+      reply.error = "no reply";
+      return reply;
+    }
+  }
+  std::istringstream head(buffer_.substr(0, header_end));
+  std::string line;
+  std::getline(head, line);
+  if (line.size() < 12) {
+    Close();
+    reply.error = "bad status line";
+    return reply;
+  }
+  reply.status = std::stoi(line.substr(9, 3));
+  size_t content_length = 0;
+  bool close_after = false;
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon);
+    for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::string v = line.substr(colon + 1);
+    while (!v.empty() && v.front() == ' ') v.erase(v.begin());
+    if (k == "content-length") content_length = std::stoul(v);
+    if (k == "connection" && v == "close") close_after = true;
+    reply.headers[k] = v;
+  }
+  const size_t body_start = header_end + 4;
+  while (buffer_.size() < body_start + content_length) {
+    if (!read_more()) {
+      Close();
+      reply.status = 0;
+      reply.error = "truncated body";
+      return reply;
+    }
+  }
+  reply.body = buffer_.substr(body_start, content_length);
+  buffer_.erase(0, body_start + content_length);
+  if (close_after) Close();
+  return reply;
+}
+
+struct TcpProxy::Impl {
+  std::string host;
+  uint16_t target;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::atomic<bool> enabled{true};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::set<int> open_fds;
+  std::vector<std::thread> threads;
+  std::thread acceptor;
+
+  void Pipe(int a, int b) {
+    char buf[65536];
+    pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    while (!stop && enabled) {
+      if (::poll(p, 2, 100) < 0) break;
+      bool done = false;
+      for (int i = 0; i < 2 && !done; ++i) {
+        if (p[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+          const ssize_t n = ::recv(p[i].fd, buf, sizeof buf, 0);
+          if (n <= 0 || ::send(p[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) done = true;
+        }
+      }
+      if (done) break;
+    }
+    std::lock_guard lock(mu);
+    for (int fd : {a, b}) {
+      if (open_fds.erase(fd)) {
+        ::shutdown(fd, SHUT_RDWR);
+        ::close(fd);
+      }
+    }
+  }
+
+  void Accept() {
+    while (!stop) {
+      pollfd p{listen_fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int client = ::accept(listen_fd, nullptr, nullptr);
+      if (client < 0) continue;
+      if (!enabled) {
+        ::close(client);
+        continue;
+      }
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+      a.sin_port = htons(target);
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(server);
+        ::close(client);
+        continue;
+      }
+      std::lock_guard lock(mu);
+      open_fds.insert(client);
+      open_fds.insert(server);
+      threads.emplace_back([this, client, server] { Pipe(client, server); });
+    }
+  }
+};
+
+TcpProxy::TcpProxy(std::string target_host, uint16_t target_port) : impl_(std::make_unique<Impl>()) {
+  impl_->host = std::move(target_host);
+  impl_->target = target_port;
+  impl_->listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(impl_->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(impl_->listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(impl_->listen_fd, 128);
+  socklen_t len = sizeof a;
+  ::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+  impl_->port = ntohs(a.sin_port);
+  impl_->acceptor = std::thread([this] { impl_->Accept(); });
+}
+
+TcpProxy::~TcpProxy() {
+  impl_->stop = true;
+  impl_->acceptor.join();
+  for (auto& t : impl_->threads) t.join();
+  ::close(impl_->listen_fd);
+}
+
+uint16_t TcpProxy::port() const { return impl_->port; }
+
+void TcpProxy::SetEnabled(bool enabled) {
+  impl_->enabled = enabled;
+  if (!enabled) {
+    std::lock_guard lock(impl_->mu);
+    for (int fd : impl_->open_fds) ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
+int64_t ExpectDenseEventIds(TestDatabase& db) {
+  int64_t total = 0;
+  auto tables = db.Query(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema=DATABASE() AND table_name LIKE 'ev\\_%'");
+  for (const auto& t : tables) {
+    const std::string q = "SELECT COUNT(*), COALESCE(MIN(event_id),0), COALESCE(MAX(event_id),0), COUNT(DISTINCT event_id) FROM " +
+                          sql::QuoteIdent(*t[0]);
+    auto r = db.Query(q);
+    const int64_t count = std::stoll(*r[0][0]), min = std::stoll(*r[0][1]), max = std::stoll(*r[0][2]),
+                  distinct = std::stoll(*r[0][3]);
+    if (count > 0) {
+      EXPECT_EQ(min, 1) << *t[0];
+      EXPECT_EQ(max, count) << *t[0] << ": event_ids have a gap";
+      EXPECT_EQ(distinct, count) << *t[0];
+    }
+    total += count;
+  }
+  return total;
+}
+
+void ExpectDenseVersions(TestDatabase& db) {
+  auto tables = db.Query(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema=DATABASE() AND table_name LIKE 'ev\\_%'");
+  for (const auto& t : tables) {
+    auto bad = db.Query("SELECT entity_id, COUNT(*), MIN(version), MAX(version), COUNT(DISTINCT version) FROM " +
+                        sql::QuoteIdent(*t[0]) +
+                        " GROUP BY entity_id HAVING MIN(version) <> 1 OR MAX(version) <> COUNT(*) OR "
+                        "COUNT(DISTINCT version) <> COUNT(*) LIMIT 5");
+    for (const auto& row : bad) {
+      ADD_FAILURE() << *t[0] << ": entity " << *row[0] << " has versions " << *row[2] << ".." << *row[3] << " in "
+                    << *row[1] << " events";
+    }
+  }
+}
+
+}  // namespace sluice::testing

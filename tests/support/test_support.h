@@ -1,0 +1,152 @@
+// Support for integration tests that run against the real servers started by
+// `scripts/services up` (connection details in the SLUICE_TEST_* variables of
+// .local/env).
+//
+// RequireMysql() skips a test when MariaDB is not reachable, except with
+// CI=true, where a missing server is a failure. Every test makes its own
+// uniquely named database, so tests can run again and again on one server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sql/connection.h"
+
+namespace sluice::testing {
+
+// The test server's connection parameters (no database selected).
+sql::ConnectParams MysqlParams();
+
+// True when CI=true: a missing server must fail the run, not skip it.
+bool InCi();
+
+// Opens a connection; with `database` non-empty, selects it.
+std::unique_ptr<sql::Connection> Connect(const std::string& database = "");
+
+// A fresh database dropped when the object dies.
+class TestDatabase {
+ public:
+  explicit TestDatabase(const std::string& prefix);
+  ~TestDatabase();
+  const std::string& name() const { return name_; }
+  sql::Connection& conn() { return *conn_; }
+  // Runs a query and returns the rows (fails the test on error).
+  std::vector<sql::Row> Query(const std::string& q);
+  // The single integer a query returns.
+  int64_t Scalar(const std::string& q);
+
+ private:
+  std::string name_;
+  std::unique_ptr<sql::Connection> conn_;
+};
+
+// A config file for sluice in a temporary directory.
+struct SluiceConfig {
+  std::string database;
+  std::map<std::string, uint32_t> entities;  // type -> partitions
+  uint16_t port = 0;
+  std::string mysql_host;  // empty: the test server
+  uint16_t mysql_port = 0;  // 0: the test server's
+  std::string extra_writer_yaml;  // lines added under writer:, each "  key: value\n"
+  // Writes the file and returns its path.
+  std::string Write() const;
+};
+
+// A free TCP port on 127.0.0.1 (bound and released).
+uint16_t FreePort();
+
+// The sluice binary under test.
+std::string SluiceBinary();
+
+// Runs `sluice args...` to completion; returns the exit code, and the
+// combined stdout+stderr in *output.
+int RunSluice(const std::vector<std::string>& args, std::string* output);
+
+// A `sluice serve|writer` child process.
+class SluiceProcess {
+ public:
+  SluiceProcess(std::vector<std::string> args, uint16_t port);
+  ~SluiceProcess();  // SIGKILL if still running
+
+  // Starts and waits until GET /healthz answers; false (with the log in
+  // *why) when it exits or does not answer within the timeout.
+  bool Start(std::string* why, std::chrono::seconds timeout = std::chrono::seconds(30));
+  void Kill();        // SIGKILL, then reap
+  int Terminate();    // SIGTERM, then reap; the exit code
+  bool running() const { return pid_ > 0; }
+  uint16_t port() const { return port_; }
+  std::string Log() const;
+
+ private:
+  std::vector<std::string> args_;
+  uint16_t port_;
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+struct HttpReply {
+  int status = 0;  // 0: no reply (connection failed or timed out)
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string error;  // why there was no reply
+};
+
+// A blocking HTTP/1.1 keep-alive client with timeouts, for tests only. Not
+// thread-safe: one per thread. Reconnects after a failure.
+class HttpClient {
+ public:
+  explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  ~HttpClient();
+  HttpReply Post(const std::string& path, const std::string& body,
+                 const std::vector<std::pair<std::string, std::string>>& headers = {});
+  HttpReply Get(const std::string& path);
+  HttpReply Send(const std::string& raw_request);  // a whole request, as bytes
+  bool Connect();
+  void Close();
+
+ private:
+  HttpReply Roundtrip(const std::string& request);
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// A TCP proxy in front of MySQL that a test can cut: while disabled it
+// refuses new connections and has closed every open one, as a crashed or
+// unreachable server would look to a client.
+class TcpProxy {
+ public:
+  TcpProxy(std::string target_host, uint16_t target_port);
+  ~TcpProxy();
+  uint16_t port() const;
+  void SetEnabled(bool enabled);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Asserts I3 for every event table of the database: event_ids are 1..N with
+// no gap or duplicate. Returns the total number of events.
+int64_t ExpectDenseEventIds(TestDatabase& db);
+// Asserts I1 for every entity: versions 1..n with no gap or duplicate.
+void ExpectDenseVersions(TestDatabase& db);
+
+}  // namespace sluice::testing
+
+// Skips the test (or fails it with CI=true) when MariaDB is not reachable.
+#define SLUICE_REQUIRE_MYSQL()                                                      \
+  do {                                                                              \
+    if (!::sluice::testing::Connect()) {                                            \
+      if (::sluice::testing::InCi()) FAIL() << "MariaDB is not reachable (CI=true)"; \
+      GTEST_SKIP() << "MariaDB is not reachable; run scripts/services up";          \
+    }                                                                               \
+  } while (0)
