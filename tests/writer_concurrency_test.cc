@@ -228,7 +228,12 @@ TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
 
   EXPECT_EQ(ExpectDenseEventIds(db), kCommands);
   ExpectDenseVersions(db);
-  HttpClient client(port_a);
+  // The run must have exercised the conflict path, or it proved nothing.
+  EXPECT_EQ(writer_a->Terminate(), 0);
+  const std::string log = writer_a->Log();
+  EXPECT_EQ(log.find("PRIMARY=0 "), std::string::npos) << log;
+  EXPECT_NE(log.find("writer stopped: "), std::string::npos) << log;
+  HttpClient client(port_b);
   for (int e = 0; e < kEntities; ++e) {
     auto s = Json::parse(client.Get("/v1/entities/account/e" + std::to_string(e)).body);
     std::set<std::string> fields;
@@ -238,6 +243,54 @@ TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
     }
     EXPECT_EQ(s["version"], kCommands / kEntities);
   }
+}
+
+// Each duplicate key, provoked on purpose by two writers on one partition:
+// the stale head (PRIMARY), a stale cached entity (uk_entity_version) and a
+// retry that reached the other writer (uk_entity_command).
+TEST(WriterConcurrency, EachDuplicateKeyIsClassifiedAndRecoveredFrom) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("dupkeys");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 1}};
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 0) << out;
+  cfg.port = FreePort();
+  auto a = StartServe(cfg, "writer");
+  HttpClient ca(cfg.port);
+  cfg.port = FreePort();
+  auto b = StartServe(cfg, "writer");
+  HttpClient cb(cfg.port);
+  auto patch = [](HttpClient& c, const std::string& id, const std::string& body, const std::string& key) {
+    return c.Post("/v1/entities/account/" + id + "/commands/patch", body, {{"Idempotency-Key", key}});
+  };
+  auto first = patch(ca, "e1", R"({"x":1})", "k1");  // A: event 1, caches e1@1
+  ASSERT_EQ(first.status, 200);
+  ASSERT_EQ(patch(cb, "e1", R"({"y":2})", "k2").status, 200);  // B: event 2, e1@2
+  // A's head is stale: PRIMARY; it reloads the head (and e2) and writes event 3.
+  auto r = patch(ca, "e2", R"({"z":3})", "k3");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(Json::parse(r.body)["event_id"], 3);
+  // A's head is fresh but its e1 is stale: uk_entity_version; reload e1, write version 3.
+  r = patch(ca, "e1", R"({"w":4})", "k4");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(Json::parse(r.body)["version"], 3);
+  // The first command retried on B (whose head is stale too: PRIMARY first),
+  // then uk_entity_command: B answers from storage.
+  auto retry = patch(cb, "e1", R"({"x":1})", "k1");
+  ASSERT_EQ(retry.status, 200);
+  EXPECT_EQ(retry.body, first.body);
+  EXPECT_EQ(retry.headers["idempotent-replayed"], "true");
+
+  auto state = Json::parse(ca.Get("/v1/entities/account/e1").body);
+  EXPECT_EQ(state["state"], Json::parse(R"({"x":1,"y":2,"w":4})"));
+  EXPECT_EQ(ExpectDenseEventIds(db), 4);
+  ExpectDenseVersions(db);
+  EXPECT_EQ(a->Terminate(), 0);
+  EXPECT_EQ(b->Terminate(), 0);
+  EXPECT_NE(a->Log().find("PRIMARY=1 uk_entity_version=1 uk_entity_command=0"), std::string::npos) << a->Log();
+  EXPECT_NE(b->Log().find("PRIMARY=1 uk_entity_version=0 uk_entity_command=1"), std::string::npos) << b->Log();
 }
 
 }  // namespace

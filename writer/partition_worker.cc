@@ -219,6 +219,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
   auto fail_all = [&](const Status& st) {
     DropCaches(batch);
     if (st.code() == StatusCode::kUnavailable) {
+      ++stats_.unavailable;
       LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
       finish([&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
     } else {
@@ -343,6 +344,9 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       if (!st.ok()) {
         if (st.code() != StatusCode::kAborted) return fail_all(st);
         const std::string key = sql::DuplicateKeyName(st);
+        if (key == "PRIMARY") ++stats_.conflicts_primary;
+        else if (key == "uk_entity_version") ++stats_.conflicts_version;
+        else if (key == "uk_entity_command") ++stats_.conflicts_command;
         DropCaches(batch);
         if (key == "uk_entity_command") {
           std::vector<size_t> pending;
@@ -355,6 +359,8 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       }
       (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
       *head_ += writes.size();
+      ++stats_.batches;
+      stats_.events += writes.size();
       for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
     }
     for (size_t i : writes) {

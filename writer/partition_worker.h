@@ -76,6 +76,17 @@ class PartitionWorker {
   // Queues a command; replies 503 at once when the queue is full or stopping.
   void Submit(Command command);
 
+  // What the worker has done; read only after Stop().
+  struct Stats {
+    uint64_t batches = 0;          // INSERTs committed
+    uint64_t events = 0;           // rows committed
+    uint64_t conflicts_primary = 0;   // another writer took the event_id
+    uint64_t conflicts_version = 0;   // the cached entity was stale
+    uint64_t conflicts_command = 0;   // a retry raced its original
+    uint64_t unavailable = 0;      // batches answered 503
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
   struct EntityState {
     bool exists = false;
@@ -116,6 +127,7 @@ class PartitionWorker {
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id
+  Stats stats_;
 };
 
 }  // namespace sluice::writer

@@ -104,9 +104,25 @@ void WriterService::Stop() {
   if (!started_) return;
   started_ = false;
   // Workers and readers first: their last replies still need the event loops.
+  PartitionWorker::Stats total;
   for (auto& [name, t] : types_) {
-    for (auto& w : t.workers) w->Stop();
+    for (auto& w : t.workers) {
+      w->Stop();
+      const auto& s = w->stats();
+      total.batches += s.batches;
+      total.events += s.events;
+      total.conflicts_primary += s.conflicts_primary;
+      total.conflicts_version += s.conflicts_version;
+      total.conflicts_command += s.conflicts_command;
+      total.unavailable += s.unavailable;
+    }
   }
+  Log(LogLevel::kInfo, "writer stopped: " + std::to_string(total.events) + " events in " +
+                           std::to_string(total.batches) + " batches; duplicate-key conflicts: PRIMARY=" +
+                           std::to_string(total.conflicts_primary) + " uk_entity_version=" +
+                           std::to_string(total.conflicts_version) + " uk_entity_command=" +
+                           std::to_string(total.conflicts_command) + "; batches refused as unavailable: " +
+                           std::to_string(total.unavailable));
   readers_->Stop();
   http_->Stop();
 }
