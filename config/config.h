@@ -52,11 +52,58 @@ struct WriterConfig {
   bool allow_weak_durability = false;
 };
 
+struct EngineConfig {
+  std::chrono::milliseconds offset_flush_interval{1000};  // offsets written this often (and on clean stop)
+  uint32_t batch_max = 5000;                   // events read per query, 1..100000
+  std::chrono::milliseconds idle_poll_max{50};  // longest sleep of an idle partition reader, 1ms..10s
+  std::chrono::milliseconds retry_backoff_max{5000};  // cap of the backoff while a sink is unavailable
+  uint32_t inflight_batches = 4;               // read-ahead batches per sink (memory bound), 1..64
+};
+
+// A column (MySQL sink) or hash field (Redis sink) filled from the entity state.
+struct FieldMapping {
+  std::string name;     // column or field name, [A-Za-z_][A-Za-z0-9_]{0,63}
+  std::string pointer;  // RFC 6901 JSON pointer into the state, e.g. "/owner/name"
+  std::string sql_type; // MySQL sink only: column type for auto-create; default "TEXT"
+};
+
+enum class OnError { kDeadLetter, kStop };
+
+struct RedisSinkConfig {
+  std::string url = "redis://127.0.0.1:6379/0";  // redis://[:password@]host:port[/db]
+  std::string key = "{type}:{id}";                // template: {id} and {type} are replaced
+  enum class Format { kJson, kHash } format = Format::kJson;
+  std::vector<FieldMapping> fields;               // hash format: the fields; empty: every top-level member
+  std::chrono::milliseconds ttl{0};               // 0: keys do not expire
+  std::chrono::milliseconds tombstone_ttl{24 * 3600 * 1000};  // how long a delete is remembered
+};
+
+struct MysqlSinkConfig {
+  std::string table;                 // [A-Za-z_][A-Za-z0-9_]{0,63}
+  std::string database;              // empty: the main storage database
+  std::vector<FieldMapping> columns; // at least one
+  bool auto_create = true;           // create the table when missing
+};
+
+struct SinkConfig {
+  std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
+  std::string type;    // "redis" | "mysql"
+  std::string entity;  // an entity type of `entities`
+  OnError on_error = OnError::kDeadLetter;
+  uint32_t batch_max = 1000;  // events per Apply call, 1..100000
+  RedisSinkConfig redis;  // when type == "redis"
+  MysqlSinkConfig mysql;  // when type == "mysql"
+  // Where in the file the sink was declared ("file:line:col"), for messages.
+  std::string origin;
+};
+
 struct Config {
   std::string path;  // the file it was loaded from
   MysqlConfig mysql;
   std::map<std::string, EntityTypeConfig> entities;  // by name
   WriterConfig writer;
+  EngineConfig engine;
+  std::vector<SinkConfig> sinks;  // in file order
 
   // The configuration as YAML with every secret shown as "<redacted>".
   std::string Redacted() const;

@@ -1,0 +1,13 @@
+#include "connectors/mysql/mysql_sink.h"
+#include "connectors/redis/redis_sink.h"
+#include "connectors/sink.h"
+
+namespace sluice::connectors {
+
+Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
+  if (sink.type == "redis") return redis::MakeRedisSink(sink, global);
+  if (sink.type == "mysql") return mysql::MakeMysqlSink(sink, global);
+  return InvalidArgument("sink '" + sink.name + "': unknown type '" + sink.type + "'");
+}
+
+}  // namespace sluice::connectors

@@ -1,0 +1,31 @@
+#include "connectors/sink.h"
+
+#include "core/json.h"
+
+namespace sluice::connectors {
+
+std::string_view DifferenceKindName(Difference::Kind kind) {
+  switch (kind) {
+    case Difference::Kind::kMissing: return "missing";
+    case Difference::Kind::kExtra: return "extra";
+    case Difference::Kind::kVersionMismatch: return "version_mismatch";
+    case Difference::Kind::kContentMismatch: return "content_mismatch";
+  }
+  return "unknown";
+}
+
+std::optional<std::string> FieldText(const nlohmann::json& state, const std::string& pointer) {
+  nlohmann::json::json_pointer ptr;
+  try {
+    ptr = nlohmann::json::json_pointer(pointer);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // validated in config; defensive only
+  }
+  if (!state.contains(ptr)) return std::nullopt;
+  const auto& v = state.at(ptr);
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) return v.get<std::string>();
+  return CanonicalJson(v);
+}
+
+}  // namespace sluice::connectors

@@ -1,0 +1,127 @@
+// The sink interface: what the sync engine (pull) and, later, the writer
+// (push) drive to keep one view in step with main storage (DESIGN 4 and 5).
+//
+// Contract:
+//  - Open() connects and prepares (loads scripts, creates tables). It may be
+//    called again after a failure; it never sleeps or retries by itself.
+//  - Apply() takes events of ONE entity type in event order (several events
+//    of one entity may be in a batch, oldest first) and returns either one
+//    result per event, or a batch-level failure:
+//      kUnavailable        nothing is known to be applied: retry the whole
+//                          batch later (the version check makes a partial
+//                          earlier application harmless)
+//      kFailedPrecondition the sink is misconfigured (auth, missing table
+//                          without auto_create): stop and tell the operator
+//  - Every write is guarded by the per-row version check: an event applies
+//    only when its version is greater than the version the view holds for
+//    that entity, including the version of a deleted entity's tombstone.
+//    Re-applying an event already applied yields kStale, never a change.
+//  - A connector never sleeps in a retry loop; the caller owns retries,
+//    deadlines and threading.
+//
+// Threads: one thread at a time calls a Sink instance (the engine gives each
+// sink its own applier thread). Different instances are independent.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "core/status.h"
+#include "core/json.h"
+
+namespace sluice::connectors {
+
+// One committed event as sinks see it. Owned by the caller for the duration
+// of Apply().
+struct ChangeEvent {
+  std::string entity_type;
+  uint32_t partition = 0;
+  uint64_t event_id = 0;     // the offset inside its partition
+  std::string entity_id;
+  uint64_t version = 0;      // the entity's version after this event
+  bool deleted = false;      // the event deleted the entity
+  std::string state;         // JSON text of the state after the event; empty when deleted
+  std::string command_name;
+  std::string command_id;
+  int64_t committed_at_us = 0;  // commit time, microseconds since the Unix epoch (UTC)
+};
+
+enum class Outcome : uint8_t {
+  kApplied,   // the view now reflects this event
+  kStale,     // the view already held this version or a newer one: skipped, counted
+  kRejected,  // the sink refuses this event for good (reason says why): dead-letter it
+};
+
+struct EventResult {
+  Outcome outcome = Outcome::kApplied;
+  std::string reason;  // kRejected: why, for the dead-letter table
+};
+
+struct ApplyResult {
+  Status status;                     // ok: `results` has one entry per event
+  std::vector<EventResult> results;
+};
+
+struct Capabilities {
+  bool point_view = true;      // one row/key/document per entity
+  bool can_push = false;       // the writer may push to it (issue: push path)
+  bool keeps_offsets = false;  // stores its own offsets transactionally
+};
+
+// The latest truth about one entity, from main storage, for Verify().
+struct EntitySnapshot {
+  std::string entity_id;
+  uint64_t version = 0;
+  bool deleted = false;
+  std::string state;  // JSON text; empty when deleted
+};
+
+struct Difference {
+  enum class Kind { kMissing, kExtra, kVersionMismatch, kContentMismatch };
+  Kind kind = Kind::kMissing;
+  std::string entity_id;
+  std::string detail;  // e.g. "view has version 3, storage has 5"
+};
+
+std::string_view DifferenceKindName(Difference::Kind kind);
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  virtual const std::string& name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  virtual Status Open() = 0;
+  virtual ApplyResult Apply(std::span<const ChangeEvent> events) = 0;
+  // Makes applied events durable where the sink buffers; most sinks write through.
+  virtual Status Flush() { return Status::Ok(); }
+  // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
+  virtual Status Health() = 0;
+  virtual void Close() = 0;
+
+  // Compares the view with `truth` (every entity of the sink's type that has
+  // events) and appends each difference: a live entity absent from the view
+  // (missing), a view row of no live entity (extra), another version
+  // (version mismatch), or the same version with other content (content
+  // mismatch). Deleted entities must be absent (their tombstones are fine).
+  virtual Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) = 0;
+};
+
+// Builds the sink a config describes (not yet opened). `global` supplies the
+// main storage connection for sinks that default to it.
+Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global);
+
+// The JSON value at an RFC 6901 pointer of a state, as text for a column or
+// hash field: strings as their raw text, numbers and booleans as JSON text,
+// objects and arrays as compact JSON; nullopt when absent or null.
+std::optional<std::string> FieldText(const nlohmann::json& state, const std::string& pointer);
+
+}  // namespace sluice::connectors
