@@ -7,14 +7,18 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "config/config.h"
+#include "engine/operator.h"
+#include "engine/sync_engine.h"
 #include "core/log.h"
 #include "sql/connection.h"
+#include "sql/params.h"
 #include "sql/schema.h"
 #include "writer/writer_service.h"
 
@@ -32,11 +36,16 @@ constexpr const char* kTopHelp = R"(sluice: a change-data pipeline whose source 
 usage: sluice <command> [options]
 
 commands:
-  serve --config FILE     run the writer (HTTP API) and, once it lands, the sync engine
-  writer --config FILE    run the writer alone
-  init --config FILE      create the database, metadata and event tables (idempotent)
-  config check FILE       validate a config file and print every problem with file:line:column
-  version                 print the version
+  serve --config FILE        run the writer (HTTP API) and the sync engine in one process
+  writer --config FILE       run the writer alone
+  sync --config FILE         run the sync engine alone (pull every partition into the sinks)
+  init --config FILE         create the database, metadata and event tables (idempotent)
+  status --config FILE       offset, head, lag and state per sink and partition (--json)
+  verify --config FILE       compare every view with main storage; exit 1 on any difference
+  deadletters list|retry --config FILE
+                             show or re-apply events a sink rejected
+  config check FILE          validate a config file and print every problem with file:line:column
+  version                    print the version
 
 Run `sluice <command> --help` for the options of a command.
 Exit codes: 0 success, 1 failure, 2 usage error.
@@ -106,7 +115,7 @@ int ConfigCheck(const std::vector<std::string>& args) {
 
 // Connects to the configured server without selecting the database.
 Result<std::unique_ptr<sql::Connection>> ConnectServer(const config::Config& cfg) {
-  sql::ConnectParams p = writer::MysqlParams(cfg.mysql);
+  sql::ConnectParams p = sql::ParamsFrom(cfg.mysql);
   p.database.clear();
   return sql::Connection::Open(p);
 }
@@ -143,7 +152,7 @@ int Init(const std::vector<std::string>& args) {
 
 // Refuses weak durability settings unless allowed; warns when allowed.
 Status CheckDurability(const config::Config& cfg, bool allow_weak) {
-  sql::ConnectParams p = writer::MysqlParams(cfg.mysql);
+  sql::ConnectParams p = sql::ParamsFrom(cfg.mysql);
   ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(p));
   ASSIGN_OR_RETURN(auto d, sql::ReadDurability(*conn));
   if (d.durable()) return Status::Ok();
@@ -158,12 +167,22 @@ Status CheckDurability(const config::Config& cfg, bool allow_weak) {
 }
 
 
-int Serve(const std::vector<std::string>& args, const std::string& name) {
-  const bool is_serve = name == "serve";
-  po::options_description desc("usage: sluice " + name + " --config FILE\n\n" +
-                               (is_serve ? std::string("Runs the writer's HTTP API (and, once it lands, the sync engine) in one process.\nCreates missing tables first unless --no-init.\n")
-                                         : std::string("Runs the writer's HTTP API alone. The schema must exist (`sluice init`).\n")) +
-                               "Stops cleanly on SIGINT or SIGTERM, finishing queued commands.\n\noptions");
+// Loads the config named by --config, or explains why not (nullopt).
+std::optional<config::Config> ConfigFrom(const po::variables_map& vm, const std::string& command) {
+  if (!vm.count("config")) throw Usage{command + " needs --config FILE"};
+  auto cfg = LoadOrExplain(vm["config"].as<std::string>());
+  if (!cfg.ok()) return std::nullopt;
+  return std::move(cfg).value();
+}
+
+int Run(const std::vector<std::string>& args, const std::string& name) {
+  const bool with_writer = name == "serve" || name == "writer";
+  const bool with_engine = name == "serve" || name == "sync";
+  std::string what = name == "serve"   ? "Runs the writer's HTTP API and the sync engine in one process.\nCreates missing tables first unless --no-init.\n"
+                     : name == "writer" ? "Runs the writer's HTTP API alone. The schema must exist (`sluice init`).\n"
+                                        : "Runs the sync engine alone: pulls every partition into the configured sinks.\nThe schema must exist (`sluice init`).\n";
+  po::options_description desc("usage: sluice " + name + " --config FILE\n\n" + what +
+                               "Stops cleanly on SIGINT or SIGTERM (queued commands are finished, offsets saved).\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "no-init", "do not create missing tables (serve only)")(
       "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
@@ -172,9 +191,8 @@ int Serve(const std::vector<std::string>& args, const std::string& name) {
     std::cout << desc;
     return kExitOk;
   }
-  if (!vm.count("config")) throw Usage{name + " needs --config FILE"};
-  auto cfg = LoadOrExplain(vm["config"].as<std::string>());
-  if (!cfg.ok()) return kExitFailure;
+  auto cfg = ConfigFrom(vm, name);
+  if (!cfg) return kExitFailure;
 
   // Block the stop signals before any thread starts so that only sigwait sees them.
   sigset_t stop_signals;
@@ -186,35 +204,128 @@ int Serve(const std::vector<std::string>& args, const std::string& name) {
   RaiseFileLimit();
 
   Status st = Status::Ok();
-  if (is_serve && !vm.count("no-init")) {
+  if (name == "serve" && !vm.count("no-init")) {
     st = RunInit(*cfg, false);
   } else {
     st = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(writer::MysqlParams(cfg->mysql)));
+      ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(cfg->mysql)));
       return sql::CheckSchema(*conn, Specs(*cfg));
     }();
   }
-  if (st.ok()) st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability"));
+  if (st.ok() && with_writer) {
+    st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability"));
+  }
   if (!st.ok()) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
     return kExitFailure;
   }
-  writer::WriterService service(*cfg);
-  if (Status s = service.Start(); !s.ok()) {
-    std::cerr << "sluice " << name << ": " << s.message() << "\n";
-    return kExitFailure;
+  std::unique_ptr<engine::SyncEngine> sync;
+  if (with_engine) {
+    sync = std::make_unique<engine::SyncEngine>(*cfg);
+    if (Status s = sync->Start(); !s.ok()) {
+      std::cerr << "sluice " << name << ": " << s.message() << "\n";
+      return kExitFailure;
+    }
   }
-  std::string types;
-  for (const auto& [t, e] : cfg->entities) types += (types.empty() ? "" : ", ") + t + "[" + std::to_string(e.partitions) + "]";
-  std::printf("sluice %s: listening on http://%s:%u (entity types: %s)\n", name.c_str(),
-              cfg->writer.listen_host.c_str(), service.port(), types.c_str());
+  std::unique_ptr<writer::WriterService> service;
+  if (with_writer) {
+    engine::SyncEngine* wake = sync.get();
+    service = std::make_unique<writer::WriterService>(*cfg, wake ? std::function<void()>([wake] { wake->Wake(); })
+                                                                 : std::function<void()>());
+    if (Status s = service->Start(); !s.ok()) {
+      std::cerr << "sluice " << name << ": " << s.message() << "\n";
+      return kExitFailure;
+    }
+    std::string types;
+    for (const auto& [t, e] : cfg->entities) types += (types.empty() ? "" : ", ") + t + "[" + std::to_string(e.partitions) + "]";
+    std::printf("sluice %s: listening on http://%s:%u (entity types: %s)\n", name.c_str(),
+                cfg->writer.listen_host.c_str(), service->port(), types.c_str());
+  }
+  if (sync) {
+    std::string sinks;
+    for (const auto& s : cfg->sinks) sinks += (sinks.empty() ? "" : ", ") + s.name + " (" + s.type + ")";
+    std::printf("sluice %s: syncing %zu sink(s)%s%s\n", name.c_str(), cfg->sinks.size(), sinks.empty() ? "" : ": ",
+                sinks.c_str());
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  Log(LogLevel::kInfo, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                           ", finishing queued commands");
-  service.Stop();
+  Log(LogLevel::kInfo, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
+  if (service) service->Stop();
+  if (sync) sync->Stop();
   return kExitOk;
+}
+
+int Status_(const std::vector<std::string>& args) {
+  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters and the last error, read from MySQL (no running process needed).\n\noptions");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "json", "print one JSON document (for scripts)");
+  auto vm = Parse(desc, nullptr, args);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return kExitOk;
+  }
+  auto cfg = ConfigFrom(vm, "status");
+  if (!cfg) return kExitFailure;
+  if (Status st = engine::PrintStatus(*cfg, vm.count("json") > 0, std::cout); !st.ok()) {
+    std::cerr << "sluice status: " << st.message() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int Verify(const std::vector<std::string>& args) {
+  po::options_description desc("usage: sluice verify --config FILE [--sink NAME]\n\nCompares every view (or one) with main storage: missing, extra, version\nmismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\noptions");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "sink", po::value<std::string>(), "verify only this sink");
+  auto vm = Parse(desc, nullptr, args);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return kExitOk;
+  }
+  auto cfg = ConfigFrom(vm, "verify");
+  if (!cfg) return kExitFailure;
+  std::optional<std::string> sink;
+  if (vm.count("sink")) sink = vm["sink"].as<std::string>();
+  auto diffs = engine::Verify(*cfg, sink, std::cout);
+  if (!diffs.ok()) {
+    std::cerr << "sluice verify: " << diffs.status().message() << "\n";
+    return kExitFailure;
+  }
+  return *diffs == 0 ? kExitOk : kExitFailure;
+}
+
+int DeadLetters(const std::vector<std::string>& args) {
+  po::options_description desc("usage: sluice deadletters list|retry --config FILE [--sink NAME] [--all]\n\n  list   show the events sinks rejected (unresolved ones unless --all)\n  retry  re-apply unresolved dead letters; exit 1 while any stays unresolved\n\noptions");
+  desc.add_options()("help,h", "show this help")("action", po::value<std::string>(), "list or retry")(
+      "config,c", po::value<std::string>(), "the config file")("sink", po::value<std::string>(), "only this sink")(
+      "all", "list: include resolved dead letters");
+  po::positional_options_description pos;
+  pos.add("action", 1);
+  auto vm = Parse(desc, &pos, args);
+  if (vm.count("help")) {
+    std::cout << desc;
+    return kExitOk;
+  }
+  const std::string action = vm.count("action") ? vm["action"].as<std::string>() : "";
+  if (action != "list" && action != "retry") throw Usage{"deadletters needs list or retry"};
+  auto cfg = ConfigFrom(vm, "deadletters");
+  if (!cfg) return kExitFailure;
+  std::optional<std::string> sink;
+  if (vm.count("sink")) sink = vm["sink"].as<std::string>();
+  if (action == "list") {
+    if (Status st = engine::ListDeadLetters(*cfg, sink, vm.count("all") > 0, std::cout); !st.ok()) {
+      std::cerr << "sluice deadletters: " << st.message() << "\n";
+      return kExitFailure;
+    }
+    return kExitOk;
+  }
+  auto left = engine::RetryDeadLetters(*cfg, sink, std::cout);
+  if (!left.ok()) {
+    std::cerr << "sluice deadletters: " << left.status().message() << "\n";
+    return kExitFailure;
+  }
+  return *left == 0 ? kExitOk : kExitFailure;
 }
 
 int Main(int argc, char** argv) {
@@ -239,7 +350,10 @@ int Main(int argc, char** argv) {
       return ConfigCheck({rest.begin() + 1, rest.end()});
     }
     if (cmd == "init") return Init(rest);
-    if (cmd == "serve" || cmd == "writer") return Serve(rest, cmd);
+    if (cmd == "serve" || cmd == "writer" || cmd == "sync") return Run(rest, cmd);
+    if (cmd == "status") return Status_(rest);
+    if (cmd == "verify") return Verify(rest);
+    if (cmd == "deadletters") return DeadLetters(rest);
     throw Usage{"unknown command '" + cmd + "'"};
   } catch (const Usage& u) {
     std::cerr << "sluice: " << u.message << "\nRun `sluice --help` for usage.\n";

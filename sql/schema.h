@@ -4,6 +4,9 @@
 //   ev_<type>_p<NNN>      events of one partition (NNN zero-padded to 3+ digits)
 //   sluice_entity_types   entity_type -> partitions, fixed at creation
 //   sluice_schema         the schema version of this database
+//   sluice_offsets        per (sink, type, partition): the last applied event_id,
+//                         cumulative counters, and the sink's state
+//   sluice_dead_letters   events a sink rejected for good
 //
 // All functions run statements on the given connection from the calling
 // thread; they are safe to run from several processes at once (DDL is

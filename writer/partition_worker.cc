@@ -361,6 +361,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       *head_ += writes.size();
       ++stats_.batches;
       stats_.events += writes.size();
+      if (options_.on_commit) options_.on_commit();
       for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
     }
     for (size_t i : writes) {

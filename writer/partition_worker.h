@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,9 @@ struct PartitionWorkerOptions {
   uint32_t conflict_retries = 16;
   size_t max_queue = 200000;                   // Submit() refuses beyond this
   size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
+  // Called on the worker thread after each commit (e.g. to wake the sync
+  // engine of the same process); must be cheap and must not block.
+  std::function<void()> on_commit;
 };
 
 class PartitionWorker {

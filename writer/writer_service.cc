@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/names.h"
 #include "core/partitioner.h"
+#include "sql/params.h"
 #include "sql/schema.h"
 #include "writer/api.h"
 #include "writer/commands.h"
@@ -49,21 +50,9 @@ std::string IsoTime(std::string t) {
 
 }  // namespace
 
-sql::ConnectParams MysqlParams(const config::MysqlConfig& m) {
-  sql::ConnectParams p;
-  p.host = m.host;
-  p.port = m.port;
-  p.socket = m.socket;
-  p.user = m.user;
-  p.password = m.password;
-  p.database = m.database;
-  p.connect_timeout = m.connect_timeout;
-  p.io_timeout = m.io_timeout;
-  return p;
-}
-
-WriterService::WriterService(config::Config config) : config_(std::move(config)) {
-  const sql::ConnectParams params = MysqlParams(config_.mysql);
+WriterService::WriterService(config::Config config, std::function<void()> on_commit)
+    : config_(std::move(config)) {
+  const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
   for (const auto& [name, entity] : config_.entities) {
     TypeState& t = types_[name];
     t.partitions = entity.partitions;
@@ -75,6 +64,7 @@ WriterService::WriterService(config::Config config) : config_(std::move(config))
       o.batch_max = config_.writer.batch_max;
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
+      o.on_commit = on_commit;
       t.workers.push_back(std::make_unique<PartitionWorker>(std::move(o)));
     }
   }

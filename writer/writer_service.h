@@ -22,12 +22,10 @@
 
 namespace sluice::writer {
 
-// The connection parameters of the configured main storage.
-sql::ConnectParams MysqlParams(const config::MysqlConfig& mysql);
-
 class WriterService {
  public:
-  explicit WriterService(config::Config config);
+  // on_commit: see PartitionWorkerOptions::on_commit.
+  explicit WriterService(config::Config config, std::function<void()> on_commit = nullptr);
   ~WriterService();  // calls Stop()
   WriterService(const WriterService&) = delete;
   WriterService& operator=(const WriterService&) = delete;

@@ -23,6 +23,9 @@
 
 #include "sql/schema.h"
 
+#include <hiredis/hiredis.h>
+#include <nlohmann/json.hpp>
+
 namespace sluice::testing {
 namespace {
 
@@ -117,11 +120,116 @@ std::string SluiceConfig::Write() const {
     << "    connect_timeout: 2s\n    io_timeout: 10s\n"
     << "entities:\n";
   for (const auto& [type, partitions] : entities) y << "  " << type << ": {partitions: " << partitions << "}\n";
-  y << "writer:\n  listen: 127.0.0.1:" << port << "\n" << extra_writer_yaml;
+  y << "writer:\n  listen: 127.0.0.1:" << port << "\n" << extra_writer_yaml << extra_yaml;
   const std::string path = TempDir() + "/" + database + "-" + RandomSuffix() + ".yaml";
   std::ofstream(path) << y.str();
   ::setenv("SLUICE_TEST_MYSQL_PASSWORD", mysql.password.c_str(), 0);
   return path;
+}
+
+std::string RedisUrl() { return Env("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:16379/0"); }
+
+uint16_t RedisPort() {
+  const std::string url = RedisUrl();
+  const size_t colon = url.rfind(':');
+  return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
+}
+
+RedisClient::RedisClient(uint16_t port) {
+  timeval tv{5, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (c == nullptr || c->err) {
+    if (c) redisFree(c);
+    return;
+  }
+  redisSetTimeout(c, tv);
+  ctx_ = c;
+}
+
+RedisClient::~RedisClient() {
+  if (ctx_) redisFree(static_cast<redisContext*>(ctx_));
+}
+
+std::optional<std::string> RedisClient::Run(const std::vector<std::string>& words) {
+  if (!ctx_) return std::nullopt;
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& w : words) {
+    argv.push_back(w.data());
+    lens.push_back(w.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(static_cast<redisContext*>(ctx_), static_cast<int>(argv.size()), argv.data(), lens.data()));
+  if (r == nullptr) {
+    redisFree(static_cast<redisContext*>(ctx_));
+    ctx_ = nullptr;
+    return std::nullopt;
+  }
+  std::optional<std::string> out;
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out = std::string(r->str, r->len);
+  if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
+  freeReplyObject(r);
+  return out;
+}
+
+std::optional<std::string> RedisClient::Get(const std::string& key) { return Run({"GET", key}); }
+
+std::map<std::string, std::string> RedisClient::Dump(const std::string& pattern) {
+  std::map<std::string, std::string> out;
+  if (!ctx_) return out;
+  std::string cursor = "0";
+  do {
+    const char* argv[] = {"SCAN", cursor.c_str(), "MATCH", pattern.c_str(), "COUNT", "1000"};
+    auto* r = static_cast<redisReply*>(redisCommandArgv(static_cast<redisContext*>(ctx_), 6, argv, nullptr));
+    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      if (r) freeReplyObject(r);
+      break;
+    }
+    cursor = std::string(r->element[0]->str, r->element[0]->len);
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+      keys.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+    }
+    freeReplyObject(r);
+    for (const auto& k : keys) {
+      auto type = Run({"TYPE", k});
+      if (type == "string") {
+        out[k] = Get(k).value_or("");
+      } else if (type == "hash") {
+        auto* h = static_cast<redisReply*>(redisCommand(static_cast<redisContext*>(ctx_), "HGETALL %b", k.data(), k.size()));
+        std::map<std::string, std::string> fields;
+        if (h && h->type == REDIS_REPLY_ARRAY) {
+          for (size_t i = 0; i + 1 < h->elements; i += 2) {
+            fields[std::string(h->element[i]->str, h->element[i]->len)] =
+                std::string(h->element[i + 1]->str, h->element[i + 1]->len);
+          }
+        }
+        if (h) freeReplyObject(h);
+        out[k] = nlohmann::json(fields).dump();
+      }
+    }
+  } while (cursor != "0");
+  return out;
+}
+
+bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, std::string* status) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::string out;
+    if (RunSluice({"status", "--config", config_path, "--json"}, &out) == 0) {
+      if (status) *status = out;
+      auto j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
+      bool caught_up = !j.is_discarded();
+      if (caught_up) {
+        for (const auto& s : j["sinks"]) {
+          for (const auto& p : s["partitions"]) caught_up = caught_up && p["lag_events"] == 0;
+        }
+      }
+      if (caught_up) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
 }
 
 uint16_t FreePort() {
@@ -160,7 +268,27 @@ SluiceProcess::SluiceProcess(std::vector<std::string> args, uint16_t port) : arg
 
 SluiceProcess::~SluiceProcess() { Kill(); }
 
-bool SluiceProcess::Start(std::string* why, std::chrono::seconds timeout) {
+bool SluiceProcess::StartNoHttp(std::string* why, const std::string& marker, std::chrono::seconds timeout) {
+  Spawn();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (why) *why = "sluice exited during start-up:\n" + Log();
+      return false;
+    }
+    if (Log().find(marker) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (why) *why = "sluice did not print '" + marker + "' in time:\n" + Log();
+  Kill();
+  return false;
+}
+
+void SluiceProcess::Spawn() {
+  // Each start appends to a fresh log so markers of earlier runs do not count.
+  log_path_ += "+";
   pid_ = ::fork();
   if (pid_ == 0) {
     const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -175,6 +303,10 @@ bool SluiceProcess::Start(std::string* why, std::chrono::seconds timeout) {
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+}
+
+bool SluiceProcess::Start(std::string* why, std::chrono::seconds timeout) {
+  Spawn();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   HttpClient probe(port_, std::chrono::milliseconds(1000));
   while (std::chrono::steady_clock::now() < deadline) {

@@ -55,9 +55,35 @@ struct SluiceConfig {
   std::string mysql_host;  // empty: the test server
   uint16_t mysql_port = 0;  // 0: the test server's
   std::string extra_writer_yaml;  // lines added under writer:, each "  key: value\n"
+  std::string extra_yaml;         // top-level sections appended as is (engine:, sinks:)
   // Writes the file and returns its path.
   std::string Write() const;
 };
+
+// The test Redis server, from SLUICE_TEST_REDIS_URL (redis://127.0.0.1:16379/0).
+std::string RedisUrl();
+uint16_t RedisPort();
+
+// A minimal blocking Redis client (hiredis) for tests. Not thread-safe.
+class RedisClient {
+ public:
+  explicit RedisClient(uint16_t port);
+  ~RedisClient();
+  bool ok() const { return ctx_ != nullptr; }
+  // GET: the value, or nullopt when absent (or on error).
+  std::optional<std::string> Get(const std::string& key);
+  // Runs a command given as words; the integer or string reply as text.
+  std::optional<std::string> Run(const std::vector<std::string>& words);
+  // Every key matching the glob pattern, with its GET value (strings only).
+  std::map<std::string, std::string> Dump(const std::string& pattern);
+
+ private:
+  void* ctx_ = nullptr;  // redisContext*
+};
+
+// Polls `sluice status --json` until every sink's lag is 0 in every
+// partition; false on timeout. *status gets the last JSON text.
+bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, std::string* status = nullptr);
 
 // A free TCP port on 127.0.0.1 (bound and released).
 uint16_t FreePort();
@@ -78,6 +104,9 @@ class SluiceProcess {
   // Starts and waits until GET /healthz answers; false (with the log in
   // *why) when it exits or does not answer within the timeout.
   bool Start(std::string* why, std::chrono::seconds timeout = std::chrono::seconds(30));
+  // Starts and waits until the log contains `marker` (for processes without HTTP).
+  bool StartNoHttp(std::string* why, const std::string& marker,
+                   std::chrono::seconds timeout = std::chrono::seconds(30));
   void Kill();        // SIGKILL, then reap
   int Terminate();    // SIGTERM, then reap; the exit code
   bool running() const { return pid_ > 0; }
@@ -85,6 +114,7 @@ class SluiceProcess {
   std::string Log() const;
 
  private:
+  void Spawn();
   std::vector<std::string> args_;
   uint16_t port_;
   pid_t pid_ = -1;

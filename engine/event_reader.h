@@ -1,0 +1,32 @@
+// Reading committed events of one partition in event_id order (DESIGN 4.1).
+// Free functions over a caller-owned connection; call from one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "connectors/sink.h"
+#include "sql/connection.h"
+
+namespace sluice::engine {
+
+struct ReadResult {
+  std::vector<connectors::ChangeEvent> events;  // event_ids after+1, after+2, ... without a gap
+  bool gap = false;  // a gap in event_id was seen and the batch cut before it (I3 forbids it)
+};
+
+// Up to `limit` events of (type, partition) with event_id > after.
+Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
+                              uint32_t limit);
+
+// The events of (type, partition) with the given event_ids (for dead-letter retries).
+Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& conn, const std::string& type,
+                                                            uint32_t partition, const std::vector<uint64_t>& ids);
+
+// The latest event of every entity of the type (all partitions): the truth
+// that `verify` compares views with.
+Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn, const std::string& type,
+                                                          uint32_t partitions);
+
+}  // namespace sluice::engine

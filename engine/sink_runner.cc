@@ -1,0 +1,311 @@
+#include "engine/sink_runner.h"
+
+#include "core/backoff.h"
+#include "core/failpoint.h"
+#include "core/log.h"
+#include "engine/event_reader.h"
+
+namespace sluice::engine {
+
+using connectors::Outcome;
+
+SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Sink> sink)
+    : options_(std::move(options)), sink_(std::move(sink)) {}
+
+SinkRunner::~SinkRunner() { Stop(); }
+
+Status SinkRunner::Start() {
+  store_ = std::make_unique<offsets::OffsetStore>(options_.mysql);
+  ASSIGN_OR_RETURN(auto stored, store_->Load(options_.sink.name, options_.sink.entity));
+  for (uint32_t p = 0; p < options_.partitions; ++p) {
+    offsets::PartitionProgress pp = stored.count(p) ? stored[p] : offsets::PartitionProgress{};
+    pp.state = "running";
+    pp.last_error.clear();
+    start_offsets_[p] = pp.event_id;
+    progress_[p] = pp;
+  }
+  last_flush_ = std::chrono::steady_clock::now();
+  reader_ = std::thread([this] { ReadLoop(); });
+  applier_ = std::thread([this] { ApplyLoop(); });
+  return Status::Ok();
+}
+
+void SinkRunner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !reader_.joinable() && !applier_.joinable()) return;
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  wake_cv_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  if (applier_.joinable()) applier_.join();
+}
+
+void SinkRunner::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    ++wake_seq_;
+  }
+  wake_cv_.notify_all();
+}
+
+SinkRunner::Totals SinkRunner::totals() const {
+  std::lock_guard lock(mu_);
+  Totals t;
+  t.read = read_;
+  t.gaps = gaps_;
+  t.retries = retries_;
+  for (const auto& [p, pp] : progress_) {
+    t.applied += pp.applied;
+    t.stale += pp.stale;
+    t.dead_lettered += pp.dead_lettered;
+  }
+  t.state = state_;
+  t.last_error = last_error_;
+  return t;
+}
+
+bool SinkRunner::SleepUnlessStopping(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu_);
+  return !wake_cv_.wait_for(lock, d, [this] { return stopping_; });
+}
+
+void SinkRunner::ReadLoop() {
+  std::map<uint32_t, uint64_t> position = start_offsets_;
+  std::unique_ptr<sql::Connection> conn;
+  Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
+  auto idle = std::chrono::milliseconds(1);
+  for (;;) {
+    bool any = false;
+    uint64_t seen_wake = 0;
+    {
+      std::lock_guard lock(mu_);
+      seen_wake = wake_seq_;
+    }
+    for (uint32_t p = 0; p < options_.partitions; ++p) {
+      {
+        std::unique_lock lock(mu_);
+        queue_cv_.wait(lock, [this] { return stopping_ || queue_.size() < options_.engine.inflight_batches; });
+        if (stopping_) return;
+      }
+      if (!conn || !conn->healthy()) {
+        auto opened = sql::Connection::Open(options_.mysql);
+        if (!opened.ok()) {
+          LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
+                         "engine: sink " + options_.sink.name + ": cannot read events: " + opened.status().message());
+          if (!SleepUnlessStopping(backoff.Next())) return;
+          break;
+        }
+        conn = std::move(opened).value();
+      }
+      auto r = ReadEvents(*conn, options_.sink.entity, p, position[p], options_.engine.batch_max);
+      if (!r.ok()) {
+        LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
+                       "engine: sink " + options_.sink.name + ": reading partition " + std::to_string(p) +
+                           " failed: " + r.status().message());
+        if (!SleepUnlessStopping(backoff.Next())) return;
+        break;
+      }
+      backoff.Reset();
+      if (r->gap) {
+        std::lock_guard lock(mu_);
+        ++gaps_;
+      }
+      if (r->events.empty()) continue;
+      any = true;
+      position[p] = r->events.back().event_id;
+      {
+        std::lock_guard lock(mu_);
+        read_ += r->events.size();
+        queue_.push_back(Batch{p, std::move(r->events)});
+      }
+      queue_cv_.notify_all();
+    }
+    if (any) {
+      idle = std::chrono::milliseconds(1);
+      continue;
+    }
+    std::unique_lock lock(mu_);
+    wake_cv_.wait_for(lock, idle, [&] { return stopping_ || wake_seq_ != seen_wake; });
+    if (stopping_) return;
+    idle = std::min(idle * 2, options_.engine.idle_poll_max);
+  }
+}
+
+void SinkRunner::SetState(const std::string& state, const std::string& error) {
+  std::lock_guard lock(mu_);
+  state_ = state;
+  last_error_ = error;
+  for (auto& [p, pp] : progress_) {
+    pp.state = state;
+    pp.last_error = error;
+  }
+  dirty_ = true;
+}
+
+Status SinkRunner::DeadLetter(const connectors::ChangeEvent& e, const std::string& reason) {
+  if (!dl_conn_ || !dl_conn_->healthy()) {
+    dl_conn_.reset();
+    ASSIGN_OR_RETURN(dl_conn_, sql::Connection::Open(options_.mysql));
+  }
+  std::string q =
+      "INSERT IGNORE INTO sluice_dead_letters (sink, entity_type, partition_id, event_id, entity_id, version, error) "
+      "VALUES (";
+  dl_conn_->AppendQuoted(q, options_.sink.name);
+  q += ',';
+  dl_conn_->AppendQuoted(q, e.entity_type);
+  q += ',' + std::to_string(e.partition) + ',' + std::to_string(e.event_id) + ',';
+  dl_conn_->AppendQuoted(q, e.entity_id);
+  q += ',' + std::to_string(e.version) + ',';
+  dl_conn_->AppendQuoted(q, reason.substr(0, 4000));
+  q += ')';
+  return dl_conn_->Execute(q).status();
+}
+
+void SinkRunner::SaveOffsets() {
+  std::map<uint32_t, offsets::PartitionProgress> snapshot;
+  {
+    std::lock_guard lock(mu_);
+    snapshot = progress_;
+    dirty_ = false;
+  }
+  Status st = store_->Save(options_.sink.name, options_.sink.entity, snapshot);
+  if (!st.ok()) {
+    std::lock_guard lock(mu_);
+    dirty_ = true;  // try again at the next flush
+    LogRateLimited(LogLevel::kWarn, "engine.offsets." + options_.sink.name,
+                   "engine: sink " + options_.sink.name + ": saving offsets failed: " + st.message());
+  }
+  last_flush_ = std::chrono::steady_clock::now();
+}
+
+bool SinkRunner::ApplyBatch(Batch& batch) {
+  const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
+  Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
+  std::span<const connectors::ChangeEvent> all(batch.events);
+  size_t done = 0;
+  while (done < all.size()) {
+    const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
+    Status st;
+    connectors::ApplyResult r;
+    if (!sink_open_) {
+      st = sink_->Open();
+      sink_open_ = st.ok();
+    }
+    if (st.ok()) {
+      r = sink_->Apply(chunk);
+      st = r.status;
+    }
+    if (st.ok() && r.results.size() != chunk.size()) {
+      st = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
+                    std::to_string(chunk.size()) + " events");
+    }
+    // Dead letters are written before the offset may pass them.
+    size_t stop_at = chunk.size();
+    if (st.ok()) {
+      for (size_t i = 0; i < chunk.size() && st.ok(); ++i) {
+        if (r.results[i].outcome != Outcome::kRejected) continue;
+        if (options_.sink.on_error == config::OnError::kStop) {
+          stop_at = i;
+          break;
+        }
+        st = DeadLetter(chunk[i], r.results[i].reason);
+        if (!st.ok()) st = Unavailable("cannot write the dead letter: " + st.message());
+      }
+    }
+    if (!st.ok()) {
+      if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kAborted) {
+        {
+          std::lock_guard lock(mu_);
+          ++retries_;
+        }
+        SetState("backoff", st.message());
+        LogRateLimited(LogLevel::kWarn, "engine.apply." + options_.sink.name,
+                       "engine: sink " + options_.sink.name + " is unavailable, retrying with backoff: " +
+                           st.message());
+        sink_open_ = false;
+        sink_->Close();
+        if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) SaveOffsets();
+        if (!SleepUnlessStopping(backoff.Next())) return false;
+        continue;  // the same chunk again; the version check makes a partial apply harmless
+      }
+      SetState("stopped", st.message());
+      Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + st.message() +
+                                " (fix the sink's configuration or server, then restart)");
+      return false;
+    }
+    {
+      std::lock_guard lock(mu_);
+      auto& pp = progress_[batch.partition];
+      for (size_t i = 0; i < stop_at; ++i) {
+        switch (r.results[i].outcome) {
+          case Outcome::kApplied: ++pp.applied; break;
+          case Outcome::kStale: ++pp.stale; break;
+          case Outcome::kRejected: ++pp.dead_lettered; break;
+        }
+      }
+      if (stop_at > 0) pp.event_id = chunk[stop_at - 1].event_id;
+      dirty_ = true;
+      if (state_ != "running") {
+        state_ = "running";
+        last_error_.clear();
+        for (auto& [p, q] : progress_) {
+          q.state = "running";
+          q.last_error.clear();
+        }
+      }
+    }
+    if (stop_at < chunk.size()) {
+      const auto& e = chunk[stop_at];
+      SetState("stopped", "event " + std::to_string(e.event_id) + " of partition " + std::to_string(e.partition) +
+                              " (entity " + e.entity_id + ") was rejected and on_error is stop: " +
+                              r.results[stop_at].reason);
+      Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + last_error_);
+      return false;
+    }
+    (void)SLUICE_FAILPOINT("engine.after_apply");  // `crash`: applied but offset not saved
+    done += chunk.size();
+  }
+  return true;
+}
+
+void SinkRunner::ApplyLoop() {
+  for (;;) {
+    Batch batch;
+    bool have = false;
+    {
+      std::unique_lock lock(mu_);
+      queue_cv_.wait_for(lock, options_.engine.offset_flush_interval, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      if (!queue_.empty()) {
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+        have = true;
+      }
+    }
+    if (have) {
+      queue_cv_.notify_all();  // room for the reader
+      if (!ApplyBatch(batch)) break;
+    }
+    bool dirty;
+    {
+      std::lock_guard lock(mu_);
+      dirty = dirty_;
+    }
+    if (dirty && std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
+      SaveOffsets();
+    }
+  }
+  SaveOffsets();
+  sink_->Close();
+  // A stopped sink stops its reader too.
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  wake_cv_.notify_all();
+}
+
+}  // namespace sluice::engine

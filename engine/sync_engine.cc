@@ -1,0 +1,44 @@
+#include "engine/sync_engine.h"
+
+#include "core/log.h"
+#include "sql/params.h"
+
+namespace sluice::engine {
+
+SyncEngine::SyncEngine(config::Config config) : config_(std::move(config)) {}
+
+SyncEngine::~SyncEngine() { Stop(); }
+
+Status SyncEngine::Start() {
+  for (const auto& sink_cfg : config_.sinks) {
+    ASSIGN_OR_RETURN(auto sink, connectors::MakeSink(sink_cfg, config_));
+    SinkRunnerOptions o;
+    o.sink = sink_cfg;
+    o.partitions = config_.entities.at(sink_cfg.entity).partitions;
+    o.mysql = sql::ParamsFrom(config_.mysql);
+    o.engine = config_.engine;
+    runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
+  }
+  for (auto& r : runners_) RETURN_IF_ERROR(r->Start().WithContext("sink " + r->name()));
+  started_ = true;
+  return Status::Ok();
+}
+
+void SyncEngine::Stop() {
+  if (!started_) return;
+  started_ = false;
+  for (auto& r : runners_) r->Stop();
+  for (auto& r : runners_) {
+    const auto t = r->totals();
+    Log(LogLevel::kInfo, "engine: sink " + r->name() + " stopped: read " + std::to_string(t.read) + ", applied " +
+                             std::to_string(t.applied) + ", stale " + std::to_string(t.stale) + ", dead-lettered " +
+                             std::to_string(t.dead_lettered) + " (cumulative), gaps " + std::to_string(t.gaps) +
+                             ", retries " + std::to_string(t.retries) + ", state " + t.state);
+  }
+}
+
+void SyncEngine::Wake() {
+  for (auto& r : runners_) r->Wake();
+}
+
+}  // namespace sluice::engine

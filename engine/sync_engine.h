@@ -1,0 +1,36 @@
+// SyncEngine: the views half of sluice. One SinkRunner per configured sink;
+// sinks progress independently (DESIGN 4).
+//
+// Lifecycle: construct with a validated Config, Start(), Stop(). Wake() may
+// be called from any thread (the writer calls it after each commit when both
+// run in one process) to cut idle polling short.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "config/config.h"
+#include "engine/sink_runner.h"
+
+namespace sluice::engine {
+
+class SyncEngine {
+ public:
+  explicit SyncEngine(config::Config config);
+  ~SyncEngine();  // calls Stop()
+
+  // Builds every sink and starts its runner. A sink whose server is down
+  // starts in backoff; only a config the sink cannot use fails Start().
+  Status Start();
+  void Stop();
+  void Wake();
+
+  const std::vector<std::unique_ptr<SinkRunner>>& runners() const { return runners_; }
+
+ private:
+  const config::Config config_;
+  std::vector<std::unique_ptr<SinkRunner>> runners_;
+  bool started_ = false;
+};
+
+}  // namespace sluice::engine
