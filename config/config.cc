@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <regex>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -34,9 +35,12 @@ constexpr size_t kMaxSecretFileBytes = 64u << 10;
 constexpr std::chrono::milliseconds kMinTimeout{1};
 constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
+constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
-constexpr std::array<std::string_view, 1> kSecretFields = {"storage.mysql.password"};
+constexpr std::array<std::string_view, 2> kSecretFields = {"storage.mysql.password",
+                                                           "sinks[*].url"};
 constexpr size_t kMaxQuotedChars = 60;
+constexpr std::string_view kRedisUrlForm = "redis://[:password@]host[:port][/db]";
 
 // Reads the whole file into *out; returns 0 or an errno value.
 int ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out) {
@@ -157,10 +161,127 @@ std::optional<uint64_t> ParseDecimal(std::string_view s) {
 
 std::string FormatDuration(std::chrono::milliseconds d) {
   const auto ms = d.count();
-  if (ms != 0 && ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
-  if (ms != 0 && ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  if (ms == 0) return "0s";
+  if (ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
+  if (ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
   return std::to_string(ms) + "ms";
 }
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string ToUpper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
+std::string JoinNames(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// The candidate within two edits of `name` (and not a whole rewrite of it),
+// closest first; empty when there is none.
+std::string_view ClosestName(std::string_view name,
+                             const std::vector<std::string_view>& candidates) {
+  std::string_view best;
+  size_t best_distance = 3;
+  for (std::string_view c : candidates) {
+    const size_t d = EditDistance(name, c);
+    if (d < best_distance && d < name.size()) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+// [A-Za-z_][A-Za-z0-9_]{0,63}: a MySQL table or column name, or a hash field.
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+bool IsValidHostName(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  return std::all_of(h.begin(), h.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '-' || c == '_';
+  });
+}
+
+bool IsIpv6Literal(std::string_view h) {
+  return !h.empty() && h.find(':') != std::string_view::npos &&
+         h.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
+}
+
+// Why `url` is not redis://[:password@]host[:port][/db], or nullopt when it
+// is. The reason never quotes the URL: it may hold a password.
+std::optional<std::string> RedisUrlProblem(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) return "the scheme must be redis://";
+  std::string_view rest = url.substr(kScheme.size());
+  // Host, port and db never hold '@', so the last one ends the password,
+  // which may itself hold '@', ':' or '/'.
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view user_info = rest.substr(0, at);
+    if (user_info.empty() || user_info[0] != ':') {
+      return "a user name is not supported; write the password as :password@";
+    }
+    if (user_info.size() == 1) return "the password after ':' is empty";
+    rest = rest.substr(at + 1);
+  }
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  std::string_view host = authority;
+  std::optional<std::string_view> port;
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return "the IPv6 host has no closing ]";
+    host = authority.substr(1, close - 1);
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return "the host is not a valid host name or IP address";
+      port = after.substr(1);
+    }
+    if (!IsIpv6Literal(host)) return "the host is not a valid host name or IP address";
+  } else {
+    if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
+      host = authority.substr(0, colon);
+      port = authority.substr(colon + 1);
+    }
+    if (host.empty()) return "the host is empty";
+    if (!IsValidHostName(host)) return "the host is not a valid host name or IP address";
+  }
+  if (port) {
+    const auto n = port->size() <= 5 ? ParseDecimal(*port) : std::nullopt;
+    if (!n || *n < 1 || *n > 65535) return "the port must be between 1 and 65535";
+  }
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    const auto n = db.size() <= 2 ? ParseDecimal(db) : std::nullopt;
+    if (!n || *n > 15) return "the database after / must be a number between 0 and 15";
+  }
+  return std::nullopt;
+}
+
+// Only a URL with user info ("redis://:pw@host") carries a password.
+bool RedisUrlHasPassword(std::string_view url) { return url.find('@') != std::string_view::npos; }
 
 // Problems in one file, printed as "FILE:LINE:COL: path: problem".
 class Problems {
@@ -220,7 +341,9 @@ Field MakeField(const YAML::Node& key, const YAML::Node& value, std::string path
   return Field{key, value, std::move(path), mark};
 }
 
-enum class Presence { kRequired, kOptional };
+// kMisplaced: a key that belongs elsewhere (another sink type); its `read`
+// says why it is wrong here, and it is never offered as a suggestion.
+enum class Presence { kRequired, kOptional, kMisplaced };
 
 // One key a mapping accepts: its name, whether it must be present, and how to
 // read its value.
@@ -235,8 +358,8 @@ struct KeySpec {
 // adding a section is a new function and one row in ReadRoot's table.
 class ConfigReader {
  public:
-  ConfigReader(Problems* problems, std::filesystem::path base_dir)
-      : problems_(problems), base_dir_(std::move(base_dir)) {}
+  ConfigReader(Problems* problems, std::string file, std::filesystem::path base_dir)
+      : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)) {}
 
   void ReadRoot(const YAML::Node& doc, Config* config) {
     if (!doc.IsMap()) {
@@ -252,7 +375,11 @@ class ConfigReader {
         {"storage", kRequired, [&](const Field& f) { ReadStorage(f, config); }},
         {"entities", kRequired, [&](const Field& f) { ReadEntities(f, &config->entities); }},
         {"writer", kOptional, [&](const Field& f) { ReadWriter(f, &config->writer); }},
+        {"engine", kOptional, [&](const Field& f) { ReadEngine(f, &config->engine); }},
+        {"sinks", kOptional, [&](const Field& f) { ReadSinks(f, &config->sinks); }},
     });
+    // Sinks refer to other sections, which may come later in the file.
+    CheckSinkReferences(*config);
   }
 
  private:
@@ -309,22 +436,13 @@ class ConfigReader {
   }
 
   static std::string UnknownKeyText(std::string_view name, const std::vector<KeySpec>& keys) {
-    std::string_view best;
-    size_t best_distance = 3;
+    std::vector<std::string_view> accepted;
     for (const KeySpec& k : keys) {
-      const size_t d = EditDistance(name, k.name);
-      if (d < best_distance && d < name.size()) {
-        best = k.name;
-        best_distance = d;
-      }
+      if (k.presence != Presence::kMisplaced) accepted.push_back(k.name);
     }
+    const std::string_view best = ClosestName(name, accepted);
     if (!best.empty()) return "unknown key (did you mean " + Quote(best) + "?)";
-    std::string out = "unknown key (expected one of: ";
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (i > 0) out += ", ";
-      out += keys[i].name;
-    }
-    return out + ")";
+    return "unknown key (expected one of: " + JoinNames(accepted) + ")";
   }
 
   // ---- sections ----
@@ -360,8 +478,10 @@ class ConfigReader {
       Problem(at.mark, at.path, "at least one entity type is required");
       return;
     }
+    entity_names_.emplace();
     ForEachEntry(at, [&](const Field& f) {
       const std::string& name = f.key.Scalar();
+      entity_names_->push_back(name);
       const bool valid_name = IsValidTypeName(name);
       if (!valid_name) {
         Problem(f.key.Mark(), f.path, "entity type names must match [a-z][a-z0-9_]{0,47}");
@@ -393,6 +513,400 @@ class ConfigReader {
         {"allow_weak_durability", kOptional,
          [&](const Field& f) { ReadBool(f, &w->allow_weak_durability); }},
     });
+  }
+
+  void ReadEngine(const Field& at, EngineConfig* e) {
+    using std::chrono::milliseconds;
+    using std::chrono::minutes;
+    using std::chrono::seconds;
+    constexpr auto kOptional = Presence::kOptional;
+    ExpectKeys(at, {
+        {"offset_flush_interval", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, milliseconds(10), minutes(1), &e->offset_flush_interval);
+         }},
+        {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &e->batch_max); }},
+        {"idle_poll_max", kOptional,
+         [&](const Field& f) { ReadDuration(f, milliseconds(1), seconds(10), &e->idle_poll_max); }},
+        {"retry_backoff_max", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, milliseconds(10), minutes(10), &e->retry_backoff_max);
+         }},
+        {"inflight_batches", kOptional,
+         [&](const Field& f) { ReadUint(f, 1, 64, &e->inflight_batches); }},
+    });
+  }
+
+  // ---- sinks ----
+
+  void ReadSinks(const Field& at, std::vector<SinkConfig>* sinks) {
+    if (at.value.IsNull()) return;
+    if (!at.value.IsSequence()) {
+      Problem(at.mark, at.path, "must be a sequence of sinks, got " + Describe(at.value));
+      return;
+    }
+    size_t index = 0;
+    for (const YAML::Node& item : at.value) {
+      const std::string path = at.path + "[" + std::to_string(index++) + "]";
+      const YAML::Mark mark = item.Mark().is_null() ? at.mark : item.Mark();
+      if (!item.IsMap()) {
+        Problem(mark, path, "must be a mapping, got " + Describe(item));
+        continue;
+      }
+      SinkConfig sink;
+      sink.origin =
+          file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+      ReadSink(Field{YAML::Node(), item, path, mark}, sinks->size(), &sink);
+      sinks->push_back(std::move(sink));
+    }
+  }
+
+  // The scalar value of `key` in `map`, or "" (used to pick a sink's keys
+  // before its `type` is read and checked in file order).
+  static std::string PeekScalar(const YAML::Node& map, std::string_view key) {
+    for (const auto& kv : map) {
+      if (kv.first.IsScalar() && kv.first.Scalar() == key) {
+        return kv.second.IsScalar() ? kv.second.Scalar() : "";
+      }
+    }
+    return "";
+  }
+
+  void ReadSink(const Field& at, size_t index, SinkConfig* sink) {
+    constexpr auto kRequired = Presence::kRequired;
+    constexpr auto kOptional = Presence::kOptional;
+    const std::string type = PeekScalar(at.value, "type");
+    SinkRefs refs;
+    refs.sink = index;
+    std::optional<Field> fields_key;
+    std::optional<RedisSinkConfig::Format> format;  // when given and valid
+    bool format_given = false;
+
+    std::vector<KeySpec> keys = {
+        {"name", kRequired, [&](const Field& f) { ReadSinkName(f, sink); }},
+        {"type", kRequired, [&](const Field& f) { ReadSinkType(f, &sink->type); }},
+        {"entity", kRequired,
+         [&](const Field& f) {
+           if (ReadString(f, kNotEmpty, &sink->entity)) refs.entity = f;
+         }},
+        {"on_error", kOptional, [&](const Field& f) { ReadOnError(f, &sink->on_error); }},
+        {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &sink->batch_max); }},
+    };
+    RedisSinkConfig& r = sink->redis;
+    AddSinkTypeKeys("redis", type, &keys, {
+        {"url", kOptional, [&](const Field& f) { ReadRedisUrl(f, &r); }},
+        {"key", kOptional, [&](const Field& f) { ReadRedisKey(f, &r.key); }},
+        {"format", kOptional,
+         [&](const Field& f) {
+           format_given = true;
+           format = ReadRedisFormat(f);
+           if (format) r.format = *format;
+         }},
+        {"fields", kOptional,
+         [&](const Field& f) {
+           fields_key = f;
+           ReadMappings(f, MappingKind::kRedisField, &r.fields);
+         }},
+        {"ttl", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &r.ttl);
+         }},
+        {"tombstone_ttl", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &r.tombstone_ttl);
+         }},
+    });
+    MysqlSinkConfig& m = sink->mysql;
+    AddSinkTypeKeys("mysql", type, &keys, {
+        {"table", kRequired,
+         [&](const Field& f) {
+           if (ReadTableName(f, &m.table)) refs.table = f;
+         }},
+        {"database", kOptional, [&](const Field& f) { ReadDatabaseName(f, &m.database); }},
+        {"columns", kRequired,
+         [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
+        {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
+    });
+    ExpectKeys(at, keys);
+
+    const bool json = !format_given || format == RedisSinkConfig::Format::kJson;
+    if (fields_key && json) {
+      Problem(fields_key->key.Mark(), fields_key->path,
+              "only for format: hash (this sink stores each entity as one JSON string)");
+    }
+    sink_refs_.push_back(std::move(refs));
+  }
+
+  // Appends the keys of sinks of type `owner`: as they are for such a sink,
+  // as errors for a sink of another known type, and unchecked when the
+  // sink's own type is unknown (that is reported once, at `type`).
+  void AddSinkTypeKeys(std::string_view owner, const std::string& type, std::vector<KeySpec>* keys,
+                       std::vector<KeySpec> owned) {
+    const bool known_type = type == "redis" || type == "mysql";
+    for (KeySpec& k : owned) {
+      if (type == owner) {
+        keys->push_back(std::move(k));
+      } else if (known_type) {
+        keys->push_back({k.name, Presence::kMisplaced, [this, owner, type](const Field& f) {
+                           Problem(f.key.Mark(), f.path,
+                                   "only for " + std::string(owner) + " sinks (this sink is type " +
+                                       type + ")");
+                         }});
+      } else {
+        keys->push_back({k.name, Presence::kOptional, [](const Field&) {}});
+      }
+    }
+  }
+
+  void ReadSinkName(const Field& f, SinkConfig* sink) {
+    constexpr std::string_view kExpected = "a name matching [a-z][a-z0-9_-]{0,63}";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    const std::string& s = *text;
+    const bool ok = !s.empty() && s.size() <= 64 && s[0] >= 'a' && s[0] <= 'z' &&
+                    std::all_of(s.begin(), s.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                             c == '-';
+                    });
+    if (!ok) return Expected(f, kExpected, s);
+    sink->name = s;
+    const auto [it, inserted] = sink_name_lines_.emplace(s, f.mark.line + 1);
+    if (!inserted) {
+      Problem(f.mark, f.path,
+              "duplicate sink name " + Quote(s) + " (first given on line " +
+                  std::to_string(it->second) + ")");
+    }
+  }
+
+  void ReadSinkType(const Field& f, std::string* out) {
+    const auto text = PlainScalar(f, "redis or mysql");
+    if (!text) return;
+    if (*text != "redis" && *text != "mysql") {
+      Problem(f.mark, f.path,
+              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql)");
+      return;
+    }
+    *out = *text;
+  }
+
+  void ReadOnError(const Field& f, OnError* out) {
+    constexpr std::string_view kExpected = "dead_letter or stop";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    if (*text == "dead_letter") {
+      *out = OnError::kDeadLetter;
+    } else if (*text == "stop") {
+      *out = OnError::kStop;
+    } else {
+      Expected(f, kExpected, *text);
+    }
+  }
+
+  // A secret-capable field: the URL may carry a password.
+  void ReadRedisUrl(const Field& f, RedisSinkConfig* r) {
+    std::string url;
+    bool from_secret = false;
+    if (!ReadSecret(f, &url, &from_secret)) return;
+    if (const auto problem = RedisUrlProblem(url)) {
+      Problem(f.mark, f.path,
+              "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + *problem);
+      return;
+    }
+    r->url = std::move(url);
+    r->url_from_secret = from_secret;
+  }
+
+  // A key template: {id} is required, {type} allowed, no other braces.
+  void ReadRedisKey(const Field& f, std::string* out) {
+    const auto text = PlainScalar(f, "a key template such as \"{type}:{id}\"");
+    if (!text) return;
+    const std::string_view s = *text;
+    bool has_id = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '}') {
+        Problem(f.mark, f.path, "has a } without a matching {, got " + Quote(s));
+        return;
+      }
+      if (s[i] != '{') continue;
+      const size_t close = s.find('}', i);
+      const std::string_view placeholder =
+          s.substr(i, close == std::string_view::npos ? std::string_view::npos : close - i + 1);
+      if (placeholder != "{id}" && placeholder != "{type}") {
+        Problem(f.mark, f.path,
+                "unknown placeholder " + Quote(placeholder) +
+                    " (only {id} and {type} are replaced), got " + Quote(s));
+        return;
+      }
+      has_id = has_id || placeholder == "{id}";
+      i = close;
+    }
+    if (!has_id) {
+      Problem(f.mark, f.path, "must contain {id}, got " + Quote(s));
+      return;
+    }
+    *out = *text;
+  }
+
+  std::optional<RedisSinkConfig::Format> ReadRedisFormat(const Field& f) {
+    constexpr std::string_view kExpected = "json or hash";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return std::nullopt;
+    if (*text == "json") return RedisSinkConfig::Format::kJson;
+    if (*text == "hash") return RedisSinkConfig::Format::kHash;
+    Expected(f, kExpected, *text);
+    return std::nullopt;
+  }
+
+  bool ReadTableName(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a table name matching [A-Za-z_][A-Za-z0-9_]{0,63}";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return false;
+    if (!IsIdentifier(*text)) {
+      Expected(f, kExpected, *text);
+      return false;
+    }
+    const std::string lower = ToLower(*text);
+    if (lower.rfind("ev_", 0) == 0 || lower.rfind("sluice_", 0) == 0) {
+      Problem(f.mark, f.path,
+              "table names starting with ev_ or sluice_ are reserved for sluice's own tables, "
+              "got " + Quote(*text));
+      return false;
+    }
+    *out = *text;
+    return true;
+  }
+
+  enum class MappingKind { kRedisField, kMysqlColumn };
+
+  // fields (Redis hash) or columns (MySQL): name -> JSON pointer, and for
+  // MySQL also name -> {pointer, type}. In file order.
+  void ReadMappings(const Field& at, MappingKind kind, std::vector<FieldMapping>* out) {
+    const bool mysql = kind == MappingKind::kMysqlColumn;
+    const std::string what = mysql ? "column" : "field";
+    if (!at.value.IsMap() || at.value.size() == 0) {
+      const std::string shape =
+          "a mapping from " + what + " name to JSON pointer" +
+          (mysql ? " (or to {pointer: ..., type: ...})" : "") + " with at least one entry";
+      const std::string got = at.value.IsMap() ? "an empty mapping" : Describe(at.value);
+      Problem(at.mark, at.path, "must be " + shape + ", got " + got);
+      return;
+    }
+    // MySQL column names ignore case, so "Owner" and "owner" collide.
+    std::map<std::string, int> lower_name_lines;
+    ForEachEntry(at, [&](const Field& f) {
+      const std::string& name = f.key.Scalar();
+      const YAML::Mark key_mark = f.key.Mark();
+      bool ok = true;
+      if (!IsIdentifier(name)) {
+        Problem(key_mark, f.path, what + " names must match [A-Za-z_][A-Za-z0-9_]{0,63}");
+        ok = false;
+      } else if (name[0] == '_') {
+        Problem(key_mark, f.path,
+                what + " names starting with _ are reserved for sluice (_version, _deleted)");
+        ok = false;
+      } else if (mysql && ToLower(name) == "id") {
+        Problem(key_mark, f.path,
+                "the column name id is reserved for the primary key (the entity id)");
+        ok = false;
+      } else if (mysql) {
+        const auto [it, inserted] = lower_name_lines.emplace(ToLower(name), key_mark.line + 1);
+        if (!inserted) {
+          Problem(key_mark, f.path,
+                  "duplicate column (MySQL column names ignore case; first given on line " +
+                      std::to_string(it->second) + ")");
+          ok = false;
+        }
+      }
+      FieldMapping mapping;
+      mapping.name = name;
+      if (mysql) mapping.sql_type = "TEXT";
+      if (mysql && f.value.IsMap()) {
+        ExpectKeys(f, {
+            {"pointer", Presence::kRequired,
+             [&](const Field& p) { ReadJsonPointer(p, &mapping.pointer); }},
+            {"type", Presence::kOptional,
+             [&](const Field& t) { ReadColumnType(t, &mapping.sql_type); }},
+        });
+      } else if (f.value.IsScalar()) {
+        ReadJsonPointer(f, &mapping.pointer);
+      } else {
+        Problem(f.mark, f.path,
+                std::string("must be a JSON pointer such as /owner/name") +
+                    (mysql ? " or a mapping {pointer: ..., type: ...}" : "") + ", got " +
+                    Describe(f.value));
+      }
+      if (ok) out->push_back(std::move(mapping));
+    });
+  }
+
+  // RFC 6901: empty (the whole state) or "/"-separated tokens in which "~"
+  // appears only as "~0" (a "~") or "~1" (a "/").
+  void ReadJsonPointer(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a JSON pointer (RFC 6901) such as /owner/name";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    const std::string_view s = *text;
+    if (!s.empty() && s[0] != '/') return Expected(f, kExpected, s);
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '~' && (i + 1 == s.size() || (s[i + 1] != '0' && s[i + 1] != '1'))) {
+        return Expected(f, "a JSON pointer (RFC 6901), in which ~ is only allowed as ~0 or ~1", s);
+      }
+    }
+    *out = *text;
+  }
+
+  // A conservative allow-list: types that hold any JSON scalar sensibly and
+  // cannot smuggle SQL into CREATE TABLE. Stored in upper case.
+  void ReadColumnType(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected =
+        "one of TEXT, MEDIUMTEXT, LONGTEXT, JSON, VARCHAR(N), CHAR(N), [TINY|SMALL|BIG]INT "
+        "[UNSIGNED], DECIMAL(M,D), DOUBLE, BOOLEAN, DATETIME[(N)]";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    static const std::regex kAllowed(
+        R"(^(TEXT|MEDIUMTEXT|LONGTEXT|JSON|VARCHAR\(\d{1,5}\)|CHAR\(\d{1,3}\)|)"
+        R"((BIG|SMALL|TINY)?INT( UNSIGNED)?|DECIMAL\((\d{1,2}),(\d{1,2})\)|DOUBLE|BOOLEAN|)"
+        R"(DATETIME(\([0-6]\))?)$)",
+        std::regex::icase | std::regex::ECMAScript);
+    std::smatch match;
+    if (!std::regex_match(*text, match, kAllowed)) return Expected(f, kExpected, *text);
+    // DECIMAL(M,D) needs D <= M.
+    if (match[4].matched && std::stoi(match[5].str()) > std::stoi(match[4].str())) {
+      return Expected(f, kExpected, *text);
+    }
+    *out = ToUpper(*text);
+  }
+
+  // Checks that need the whole file: each sink's entity type exists, and
+  // no two MySQL sinks write the same table.
+  void CheckSinkReferences(const Config& config) {
+    std::map<std::string, std::pair<std::string, int>> tables;  // db.table (lower) -> sink, line
+    for (const SinkRefs& refs : sink_refs_) {
+      const SinkConfig& sink = config.sinks[refs.sink];
+      // Without a usable entities section that is the problem to report, not every sink.
+      if (refs.entity && entity_names_ && !entity_names_->empty() &&
+          std::find(entity_names_->begin(), entity_names_->end(), sink.entity) ==
+              entity_names_->end()) {
+        std::vector<std::string_view> names(entity_names_->begin(), entity_names_->end());
+        const std::string_view best = ClosestName(sink.entity, names);
+        Problem(refs.entity->mark, refs.entity->path,
+                "unknown entity type " + Quote(sink.entity) +
+                    (best.empty() ? " (expected one of: " + JoinNames(names) + ")"
+                                  : " (did you mean " + Quote(best) + "?)"));
+      }
+      if (refs.table && sink.type == "mysql") {
+        const std::string database =
+            sink.mysql.database.empty() ? config.mysql.database : sink.mysql.database;
+        const std::string qualified = database + "." + sink.mysql.table;
+        const auto [it, inserted] =
+            tables.emplace(ToLower(qualified), std::pair(sink.name, refs.table->mark.line + 1));
+        if (!inserted) {
+          Problem(refs.table->mark, refs.table->path,
+                  "table " + qualified + " is already written by sink " + Quote(it->second.first) +
+                      " (line " + std::to_string(it->second.second) + ")");
+        }
+      }
+    }
   }
 
   // ---- values ----
@@ -448,21 +962,22 @@ class ConfigReader {
   static constexpr Emptiness kMayBeEmpty = Emptiness::kMayBeEmpty;
   static constexpr Emptiness kNotEmpty = Emptiness::kNotEmpty;
 
-  void ReadString(const Field& f, Emptiness emptiness, std::string* out) {
+  bool ReadString(const Field& f, Emptiness emptiness, std::string* out) {
     const auto text = PlainScalar(f, "a string");
-    if (!text) return;
+    if (!text) return false;
     if (text->empty() && emptiness == kNotEmpty) {
       Problem(f.mark, f.path, "must not be empty");
-      return;
+      return false;
     }
     *out = *text;
+    return true;
   }
 
   void ReadHost(const Field& f, std::string* out) {
     constexpr std::string_view kExpected = "a host name or IP address";
     const auto text = PlainScalar(f, kExpected);
     if (!text) return;
-    if (!IsValidHost(*text)) return Expected(f, kExpected, *text);
+    if (!IsValidHostName(*text)) return Expected(f, kExpected, *text);
     *out = *text;
   }
 
@@ -483,10 +998,10 @@ class ConfigReader {
     ReadDuration(f, kMinTimeout, kMaxTimeout, out);
   }
 
-  // "500ms", "2s", "1m".
+  // "500ms", "2s", "1m", "24h".
   void ReadDuration(const Field& f, std::chrono::milliseconds min, std::chrono::milliseconds max,
                     std::chrono::milliseconds* out) {
-    constexpr std::string_view kExpected = "a duration such as 500ms, 2s or 1m";
+    constexpr std::string_view kExpected = "a duration such as 500ms, 2s, 1m or 24h";
     const auto text = PlainScalar(f, kExpected);
     if (!text) return;
     const std::string_view s = *text;
@@ -500,6 +1015,8 @@ class ConfigReader {
       scale = 1000;
     } else if (unit == "m") {
       scale = 60000;
+    } else if (unit == "h") {
+      scale = 3600000;
     } else {
       return Expected(f, kExpected, s);
     }
@@ -559,7 +1076,7 @@ class ConfigReader {
       if (colon == std::string_view::npos) return Expected(f, kExpected, s);
       h = s.substr(0, colon);
       p = s.substr(colon + 1);
-      if (!IsValidHost(h)) return Expected(f, kExpected, s);
+      if (!IsValidHostName(h)) return Expected(f, kExpected, s);
     }
     const auto n = p.size() <= 5 ? ParseDecimal(p) : std::nullopt;
     if (!n || *n > 65535) return Expected(f, kExpected, s);
@@ -567,34 +1084,28 @@ class ConfigReader {
     *port = static_cast<uint16_t>(*n);
   }
 
-  static bool IsValidHost(std::string_view h) {
-    if (h.empty() || h.size() > 253) return false;
-    return std::all_of(h.begin(), h.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '-' || c == '_';
-    });
-  }
-
   // A secret field: a literal, or a whole-value "${env:NAME}" / "${file:PATH}".
-  // No message here may include the value.
-  void ReadSecret(const Field& f, std::string* out) {
+  // No message here may include the value. Returns whether *out was set, and
+  // in *from_reference whether it came from a reference.
+  bool ReadSecret(const Field& f, std::string* out, bool* from_reference = nullptr) {
     if (!f.value.IsScalar()) {
       // Describe() quotes only scalars, so this never shows a value.
       Problem(f.mark, f.path, "must be a string, got " + Describe(f.value));
-      return;
+      return false;
     }
     const std::string& text = f.value.Scalar();
     const bool reference =
         text.size() >= 3 && text.compare(0, 2, "${") == 0 && text.back() == '}';
+    if (from_reference != nullptr) *from_reference = reference;
     if (!reference) {
       if (HasSecretReference(text)) {
         Problem(f.mark, f.path,
                 "a secret reference must be the whole value, "
                 "as in \"${env:NAME}\" or \"${file:PATH}\"");
-        return;
+        return false;
       }
       *out = text;
-      return;
+      return true;
     }
     const std::string_view inner = std::string_view(text).substr(2, text.size() - 3);
     if (inner.rfind("env:", 0) == 0) {
@@ -608,41 +1119,55 @@ class ConfigReader {
       if (!valid_name) {
         Problem(f.mark, f.path,
                 "invalid environment variable name " + Quote(name) + " in ${env:NAME}");
-        return;
+        return false;
       }
       const char* value = std::getenv(name.c_str());
       if (value == nullptr) {
         Problem(f.mark, f.path, "environment variable " + name + " is not set");
-        return;
+        return false;
       }
       *out = value;
-      return;
+      return true;
     }
     if (inner.rfind("file:", 0) == 0) {
       const std::string_view file = inner.substr(5);
       if (file.empty()) {
         Problem(f.mark, f.path, "${file:PATH} needs a path");
-        return;
+        return false;
       }
       std::filesystem::path p{std::string(file)};
       if (p.is_relative() && !base_dir_.empty()) p = base_dir_ / p;
       std::string contents;
       if (const int err = ReadWholeFile(p.string(), kMaxSecretFileBytes, &contents); err != 0) {
         Problem(f.mark, f.path, "cannot read secret file " + p.string() + ": " + ErrnoText(err));
-        return;
+        return false;
       }
       if (!contents.empty() && contents.back() == '\n') {
         contents.pop_back();
         if (!contents.empty() && contents.back() == '\r') contents.pop_back();
       }
       *out = std::move(contents);
-      return;
+      return true;
     }
     Problem(f.mark, f.path, "a value of the form ${...} must be ${env:NAME} or ${file:PATH}");
+    return false;
   }
 
+  // What the checks after the whole file need to know about one sink.
+  struct SinkRefs {
+    size_t sink = 0;              // index in Config::sinks
+    std::optional<Field> entity;  // its `entity`, when that was a string
+    std::optional<Field> table;   // its `table` (MySQL), when that was valid
+  };
+
   Problems* problems_;
+  std::string file_;                // the path as given, for SinkConfig::origin
   std::filesystem::path base_dir_;  // where relative ${file:...} paths start
+  // Every key of `entities` as written (also invalid ones, which are reported
+  // there); unset when there is no such mapping.
+  std::optional<std::vector<std::string>> entity_names_;
+  std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
+  std::vector<SinkRefs> sink_refs_;
 };
 
 Result<Config> Load(const std::string& text, const std::string& path) {
@@ -670,7 +1195,7 @@ Result<Config> Load(const std::string& text, const std::string& path) {
 
   Config config;
   config.path = path;
-  ConfigReader reader(&problems, std::filesystem::path(path).parent_path());
+  ConfigReader reader(&problems, path, std::filesystem::path(path).parent_path());
   reader.ReadRoot(docs[0], &config);
   if (!problems.empty()) return InvalidArgument(problems.Join());
   return config;
@@ -718,6 +1243,62 @@ std::string Config::Redacted() const {
       << static_cast<unsigned>(writer.conflict_retries);
   out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
   out << YAML::EndMap;
+
+  out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "offset_flush_interval" << YAML::Value
+      << FormatDuration(engine.offset_flush_interval);
+  out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(engine.batch_max);
+  out << YAML::Key << "idle_poll_max" << YAML::Value << FormatDuration(engine.idle_poll_max);
+  out << YAML::Key << "retry_backoff_max" << YAML::Value
+      << FormatDuration(engine.retry_backoff_max);
+  out << YAML::Key << "inflight_batches" << YAML::Value
+      << static_cast<unsigned>(engine.inflight_batches);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "sinks" << YAML::Value;
+  if (sinks.empty()) out << YAML::Flow;
+  out << YAML::BeginSeq;
+  for (const SinkConfig& sink : sinks) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << sink.name;
+    out << YAML::Key << "type" << YAML::Value << sink.type;
+    out << YAML::Key << "entity" << YAML::Value << sink.entity;
+    out << YAML::Key << "on_error" << YAML::Value
+        << (sink.on_error == OnError::kStop ? "stop" : "dead_letter");
+    out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(sink.batch_max);
+    if (sink.type == "redis") {
+      const RedisSinkConfig& r = sink.redis;
+      const bool hide_url = r.url_from_secret || RedisUrlHasPassword(r.url);
+      out << YAML::Key << "url" << YAML::Value << (hide_url ? std::string(kRedacted) : r.url);
+      out << YAML::Key << "key" << YAML::Value << r.key;
+      out << YAML::Key << "format" << YAML::Value
+          << (r.format == RedisSinkConfig::Format::kHash ? "hash" : "json");
+      if (!r.fields.empty()) {
+        out << YAML::Key << "fields" << YAML::Value << YAML::BeginMap;
+        for (const FieldMapping& f : r.fields) {
+          out << YAML::Key << f.name << YAML::Value << f.pointer;
+        }
+        out << YAML::EndMap;
+      }
+      out << YAML::Key << "ttl" << YAML::Value << FormatDuration(r.ttl);
+      out << YAML::Key << "tombstone_ttl" << YAML::Value << FormatDuration(r.tombstone_ttl);
+    } else if (sink.type == "mysql") {
+      const MysqlSinkConfig& m = sink.mysql;
+      out << YAML::Key << "table" << YAML::Value << m.table;
+      if (!m.database.empty()) out << YAML::Key << "database" << YAML::Value << m.database;
+      out << YAML::Key << "columns" << YAML::Value << YAML::BeginMap;
+      for (const FieldMapping& c : m.columns) {
+        out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+        out << YAML::Key << "pointer" << YAML::Value << c.pointer;
+        out << YAML::Key << "type" << YAML::Value << c.sql_type;
+        out << YAML::EndMap;
+      }
+      out << YAML::EndMap;
+      out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -3,7 +3,7 @@
 // LoadConfig validates the whole file and reports every problem at once as
 // "FILE:LINE:COLUMN: message" (1-based line and column). Secrets are written
 // in the YAML as "${env:NAME}" (or "${file:/path}") and are accepted only in
-// fields marked secret (today: storage.mysql.password); their resolved values
+// fields marked secret (storage.mysql.password, sinks[*].url); their resolved values
 // never appear in an error message or in Redacted() output.
 //
 // A Config is an immutable value once loaded; share it by const reference
@@ -76,6 +76,9 @@ struct RedisSinkConfig {
   std::vector<FieldMapping> fields;               // hash format: the fields; empty: every top-level member
   std::chrono::milliseconds ttl{0};               // 0: keys do not expire
   std::chrono::milliseconds tombstone_ttl{24 * 3600 * 1000};  // how long a delete is remembered
+  // The url came from ${env:...} or ${file:...}: Redacted() hides it (as it
+  // does any url with a password).
+  bool url_from_secret = false;
 };
 
 struct MysqlSinkConfig {

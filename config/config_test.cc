@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice::config {
 namespace {
@@ -111,6 +115,20 @@ TEST(LoadConfig, QuickstartExampleLoads) {
   EXPECT_EQ(c.writer.listen_host, "127.0.0.1");
   EXPECT_EQ(c.writer.listen_port, 8080);
   EXPECT_EQ(c.writer.batch_max, 1000u);
+  ASSERT_EQ(c.sinks.size(), 2u);
+  EXPECT_EQ(c.sinks[0].name, "account_cache");
+  EXPECT_EQ(c.sinks[0].type, "redis");
+  EXPECT_EQ(c.sinks[0].entity, "account");
+  EXPECT_EQ(c.sinks[0].redis.url, "redis://127.0.0.1:16379/0");
+  EXPECT_EQ(c.sinks[0].redis.key, "account:{id}");
+  EXPECT_EQ(c.sinks[1].name, "account_table");
+  EXPECT_EQ(c.sinks[1].type, "mysql");
+  EXPECT_EQ(c.sinks[1].mysql.table, "account_view");
+  ASSERT_EQ(c.sinks[1].mysql.columns.size(), 2u);
+  EXPECT_EQ(c.sinks[1].mysql.columns[0].name, "owner");
+  EXPECT_EQ(c.sinks[1].mysql.columns[0].pointer, "/owner");
+  EXPECT_EQ(c.sinks[1].mysql.columns[1].name, "balance");
+  EXPECT_EQ(c.sinks[1].mysql.columns[1].pointer, "/balance");
 }
 
 TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
@@ -198,8 +216,9 @@ TEST(LoadConfigErrors, UnknownKeySuggestsTheClosestName) {
 }
 
 TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
-  EXPECT_EQ(Errors(std::string(kValid) + "sinks: []\n"),
-            "t.yaml:10:1: sinks: unknown key (expected one of: storage, entities, writer)");
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {}\n"),
+            "t.yaml:10:1: metrics: unknown key (expected one of: storage, entities, writer, "
+            "engine, sinks)");
   EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, handlers: h.js}")),
             "t.yaml:9:28: entities.account.handlers: unknown key (expected one of: partitions)");
 }
@@ -271,17 +290,20 @@ TEST(LoadConfigErrors, BadEntityName) {
 TEST(LoadConfigErrors, BadDuration) {
   EXPECT_EQ(Errors(ValidWith("user: sluice", "connect_timeout: 2 seconds")),
             "t.yaml:5:22: storage.mysql.connect_timeout: must be a duration such as 500ms, "
-            "2s or 1m, got \"2 seconds\"");
+            "2s, 1m or 24h, got \"2 seconds\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 10")),
-            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s or 1m, "
-            "got \"10\"");
+            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s, 1m or "
+            "24h, got \"10\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2d")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s, 1m or "
+            "24h, got \"2d\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2h")),
-            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s or 1m, "
-            "got \"2h\"");
+            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 1h, got \"2h\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 61m")),
-            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 60m, got \"61m\"");
+            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 1h, got \"61m\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 0s")),
-            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 60m, got \"0s\"");
+            "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 1h, got \"0s\"");
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 1h")), "");
 }
 
 TEST(LoadConfigErrors, BadListenAddress) {
@@ -308,10 +330,10 @@ TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
   ScopedEnv env("SLUICE_TEST_HOST", "db.internal");
   EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
             "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password");
+            "storage.mysql.password, sinks[*].url");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
             "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password");
+            "storage.mysql.password, sinks[*].url");
 }
 
 TEST(LoadConfigErrors, MalformedSecretReference) {
@@ -400,7 +422,10 @@ TEST(LoadConfigErrors, HostileInputNeverThrows) {
        {std::string("? [a, b]\n: 1\n"), std::string("storage: &x {mysql: *x}\n"),
         std::string("\t- tab\n"), std::string("storage:\n  mysql: {port: !!binary AAAA}\n"),
         std::string("entities: {~: {partitions: 1}}\n"), std::string("\x01\xff\xfe garbage: ["),
-        std::string("storage: {mysql: {\"ho\\nst\": 1}}\n"), deep}) {
+        std::string("storage: {mysql: {\"ho\\nst\": 1}}\n"), std::string("sinks: &s [*s]\n"),
+        std::string("sinks: [&m {type: mysql, columns: {c: *m}, fields: *m}]\n"),
+        std::string("sinks: [{type: redis, fields: {? [a]: b}, url: {a: 1}, key: \"{\"}]\n"),
+        deep}) {
     Result<Config> r = Config{};
     EXPECT_NO_THROW(r = LoadConfigFromString(text, kFile)) << text;
     ASSERT_FALSE(r.ok()) << text;
@@ -505,7 +530,34 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  read_threads: 4\n"
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"
-            "  allow_weak_durability: false\n");
+            "  allow_weak_durability: false\n"
+            "engine:\n"
+            "  offset_flush_interval: 1s\n"
+            "  batch_max: 5000\n"
+            "  idle_poll_max: 50ms\n"
+            "  retry_backoff_max: 5s\n"
+            "  inflight_batches: 4\n"
+            "sinks:\n"
+            "  - name: account_cache\n"
+            "    type: redis\n"
+            "    entity: account\n"
+            "    on_error: dead_letter\n"
+            "    batch_max: 1000\n"
+            "    url: redis://127.0.0.1:16379/0\n"
+            "    key: account:{id}\n"
+            "    format: json\n"
+            "    ttl: 0s\n"
+            "    tombstone_ttl: 24h\n"
+            "  - name: account_table\n"
+            "    type: mysql\n"
+            "    entity: account\n"
+            "    on_error: dead_letter\n"
+            "    batch_max: 1000\n"
+            "    table: account_view\n"
+            "    columns:\n"
+            "      owner: {pointer: /owner, type: TEXT}\n"
+            "      balance: {pointer: /balance, type: TEXT}\n"
+            "    auto_create: true\n");
 
   Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -525,6 +577,533 @@ TEST(Redacted, BracketsIpv6ListenHostsAndKeepsSubSecondDurations) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->writer.listen_host, "::1");
   EXPECT_EQ(again->mysql.connect_timeout, std::chrono::milliseconds(1500));
+}
+
+// ---- engine and sinks ----
+
+// kValid plus `sinks:` and then `items` (which start on line 11).
+std::string WithSinks(const std::string& items) { return std::string(kValid) + "sinks:\n" + items; }
+
+// Three valid sinks; tests replace one line of it.
+constexpr char kSinks[] = R"yaml(sinks:
+  - name: account_cache
+    type: redis
+    entity: account
+    url: redis://127.0.0.1:16379/0
+    key: "account:{id}"
+  - name: account-hash
+    type: redis
+    entity: account
+    on_error: stop
+    batch_max: 200
+    url: "redis://:p@ss:w/rd@cache.internal:6380/15"
+    key: "{type}/{id}"
+    format: hash
+    fields: {owner: /owner/name, balance: /balance, Total_2: ""}
+    ttl: 10m
+    tombstone_ttl: 48h
+  - name: account_table
+    type: mysql
+    entity: account
+    database: other_db
+    table: account_view
+    columns:
+      owner: /owner/name
+      note: {pointer: /note, type: "varchar(8)"}
+      a_b: /a~1b/~0c
+      amount: {pointer: /amount, type: "decimal(12,2)"}
+      seen: {type: datetime(3), pointer: /seen}
+    auto_create: false
+)yaml";
+
+// kValid + kSinks with its line `from` replaced by `to`.
+std::string SinksWith(const std::string& from, const std::string& to) {
+  std::string s = std::string(kValid) + kSinks;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(Sinks, ReadsEveryKeyInFileOrder) {
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + kSinks, kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->sinks.size(), 3u);
+
+  const SinkConfig& json = r->sinks[0];
+  EXPECT_EQ(json.name, "account_cache");
+  EXPECT_EQ(json.type, "redis");
+  EXPECT_EQ(json.entity, "account");
+  EXPECT_EQ(json.on_error, OnError::kDeadLetter);
+  EXPECT_EQ(json.batch_max, 1000u);
+  EXPECT_EQ(json.origin, "t.yaml:11:5");
+  EXPECT_EQ(json.redis.url, "redis://127.0.0.1:16379/0");
+  EXPECT_FALSE(json.redis.url_from_secret);
+  EXPECT_EQ(json.redis.key, "account:{id}");
+  EXPECT_EQ(json.redis.format, RedisSinkConfig::Format::kJson);
+  EXPECT_TRUE(json.redis.fields.empty());
+  EXPECT_EQ(json.redis.ttl, std::chrono::milliseconds(0));
+  EXPECT_EQ(json.redis.tombstone_ttl, std::chrono::hours(24));
+  EXPECT_TRUE(json.mysql.table.empty());
+  EXPECT_TRUE(json.mysql.columns.empty());
+
+  const SinkConfig& hash = r->sinks[1];
+  EXPECT_EQ(hash.name, "account-hash");
+  EXPECT_EQ(hash.on_error, OnError::kStop);
+  EXPECT_EQ(hash.batch_max, 200u);
+  EXPECT_EQ(hash.origin, "t.yaml:16:5");
+  EXPECT_EQ(hash.redis.url, "redis://:p@ss:w/rd@cache.internal:6380/15");
+  EXPECT_EQ(hash.redis.key, "{type}/{id}");
+  EXPECT_EQ(hash.redis.format, RedisSinkConfig::Format::kHash);
+  ASSERT_EQ(hash.redis.fields.size(), 3u);
+  EXPECT_EQ(hash.redis.fields[0].name, "owner");
+  EXPECT_EQ(hash.redis.fields[0].pointer, "/owner/name");
+  EXPECT_EQ(hash.redis.fields[0].sql_type, "");
+  EXPECT_EQ(hash.redis.fields[1].name, "balance");
+  EXPECT_EQ(hash.redis.fields[1].pointer, "/balance");
+  EXPECT_EQ(hash.redis.fields[2].name, "Total_2");
+  EXPECT_EQ(hash.redis.fields[2].pointer, "");
+  EXPECT_EQ(hash.redis.ttl, std::chrono::minutes(10));
+  EXPECT_EQ(hash.redis.tombstone_ttl, std::chrono::hours(48));
+
+  const SinkConfig& table = r->sinks[2];
+  EXPECT_EQ(table.name, "account_table");
+  EXPECT_EQ(table.type, "mysql");
+  EXPECT_EQ(table.origin, "t.yaml:27:5");
+  EXPECT_EQ(table.mysql.database, "other_db");
+  EXPECT_EQ(table.mysql.table, "account_view");
+  EXPECT_FALSE(table.mysql.auto_create);
+  ASSERT_EQ(table.mysql.columns.size(), 5u);
+  const std::vector<std::array<std::string, 3>> columns = {
+      {"owner", "/owner/name", "TEXT"},
+      {"note", "/note", "VARCHAR(8)"},
+      {"a_b", "/a~1b/~0c", "TEXT"},
+      {"amount", "/amount", "DECIMAL(12,2)"},
+      {"seen", "/seen", "DATETIME(3)"}};
+  for (size_t i = 0; i < columns.size(); ++i) {
+    EXPECT_EQ(table.mysql.columns[i].name, columns[i][0]);
+    EXPECT_EQ(table.mysql.columns[i].pointer, columns[i][1]);
+    EXPECT_EQ(table.mysql.columns[i].sql_type, columns[i][2]);
+  }
+  const RedisSinkConfig redis_defaults;
+  EXPECT_EQ(table.redis.url, redis_defaults.url);
+  EXPECT_TRUE(table.redis.fields.empty());
+}
+
+TEST(Sinks, EngineAndSinksAreOptional) {
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + "engine:\nsinks:\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const EngineConfig defaults;
+  EXPECT_EQ(r->engine.offset_flush_interval, defaults.offset_flush_interval);
+  EXPECT_EQ(r->engine.batch_max, defaults.batch_max);
+  EXPECT_EQ(r->engine.idle_poll_max, defaults.idle_poll_max);
+  EXPECT_EQ(r->engine.retry_backoff_max, defaults.retry_backoff_max);
+  EXPECT_EQ(r->engine.inflight_batches, defaults.inflight_batches);
+  EXPECT_TRUE(r->sinks.empty());
+  EXPECT_NE(r->Redacted().find("sinks: []\n"), std::string::npos) << r->Redacted();
+}
+
+TEST(Sinks, ReadsEngineKeys) {
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + R"(engine:
+  offset_flush_interval: 10ms
+  batch_max: 100000
+  idle_poll_max: 10s
+  retry_backoff_max: 10m
+  inflight_batches: 64
+)",
+                                          kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->engine.offset_flush_interval, std::chrono::milliseconds(10));
+  EXPECT_EQ(r->engine.batch_max, 100000u);
+  EXPECT_EQ(r->engine.idle_poll_max, std::chrono::seconds(10));
+  EXPECT_EQ(r->engine.retry_backoff_max, std::chrono::minutes(10));
+  EXPECT_EQ(r->engine.inflight_batches, 64u);
+}
+
+TEST(Sinks, SinksMayComeBeforeTheEntitiesAndStorageTheyReferTo) {
+  Result<Config> r = LoadConfigFromString(R"(sinks:
+  - {name: a, type: mysql, entity: order, table: t, columns: {x: /x}}
+  - {name: b, type: mysql, entity: order, database: other, table: t, columns: {x: /x}}
+entities: {order: {partitions: 1}}
+storage: {mysql: {database: main}}
+)",
+                                          kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks[0].mysql.database, "");  // the storage database
+  EXPECT_EQ(r->sinks[1].mysql.database, "other");
+}
+
+TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
+  EXPECT_EQ(Errors(SinksWith("tombstone_ttl: 48h", "tombstone_tll: 48h")),
+            "t.yaml:26:5: sinks[1].tombstone_tll: unknown key (did you mean \"tombstone_ttl\"?)");
+  // Keys of the other sink type are never suggested.
+  EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
+            "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
+            "on_error, batch_max, url, key, format, fields, ttl, tombstone_ttl)");
+  EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
+            "t.yaml:27:5: sinks[2].table: required key is missing\n"
+            "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");
+}
+
+TEST(SinkErrors, MissingRequiredKeys) {
+  EXPECT_EQ(Errors(WithSinks("  - {type: redis, entity: account}\n")),
+            "t.yaml:11:5: sinks[0].name: required key is missing");
+  EXPECT_EQ(Errors(WithSinks("  - name: c\n")),
+            "t.yaml:11:5: sinks[0].type: required key is missing\n"
+            "t.yaml:11:5: sinks[0].entity: required key is missing");
+  EXPECT_EQ(Errors(WithSinks("  - {name: t, type: mysql, entity: account, columns: {a: /a}}\n")),
+            "t.yaml:11:5: sinks[0].table: required key is missing");
+  EXPECT_EQ(Errors(WithSinks("  - {name: t, type: mysql, entity: account, table: t}\n")),
+            "t.yaml:11:5: sinks[0].columns: required key is missing");
+  EXPECT_EQ(Errors(WithSinks(
+                "  - {name: t, type: mysql, entity: account, table: t, columns:}\n")),
+            "t.yaml:11:55: sinks[0].columns: must be a mapping from column name to JSON pointer (or "
+            "to {pointer: ..., type: ...}) with at least one entry, got an empty value");
+}
+
+TEST(SinkErrors, WrongShapes) {
+  EXPECT_EQ(Errors(std::string(kValid) + "sinks: {name: c}\n"),
+            "t.yaml:10:8: sinks: must be a sequence of sinks, got a mapping");
+  EXPECT_EQ(Errors(WithSinks("  - account_cache\n  -\n")),
+            "t.yaml:11:5: sinks[0]: must be a mapping, got \"account_cache\"\n"
+            // yaml-cpp places an empty item where the next token starts.
+            "t.yaml:13:1: sinks[1]: must be a mapping, got an empty value");
+  EXPECT_EQ(Errors(std::string(kValid) + "engine: [1s]\n"),
+            "t.yaml:10:9: engine: must be a mapping, got a sequence");
+}
+
+TEST(SinkErrors, DuplicateSinkNameNamesTheFirstLine) {
+  EXPECT_EQ(Errors(SinksWith("name: account_table", "name: account_cache")),
+            "t.yaml:27:11: sinks[2].name: duplicate sink name \"account_cache\" (first given on "
+            "line 11)");
+}
+
+TEST(SinkErrors, BadSinkName) {
+  EXPECT_EQ(Errors(SinksWith("name: account_table", "name: Account_Table")),
+            "t.yaml:27:11: sinks[2].name: must be a name matching [a-z][a-z0-9_-]{0,63}, got "
+            "\"Account_Table\"");
+}
+
+TEST(SinkErrors, UnknownTypeListsTheKnownOnes) {
+  // The keys of an unknown type cannot be checked; other keys still are.
+  EXPECT_EQ(Errors(WithSinks("  - {name: c, type: kafka, entity: account, topic: x, table: t}\n")),
+            "t.yaml:11:21: sinks[0].type: unknown sink type \"kafka\" (expected one of: redis, "
+            "mysql)\n"
+            "t.yaml:11:45: sinks[0].topic: unknown key (expected one of: name, type, entity, "
+            "on_error, batch_max, url, key, format, fields, ttl, tombstone_ttl, table, database, "
+            "columns, auto_create)");
+}
+
+TEST(SinkErrors, UnknownEntitySuggestsTheClosestName) {
+  EXPECT_EQ(Errors(SinksWith("    entity: account\n    on_error",
+                             "    entity: acount\n    on_error")),
+            "t.yaml:18:13: sinks[1].entity: unknown entity type \"acount\" (did you mean "
+            "\"account\"?)");
+  EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: zebra}\n")),
+            "t.yaml:11:36: sinks[0].entity: unknown entity type \"zebra\" (expected one of: "
+            "account)");
+}
+
+TEST(SinkErrors, RedisKeyNeedsId) {
+  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"account:\"")),
+            "t.yaml:15:10: sinks[0].key: must contain {id}, got \"account:\"");
+  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"{type}:{name}\"")),
+            "t.yaml:15:10: sinks[0].key: unknown placeholder \"{name}\" (only {id} and {type} are "
+            "replaced), got \"{type}:{name}\"");
+  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"a:{id\"")),
+            "t.yaml:15:10: sinks[0].key: unknown placeholder \"{id\" (only {id} and {type} are "
+            "replaced), got \"a:{id\"");
+  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"a}:{id}\"")),
+            "t.yaml:15:10: sinks[0].key: has a } without a matching {, got \"a}:{id}\"");
+}
+
+TEST(SinkErrors, FieldsOnlyWithHashFormat) {
+  EXPECT_EQ(Errors(SinksWith("format: hash", "format: json")),
+            "t.yaml:24:5: sinks[1].fields: only for format: hash (this sink stores each entity "
+            "as one JSON string)");
+  EXPECT_EQ(Errors(SinksWith("    format: hash\n", "")),
+            "t.yaml:23:5: sinks[1].fields: only for format: hash (this sink stores each entity "
+            "as one JSON string)");
+  // A bad format is reported once, not also at fields.
+  EXPECT_EQ(Errors(SinksWith("format: hash", "format: hashes")),
+            "t.yaml:23:13: sinks[1].format: must be json or hash, got \"hashes\"");
+  EXPECT_EQ(Errors(SinksWith("fields: {owner: /owner/name, balance: /balance, Total_2: \"\"}",
+                             "fields: {}")),
+            "t.yaml:24:13: sinks[1].fields: must be a mapping from field name to JSON pointer "
+            "with at least one entry, got an empty mapping");
+}
+
+TEST(SinkErrors, BadJsonPointer) {
+  EXPECT_EQ(Errors(SinksWith("owner: /owner/name,", "owner: owner/name,")),
+            "t.yaml:24:21: sinks[1].fields.owner: must be a JSON pointer (RFC 6901) such as "
+            "/owner/name, got \"owner/name\"");
+  EXPECT_EQ(Errors(SinksWith("a_b: /a~1b/~0c", "a_b: /a~b")),
+            "t.yaml:35:12: sinks[2].columns.a_b: must be a JSON pointer (RFC 6901), in which ~ "
+            "is only allowed as ~0 or ~1, got \"/a~b\"");
+  EXPECT_EQ(Errors(SinksWith("a_b: /a~1b/~0c", "a_b: /a~")),
+            "t.yaml:35:12: sinks[2].columns.a_b: must be a JSON pointer (RFC 6901), in which ~ "
+            "is only allowed as ~0 or ~1, got \"/a~\"");
+  EXPECT_EQ(Errors(SinksWith("{pointer: /note,", "{pointer: [note],")),
+            "t.yaml:34:23: sinks[2].columns.note.pointer: must be a JSON pointer (RFC 6901) such "
+            "as /owner/name, got a sequence");
+}
+
+TEST(SinkErrors, BadRedisUrl) {
+  const std::string prefix =
+      "t.yaml:14:10: sinks[0].url: must be a URL of the form "
+      "redis://[:password@]host[:port][/db]: ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://127.0.0.1:6379/0", "the scheme must be redis://"},
+      {"rediss://127.0.0.1", "the scheme must be redis://"},
+      {"redis://127.0.0.1:0/0", "the port must be between 1 and 65535"},
+      {"redis://127.0.0.1:65536/0", "the port must be between 1 and 65535"},
+      {"redis://127.0.0.1:/0", "the port must be between 1 and 65535"},
+      {"redis://:6379/0", "the host is empty"},
+      {"redis:///0", "the host is empty"},
+      {"redis://127.0.0.1/16", "the database after / must be a number between 0 and 15"},
+      {"redis://127.0.0.1/", "the database after / must be a number between 0 and 15"},
+      {"redis://127.0.0.1/0?timeout=1", "the database after / must be a number between 0 and 15"},
+      {"redis://user:pw@127.0.0.1",
+       "a user name is not supported; write the password as :password@"},
+      {"redis://:@127.0.0.1", "the password after ':' is empty"},
+      {"redis://[::1:6379", "the IPv6 host has no closing ]"},
+      {"redis://a b:6379", "the host is not a valid host name or IP address"},
+  };
+  for (const auto& [url, why] : cases) {
+    EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"" + url + "\"")),
+              prefix + why)
+        << url;
+  }
+  for (const std::string url : {"redis://localhost", "redis://[::1]:6380/2", "redis://[::1]",
+                                "redis://:a@b@h_1.example:1/0"}) {
+    EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"" + url + "\"")), "")
+        << url;
+  }
+  // The URL is never quoted back: it may hold a password.
+  const std::string errors =
+      Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"redis://:hunter2@h:99999/0\""));
+  EXPECT_EQ(errors, prefix + "the port must be between 1 and 65535");
+}
+
+TEST(SinkErrors, MysqlTableNames) {
+  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: ev_account_0")),
+            "t.yaml:31:12: sinks[2].table: table names starting with ev_ or sluice_ are reserved "
+            "for sluice's own tables, got \"ev_account_0\"");
+  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: Sluice_offsets")),
+            "t.yaml:31:12: sinks[2].table: table names starting with ev_ or sluice_ are reserved "
+            "for sluice's own tables, got \"Sluice_offsets\"");
+  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: 1view")),
+            "t.yaml:31:12: sinks[2].table: must be a table name matching "
+            "[A-Za-z_][A-Za-z0-9_]{0,63}, got \"1view\"");
+  EXPECT_EQ(Errors(SinksWith("database: other_db", "database: other-db")),
+            "t.yaml:30:15: sinks[2].database: must be a name matching [A-Za-z0-9_]{1,64}, got "
+            "\"other-db\"");
+}
+
+TEST(SinkErrors, TwoMysqlSinksOnOneTable) {
+  // No database means the storage database, sluice_demo; names ignore case.
+  EXPECT_EQ(Errors(WithSinks(
+                "  - {name: a, type: mysql, entity: account, table: View, columns: {x: /x}}\n"
+                "  - {name: b, type: mysql, entity: account, table: view, database: sluice_demo,\n"
+                "     columns: {x: /x}}\n")),
+            "t.yaml:12:52: sinks[1].table: table sluice_demo.view is already written by sink "
+            "\"a\" (line 11)");
+  EXPECT_EQ(Errors(WithSinks(
+                "  - {name: a, type: mysql, entity: account, table: view, columns: {x: /x}}\n"
+                "  - {name: b, type: mysql, entity: account, table: view, database: other,\n"
+                "     columns: {x: /x}}\n")),
+            "");
+}
+
+TEST(SinkErrors, ReservedColumnAndFieldNames) {
+  EXPECT_EQ(Errors(SinksWith("      owner: /owner/name", "      _version: /owner/name")),
+            "t.yaml:33:7: sinks[2].columns._version: column names starting with _ are reserved "
+            "for sluice (_version, _deleted)");
+  EXPECT_EQ(Errors(SinksWith("      owner: /owner/name", "      ID: /owner/name")),
+            "t.yaml:33:7: sinks[2].columns.ID: the column name id is reserved for the primary "
+            "key (the entity id)");
+  EXPECT_EQ(Errors(SinksWith("      owner: /owner/name", "      Note: /owner/name")),
+            "t.yaml:34:7: sinks[2].columns.note: duplicate column (MySQL column names ignore "
+            "case; first given on line 33)");
+  EXPECT_EQ(Errors(SinksWith("      owner: /owner/name", "      owner-name: /owner/name")),
+            "t.yaml:33:7: sinks[2].columns.owner-name: column names must match "
+            "[A-Za-z_][A-Za-z0-9_]{0,63}");
+  EXPECT_EQ(Errors(SinksWith("{owner: /owner/name,", "{_owner: /owner/name,")),
+            "t.yaml:24:14: sinks[1].fields._owner: field names starting with _ are reserved for "
+            "sluice (_version, _deleted)");
+  // "id" is a fine hash field.
+  EXPECT_EQ(Errors(SinksWith("{owner: /owner/name,", "{id: /owner/name,")), "");
+}
+
+TEST(SinkErrors, BadColumnType) {
+  const std::string prefix =
+      "t.yaml:34:36: sinks[2].columns.note.type: must be one of TEXT, MEDIUMTEXT, LONGTEXT, "
+      "JSON, VARCHAR(N), CHAR(N), [TINY|SMALL|BIG]INT [UNSIGNED], DECIMAL(M,D), DOUBLE, "
+      "BOOLEAN, DATETIME[(N)], got ";
+  for (const std::string bad : {"VARCHAR(8); DROP TABLE x", "VARCHAR", "varchar(123456)",
+                                "DECIMAL(2,5)", "DATETIME(7)", "INT  UNSIGNED", "BLOB"}) {
+    EXPECT_EQ(Errors(SinksWith("type: \"varchar(8)\"", "type: \"" + bad + "\"")),
+              prefix + "\"" + bad + "\"");
+  }
+  for (const std::string good : {"text", "JSON", "bigint unsigned", "TinyInt", "char(3)",
+                                 "DOUBLE", "boolean", "DATETIME", "decimal(5,5)", "LONGTEXT"}) {
+    Result<Config> r =
+        LoadConfigFromString(SinksWith("type: \"varchar(8)\"", "type: \"" + good + "\""), kFile);
+    ASSERT_TRUE(r.ok()) << good << ": " << r.status().ToString();
+    std::string upper = good;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(r->sinks[2].mysql.columns[1].sql_type, upper);
+  }
+}
+
+TEST(SinkErrors, KeysOfTheOtherSinkType) {
+  EXPECT_EQ(Errors(SinksWith("    auto_create: false", "    key: \"{id}\"")),
+            "t.yaml:38:5: sinks[2].key: only for redis sinks (this sink is type mysql)");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    table: t")),
+            "t.yaml:25:5: sinks[1].table: only for mysql sinks (this sink is type redis)");
+}
+
+TEST(SinkErrors, BadOnError) {
+  EXPECT_EQ(Errors(SinksWith("on_error: stop", "on_error: ignore")),
+            "t.yaml:19:15: sinks[1].on_error: must be dead_letter or stop, got \"ignore\"");
+}
+
+TEST(SinkErrors, OutOfRange) {
+  EXPECT_EQ(Errors(SinksWith("batch_max: 200", "batch_max: 100001")),
+            "t.yaml:20:16: sinks[1].batch_max: must be an integer between 1 and 100000, got "
+            "\"100001\"");
+  EXPECT_EQ(Errors(SinksWith("tombstone_ttl: 48h", "tombstone_ttl: 999ms")),
+            "t.yaml:26:20: sinks[1].tombstone_ttl: must be between 1s and 8760h, got \"999ms\"");
+  EXPECT_EQ(Errors(SinksWith("ttl: 10m", "ttl: 8761h")),
+            "t.yaml:25:10: sinks[1].ttl: must be between 0s and 8760h, got \"8761h\"");
+  EXPECT_EQ(Errors(SinksWith("ttl: 10m", "ttl: 0s")), "");
+}
+
+TEST(SinkErrors, EngineValuesOutOfRange) {
+  EXPECT_EQ(Errors(std::string(kValid) + R"(engine:
+  offset_flush_interval: 5ms
+  batch_max: 0
+  idle_poll_max: 11s
+  retry_backoff_max: 11m
+  inflight_batches: 65
+  idle_pol_max: 2s
+)"),
+            "t.yaml:11:26: engine.offset_flush_interval: must be between 10ms and 1m, got "
+            "\"5ms\"\n"
+            "t.yaml:12:14: engine.batch_max: must be an integer between 1 and 100000, got \"0\"\n"
+            "t.yaml:13:18: engine.idle_poll_max: must be between 1ms and 10s, got \"11s\"\n"
+            "t.yaml:14:22: engine.retry_backoff_max: must be between 10ms and 10m, got \"11m\"\n"
+            "t.yaml:15:21: engine.inflight_batches: must be an integer between 1 and 64, got "
+            "\"65\"\n"
+            "t.yaml:16:3: engine.idle_pol_max: unknown key (did you mean \"idle_poll_max\"?)");
+}
+
+TEST(SinkErrors, EveryProblemIsReportedTogetherInFileOrder) {
+  EXPECT_EQ(Errors(R"(sinks:
+  - name: c
+    type: redis
+    entity: acount
+    key: "{type}"
+    table: t
+  - name: c
+    type: mysql
+    entity: account
+    table: sluice_x
+    columns: {id: /id, v: v}
+entities:
+  account: {partitions: 1}
+storage: {mysql: {}}
+)"),
+            "t.yaml:4:13: sinks[0].entity: unknown entity type \"acount\" (did you mean "
+            "\"account\"?)\n"
+            "t.yaml:5:10: sinks[0].key: must contain {id}, got \"{type}\"\n"
+            "t.yaml:6:5: sinks[0].table: only for mysql sinks (this sink is type redis)\n"
+            "t.yaml:7:11: sinks[1].name: duplicate sink name \"c\" (first given on line 2)\n"
+            "t.yaml:10:12: sinks[1].table: table names starting with ev_ or sluice_ are reserved "
+            "for sluice's own tables, got \"sluice_x\"\n"
+            "t.yaml:11:15: sinks[1].columns.id: the column name id is reserved for the primary "
+            "key (the entity id)\n"
+            "t.yaml:11:27: sinks[1].columns.v: must be a JSON pointer (RFC 6901) such as "
+            "/owner/name, got \"v\"");
+}
+
+TEST(SinkErrors, NoEntityErrorsWhenTheEntitiesSectionIsMissing) {
+  EXPECT_EQ(Errors("storage: {mysql: {}}\nsinks:\n  - {name: c, type: redis, entity: x}\n"),
+            "t.yaml:1:1: entities: required key is missing");
+}
+
+TEST(Secrets, RedisUrlFromTheEnvironmentIsResolvedAndRedacted) {
+  constexpr char kPassword[] = "s3cr3t-Redis-7";
+  const std::string url = std::string("redis://:") + kPassword + "@cache:6379/1";
+  ScopedEnv env("SLUICE_TEST_REDIS_URL", url.c_str());
+  Result<Config> r = LoadConfigFromString(
+      SinksWith("url: redis://127.0.0.1:16379/0", "url: \"${env:SLUICE_TEST_REDIS_URL}\""), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks[0].redis.url, url);
+  EXPECT_TRUE(r->sinks[0].redis.url_from_secret);
+  const std::string redacted = r->Redacted();
+  EXPECT_EQ(redacted.find(kPassword), std::string::npos) << redacted;
+  EXPECT_EQ(redacted.find("cache:6379"), std::string::npos) << redacted;
+  // Both Redis sinks: the first from a secret, the second holds a password.
+  size_t hidden = 0;
+  for (size_t at = 0; (at = redacted.find("url: <redacted>\n", at)) != std::string::npos; ++at) {
+    ++hidden;
+  }
+  EXPECT_EQ(hidden, 2u) << redacted;
+  EXPECT_EQ(redacted.find("p@ss:w/rd"), std::string::npos) << redacted;
+
+  // A secret without a password is hidden too; a literal one is shown.
+  ScopedEnv plain("SLUICE_TEST_REDIS_URL", "redis://cache:6379/1");
+  r = LoadConfigFromString(
+      std::string(kValid) + "sinks:\n"
+          "  - {name: a, type: redis, entity: account, url: \"${env:SLUICE_TEST_REDIS_URL}\"}\n"
+          "  - {name: b, type: redis, entity: account, url: \"redis://cache:6379/2\"}\n",
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->Redacted().find("url: <redacted>\n"), std::string::npos) << r->Redacted();
+  EXPECT_EQ(r->Redacted().find("cache:6379/1"), std::string::npos) << r->Redacted();
+  EXPECT_NE(r->Redacted().find("url: redis://cache:6379/2\n"), std::string::npos) << r->Redacted();
+}
+
+TEST(Secrets, BadRedisUrlFromASecretIsNotShown) {
+  constexpr char kPassword[] = "s3cr3t-Redis-8";
+  const std::string url = std::string("http://:") + kPassword + "@cache";
+  ScopedEnv env("SLUICE_TEST_REDIS_URL", url.c_str());
+  const std::string errors = Errors(
+      SinksWith("url: redis://127.0.0.1:16379/0", "url: \"${env:SLUICE_TEST_REDIS_URL}\""));
+  EXPECT_EQ(errors,
+            "t.yaml:14:10: sinks[0].url: must be a URL of the form "
+            "redis://[:password@]host[:port][/db]: the scheme must be redis://");
+  ScopedEnv unset("SLUICE_TEST_REDIS_URL", nullptr);
+  EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0",
+                             "url: \"${env:SLUICE_TEST_REDIS_URL}\"")),
+            "t.yaml:14:10: sinks[0].url: environment variable SLUICE_TEST_REDIS_URL is not set");
+  EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: [a]")),
+            "t.yaml:14:10: sinks[0].url: must be a string, got a sequence");
+}
+
+TEST(Redacted, SinksLoadBack) {
+  // Without the password URL (Redacted() hides it), everything loads back.
+  Result<Config> ok = LoadConfigFromString(
+      SinksWith("url: \"redis://:p@ss:w/rd@cache.internal:6380/15\"",
+                "url: \"redis://[::1]:6380/15\"") +
+          "engine: {idle_poll_max: 1500ms, retry_backoff_max: 1m}\n",
+      kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  const std::string redacted = ok->Redacted();
+  EXPECT_NE(redacted.find("    key: \"{type}/{id}\"\n"), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("      Total_2: \"\"\n"), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("      note: {pointer: /note, type: VARCHAR(8)}\n"), std::string::npos)
+      << redacted;
+  Result<Config> again = LoadConfigFromString(redacted, "redacted.yaml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << redacted;
+  EXPECT_EQ(again->Redacted(), redacted);
+  ASSERT_EQ(again->sinks.size(), 3u);
+  EXPECT_EQ(again->sinks[1].redis.url, "redis://[::1]:6380/15");
+  EXPECT_EQ(again->sinks[1].redis.fields[2].pointer, "");
+  EXPECT_EQ(again->sinks[2].mysql.columns[2].pointer, "/a~1b/~0c");
+  EXPECT_EQ(again->sinks[2].mysql.database, "other_db");
+  EXPECT_EQ(again->engine.idle_poll_max, std::chrono::milliseconds(1500));
 }
 
 }  // namespace
