@@ -1,0 +1,43 @@
+// The redis sink's key template ("{type}:{id}" by default): builds the key of
+// an entity, the SCAN pattern that matches every such key, and the entity id
+// back from a key. An immutable value; safe to share between threads.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sluice::connectors::redis {
+
+// Suffix appended to an entity's value key to name its tombstone key.
+inline constexpr std::string_view kTombstoneSuffix = ":_tomb";
+
+class KeyTemplate {
+ public:
+  // `{type}` is replaced by `type` once here; `{id}` must occur at least once
+  // (InvalidArgument otherwise). Every other character is literal.
+  static Result<KeyTemplate> Parse(std::string_view key_template, std::string_view type);
+
+  // Appends the key of entity `id` to out (no allocation beyond out's growth).
+  void AppendKey(std::string& out, std::string_view id) const;
+  std::string Key(std::string_view id) const;
+
+  // A SCAN MATCH glob matching every key of this template: `{id}` becomes `*`,
+  // glob characters of the literal parts are backslash-escaped.
+  std::string ScanPattern() const;
+
+  // The id whose key is `key`, or nullopt when no id yields exactly this key.
+  // The result views into `key`.
+  std::optional<std::string_view> IdOf(std::string_view key) const;
+
+ private:
+  KeyTemplate() = default;
+  // The literal text around the n occurrences of {id}: n + 1 parts.
+  std::vector<std::string> literals_;
+  size_t literal_size_ = 0;
+};
+
+}  // namespace sluice::connectors::redis

@@ -1,0 +1,83 @@
+#include "connectors/redis/redis_url.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::connectors::redis {
+namespace {
+
+TEST(ParseRedisUrl, HostPortDb) {
+  auto ep = ParseRedisUrl("redis://127.0.0.1:16379/3");
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_EQ(ep->host, "127.0.0.1");
+  EXPECT_EQ(ep->port, 16379);
+  EXPECT_EQ(ep->db, 3);
+  EXPECT_EQ(ep->password, "");
+  EXPECT_EQ(ep->username, "");
+}
+
+TEST(ParseRedisUrl, DefaultsPortAndDb) {
+  for (const char* url : {"redis://cache.local", "redis://cache.local/"}) {
+    auto ep = ParseRedisUrl(url);
+    ASSERT_TRUE(ep.ok()) << url;
+    EXPECT_EQ(ep->host, "cache.local");
+    EXPECT_EQ(ep->port, 6379);
+    EXPECT_EQ(ep->db, 0);
+  }
+}
+
+TEST(ParseRedisUrl, PasswordAndUser) {
+  auto ep = ParseRedisUrl("redis://:s3cr%40t@h:1/0");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->username, "");
+  EXPECT_EQ(ep->password, "s3cr@t");
+  EXPECT_EQ(ep->host, "h");
+
+  ep = ParseRedisUrl("redis://app:p:w@h");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->username, "app");
+  EXPECT_EQ(ep->password, "p:w");
+
+  // An unencoded '@' in the password: the last '@' ends the user info.
+  ep = ParseRedisUrl("redis://:a@b@h:2");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->password, "a@b");
+  EXPECT_EQ(ep->host, "h");
+  EXPECT_EQ(ep->port, 2);
+}
+
+TEST(ParseRedisUrl, Ipv6) {
+  auto ep = ParseRedisUrl("redis://[::1]:7000/1");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->host, "::1");
+  EXPECT_EQ(ep->port, 7000);
+  EXPECT_EQ(ep->db, 1);
+  EXPECT_EQ(ep->Describe(), "[::1]:7000/1");
+}
+
+TEST(ParseRedisUrl, DescribeNeverShowsThePassword) {
+  auto ep = ParseRedisUrl("redis://u:hunter2@h:1/2");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->Describe(), "h:1/2");
+}
+
+TEST(ParseRedisUrl, RejectsMalformed) {
+  for (const char* url : {"", "http://h:1", "rediss://h:1", "redis://", "redis://:1", "redis://h:", "redis://h:0",
+                          "redis://h:65536", "redis://h:12x", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/0?x=1",
+                          "redis://h:1/0#f", "redis://pw@h:1", "redis://[::1", "redis://[::1]x", "redis://:%zz@h",
+                          "redis://:%4@h", "redis://h:1/0/1"}) {
+    auto ep = ParseRedisUrl(url);
+    EXPECT_FALSE(ep.ok()) << url;
+    if (!ep.ok()) {
+      EXPECT_EQ(ep.status().code(), StatusCode::kInvalidArgument) << url;
+    }
+  }
+}
+
+TEST(ParseRedisUrl, ErrorsDoNotEchoThePassword) {
+  auto ep = ParseRedisUrl("redis://:topsecret@h:99999");
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().message().find("topsecret"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::connectors::redis
