@@ -237,13 +237,19 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
       return kExitFailure;
     }
     std::string types;
-    for (const auto& [t, e] : cfg->entities) types += (types.empty() ? "" : ", ") + t + "[" + std::to_string(e.partitions) + "]";
+    for (const auto& [t, e] : cfg->entities) {
+      if (!types.empty()) types += ", ";
+      types += t + "[" + std::to_string(e.partitions) + "]";
+    }
     std::printf("sluice %s: listening on http://%s:%u (entity types: %s)\n", name.c_str(),
                 cfg->writer.listen_host.c_str(), service->port(), types.c_str());
   }
   if (sync) {
     std::string sinks;
-    for (const auto& s : cfg->sinks) sinks += (sinks.empty() ? "" : ", ") + s.name + " (" + s.type + ")";
+    for (const auto& s : cfg->sinks) {
+      if (!sinks.empty()) sinks += ", ";
+      sinks += s.name + " (" + s.type + ")";
+    }
     std::printf("sluice %s: syncing %zu sink(s)%s%s\n", name.c_str(), cfg->sinks.size(), sinks.empty() ? "" : ": ",
                 sinks.c_str());
   }

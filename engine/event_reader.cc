@@ -53,7 +53,10 @@ Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& con
   std::vector<connectors::ChangeEvent> out;
   if (ids.empty()) return out;
   std::string in;
-  for (uint64_t id : ids) in += (in.empty() ? "" : ",") + std::to_string(id);
+  for (uint64_t id : ids) {
+    if (!in.empty()) in += ',';
+    in += std::to_string(id);
+  }
   const std::string q = std::string(kColumns) + sql::QuoteIdent(sql::EventTableName(type, partition)) +
                         " WHERE event_id IN (" + in + ") ORDER BY event_id";
   ASSIGN_OR_RETURN(auto rows, conn.Query(q));

@@ -1,9 +1,658 @@
 #include "connectors/mysql/mysql_sink.h"
 
-namespace sluice::connectors::mysql {
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
-Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config&) {
-  return FailedPrecondition("sink '" + sink.name + "': the mysql sink is being written");
+#include "core/json.h"
+#include "sql/connection.h"
+
+namespace sluice::connectors::mysql {
+namespace {
+
+// The sink's own columns; mapped columns may not reuse these names.
+constexpr std::string_view kOwnColumns[] = {"id", "_version", "_deleted", "_updated_at"};
+// Rows per query when Verify reads the view, to bound memory.
+constexpr size_t kVerifyChunkRows = 5000;
+// Bytes of ids and values per transaction. A batch beyond it is applied in
+// several transactions, so that no statement exceeds max_allowed_packet
+// (which the server answers by closing the connection, a retry loop).
+constexpr size_t kMaxChunkBytes = size_t{4} << 20;
+// What a row costs in a statement besides its values (quotes, commas, numbers).
+constexpr size_t kValueOverheadBytes = 8;
+// Longest value quoted in a Verify difference.
+constexpr size_t kDetailValueBytes = 60;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+void AppendUint(std::string& out, uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+std::optional<uint64_t> ParseUint(const std::optional<std::string>& s) {
+  if (!s) return std::nullopt;
+  uint64_t v = 0;
+  const auto r = std::from_chars(s->data(), s->data() + s->size(), v);
+  if (r.ec != std::errc() || r.ptr != s->data() + s->size()) return std::nullopt;
+  return v;
+}
+
+// MySQL's error number in a message of sql::Connection ("... (MySQL error
+// 1406, SQLSTATE 22001)"); 0 when there is none.
+int MysqlErrorCode(const Status& status) {
+  static constexpr std::string_view kMarker = "(MySQL error ";
+  const std::string& m = status.message();
+  const size_t p = m.rfind(kMarker);
+  if (p == std::string::npos) return 0;
+  int code = 0;
+  std::from_chars(m.data() + p + kMarker.size(), m.data() + m.size(), code);
+  return code;
+}
+
+std::string_view SqlState(const Status& status) {
+  static constexpr std::string_view kMarker = ", SQLSTATE ";
+  const std::string& m = status.message();
+  const size_t p = m.rfind(kMarker);
+  if (p == std::string::npos) return {};
+  return std::string_view(m).substr(p + kMarker.size(), 5);
+}
+
+// True when MySQL refused a value of the statement rather than the statement
+// itself: replaying the events one by one finds the offending ones.
+bool IsDataError(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+      return true;  // only this file makes it: a row beyond max_allowed_packet
+    case StatusCode::kAborted:
+      // The upsert is on the primary key, so a duplicate can only come from
+      // another unique key the operator added: that value is refused.
+      return !sql::DuplicateKeyName(status).empty();
+    case StatusCode::kInternal:
+      break;
+    default:
+      return false;
+  }
+  switch (MysqlErrorCode(status)) {
+    case 1048:  // column cannot be null
+    case 1264:  // out of range
+    case 1265:  // data truncated
+    case 1292:  // incorrect date/time value
+    case 1366:  // incorrect value for the column
+    case 1367:  // illegal value
+    case 1406:  // data too long
+    case 1411:  // incorrect value for a function
+    case 1452:  // foreign key
+    case 1690:  // value out of range
+    case 3140:  // invalid JSON (MySQL)
+    case 4025:  // CHECK constraint (MariaDB JSON columns too)
+      return true;
+    default:
+      break;
+  }
+  const std::string_view state = SqlState(status);
+  return state.starts_with("22") || state.starts_with("23");
+}
+
+// What the caller should do about a batch-level failure that is not about
+// one event's data: retry (unavailable) or fix the table (failed precondition).
+Status BatchFailure(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kFailedPrecondition:  // 1146 table dropped, 1049 database dropped
+      return status;
+    case StatusCode::kAborted:  // deadlock or lock wait timeout: nothing was applied
+      return Unavailable(status.message());
+    default:
+      break;
+  }
+  switch (MysqlErrorCode(status)) {
+    case 1044:  // access denied to the database
+    case 1045:  // access denied
+    case 1054:  // unknown column: the table was altered
+    case 1064:  // syntax error
+    case 1109:  // unknown table
+    case 1142:  // command denied on the table
+    case 1143:  // command denied on a column
+    case 1227:  // privilege missing
+      return FailedPrecondition(status.message());
+    default:
+      // Table full, disk full, read-only after a failover, out of memory...:
+      // the operator may need to act, but a later retry can succeed.
+      return Unavailable(status.message());
+  }
+}
+
+// Equal texts, or two spellings of one number (a DECIMAL or INT column gives
+// back its own form of the JSON number it stored).
+bool SameValue(const std::optional<std::string>& view, const std::optional<std::string>& want) {
+  if (view.has_value() != want.has_value()) return false;
+  if (!view || *view == *want) return true;
+  double a = 0;
+  double b = 0;
+  const auto ra = std::from_chars(view->data(), view->data() + view->size(), a);
+  const auto rb = std::from_chars(want->data(), want->data() + want->size(), b);
+  return ra.ec == std::errc() && rb.ec == std::errc() && ra.ptr == view->data() + view->size() &&
+         rb.ptr == want->data() + want->size() && std::isfinite(a) && a == b;
+}
+
+std::string Shown(const std::optional<std::string>& v) {
+  if (!v) return "NULL";
+  if (v->size() <= kDetailValueBytes) return "'" + *v + "'";
+  return "'" + v->substr(0, kDetailValueBytes) + "...' (" + std::to_string(v->size()) + " bytes)";
+}
+
+// One event of a batch. Its state is parsed only when the event is to be
+// written (stale and superseded events never need their columns), at most once.
+struct PreparedEvent {
+  const ChangeEvent* event = nullptr;
+  std::vector<std::optional<std::string>> values;  // per mapped column; all NULL for a delete
+  size_t bytes = 0;                                // a bound of what it adds to the statements
+  bool extracted = false;                          // `values` are filled
+  bool rejected = false;                           // its state cannot be read: rejected without SQL
+};
+
+class MysqlSink final : public Sink {
+ public:
+  MysqlSink(config::SinkConfig cfg, sql::ConnectParams params);
+
+  const std::string& name() const override { return cfg_.name; }
+  Capabilities capabilities() const override {
+    return Capabilities{.point_view = true, .can_push = true, .keeps_offsets = false};
+  }
+  Status Open() override;
+  ApplyResult Apply(std::span<const ChangeEvent> events) override;
+  Status Health() override;
+  void Close() override;
+  Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
+
+ private:
+  // Opens when not open or after a lost connection (once, without waiting).
+  Status EnsureOpen();
+  Status CheckOrCreateTable();
+  // Fills p.values from the state; false (and a rejection in `result`) when it cannot.
+  bool Extract(PreparedEvent& p, EventResult& result) const;
+  // One transaction; on a data error, one transaction per event.
+  Status ApplyChunk(std::span<PreparedEvent> chunk, std::span<EventResult> results);
+  // Decides and writes `chunk` in one transaction; rolls back on failure.
+  Status ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results);
+  void Rollback();
+  // "sink 'x' (db.t): doing: message" with the code the caller acts on.
+  Status Fail(const Status& status, std::string_view doing) const;
+  std::string Context() const { return "sink '" + cfg_.name + "' (" + where_ + ")"; }
+
+  const config::SinkConfig cfg_;
+  const sql::ConnectParams params_;
+  const std::string where_;  // database.table, for messages
+  std::string create_sql_;
+  std::string select_prefix_;   // ... WHERE id IN (
+  std::string insert_prefix_;   // INSERT ... VALUES
+  std::string upsert_suffix_;   // ON DUPLICATE KEY UPDATE ...
+  std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
+  std::unique_ptr<sql::Connection> conn_;
+  bool open_ = false;
+  size_t max_statement_bytes_ = size_t{16} << 20;
+  size_t chunk_bytes_ = kMaxChunkBytes;
+};
+
+MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
+    : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + cfg_.mysql.table) {
+  const std::string table = sql::QuoteIdent(cfg_.mysql.table);
+  std::vector<std::string> cols;
+  for (const auto& c : cfg_.mysql.columns) cols.push_back(sql::QuoteIdent(c.name));
+
+  create_sql_ = "CREATE TABLE IF NOT EXISTS " + table +
+                " (`id` VARBINARY(64) NOT NULL,"
+                " `_version` BIGINT UNSIGNED NOT NULL,"
+                " `_deleted` TINYINT(1) NOT NULL DEFAULT 0,"
+                " `_updated_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)";
+  for (size_t i = 0; i < cols.size(); ++i) {
+    const std::string& type = cfg_.mysql.columns[i].sql_type;
+    create_sql_ += ", " + cols[i] + " " + (type.empty() ? std::string("TEXT") : type) + " NULL";
+  }
+  create_sql_ += ", PRIMARY KEY (`id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+
+  select_prefix_ = "SELECT `id`, `_version` FROM " + table + " WHERE `id` IN (";
+
+  insert_prefix_ = "INSERT INTO " + table + " (`id`,`_version`,`_deleted`";
+  for (const auto& c : cols) insert_prefix_ += "," + c;
+  insert_prefix_ += ") VALUES ";
+
+  // Every assignment is guarded, and `_version` comes last because MySQL
+  // evaluates the assignments left to right on the updated row.
+  static constexpr std::string_view kNewer = "IF(VALUES(`_version`) > `_version`, VALUES(";
+  upsert_suffix_ = " ON DUPLICATE KEY UPDATE ";
+  for (const auto& c : cols) {
+    upsert_suffix_.append(c).append("=").append(kNewer).append(c).append("), ").append(c).append("), ");
+  }
+  upsert_suffix_.append("`_deleted`=").append(kNewer).append("`_deleted`), `_deleted`), ");
+  upsert_suffix_.append("`_version`=").append(kNewer).append("`_version`), `_version`)");
+
+  verify_select_ = "SELECT `id`, `_version`, `_deleted`";
+  for (const auto& c : cols) verify_select_ += ", " + c;
+  verify_select_ += " FROM " + table;
+}
+
+Status MysqlSink::Fail(const Status& status, std::string_view doing) const {
+  return BatchFailure(status).WithContext(Context() + ": " + std::string(doing));
+}
+
+Status MysqlSink::Open() {
+  open_ = false;
+  conn_.reset();
+  auto conn = sql::Connection::Open(params_);
+  if (!conn.ok()) return conn.status().WithContext(Context());
+  conn_ = std::move(conn).value();
+
+  auto packet = conn_->Query("SELECT @@max_allowed_packet");
+  if (!packet.ok()) return Fail(packet.status(), "reading max_allowed_packet");
+  if (!packet->empty() && !packet->front().empty()) {
+    if (const auto bytes = ParseUint(packet->front()[0]); bytes && *bytes > 4096) {
+      max_statement_bytes_ = static_cast<size_t>(*bytes) - 1024;
+      // Quoting at most doubles the values, so a chunk always fits.
+      chunk_bytes_ = std::min<size_t>(kMaxChunkBytes, static_cast<size_t>(*bytes) / 4);
+    }
+  }
+  RETURN_IF_ERROR(CheckOrCreateTable());
+  open_ = true;
+  return Status::Ok();
+}
+
+Status MysqlSink::CheckOrCreateTable() {
+  std::string q =
+      "SELECT `COLUMN_NAME` FROM information_schema.COLUMNS WHERE `TABLE_SCHEMA` = DATABASE() AND `TABLE_NAME` = ";
+  conn_->AppendQuoted(q, cfg_.mysql.table);
+  auto columns = conn_->Query(q);
+  if (!columns.ok()) return Fail(columns.status(), "reading the table's columns");
+
+  if (columns->empty()) {
+    if (!cfg_.mysql.auto_create) {
+      return FailedPrecondition(Context() + ": table " + where_ +
+                                " does not exist; create it or set auto_create: true");
+    }
+    auto created = conn_->Execute(create_sql_);
+    if (!created.ok()) {
+      if (created.status().code() == StatusCode::kUnavailable) return created.status().WithContext(Context());
+      // A bad sql_type or missing privilege: only the operator can fix it.
+      return FailedPrecondition(Context() + ": creating table " + where_ + ": " + created.status().message());
+    }
+    return Status::Ok();
+  }
+
+  std::unordered_set<std::string> have;
+  for (const auto& row : *columns) {
+    if (!row.empty() && row[0]) have.insert(Lower(*row[0]));
+  }
+  std::vector<std::string_view> required = {"id", "_version", "_deleted"};
+  for (const auto& c : cfg_.mysql.columns) required.push_back(c.name);
+  std::string missing;
+  for (const std::string_view name : required) {
+    if (have.contains(Lower(name))) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += name;
+  }
+  if (!missing.empty()) {
+    return FailedPrecondition(Context() + ": table " + where_ + " lacks the column(s) " + missing +
+                              "; add them, or drop the table and let auto_create make it");
+  }
+
+  // The upsert relies on the primary key being exactly (id).
+  std::string pk =
+      "SELECT `COLUMN_NAME` FROM information_schema.STATISTICS WHERE `TABLE_SCHEMA` = DATABASE()"
+      " AND `INDEX_NAME` = 'PRIMARY' AND `TABLE_NAME` = ";
+  conn_->AppendQuoted(pk, cfg_.mysql.table);
+  auto key = conn_->Query(pk);
+  if (!key.ok()) return Fail(key.status(), "reading the table's primary key");
+  if (key->size() != 1 || key->front().empty() || !key->front()[0] || Lower(*key->front()[0]) != "id") {
+    return FailedPrecondition(Context() + ": the primary key of table " + where_ + " must be (id) alone");
+  }
+  return Status::Ok();
+}
+
+Status MysqlSink::EnsureOpen() {
+  if (open_ && conn_ && conn_->healthy()) return Status::Ok();
+  return Open();
+}
+
+bool MysqlSink::Extract(PreparedEvent& p, EventResult& result) const {
+  if (p.extracted) return true;
+  const auto& columns = cfg_.mysql.columns;
+  p.values.resize(columns.size());
+  if (p.event->deleted) {
+    p.extracted = true;  // a tombstone: every column NULL
+    return true;
+  }
+  auto state = ParseJson(p.event->state);
+  if (!state.ok()) {
+    p.rejected = true;
+    result = {Outcome::kRejected, "the state is not valid JSON: " + state.status().message()};
+    return false;
+  }
+  try {
+    for (size_t c = 0; c < columns.size(); ++c) p.values[c] = FieldText(*state, columns[c].pointer);
+  } catch (const std::exception& ex) {
+    p.rejected = true;
+    result = {Outcome::kRejected, std::string("cannot read the mapped fields of the state: ") + ex.what()};
+    return false;
+  }
+  p.extracted = true;
+  return true;
+}
+
+ApplyResult MysqlSink::Apply(std::span<const ChangeEvent> events) {
+  ApplyResult out;
+  if (events.empty()) return out;
+  out.status = EnsureOpen();
+  if (!out.status.ok()) return out;
+  out.results.resize(events.size());
+  std::vector<PreparedEvent> prepared(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    prepared[i].event = &events[i];
+    // The id goes into the SELECT and the INSERT; the values are at most about the state's size.
+    prepared[i].bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
+                        kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+  }
+  const std::span<PreparedEvent> all(prepared);
+  const std::span<EventResult> results(out.results);
+  size_t begin = 0;
+  while (begin < prepared.size()) {
+    size_t end = begin + 1;
+    size_t bytes = prepared[begin].bytes;
+    while (end < prepared.size() && bytes + prepared[end].bytes <= chunk_bytes_) bytes += prepared[end++].bytes;
+    const Status st = ApplyChunk(all.subspan(begin, end - begin), results.subspan(begin, end - begin));
+    if (!st.ok()) {
+      out.status = st;
+      out.results.clear();
+      return out;
+    }
+    begin = end;
+  }
+  return out;
+}
+
+Status MysqlSink::ApplyChunk(std::span<PreparedEvent> chunk, std::span<EventResult> results) {
+  const Status batch = ApplyInTransaction(chunk, results);
+  if (batch.ok()) return batch;
+  if (!IsDataError(batch)) return Fail(batch, "applying a batch");
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const Status one = ApplyInTransaction(chunk.subspan(i, 1), results.subspan(i, 1));
+    if (one.ok()) continue;
+    if (!IsDataError(one)) return Fail(one, "applying event " + std::to_string(chunk[i].event->event_id));
+    results[i] = {Outcome::kRejected, one.message()};
+  }
+  return Status::Ok();
+}
+
+void MysqlSink::Rollback() {
+  if (!conn_ || !conn_->healthy()) return;
+  if (!conn_->Execute("ROLLBACK").ok()) {
+    // A session that may still hold the transaction must not be reused:
+    // the next BEGIN would commit it.
+    conn_.reset();
+    open_ = false;
+  }
+}
+
+Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results) {
+  if (!conn_ || !conn_->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
+  // Per distinct id: the version the view holds, then as decided so far,
+  // and the index of the last applied event, the one written.
+  struct IdState {
+    std::optional<uint64_t> stored;
+    std::optional<uint64_t> version;
+    size_t winner = SIZE_MAX;
+  };
+  std::unordered_map<std::string_view, IdState> ids;
+  ids.reserve(chunk.size());
+  std::string sql;
+  sql.reserve(select_prefix_.size() + 16 + chunk.size() * 8);
+  sql += select_prefix_;
+  for (const PreparedEvent& p : chunk) {
+    if (p.rejected || !ids.try_emplace(p.event->entity_id).second) continue;
+    if (ids.size() > 1) sql += ',';
+    conn_->AppendQuoted(sql, p.event->entity_id);
+  }
+  if (ids.empty()) return Status::Ok();
+  sql += ") FOR UPDATE";
+
+  if (auto begun = conn_->Execute("BEGIN"); !begun.ok()) return begun.status();
+  auto rows = conn_->Query(sql);
+  if (!rows.ok()) {
+    Rollback();
+    return rows.status();
+  }
+  for (const sql::Row& row : *rows) {
+    if (row.size() < 2 || !row[0]) continue;
+    // id is VARBINARY: only the exact bytes asked for come back.
+    if (auto it = ids.find(*row[0]); it != ids.end()) it->second.stored = ParseUint(row[1]);
+  }
+
+  // Decide in event order; when an event to be written turns out to have an
+  // unreadable state it is rejected and the decisions are made again without it.
+  std::vector<size_t> winners;
+  winners.reserve(ids.size());
+  for (bool decided = false; !decided;) {
+    for (auto& [id, state] : ids) {
+      state.version = state.stored;
+      state.winner = SIZE_MAX;
+    }
+    winners.clear();
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      const PreparedEvent& p = chunk[i];
+      if (p.rejected) continue;
+      IdState& id = ids.find(p.event->entity_id)->second;
+      if (id.version && p.event->version <= *id.version) {
+        results[i] = {Outcome::kStale, {}};
+        continue;
+      }
+      results[i] = {Outcome::kApplied, {}};
+      if (id.winner == SIZE_MAX) winners.push_back(i);
+      id.version = p.event->version;
+      id.winner = i;
+    }
+    decided = true;
+    for (size_t& w : winners) {
+      w = ids.find(chunk[w].event->entity_id)->second.winner;
+      if (!Extract(chunk[w], results[w])) decided = false;
+    }
+  }
+  if (winners.empty()) {
+    Rollback();
+    return Status::Ok();
+  }
+  // In primary key order, like the locks.
+  std::sort(winners.begin(), winners.end(),
+            [&](size_t a, size_t b) { return chunk[a].event->entity_id < chunk[b].event->entity_id; });
+
+  size_t bytes = insert_prefix_.size() + upsert_suffix_.size();
+  for (const size_t w : winners) {
+    bytes += 2 * chunk[w].event->entity_id.size() + kValueOverheadBytes * (chunk[w].values.size() + 4);
+    for (const auto& v : chunk[w].values) bytes += v ? 2 * v->size() : 0;
+  }
+  sql.clear();
+  sql.reserve(bytes);
+  sql += insert_prefix_;
+  for (size_t k = 0; k < winners.size(); ++k) {
+    const PreparedEvent& p = chunk[winners[k]];
+    if (k > 0) sql += ',';
+    sql += '(';
+    conn_->AppendQuoted(sql, p.event->entity_id);
+    sql += ',';
+    AppendUint(sql, p.event->version);
+    sql += p.event->deleted ? ",1" : ",0";
+    for (const auto& v : p.values) {
+      sql += ',';
+      if (v) {
+        conn_->AppendQuoted(sql, *v);
+      } else {
+        sql += "NULL";
+      }
+    }
+    sql += ')';
+  }
+  sql += upsert_suffix_;
+  if (sql.size() > max_statement_bytes_) {
+    Rollback();
+    return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
+                           " bytes, more than the server's max_allowed_packet allows");
+  }
+  if (auto written = conn_->Execute(sql); !written.ok()) {
+    Rollback();
+    return written.status();
+  }
+  if (auto committed = conn_->Execute("COMMIT"); !committed.ok()) {
+    Rollback();
+    return committed.status();
+  }
+  return Status::Ok();
+}
+
+Status MysqlSink::Health() {
+  if (!open_ || !conn_ || !conn_->healthy()) return Open();
+  auto one = conn_->Query("SELECT 1");
+  if (!one.ok()) return Fail(one.status(), "health check");
+  return Status::Ok();
+}
+
+void MysqlSink::Close() {
+  conn_.reset();
+  open_ = false;
+}
+
+Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
+  RETURN_IF_ERROR(EnsureOpen());
+  struct Expected {
+    const EntitySnapshot* snapshot = nullptr;
+    bool seen = false;
+  };
+  std::unordered_map<std::string_view, Expected> want;
+  want.reserve(truth.size());
+  for (const EntitySnapshot& s : truth) want[s.entity_id] = Expected{&s, false};
+
+  const auto& columns = cfg_.mysql.columns;
+  const auto add = [&](Difference::Kind kind, const std::string& id, std::string detail) {
+    differences.push_back(Difference{kind, id, std::move(detail)});
+  };
+  std::string last;
+  bool first = true;
+  for (;;) {
+    std::string q = verify_select_;
+    if (!first) {
+      q += " WHERE `id` > ";
+      conn_->AppendQuoted(q, last);
+    }
+    q += " ORDER BY `id` LIMIT " + std::to_string(kVerifyChunkRows);
+    auto rows = conn_->Query(q);
+    if (!rows.ok()) return Fail(rows.status(), "reading the view");
+    for (const sql::Row& row : *rows) {
+      if (row.size() < 3 + columns.size() || !row[0]) continue;
+      const std::string& id = *row[0];
+      const uint64_t version = ParseUint(row[1]).value_or(0);
+      const bool deleted = row[2].value_or("0") != "0";
+      const auto it = want.find(id);
+      const EntitySnapshot* snap = it == want.end() ? nullptr : it->second.snapshot;
+      if (it != want.end()) it->second.seen = true;
+      if (snap == nullptr || snap->deleted) {
+        if (deleted) continue;  // a tombstone: invisible, and fine
+        add(Difference::Kind::kExtra, id,
+            "view has a live row at version " + std::to_string(version) +
+                (snap == nullptr ? ", storage has no such entity"
+                                 : ", storage deleted it at version " + std::to_string(snap->version)));
+        continue;
+      }
+      if (deleted) {
+        add(Difference::Kind::kMissing, id,
+            "view has a tombstone at version " + std::to_string(version) + ", storage has version " +
+                std::to_string(snap->version));
+        continue;
+      }
+      if (version != snap->version) {
+        add(Difference::Kind::kVersionMismatch, id,
+            "view has version " + std::to_string(version) + ", storage has " + std::to_string(snap->version));
+        continue;
+      }
+      auto state = ParseJson(snap->state);
+      if (!state.ok()) {
+        add(Difference::Kind::kContentMismatch, id, "storage state is not valid JSON: " + state.status().message());
+        continue;
+      }
+      std::string detail;
+      for (size_t c = 0; c < columns.size(); ++c) {
+        std::optional<std::string> expected;
+        try {
+          expected = FieldText(*state, columns[c].pointer);
+        } catch (const std::exception&) {
+          expected = std::nullopt;
+        }
+        if (SameValue(row[3 + c], expected)) continue;
+        if (!detail.empty()) detail += "; ";
+        detail += "column " + columns[c].name + ": view has " + Shown(row[3 + c]) + ", storage has " +
+                  Shown(expected);
+      }
+      if (!detail.empty()) add(Difference::Kind::kContentMismatch, id, std::move(detail));
+    }
+    if (rows->size() < kVerifyChunkRows) break;
+    last = *rows->back()[0];
+    first = false;
+  }
+  for (const EntitySnapshot& s : truth) {
+    if (s.deleted) continue;
+    const Expected& e = want[s.entity_id];
+    if (e.snapshot == &s && !e.seen) {
+      add(Difference::Kind::kMissing, s.entity_id, "no row in the view, storage has version " +
+                                                       std::to_string(s.version));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global) {
+  const std::string context = "sink '" + sink.name + "'";
+  if (sink.mysql.table.empty()) return InvalidArgument(context + ": mysql.table is empty");
+  if (sink.mysql.columns.empty()) return InvalidArgument(context + ": mysql.columns needs at least one column");
+  std::unordered_set<std::string> names;
+  for (const std::string_view own : kOwnColumns) names.insert(std::string(own));
+  for (const auto& c : sink.mysql.columns) {
+    if (c.name.empty()) return InvalidArgument(context + ": a column has no name");
+    const std::string lower = Lower(c.name);
+    if (std::find(std::begin(kOwnColumns), std::end(kOwnColumns), lower) != std::end(kOwnColumns)) {
+      return InvalidArgument(context + ": column '" + c.name + "' clashes with a column of the sink itself");
+    }
+    if (!names.insert(lower).second) {
+      return InvalidArgument(context + ": column '" + c.name + "' appears twice");
+    }
+  }
+  sql::ConnectParams p;
+  p.host = global.mysql.host;
+  p.port = global.mysql.port;
+  p.socket = global.mysql.socket;
+  p.user = global.mysql.user;
+  p.password = global.mysql.password;
+  p.database = sink.mysql.database.empty() ? global.mysql.database : sink.mysql.database;
+  p.connect_timeout = global.mysql.connect_timeout;
+  p.io_timeout = global.mysql.io_timeout;
+  if (p.database.empty()) return InvalidArgument(context + ": no database for the view table");
+  std::unique_ptr<Sink> made = std::make_unique<MysqlSink>(sink, std::move(p));
+  return made;
 }
 
 }  // namespace sluice::connectors::mysql
