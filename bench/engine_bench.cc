@@ -1,0 +1,420 @@
+// engine_bench: the sync engine's benchmarks (DESIGN 9) and their same-run
+// baselines. One mode per run; bench/run_engine_bench strings them together
+// and prints the table that goes to docs/BENCHMARKS.md.
+//
+// Exit codes: 0 the run finished and verified its result, 1 it failed or
+// its result did not verify, 2 a bad command line.
+#include <sys/types.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "bench/bench_common.h"
+#include "bench/engine_bench_backlog.h"
+#include "bench/engine_bench_drain.h"
+#include "bench/engine_bench_lag.h"
+#include "bench/engine_bench_util.h"
+#include "config/config.h"
+#include "connectors/redis/key_template.h"
+#include "sql/params.h"
+
+namespace po = boost::program_options;
+
+namespace sluice::bench {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr const char* kHelp = R"(engine_bench: benchmarks of the sync engine (pull path) and their baselines
+
+usage: engine_bench --mode MODE --config FILE [options]
+
+modes:
+  load        insert a backlog straight into the event tables of a fresh, `sluice init`ed
+              database: --entities entities (ids "<run-id>-a<k>", partition by the sluice
+              partitioner) with versions 1..--versions each, event_ids dense per partition,
+              versions of a partition's entities interleaved round by round; multi-row
+              INSERTs (--rows-per-insert) on --threads connections; then checks that
+              event_ids and versions are dense
+  drain       start `sluice sync --config FILE` (FILE has exactly ONE sink, with no offsets
+              yet) and time it from start until every partition's last event is visible
+              in the view; samples VmRSS every 100 ms (peak) and VmHWM at the end, the CPU
+              split of sluice and --watch processes; stops it, checks its stored counters
+              and runs `sluice verify` on the sink
+  direct      the sink's own Apply() (--sink) on the same events in the engine's order and
+              chunking, without the engine or MySQL reads: what the sink costs alone
+  redis_raw   baseline: SET <key> <the same json value> for every event, pipelined
+              (--pipeline per round trip), one hiredis connection, into --sink's key space
+  mysql_raw   baseline: multi-row INSERT ... ON DUPLICATE KEY UPDATE of the same rows
+              (--rows-per-insert per statement, autocommit, one connection) into --sink's
+              table (re-created by the sink in its own shape)
+  lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
+              or `sluice writer` (--url) while a sampler polls --sample entities' keys of
+              the redis --sink; lag = first seen in Redis - committed_at; verifies
+  cleanup     delete the keys of every redis sink in FILE
+
+The backlog modes (load, direct, redis_raw, mysql_raw) regenerate the same events from
+--run-id, --entities and --versions: give them the same values. Modes that write a view
+finish with `sluice verify --config FILE --sink NAME` (needs --sluice) unless --no-verify.
+
+options)";
+
+struct Args {
+  std::string mode;
+  std::string config_path;
+  std::string sink;
+  std::string run_id;
+  std::string label;
+  std::string sluice;
+  std::string log_path;
+  std::string url;
+  bool no_verify = false;
+  bool one_line = false;
+  uint64_t entities = 100000;
+  uint32_t versions = 10;
+  uint32_t threads = 2;
+  uint32_t rows_per_insert = 1000;
+  uint32_t pipeline = 1000;
+  double timeout = 300;
+  std::vector<std::pair<std::string, pid_t>> watch;
+  LagOptions lag;
+};
+
+struct Usage {
+  std::string message;
+};
+
+std::vector<std::pair<std::string, pid_t>> ParseWatch(const std::vector<std::string>& items) {
+  std::vector<std::pair<std::string, pid_t>> out;
+  for (const auto& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw Usage{"--watch wants NAME=PID, got " + item};
+    char* end = nullptr;
+    const long pid = std::strtol(item.c_str() + eq + 1, &end, 10);
+    if (*end != '\0' || pid <= 0) throw Usage{"--watch wants NAME=PID, got " + item};
+    out.emplace_back(item.substr(0, eq), static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+// host:port from http://host:port[/].
+void ParseUrl(const std::string& url, LagOptions& lag) {
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw Usage{"--url wants http://HOST:PORT, got " + url};
+  lag.host = rest.substr(0, colon);
+  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) throw Usage{"--url wants http://HOST:PORT, got " + url};
+  lag.port = static_cast<uint16_t>(port);
+}
+
+std::optional<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  std::vector<std::string> watch;
+  po::options_description desc(kHelp);
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | lag | cleanup")
+    ("config", po::value(&a.config_path), "the sluice config: main storage, the entity type, the sinks")
+    ("sink", po::value(&a.sink), "the sink (by name in --config) a mode writes or reads")
+    ("run-id", po::value(&a.run_id), "prefix of entity and command ids (load, direct, *_raw, lag)")
+    ("label", po::value(&a.label), "a name for this run in the report (default: the mode)")
+    ("entities", po::value(&a.entities)->default_value(100000), "entities of the backlog; lag: entities written")
+    ("versions", po::value(&a.versions)->default_value(10), "versions per entity in the backlog")
+    ("threads", po::value(&a.threads)->default_value(2), "load: concurrent INSERT connections")
+    ("rows-per-insert", po::value(&a.rows_per_insert)->default_value(1000), "load, mysql_raw: rows per statement")
+    ("pipeline", po::value(&a.pipeline)->default_value(1000), "redis_raw: SETs per round trip")
+    ("sluice", po::value(&a.sluice), "the sluice binary (drain; verification)")
+    ("log", po::value(&a.log_path)->default_value("engine_bench_sluice.log"), "where child processes write their output")
+    ("no-verify", po::bool_switch(&a.no_verify), "skip `sluice verify` at the end")
+    ("timeout", po::value(&a.timeout)->default_value(300), "drain: give up after this many seconds")
+    ("watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)")
+    ("url", po::value(&a.url), "lag: the writer, http://HOST:PORT")
+    ("rate", po::value(&a.lag.rate)->default_value(10000), "lag: commands per second (open loop)")
+    ("seconds", po::value(&a.lag.seconds)->default_value(20), "lag: measured window")
+    ("warmup", po::value(&a.lag.warmup_seconds)->default_value(3), "lag: seconds at the same rate before it")
+    ("connections", po::value(&a.lag.connections)->default_value(64), "lag: keep-alive HTTP connections")
+    ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls")
+    ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
+    ("format", po::value<std::string>()->default_value("text"), "text | kv (one line of key=value)");
+  // clang-format on
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Usage{e.what()};
+  }
+  if (vm.count("help")) {
+    std::cout << desc << "\nExit codes: 0 finished and verified, 1 failed or did not verify, 2 usage error.\n";
+    return std::nullopt;
+  }
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "text" && format != "kv") throw Usage{"--format is text or kv"};
+  a.one_line = format == "kv";
+  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "lag", "cleanup"};
+  if (std::find(kModes.begin(), kModes.end(), a.mode) == kModes.end()) throw Usage{"--mode: unknown mode '" + a.mode + "'"};
+  if (a.config_path.empty()) throw Usage{"--config is required"};
+  const bool backlog = a.mode == "load" || a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw";
+  if ((backlog || a.mode == "lag") && a.run_id.empty()) throw Usage{"--mode " + a.mode + " needs --run-id"};
+  if ((a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "lag") && a.sink.empty()) {
+    throw Usage{"--mode " + a.mode + " needs --sink"};
+  }
+  if (a.mode == "drain" && a.sluice.empty()) throw Usage{"--mode drain needs --sluice"};
+  if (a.mode == "lag") {
+    if (a.url.empty()) throw Usage{"--mode lag needs --url"};
+    ParseUrl(a.url, a.lag);
+    a.lag.entities = vm["entities"].defaulted() ? 10000 : a.entities;
+  }
+  if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
+  a.watch = ParseWatch(watch);
+  a.lag.watch = a.watch;
+  a.lag.run_id = a.run_id;
+  if (a.label.empty()) a.label = a.mode;
+  return a;
+}
+
+// Runs `sluice verify` on one sink; adds its time and outcome to the report.
+bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vector<std::string>& problems) {
+  if (a.no_verify) {
+    report.Add("verify", "skipped");
+    return true;
+  }
+  if (a.sluice.empty()) {
+    problems.push_back("no --sluice binary to verify the view with (or pass --no-verify)");
+    return false;
+  }
+  std::cerr << "[engine_bench] sluice verify --sink " << sink << " (output in " << a.log_path << ")\n";
+  const auto start = Clock::now();
+  auto code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);
+  report.Add("verify_s", std::chrono::duration<double>(Clock::now() - start).count(), 1);
+  if (!code.ok()) {
+    problems.push_back("cannot run sluice verify: " + code.status().message());
+    return false;
+  }
+  report.Add("verify_exit", static_cast<uint64_t>(*code));
+  if (*code != 0) problems.push_back("sluice verify found differences or failed (exit " + std::to_string(*code) + ")");
+  return *code == 0;
+}
+
+const config::SinkConfig* FindSink(const config::Config& cfg, const std::string& name) {
+  for (const auto& s : cfg.sinks) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+void AddCpu(Report& report, const std::vector<std::pair<std::string, std::string>>& cpu) {
+  for (const auto& [k, v] : cpu) report.Add(k, v);
+}
+
+int Run(const Args& a) {
+  auto cfg = config::LoadConfig(a.config_path);
+  if (!cfg.ok()) {
+    std::cerr << cfg.status().message() << "\n";
+    return kExitFailure;
+  }
+  const config::SinkConfig* sink = nullptr;
+  if (!a.sink.empty()) {
+    sink = FindSink(*cfg, a.sink);
+    if (!sink) {
+      std::cerr << "engine_bench: no sink named '" << a.sink << "' in " << a.config_path << "\n";
+      return kExitFailure;
+    }
+  }
+  if (cfg->entities.size() != 1) {
+    std::cerr << "engine_bench: " << a.config_path << " must declare exactly one entity type\n";
+    return kExitFailure;
+  }
+  const auto& entity = cfg->entities.begin()->second;
+  BacklogSpec spec;
+  spec.run_id = a.run_id;
+  spec.type = entity.name;
+  spec.partitions = entity.partitions;
+  spec.entities = a.entities;
+  spec.versions = a.versions;
+
+  Report report;
+  report.Add("mode", a.mode);
+  report.Add("label", a.label);
+  std::vector<std::string> problems;
+  bool verified = true;
+  Status failed = Status::Ok();
+
+  auto add_write = [&](const WriteResult& w) {
+    report.Add("events", w.events);
+    report.Add("seconds", w.seconds, 2);
+    report.Add("rate", w.seconds > 0 ? static_cast<double>(w.events) / w.seconds : 0.0, 0);
+    problems.insert(problems.end(), w.problems.begin(), w.problems.end());
+  };
+
+  if (a.mode == "load") {
+    Backlog backlog(spec);
+    auto r = LoadBacklog(sql::ParamsFrom(cfg->mysql), backlog, a.threads, a.rows_per_insert);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("events", r->rows);
+      report.Add("entities", a.entities);
+      report.Add("partitions", static_cast<uint64_t>(spec.partitions));
+      report.Add("statements", r->statements);
+      report.Add("seconds", r->seconds, 2);
+      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->rows) / r->seconds : 0.0, 0);
+      report.Add("state_bytes", static_cast<uint64_t>(backlog.State(a.entities - 1, a.versions).size()));
+      problems = r->problems;
+    }
+  } else if (a.mode == "drain") {
+    DrainOptions d;
+    d.sluice_binary = a.sluice;
+    d.config_path = a.config_path;
+    d.log_path = a.log_path;
+    d.watch = a.watch;
+    d.timeout_seconds = a.timeout;
+    auto r = RunDrain(*cfg, d);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      const auto& s = cfg->sinks.at(0);
+      report.Add("sink", s.name + "(" + s.type + ")");
+      report.Add("events", r->events);
+      report.Add("seconds", r->seconds, 2);
+      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+      report.Add("first_visible_s", r->first_visible_seconds, 2);
+      report.Add("offsets_s", r->offsets_seconds, 2);
+      report.Add("rss_peak_mib", static_cast<double>(r->rss_peak_kib) / 1024.0, 1);
+      report.Add("hwm_mib", static_cast<double>(r->hwm_kib) / 1024.0, 1);
+      report.Add("rss_samples", r->rss_samples);
+      report.Add("applied", r->applied);
+      report.Add("stale", r->stale);
+      report.Add("dead_lettered", r->dead_lettered);
+      report.Add("exit_code", static_cast<uint64_t>(r->exit_code));
+      AddCpu(report, r->cpu);
+      problems = r->problems;
+      verified = VerifySink(a, s.name, report, problems);
+    }
+  } else if (a.mode == "direct") {
+    Backlog backlog(spec);
+    auto r = ApplyDirect(*cfg, *sink, backlog);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("sink", sink->name + "(" + sink->type + ")");
+      add_write(*r);
+      report.Add("apply_s", r->busy_seconds, 2);
+      report.Add("apply_rate", r->busy_seconds > 0 ? static_cast<double>(r->events) / r->busy_seconds : 0.0, 0);
+      report.Add("applied", r->applied);
+      verified = VerifySink(a, sink->name, report, problems);
+    }
+  } else if (a.mode == "redis_raw") {
+    Backlog backlog(spec);
+    auto r = RawRedisSets(*sink, backlog, a.pipeline);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("pipeline", static_cast<uint64_t>(a.pipeline));
+      add_write(*r);
+      verified = VerifySink(a, sink->name, report, problems);
+    }
+  } else if (a.mode == "mysql_raw") {
+    Backlog backlog(spec);
+    auto r = RawMysqlUpserts(*cfg, *sink, backlog, a.rows_per_insert);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("rows_per_insert", static_cast<uint64_t>(a.rows_per_insert));
+      add_write(*r);
+      verified = VerifySink(a, sink->name, report, problems);
+    }
+  } else if (a.mode == "lag") {
+    auto r = RunLag(*cfg, *sink, a.lag);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("rate_target", a.lag.rate, 0);
+      report.Add("seconds", a.lag.seconds, 1);
+      report.Add("connections", static_cast<uint64_t>(a.lag.connections));
+      report.Add("entities", a.lag.entities);
+      report.Add("commands", r->commands);
+      report.Add("achieved_rate", r->achieved_rate, 0);
+      report.Add("ok", r->ok);
+      report.Add("failures", r->failures);
+      report.Add("retries_503", r->retries);
+      report.Add("reconnects", r->reconnects);
+      report.Add("max_waiting", r->max_backlog);
+      report.Add("http_p50_ms", r->http.p50_ms, 2);
+      report.Add("http_p99_ms", r->http.p99_ms, 2);
+      report.Add("http_max_ms", r->http.max_ms, 2);
+      report.Add("sampled_entities", static_cast<uint64_t>(std::min<uint64_t>(a.lag.sample, a.lag.entities)));
+      report.Add("versions_committed", r->versions_committed);
+      report.Add("lag_samples", r->lag_samples);
+      report.Add("lag_min_ms", r->lag_min_ms, 2);
+      report.Add("lag_p50_ms", r->lag.p50_ms, 2);
+      report.Add("lag_p90_ms", r->lag.p90_ms, 2);
+      report.Add("lag_p99_ms", r->lag.p99_ms, 2);
+      report.Add("lag_p999_ms", r->lag.p999_ms, 2);
+      report.Add("lag_max_ms", r->lag.max_ms, 2);
+      report.Add("polls", r->polls);
+      report.Add("poll_cycle_ms", r->poll_cycle_ms, 2);
+      report.Add("catchup_s", r->catchup_seconds, 2);
+      AddCpu(report, r->cpu);
+      problems = r->problems;
+      verified = VerifySink(a, sink->name, report, problems);
+    }
+  } else if (a.mode == "cleanup") {
+    uint64_t removed = 0;
+    for (const auto& s : cfg->sinks) {
+      if (s.type != "redis") continue;
+      auto keys = connectors::redis::KeyTemplate::Parse(s.redis.key, s.entity);
+      auto conn = keys.ok() ? RedisConn::Open(s.redis.url) : Result<std::unique_ptr<RedisConn>>(keys.status());
+      if (!conn.ok()) {
+        failed = conn.status();
+        break;
+      }
+      // The pattern covers the tombstones (<key>:_tomb) too.
+      auto n = (*conn)->DeleteMatching(keys->ScanPattern());
+      if (!n.ok()) {
+        failed = n.status();
+        break;
+      }
+      removed += *n;
+    }
+    report.Add("keys_removed", removed);
+  }
+
+  if (!failed.ok()) {
+    std::cerr << "engine_bench " << a.mode << ": " << failed.ToString() << "\n";
+    return kExitFailure;
+  }
+  for (const auto& p : problems) std::cerr << "engine_bench " << a.mode << ": PROBLEM: " << p << "\n";
+  const bool ok = verified && problems.empty();
+  report.Add("problems", static_cast<uint64_t>(problems.size()));
+  report.Add("verified", ok ? "yes" : "no");
+  report.Print(a.one_line);
+  return ok ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+}  // namespace sluice::bench
+
+int main(int argc, char** argv) {
+  using namespace sluice::bench;
+  try {
+    auto args = ParseArgs(argc, argv);
+    if (!args) return kExitOk;
+    return Run(*args);
+  } catch (const Usage& u) {
+    std::cerr << "engine_bench: " << u.message << "\nRun engine_bench --help for usage.\n";
+    return kExitUsage;
+  }
+}

@@ -1,0 +1,400 @@
+#include "bench/engine_bench_backlog.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "bench/bench_common.h"
+#include "bench/engine_bench_util.h"
+#include "bench/mysql_bench.h"
+#include "connectors/redis/key_template.h"
+#include "connectors/sink.h"
+#include "core/partitioner.h"
+#include "sql/params.h"
+#include "sql/schema.h"
+
+namespace sluice::bench {
+
+namespace {
+
+constexpr size_t kNoteBytes = 38;  // makes the whole state 78..82 bytes
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string RateText(uint64_t done, uint64_t total, double elapsed, uint64_t& last_done, double& last_t,
+                     const char* unit) {
+  const double rate = elapsed > last_t ? static_cast<double>(done - last_done) / (elapsed - last_t) : 0;
+  last_done = done;
+  last_t = elapsed;
+  return WithCommas(done) + "/" + WithCommas(total) + " " + unit + ", " + WithCommas(static_cast<uint64_t>(rate)) +
+         "/s now";
+}
+
+}  // namespace
+
+Backlog::Backlog(BacklogSpec spec) : spec_(std::move(spec)) {
+  ids_.reserve(spec_.entities);
+  members_.resize(spec_.partitions);
+  for (uint64_t k = 0; k < spec_.entities; ++k) {
+    ids_.push_back(spec_.run_id + "-a" + std::to_string(k));
+    members_[PartitionOf(ids_.back(), spec_.partitions)].push_back(k);
+  }
+}
+
+uint64_t Backlog::Balance(uint64_t entity, uint32_t version) const {
+  return (entity * 7919 + uint64_t{version} * 104729) % 1000000;
+}
+
+std::string Backlog::Note(uint64_t entity, uint32_t version) const {
+  std::string note = "v" + std::to_string(version) + " of " + std::to_string(entity) + " ";
+  static constexpr char kFill[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  while (note.size() < kNoteBytes) note += kFill[(note.size() + entity) % (sizeof kFill - 1)];
+  note.resize(kNoteBytes);
+  return note;
+}
+
+std::string Backlog::State(uint64_t entity, uint32_t version) const {
+  std::string s = R"({"balance":)";
+  s += std::to_string(Balance(entity, version));
+  s += R"(,"note":")";
+  s += Note(entity, version);
+  s += R"(","owner":"o)";
+  s += std::to_string(entity % 1000);
+  s += "\"}";
+  return s;
+}
+
+std::string Backlog::Request(uint64_t entity, uint32_t version) const {
+  if (version == 1) return State(entity, version);
+  return R"({"balance":)" + std::to_string(Balance(entity, version)) + R"(,"note":")" + Note(entity, version) + "\"}";
+}
+
+std::string Backlog::CommandId(uint64_t entity, uint32_t version) const {
+  return ids_[entity] + "-c" + std::to_string(version);
+}
+
+std::string Backlog::RedisValue(uint64_t entity, uint32_t version) const {
+  const std::string state = State(entity, version);
+  return R"({"_version":)" + std::to_string(version) + "," + state.substr(1);
+}
+
+void Backlog::ViewColumns(uint64_t entity, uint32_t version, std::string& owner, std::string& balance,
+                          std::string& note) const {
+  owner.assign(1, 'o');
+  owner += std::to_string(entity % 1000);
+  balance = std::to_string(Balance(entity, version));
+  note = Note(entity, version);
+}
+
+Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& backlog, uint32_t threads,
+                               uint32_t rows_per_insert) {
+  const BacklogSpec& spec = backlog.spec();
+  ASSIGN_OR_RETURN(auto admin, sql::Connection::Open(mysql));
+  ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(*admin, spec.type));
+  if (recorded != spec.partitions) {
+    return FailedPrecondition("the database records " + std::to_string(recorded) + " partitions for '" + spec.type +
+                              "', the benchmark was told " + std::to_string(spec.partitions));
+  }
+  for (uint32_t p = 0; p < spec.partitions; ++p) {
+    ASSIGN_OR_RETURN(auto rows, admin->Query("SELECT COUNT(*) FROM " +
+                                             sql::QuoteIdent(sql::EventTableName(spec.type, p))));
+    if (rows.at(0).at(0).value_or("0") != "0") {
+      return FailedPrecondition(sql::EventTableName(spec.type, p) + " is not empty: load into a fresh database");
+    }
+  }
+  threads = std::max<uint32_t>(1, std::min(threads, spec.partitions));
+  rows_per_insert = std::max<uint32_t>(1, rows_per_insert);
+
+  std::atomic<uint64_t> rows_done{0}, statements{0};
+  std::atomic<uint32_t> next_partition{0};
+  std::mutex mu;
+  Status failure = Status::Ok();
+  const auto start = Clock::now();
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("load", [&](double t) {
+      return RateText(rows_done.load(), backlog.total_events(), t, last_done, last_t, "events inserted");
+    });
+    std::vector<std::thread> workers;
+    for (uint32_t t = 0; t < threads; ++t) {
+      workers.emplace_back([&] {
+        auto fail = [&](const Status& st) {
+          std::lock_guard lock(mu);
+          if (failure.ok()) failure = st;
+        };
+        auto conn = sql::Connection::Open(mysql);
+        if (!conn.ok()) return fail(conn.status());
+        sql::Connection& c = **conn;
+        std::string q;
+        for (uint32_t p; (p = next_partition.fetch_add(1)) < spec.partitions;) {
+          const std::string prefix = "INSERT INTO " + sql::QuoteIdent(sql::EventTableName(spec.type, p)) + " " +
+                                     sql::kEventInsertColumns + " VALUES ";
+          const uint64_t n = backlog.PartitionEvents(p);
+          for (uint64_t first = 1; first <= n; first += rows_per_insert) {
+            q = prefix;
+            const uint64_t last = std::min<uint64_t>(n, first + rows_per_insert - 1);
+            for (uint64_t id = first; id <= last; ++id) {
+              const Backlog::Event e = backlog.At(p, id);
+              if (id > first) q += ',';
+              q += '(';
+              q += std::to_string(id);
+              q += ',';
+              c.AppendQuoted(q, backlog.EntityId(e.entity));
+              q += ',';
+              q += std::to_string(e.version);
+              q += ',';
+              c.AppendQuoted(q, backlog.CommandId(e.entity, e.version));
+              q += ",'patch',NULL,";
+              c.AppendQuoted(q, backlog.Request(e.entity, e.version));
+              q += R"(,'{"version":)" + std::to_string(e.version) + "}',";
+              c.AppendQuoted(q, backlog.State(e.entity, e.version));
+              q += ",NULL,0)";
+            }
+            auto done = c.Execute(q);
+            if (!done.ok()) return fail(done.status().WithContext(sql::EventTableName(spec.type, p)));
+            rows_done.fetch_add(*done);
+            statements.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+  RETURN_IF_ERROR(failure);
+  LoadResult r;
+  r.seconds = SecondsSince(start);
+  r.rows = rows_done.load();
+  r.statements = statements.load();
+  for (uint32_t p = 0; p < spec.partitions; ++p) {
+    ASSIGN_OR_RETURN(auto problems, CheckEventTable(*admin, sql::EventTableName(spec.type, p), spec.run_id + "-",
+                                                    backlog.PartitionEvents(p)));
+    r.problems.insert(r.problems.end(), problems.begin(), problems.end());
+  }
+  if (r.rows != backlog.total_events()) {
+    r.problems.push_back("inserted " + std::to_string(r.rows) + " rows, expected " +
+                         std::to_string(backlog.total_events()));
+  }
+  return r;
+}
+
+Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& backlog, uint32_t pipeline) {
+  if (sink.type != "redis") return InvalidArgument("sink " + sink.name + " is not a redis sink");
+  ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
+  ASSIGN_OR_RETURN(auto conn, RedisConn::Open(sink.redis.url));
+  RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
+  pipeline = std::max<uint32_t>(1, pipeline);
+  const BacklogSpec& spec = backlog.spec();
+
+  WriteResult r;
+  std::atomic<uint64_t> done{0};
+  std::vector<std::string> key_buf(pipeline), value_buf(pipeline);
+  std::vector<const char*> argv(3);
+  std::vector<size_t> lens(3);
+  const auto start = Clock::now();
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("redis raw SET", [&](double t) {
+      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "SETs");
+    });
+    for (uint32_t p = 0; p < spec.partitions; ++p) {
+      const uint64_t n = backlog.PartitionEvents(p);
+      for (uint64_t first = 1; first <= n; first += pipeline) {
+        const uint64_t last = std::min<uint64_t>(n, first + pipeline - 1);
+        for (uint64_t id = first; id <= last; ++id) {
+          const Backlog::Event e = backlog.At(p, id);
+          std::string& key = key_buf[id - first];
+          std::string& value = value_buf[id - first];
+          key = keys.Key(backlog.EntityId(e.entity));
+          value = backlog.RedisValue(e.entity, e.version);
+          const char* args[] = {"SET", key.data(), value.data()};
+          const size_t arg_lens[] = {3, key.size(), value.size()};
+          RETURN_IF_ERROR(conn->AppendArgv(3, args, arg_lens));
+        }
+        for (uint64_t id = first; id <= last; ++id) {
+          ASSIGN_OR_RETURN(auto reply, conn->Read());
+          if (reply->type != REDIS_REPLY_STATUS) {
+            r.problems.push_back("SET did not answer OK: " +
+                                 std::string(reply->str ? std::string(reply->str, reply->len) : "?"));
+            if (r.problems.size() > 8) return Internal("redis refuses the SETs: " + r.problems.front());
+          }
+        }
+        done.fetch_add(last - first + 1);
+      }
+    }
+  }
+  r.seconds = SecondsSince(start);
+  r.events = done.load();
+  r.applied = r.events;
+  return r;
+}
+
+Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
+                                    const Backlog& backlog, uint32_t rows_per_insert) {
+  if (sink.type != "mysql") return InvalidArgument("sink " + sink.name + " is not a mysql sink");
+  if (sink.mysql.columns.size() != 3 || sink.mysql.columns[0].pointer != "/owner" ||
+      sink.mysql.columns[1].pointer != "/balance" || sink.mysql.columns[2].pointer != "/note") {
+    return InvalidArgument("sink " + sink.name + " must map exactly the columns /owner, /balance, /note in that order");
+  }
+  sql::ConnectParams params = sql::ParamsFrom(config.mysql);
+  if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(params));
+  // The sink itself creates the table, so that the baseline writes exactly its shape.
+  RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
+  {
+    ASSIGN_OR_RETURN(auto maker, connectors::MakeSink(sink, config));
+    RETURN_IF_ERROR(maker->Open());
+    maker->Close();
+  }
+  std::string prefix = "INSERT INTO " + sql::QuoteIdent(sink.mysql.table) + " (`id`,`_version`,`_deleted`";
+  for (const auto& c : sink.mysql.columns) prefix += "," + sql::QuoteIdent(c.name);
+  prefix += ") VALUES ";
+  std::string suffix = " ON DUPLICATE KEY UPDATE ";
+  for (const auto& c : sink.mysql.columns) {
+    suffix += sql::QuoteIdent(c.name) + "=VALUES(" + sql::QuoteIdent(c.name) + "),";
+  }
+  suffix += "`_deleted`=VALUES(`_deleted`),`_version`=VALUES(`_version`)";
+  rows_per_insert = std::max<uint32_t>(1, rows_per_insert);
+  const BacklogSpec& spec = backlog.spec();
+
+  WriteResult r;
+  std::atomic<uint64_t> done{0};
+  std::string q, owner, balance, note;
+  const auto start = Clock::now();
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("mysql raw upsert", [&](double t) {
+      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "rows");
+    });
+    for (uint32_t p = 0; p < spec.partitions; ++p) {
+      const uint64_t n = backlog.PartitionEvents(p);
+      for (uint64_t first = 1; first <= n; first += rows_per_insert) {
+        const uint64_t last = std::min<uint64_t>(n, first + rows_per_insert - 1);
+        q = prefix;
+        for (uint64_t id = first; id <= last; ++id) {
+          const Backlog::Event e = backlog.At(p, id);
+          backlog.ViewColumns(e.entity, e.version, owner, balance, note);
+          if (id > first) q += ',';
+          q += '(';
+          conn->AppendQuoted(q, backlog.EntityId(e.entity));
+          q += ',' + std::to_string(e.version) + ",0,";
+          conn->AppendQuoted(q, owner);
+          q += ',';
+          conn->AppendQuoted(q, balance);
+          q += ',';
+          conn->AppendQuoted(q, note);
+          q += ')';
+        }
+        q += suffix;
+        RETURN_IF_ERROR(conn->Execute(q).status());
+        done.fetch_add(last - first + 1);
+      }
+    }
+  }
+  r.seconds = SecondsSince(start);
+  r.events = done.load();
+  r.applied = r.events;
+  return r;
+}
+
+Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink,
+                                const Backlog& backlog) {
+  const BacklogSpec& spec = backlog.spec();
+  if (sink.entity != spec.type) return InvalidArgument("sink " + sink.name + " is not of type " + spec.type);
+  // A fresh view: no keys or rows left from an earlier run.
+  if (sink.type == "redis") {
+    ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
+    ASSIGN_OR_RETURN(auto conn, RedisConn::Open(sink.redis.url));
+    RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
+  } else {
+    sql::ConnectParams params = sql::ParamsFrom(config.mysql);
+    if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+    ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(params));
+    RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
+  }
+  ASSIGN_OR_RETURN(auto view, connectors::MakeSink(sink, config));
+  RETURN_IF_ERROR(view->Open());
+
+  const uint64_t read_batch = std::max<uint32_t>(1, config.engine.batch_max);
+  const size_t chunk = std::max<uint32_t>(1, sink.batch_max);
+  std::vector<uint64_t> position(spec.partitions, 0);
+  std::vector<connectors::ChangeEvent> batch;
+  WriteResult r;
+  std::atomic<uint64_t> done{0};
+  Clock::duration busy{};
+  const auto start = Clock::now();
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("direct Apply " + sink.name, [&](double t) {
+      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "events applied");
+    });
+    for (bool any = true; any;) {
+      any = false;
+      for (uint32_t p = 0; p < spec.partitions; ++p) {
+        const uint64_t n = backlog.PartitionEvents(p);
+        if (position[p] >= n) continue;
+        any = true;
+        batch.clear();
+        const uint64_t last = std::min(n, position[p] + read_batch);
+        const int64_t now_us = RealtimeMicros();
+        for (uint64_t id = position[p] + 1; id <= last; ++id) {
+          const Backlog::Event e = backlog.At(p, id);
+          connectors::ChangeEvent ce;
+          ce.entity_type = spec.type;
+          ce.partition = p;
+          ce.event_id = id;
+          ce.entity_id = backlog.EntityId(e.entity);
+          ce.version = e.version;
+          ce.state = backlog.State(e.entity, e.version);
+          ce.command_name = "patch";
+          ce.command_id = backlog.CommandId(e.entity, e.version);
+          ce.committed_at_us = now_us;
+          batch.push_back(std::move(ce));
+        }
+        position[p] = last;
+        const std::span<const connectors::ChangeEvent> all(batch);
+        for (size_t begin = 0; begin < all.size(); begin += chunk) {
+          const auto part = all.subspan(begin, std::min(chunk, all.size() - begin));
+          const auto t0 = Clock::now();
+          connectors::ApplyResult applied = view->Apply(part);
+          busy += Clock::now() - t0;
+          if (!applied.status.ok()) {
+            view->Close();
+            return applied.status.WithContext("sink " + sink.name);
+          }
+          if (applied.results.size() != part.size()) return Internal("the sink returned the wrong number of results");
+          for (const auto& er : applied.results) {
+            switch (er.outcome) {
+              case connectors::Outcome::kApplied: ++r.applied; break;
+              case connectors::Outcome::kStale: ++r.stale; break;
+              case connectors::Outcome::kRejected:
+                ++r.rejected;
+                if (r.problems.size() < 8) r.problems.push_back("rejected: " + er.reason);
+                break;
+            }
+          }
+          done.fetch_add(part.size());
+        }
+      }
+    }
+  }
+  view->Close();
+  r.seconds = SecondsSince(start);
+  r.busy_seconds = std::chrono::duration<double>(busy).count();
+  r.events = done.load();
+  if (r.stale != 0 || r.rejected != 0) {
+    r.problems.push_back(std::to_string(r.stale) + " stale and " + std::to_string(r.rejected) +
+                         " rejected events; every event should apply");
+  }
+  return r;
+}
+
+}  // namespace sluice::bench

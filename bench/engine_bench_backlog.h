@@ -1,0 +1,117 @@
+// The backlog the sync-engine benchmark drains, and everything that writes it
+// somewhere other than through the engine:
+//
+//   Backlog        a deterministic description of N events over E entities:
+//                  entity k is "<run>-a<k>", in partition PartitionOf(id);
+//                  every entity has versions 1..V; inside a partition,
+//                  event_ids 1..n go round by round (version 1 of every
+//                  member, then version 2, ...), so consecutive events touch
+//                  different entities, as they do under real traffic
+//   LoadBacklog    multi-row INSERTs straight into the event tables (no
+//                  writer), then checks them (dense event_ids and versions)
+//   RawRedisSets   baseline: the same final values as SETs pipelined over one
+//                  hiredis connection, no version check
+//   RawMysqlUpserts baseline: the same rows as multi-row INSERT ... ON
+//                  DUPLICATE KEY UPDATE into a table shaped like the MySQL
+//                  sink's, one connection, autocommit
+//   ApplyDirect    the sink's own Apply() on the same events, in the engine's
+//                  order and chunking, without reading MySQL: what the sink
+//                  costs alone
+//
+// Threads: every function runs on the calling thread and joins any thread it
+// starts before returning.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/status.h"
+#include "sql/connection.h"
+
+namespace sluice::bench {
+
+struct BacklogSpec {
+  std::string run_id;          // prefix of entity ids and command ids
+  std::string type = "account";
+  uint32_t partitions = 16;
+  uint64_t entities = 100000;
+  uint32_t versions = 10;
+};
+
+class Backlog {
+ public:
+  explicit Backlog(BacklogSpec spec);
+
+  const BacklogSpec& spec() const { return spec_; }
+  uint64_t total_events() const { return spec_.entities * spec_.versions; }
+  // Events of partition p: its members times the versions.
+  uint64_t PartitionEvents(uint32_t p) const { return members_[p].size() * spec_.versions; }
+
+  struct Event {
+    uint64_t entity = 0;
+    uint32_t version = 0;
+  };
+  // The event with event_id (1-based) of partition p.
+  Event At(uint32_t p, uint64_t event_id) const {
+    const uint64_t i = event_id - 1;
+    const auto& m = members_[p];
+    return Event{m[i % m.size()], static_cast<uint32_t>(i / m.size() + 1)};
+  }
+
+  const std::string& EntityId(uint64_t entity) const { return ids_[entity]; }
+  // {"balance":N,"note":"...","owner":"o123"}: about 80 bytes, compact, keys
+  // in order (as the writer's canonical JSON would store it).
+  std::string State(uint64_t entity, uint32_t version) const;
+  std::string Request(uint64_t entity, uint32_t version) const;  // the patch that produced it
+  std::string CommandId(uint64_t entity, uint32_t version) const;
+  // What the redis json format stores: {"_version":N,<members of the state>}.
+  std::string RedisValue(uint64_t entity, uint32_t version) const;
+  // The MySQL sink's columns owner, balance, note for this state (as FieldText gives them).
+  void ViewColumns(uint64_t entity, uint32_t version, std::string& owner, std::string& balance,
+                   std::string& note) const;
+
+ private:
+  uint64_t Balance(uint64_t entity, uint32_t version) const;
+  std::string Note(uint64_t entity, uint32_t version) const;
+
+  BacklogSpec spec_;
+  std::vector<std::string> ids_;
+  std::vector<std::vector<uint64_t>> members_;  // per partition, entity numbers in id order
+};
+
+struct LoadResult {
+  uint64_t rows = 0;
+  uint64_t statements = 0;
+  double seconds = 0;
+  std::vector<std::string> problems;  // from the checks afterwards
+};
+// Inserts the backlog into the (existing, empty) event tables with `threads`
+// connections, `rows_per_insert` rows per autocommit INSERT.
+Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& backlog, uint32_t threads,
+                               uint32_t rows_per_insert);
+
+struct WriteResult {
+  uint64_t events = 0;
+  double seconds = 0;        // wall time of the timed part
+  double busy_seconds = 0;   // ApplyDirect: time inside Apply() only
+  uint64_t applied = 0, stale = 0, rejected = 0;  // ApplyDirect
+  std::vector<std::string> problems;
+};
+
+// SET <key of entity> <RedisValue> for every event, `pipeline` per round trip.
+Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& backlog, uint32_t pipeline);
+
+// Into `sink`'s table (dropped and re-created with the sink's shape):
+// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE.
+Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
+                                    const Backlog& backlog, uint32_t rows_per_insert);
+
+// sink.Apply() over the backlog: batches of engine.batch_max events per
+// partition, round-robin over partitions as the engine's reader goes, each
+// applied in chunks of sink.batch_max.
+Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink,
+                                const Backlog& backlog);
+
+}  // namespace sluice::bench

@@ -1,0 +1,270 @@
+#include "bench/engine_bench_drain.h"
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "bench/engine_bench_util.h"
+#include "connectors/redis/key_template.h"
+#include "sql/connection.h"
+#include "sql/params.h"
+#include "sql/schema.h"
+
+namespace sluice::bench {
+
+namespace {
+
+struct LastEvent {
+  std::string entity_id;
+  uint64_t version = 0;
+};
+
+// Whether the view shows each partition's last event yet.
+class ViewProbe {
+ public:
+  virtual ~ViewProbe() = default;
+  // Per partition, the version the view holds for its last event's entity.
+  virtual Result<std::vector<uint64_t>> Versions() = 0;
+};
+
+class RedisProbe final : public ViewProbe {
+ public:
+  RedisProbe(std::unique_ptr<RedisConn> conn, std::vector<std::string> keys)
+      : conn_(std::move(conn)), keys_(std::move(keys)) {}
+  Result<std::vector<uint64_t>> Versions() override {
+    std::vector<std::string_view> args = {"MGET"};
+    for (const auto& k : keys_) args.push_back(k);
+    ASSIGN_OR_RETURN(auto reply, conn_->Run(args));
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys_.size()) {
+      return Internal("redis: unexpected reply to MGET");
+    }
+    std::vector<uint64_t> out;
+    for (size_t i = 0; i < reply->elements; ++i) {
+      const redisReply& r = *reply->element[i];
+      out.push_back(r.type == REDIS_REPLY_STRING ? VersionOfJsonValue({r.str, r.len}) : 0);
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<RedisConn> conn_;
+  std::vector<std::string> keys_;
+};
+
+class MysqlProbe final : public ViewProbe {
+ public:
+  MysqlProbe(std::unique_ptr<sql::Connection> conn, const std::string& table, std::vector<std::string> ids)
+      : conn_(std::move(conn)), ids_(std::move(ids)) {
+    query_ = "SELECT `id`, `_version` FROM " + sql::QuoteIdent(table) + " WHERE `id` IN (";
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      if (i > 0) query_ += ',';
+      conn_->AppendQuoted(query_, ids_[i]);
+    }
+    query_ += ')';
+  }
+  Result<std::vector<uint64_t>> Versions() override {
+    std::vector<uint64_t> out(ids_.size(), 0);
+    auto rows = conn_->Query(query_);
+    // The sink creates its table when it opens: until then, nothing is visible.
+    if (!rows.ok()) return out;
+    std::map<std::string, uint64_t> got;
+    for (const auto& r : *rows) got[r.at(0).value_or("")] = std::stoull(r.at(1).value_or("0"));
+    for (size_t i = 0; i < ids_.size(); ++i) out[i] = got.count(ids_[i]) ? got[ids_[i]] : 0;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<sql::Connection> conn_;
+  std::vector<std::string> ids_;
+  std::string query_;
+};
+
+struct OffsetsRow {
+  uint64_t event_sum = 0, applied = 0, stale = 0, dead_lettered = 0, rows = 0;
+  bool all_running = true;
+};
+
+Result<OffsetsRow> ReadOffsets(sql::Connection& conn, const config::SinkConfig& sink) {
+  std::string q =
+      "SELECT COALESCE(SUM(event_id),0), COALESCE(SUM(applied),0), COALESCE(SUM(stale),0), "
+      "COALESCE(SUM(dead_lettered),0), COUNT(*), COALESCE(SUM(state<>'running'),0) FROM sluice_offsets WHERE sink=";
+  conn.AppendQuoted(q, sink.name);
+  q += " AND entity_type=";
+  conn.AppendQuoted(q, sink.entity);
+  ASSIGN_OR_RETURN(auto rows, conn.Query(q));
+  const auto& r = rows.at(0);
+  OffsetsRow o;
+  o.event_sum = std::stoull(r.at(0).value_or("0"));
+  o.applied = std::stoull(r.at(1).value_or("0"));
+  o.stale = std::stoull(r.at(2).value_or("0"));
+  o.dead_lettered = std::stoull(r.at(3).value_or("0"));
+  o.rows = std::stoull(r.at(4).value_or("0"));
+  o.all_running = r.at(5).value_or("0") == "0";
+  return o;
+}
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& options) {
+  if (config.sinks.size() != 1) {
+    return InvalidArgument(config.path + " must configure exactly one sink (the one drained), it has " +
+                           std::to_string(config.sinks.size()));
+  }
+  const config::SinkConfig& sink = config.sinks[0];
+  const uint32_t partitions = config.entities.at(sink.entity).partitions;
+  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+
+  // Heads and last events; the sink must start from nothing.
+  std::vector<LastEvent> last(partitions);
+  uint64_t total = 0;
+  for (uint32_t p = 0; p < partitions; ++p) {
+    ASSIGN_OR_RETURN(auto rows, conn->Query("SELECT event_id, entity_id, version FROM " +
+                                            sql::QuoteIdent(sql::EventTableName(sink.entity, p)) +
+                                            " ORDER BY event_id DESC LIMIT 1"));
+    if (rows.empty()) return FailedPrecondition(sql::EventTableName(sink.entity, p) + " is empty: load a backlog first");
+    total += std::stoull(rows[0].at(0).value_or("0"));
+    last[p] = LastEvent{rows[0].at(1).value_or(""), std::stoull(rows[0].at(2).value_or("0"))};
+  }
+  ASSIGN_OR_RETURN(auto before, ReadOffsets(*conn, sink));
+  if (before.rows != 0) {
+    return FailedPrecondition("sink " + sink.name + " already has offsets: drain into a new sink name");
+  }
+
+  std::unique_ptr<ViewProbe> probe;
+  std::vector<std::string> ids;
+  for (const auto& l : last) ids.push_back(l.entity_id);
+  if (sink.type == "redis") {
+    ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
+    ASSIGN_OR_RETURN(auto redis, RedisConn::Open(sink.redis.url));
+    ASSIGN_OR_RETURN(uint64_t removed, redis->DeleteMatching(keys.ScanPattern()));
+    if (removed > 0) std::cerr << "[engine_bench] removed " << removed << " old keys of " << sink.name << "\n";
+    std::vector<std::string> probe_keys;
+    for (const auto& id : ids) probe_keys.push_back(keys.Key(id));
+    probe = std::make_unique<RedisProbe>(std::move(redis), std::move(probe_keys));
+  } else {
+    sql::ConnectParams params = sql::ParamsFrom(config.mysql);
+    if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+    ASSIGN_OR_RETURN(auto view_conn, sql::Connection::Open(params));
+    RETURN_IF_ERROR(view_conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
+    probe = std::make_unique<MysqlProbe>(std::move(view_conn), sink.mysql.table, ids);
+  }
+
+  DrainResult r;
+  r.events = total;
+  CpuWatch cpu;
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn({options.sluice_binary, "sync", "--config", options.config_path},
+                                                   options.log_path));
+  cpu.Watch("sluice", child->pid());
+  for (const auto& [name, pid] : options.watch) cpu.Watch(name, pid);
+  const CpuWatch::Sample cpu_start = cpu.Take();
+
+  std::atomic<uint64_t> offsets_sum{0}, rss_now{0}, partitions_done{0};
+  auto fail = [&](Status st) -> Result<DrainResult> {
+    child->Terminate();
+    return st;
+  };
+  {
+    uint64_t last_sum = 0;
+    double last_t = 0;
+    Progress progress("drain " + sink.name, [&](double t) {
+      const uint64_t sum = offsets_sum.load();
+      const double rate = t > last_t ? static_cast<double>(sum - last_sum) / (t - last_t) : 0;
+      last_sum = sum;
+      last_t = t;
+      return WithCommas(sum) + "/" + WithCommas(total) + " events by the flushed offsets (" +
+             WithCommas(static_cast<uint64_t>(rate)) + "/s), " + std::to_string(partitions_done.load()) + "/" +
+             std::to_string(partitions) + " partitions done, RSS " + std::to_string(rss_now.load() / 1024) + " MiB";
+    });
+    auto next_rss = Clock::now();
+    auto next_offsets = Clock::now() + std::chrono::seconds(1);
+    bool seen_any = false;
+    for (;;) {
+      if (!child->Running()) {
+        return Status(FailedPrecondition("sluice sync exited early with code " + std::to_string(child->Wait()) +
+                                         "; see " + options.log_path));
+      }
+      const auto now = Clock::now();
+      if (now >= next_rss) {
+        if (auto m = ReadMemory(child->pid())) {
+          r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
+          rss_now = m->rss;
+          ++r.rss_samples;
+        }
+        next_rss += std::chrono::milliseconds(options.rss_interval_ms);
+      }
+      if (now >= next_offsets) {
+        auto o = ReadOffsets(*conn, sink);
+        if (o.ok()) offsets_sum = o->event_sum;
+        next_offsets += std::chrono::seconds(1);
+      }
+      auto versions = probe->Versions();
+      if (!versions.ok()) return fail(versions.status());
+      uint32_t done = 0;
+      bool any = false;
+      for (uint32_t p = 0; p < partitions; ++p) {
+        if ((*versions)[p] > 0) any = true;
+        if ((*versions)[p] >= last[p].version) ++done;
+      }
+      partitions_done = done;
+      if (any && !seen_any) {
+        seen_any = true;
+        r.first_visible_seconds = Since(t0);
+      }
+      if (done == partitions) {
+        r.seconds = Since(t0);
+        break;
+      }
+      if (Since(t0) > options.timeout_seconds) {
+        return fail(Unavailable("the drain did not finish within " + std::to_string(options.timeout_seconds) +
+                                " s (" + std::to_string(done) + " partitions done)"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.probe_interval_ms));
+    }
+    const CpuWatch::Sample cpu_end = cpu.Take();
+    r.cpu = cpu.Compare(cpu_start, cpu_end, total);
+
+    // The flushed offsets follow within engine.offset_flush_interval.
+    for (;;) {
+      ASSIGN_OR_RETURN(auto o, ReadOffsets(*conn, sink));
+      offsets_sum = o.event_sum;
+      if (o.event_sum >= total) {
+        r.offsets_seconds = Since(t0);
+        break;
+      }
+      if (Since(t0) > r.seconds + 30) return fail(Unavailable("the flushed offsets did not reach the heads in 30 s"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (auto m = ReadMemory(child->pid())) {
+      r.hwm_kib = m->hwm;
+      r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
+    }
+  }
+  r.exit_code = child->Terminate();
+  if (r.exit_code != 0) r.problems.push_back("sluice sync exited with " + std::to_string(r.exit_code) + " on SIGTERM");
+
+  ASSIGN_OR_RETURN(auto after, ReadOffsets(*conn, sink));
+  r.applied = after.applied;
+  r.stale = after.stale;
+  r.dead_lettered = after.dead_lettered;
+  if (after.rows != partitions) {
+    r.problems.push_back(std::to_string(after.rows) + " offset rows, expected " + std::to_string(partitions));
+  }
+  if (after.event_sum != total) {
+    r.problems.push_back("offsets sum to " + std::to_string(after.event_sum) + ", heads to " + std::to_string(total));
+  }
+  if (after.applied != total || after.stale != 0 || after.dead_lettered != 0) {
+    r.problems.push_back("counters: applied " + std::to_string(after.applied) + ", stale " +
+                         std::to_string(after.stale) + ", dead-lettered " + std::to_string(after.dead_lettered) +
+                         "; expected every one of " + std::to_string(total) + " applied");
+  }
+  if (!after.all_running) r.problems.push_back("a partition's state is not 'running'");
+  return r;
+}
+
+}  // namespace sluice::bench

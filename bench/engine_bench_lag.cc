@@ -1,0 +1,479 @@
+#include "bench/engine_bench_lag.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/engine_bench_util.h"
+#include "connectors/redis/key_template.h"
+#include "core/partitioner.h"
+#include "sql/connection.h"
+#include "sql/params.h"
+#include "sql/schema.h"
+
+namespace sluice::bench {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kRetryDelay = std::chrono::milliseconds(20);
+constexpr size_t kMaxProblems = 10;
+
+uint64_t Nanos(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+std::string LagEntityId(const std::string& run_id, uint64_t k) { return run_id + "-l" + std::to_string(k); }
+
+class LagConnection;
+
+// Everything the event-loop thread owns while the load runs.
+struct LoadState {
+  const LagOptions& o;
+  asio::io_context io{1};
+  tcp::endpoint endpoint;
+  std::string host_header;
+  std::string note;
+  Clock::time_point start;
+  uint64_t warmup_commands = 0;
+  uint64_t total_commands = 0;
+  std::vector<std::unique_ptr<LagConnection>> connections;
+  std::deque<LagConnection*> idle;
+  std::deque<uint64_t> due;
+  uint64_t next_index = 0;
+  asio::steady_timer tick{io};
+
+  // Results (event-loop thread only, read after the join).
+  std::vector<uint64_t> latencies_ns;           // measured commands
+  Clock::time_point last_measured_reply{};
+  std::vector<uint64_t> final_version;          // per sampled entity, from replies
+  std::vector<std::string> problems;
+  uint64_t max_backlog = 0;
+  // Read by the progress thread.
+  std::atomic<uint64_t> sent{0}, ok{0}, failures{0}, retries{0}, reconnects{0}, backlog{0};
+
+  explicit LoadState(const LagOptions& options) : o(options) {}
+
+  Clock::time_point DueAt(uint64_t index) const {
+    return start + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(static_cast<double>(index) / o.rate));
+  }
+  uint64_t EntityOfCommand(uint64_t index) const { return EntityOf(index, o.entities, 7); }
+  void Problem(std::string what) {
+    if (problems.size() < kMaxProblems) problems.push_back(std::move(what));
+  }
+  void Tick();
+  void Dispatch();
+  void Released(LagConnection* c) {
+    idle.push_back(c);
+    Dispatch();
+  }
+  void Finish(uint64_t index, unsigned status, const std::string& body);
+  void Fail(uint64_t index, const std::string& why) {
+    failures.fetch_add(1, std::memory_order_relaxed);
+    Problem(o.run_id + "-lc" + std::to_string(index) + ": " + why);
+  }
+};
+
+// One keep-alive connection with at most one command in flight; all its
+// handlers run on the event-loop thread.
+class LagConnection {
+ public:
+  explicit LagConnection(LoadState& st) : st_(st), socket_(st.io), timer_(st.io) {}
+
+  void Send(uint64_t index) {
+    index_ = index;
+    attempts_ = 0;
+    BuildRequest();
+    if (open_) {
+      Write();
+    } else {
+      Connect();
+    }
+  }
+
+ private:
+  void BuildRequest() {
+    const uint64_t k = st_.EntityOfCommand(index_);
+    std::string body = R"({"balance":)" + std::to_string(index_) + R"(,"note":")" + st_.note + R"(","owner":"o)" +
+                       std::to_string(k % 1000) + "\"}";
+    request_ = "POST /v1/entities/account/" + LagEntityId(st_.o.run_id, k) + "/commands/patch HTTP/1.1\r\nHost: " +
+               st_.host_header + "\r\nContent-Type: application/json\r\nIdempotency-Key: " + st_.o.run_id + "-lc" +
+               std::to_string(index_) + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+
+  void Connect() {
+    ++attempts_;
+    socket_.async_connect(st_.endpoint, [this](beast::error_code ec) {
+      if (ec) return Broken(ec, "connect");
+      socket_.set_option(tcp::no_delay(true), ec);
+      open_ = true;
+      WriteAgain();
+    });
+  }
+
+  void Write() {
+    ++attempts_;
+    WriteAgain();
+  }
+
+  void WriteAgain() {
+    asio::async_write(socket_, asio::buffer(request_), [this](beast::error_code ec, size_t) {
+      if (ec) return Broken(ec, "write");
+      Read();
+    });
+  }
+
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(1 << 20);
+    http::async_read(socket_, buffer_, *parser_, [this](beast::error_code ec, size_t) {
+      if (ec) return Broken(ec, "read");
+      const auto& res = parser_->get();
+      if (!res.keep_alive()) Close();
+      const unsigned status = res.result_int();
+      if (status == 503 && attempts_ < st_.o.max_attempts) {
+        st_.retries.fetch_add(1, std::memory_order_relaxed);
+        timer_.expires_after(kRetryDelay);
+        timer_.async_wait([this](beast::error_code) { open_ ? Write() : Connect(); });
+        return;
+      }
+      st_.Finish(index_, status, res.body());
+      st_.Released(this);
+    });
+  }
+
+  void Broken(beast::error_code ec, const char* what) {
+    Close();
+    st_.reconnects.fetch_add(1, std::memory_order_relaxed);
+    if (attempts_ >= st_.o.max_attempts) {
+      st_.Fail(index_, std::string("gave up after ") + std::to_string(attempts_) + " attempts; last " + what +
+                           ": " + ec.message());
+      st_.Released(this);
+      return;
+    }
+    timer_.expires_after(kRetryDelay);
+    timer_.async_wait([this](beast::error_code) { Connect(); });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    buffer_.consume(buffer_.size());
+    open_ = false;
+  }
+
+  LoadState& st_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::response_parser<http::string_body>> parser_;
+  std::string request_;
+  bool open_ = false;
+  uint32_t attempts_ = 0;
+  uint64_t index_ = 0;
+};
+
+void LoadState::Tick() {
+  const auto now = Clock::now();
+  while (next_index < total_commands && DueAt(next_index) <= now) due.push_back(next_index++);
+  max_backlog = std::max<uint64_t>(max_backlog, due.size());
+  Dispatch();
+  if (next_index < total_commands) {
+    tick.expires_at(DueAt(next_index));
+    tick.async_wait([this](beast::error_code ec) {
+      if (!ec) Tick();
+    });
+  }
+}
+
+void LoadState::Dispatch() {
+  while (!due.empty() && !idle.empty()) {
+    LagConnection* c = idle.front();
+    idle.pop_front();
+    const uint64_t index = due.front();
+    due.pop_front();
+    sent.fetch_add(1, std::memory_order_relaxed);
+    c->Send(index);
+  }
+  backlog = due.size();
+}
+
+void LoadState::Finish(uint64_t index, unsigned status, const std::string& body) {
+  const auto now = Clock::now();
+  if (status != 200) return Fail(index, "HTTP " + std::to_string(status) + " " + body.substr(0, 200));
+  const auto json = nlohmann::json::parse(body, nullptr, false);
+  if (json.is_discarded() || !json.is_object()) return Fail(index, "the reply is not a JSON object");
+  const uint64_t k = EntityOfCommand(index);
+  const auto version = json.find("version");
+  if (version == json.end() || !version->is_number_unsigned() || version->get<uint64_t>() == 0) {
+    return Fail(index, "no version in the reply: " + body.substr(0, 200));
+  }
+  if (json.value("id", "") != LagEntityId(o.run_id, k)) return Fail(index, "the reply names another entity");
+  ok.fetch_add(1, std::memory_order_relaxed);
+  if (k < final_version.size()) final_version[k] = std::max(final_version[k], version->get<uint64_t>());
+  if (index >= warmup_commands) {
+    latencies_ns.push_back(Nanos(now - DueAt(index)));
+    last_measured_reply = std::max(last_measured_reply, now);
+  }
+}
+
+// Polls the sampled entities' keys and records each new version's first sight.
+class Sampler {
+ public:
+  struct Seen {
+    uint32_t entity;
+    uint64_t version;
+    int64_t at_us;
+  };
+
+  Sampler(std::unique_ptr<RedisConn> conn, std::vector<std::string> keys, uint32_t pause_us)
+      : conn_(std::move(conn)), keys_(std::move(keys)), pause_us_(pause_us), last_(keys_.size()) {
+    for (auto& v : last_) v.store(0);
+  }
+
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  // Stops and joins; the loop's error, if any.
+  Status Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  uint64_t last(size_t k) const { return last_[k].load(); }
+  uint64_t polls() const { return polls_.load(); }
+  uint64_t went_back() const { return went_back_.load(); }
+  size_t observations() const { return observations_.load(); }
+  double cycle_ms() const {
+    const uint64_t n = polls_.load();
+    return n > 1 ? std::chrono::duration<double, std::milli>(last_poll_ - first_poll_).count() / double(n - 1) : 0;
+  }
+  // After Stop().
+  const std::vector<Seen>& seen() const { return seen_; }
+
+ private:
+  void Loop() {
+    std::vector<const char*> argv = {"MGET"};
+    std::vector<size_t> lens = {4};
+    for (const auto& k : keys_) {
+      argv.push_back(k.data());
+      lens.push_back(k.size());
+    }
+    while (!stop_) {
+      Status st = conn_->AppendArgv(static_cast<int>(argv.size()), argv.data(), lens.data());
+      auto reply = st.ok() ? conn_->Read() : Result<RedisConn::ReplyPtr>(st);
+      const int64_t now_us = RealtimeMicros();
+      if (!reply.ok() || (*reply)->type != REDIS_REPLY_ARRAY || (*reply)->elements != keys_.size()) {
+        status_ = reply.ok() ? Internal("redis: unexpected reply to MGET") : reply.status();
+        return;
+      }
+      const auto now = Clock::now();
+      if (polls_.load() == 0) first_poll_ = now;
+      last_poll_ = now;
+      const redisReply& r = **reply;
+      for (size_t k = 0; k < r.elements; ++k) {
+        const redisReply& e = *r.element[k];
+        if (e.type != REDIS_REPLY_STRING) continue;
+        const uint64_t v = VersionOfJsonValue({e.str, e.len});
+        const uint64_t before = last_[k].load(std::memory_order_relaxed);
+        if (v > before) {
+          seen_.push_back(Seen{static_cast<uint32_t>(k), v, now_us});
+          last_[k].store(v);
+          observations_.fetch_add(1, std::memory_order_relaxed);
+        } else if (v < before) {
+          went_back_.fetch_add(1);
+        }
+      }
+      polls_.fetch_add(1, std::memory_order_relaxed);
+      if (pause_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us_));
+    }
+  }
+
+  std::unique_ptr<RedisConn> conn_;
+  std::vector<std::string> keys_;
+  const uint32_t pause_us_;
+  std::vector<std::atomic<uint64_t>> last_;
+  std::vector<Seen> seen_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> polls_{0}, went_back_{0};
+  std::atomic<size_t> observations_{0};
+  Clock::time_point first_poll_{}, last_poll_{};
+  Status status_ = Status::Ok();
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig& sink, const LagOptions& o) {
+  if (sink.type != "redis" || sink.redis.format != config::RedisSinkConfig::Format::kJson) {
+    return InvalidArgument("the lag benchmark needs a redis sink with format json");
+  }
+  if (o.rate <= 0 || o.seconds <= 0 || o.connections == 0 || o.entities == 0) {
+    return InvalidArgument("rate, seconds, connections and entities must be positive");
+  }
+  const uint32_t partitions = config.entities.at(sink.entity).partitions;
+  const uint32_t sample = static_cast<uint32_t>(std::min<uint64_t>(o.sample, o.entities));
+  ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
+  std::vector<std::string> sample_keys;
+  for (uint32_t k = 0; k < sample; ++k) sample_keys.push_back(keys.Key(LagEntityId(o.run_id, k)));
+  ASSIGN_OR_RETURN(auto redis, RedisConn::Open(sink.redis.url));
+  Sampler sampler(std::move(redis), sample_keys, o.poll_interval_us);
+
+  LoadState st(o);
+  {
+    tcp::resolver resolver(st.io);
+    beast::error_code ec;
+    auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
+    if (ec || results.empty()) return Unavailable("cannot resolve " + o.host + ": " + ec.message());
+    st.endpoint = results.begin()->endpoint();
+  }
+  st.host_header = o.host + ":" + std::to_string(o.port);
+  st.note = MakeNote(o.run_id, 30);
+  st.warmup_commands = static_cast<uint64_t>(o.warmup_seconds * o.rate);
+  st.total_commands = st.warmup_commands + static_cast<uint64_t>(o.seconds * o.rate);
+  st.final_version.assign(sample, 0);
+  st.latencies_ns.reserve(st.total_commands);
+  for (uint32_t c = 0; c < o.connections; ++c) {
+    st.connections.push_back(std::make_unique<LagConnection>(st));
+    st.idle.push_back(st.connections.back().get());
+  }
+
+  CpuWatch cpu;
+  for (const auto& [name, pid] : o.watch) cpu.Watch(name, pid);
+
+  LagResult r;
+  r.commands = st.total_commands - st.warmup_commands;
+  sampler.Start();
+  const int64_t start_us = RealtimeMicros();
+  st.start = Clock::now();
+  const int64_t window_begin_us = start_us + static_cast<int64_t>(o.warmup_seconds * 1e6);
+  const int64_t window_end_us = window_begin_us + static_cast<int64_t>(o.seconds * 1e6);
+  Clock::time_point load_end;
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("lag", [&](double t) {
+      const uint64_t done = st.ok.load() + st.failures.load();
+      const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;
+      last_done = done;
+      last_t = t;
+      return std::string(t < o.warmup_seconds ? "warm-up, " : "") + WithCommas(done) + "/" +
+             WithCommas(st.total_commands) + " replies, " + WithCommas(static_cast<uint64_t>(rate)) +
+             "/s now, waiting for a connection " + std::to_string(st.backlog.load()) + ", failures " +
+             std::to_string(st.failures.load()) + ", 503 retries " + std::to_string(st.retries.load()) +
+             ", versions seen by the sampler " + WithCommas(sampler.observations());
+    });
+    std::thread loop([&] {
+      st.Tick();
+      st.io.run();
+    });
+    // The CPU split covers the measured window only.
+    std::this_thread::sleep_until(st.start + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(o.warmup_seconds)));
+    const CpuWatch::Sample a = cpu.Take();
+    std::this_thread::sleep_until(st.start + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(o.warmup_seconds + o.seconds)));
+    const CpuWatch::Sample b = cpu.Take();
+    r.cpu = cpu.Compare(a, b, r.commands);
+    loop.join();
+    load_end = Clock::now();
+
+    // Every sampled entity must reach the last version a reply reported.
+    for (;;) {
+      bool all = true;
+      for (uint32_t k = 0; k < sample && all; ++k) all = sampler.last(k) >= st.final_version[k];
+      if (all) break;
+      if (std::chrono::duration<double>(Clock::now() - load_end).count() > o.catchup_timeout_seconds) {
+        st.Problem("the view did not catch up within " + std::to_string(o.catchup_timeout_seconds) + " s");
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    r.catchup_seconds = std::chrono::duration<double>(Clock::now() - load_end).count();
+  }
+  RETURN_IF_ERROR(sampler.Stop());
+
+  r.ok = st.ok.load();
+  r.failures = st.failures.load();
+  r.retries = st.retries.load();
+  r.reconnects = st.reconnects.load();
+  r.max_backlog = st.max_backlog;
+  r.http = Summarize(st.latencies_ns);
+  const auto window_start = st.DueAt(st.warmup_commands);
+  const double window_s = std::chrono::duration<double>(st.last_measured_reply - window_start).count();
+  r.achieved_rate = window_s > 0 ? static_cast<double>(st.latencies_ns.size()) / window_s : 0;
+  r.polls = sampler.polls();
+  r.poll_cycle_ms = sampler.cycle_ms();
+  r.problems = st.problems;
+  if (r.failures > 0) r.problems.push_back(std::to_string(r.failures) + " commands failed");
+  if (sampler.went_back() > 0) {
+    r.problems.push_back("a sampled key's version went backwards " + std::to_string(sampler.went_back()) + " times");
+  }
+
+  // committed_at of every version of the sampled entities.
+  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  std::vector<std::vector<uint32_t>> by_partition(partitions);
+  for (uint32_t k = 0; k < sample; ++k) by_partition[PartitionOf(LagEntityId(o.run_id, k), partitions)].push_back(k);
+  std::unordered_map<std::string, uint32_t> number_of;
+  for (uint32_t k = 0; k < sample; ++k) number_of[LagEntityId(o.run_id, k)] = k;
+  std::map<std::pair<uint32_t, uint64_t>, int64_t> committed;
+  for (uint32_t p = 0; p < partitions; ++p) {
+    if (by_partition[p].empty()) continue;
+    std::string q = "SELECT entity_id, version, CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED) FROM " +
+                    sql::QuoteIdent(sql::EventTableName(sink.entity, p)) + " WHERE entity_id IN (";
+    for (size_t i = 0; i < by_partition[p].size(); ++i) {
+      if (i > 0) q += ',';
+      conn->AppendQuoted(q, LagEntityId(o.run_id, by_partition[p][i]));
+    }
+    q += ')';
+    ASSIGN_OR_RETURN(auto rows, conn->Query(q));
+    for (const auto& row : rows) {
+      const uint32_t k = number_of.at(row.at(0).value_or(""));
+      const int64_t at = static_cast<int64_t>(std::stoull(row.at(2).value_or("0")));
+      committed[{k, std::stoull(row.at(1).value_or("0"))}] = at;
+      if (at >= window_begin_us && at < window_end_us) ++r.versions_committed;
+    }
+  }
+  std::vector<uint64_t> lags_ns;
+  int64_t min_lag_us = INT64_MAX;
+  uint64_t unknown = 0;
+  for (const auto& s : sampler.seen()) {
+    auto it = committed.find({s.entity, s.version});
+    if (it == committed.end()) {
+      ++unknown;
+      continue;
+    }
+    if (it->second < window_begin_us || it->second >= window_end_us) continue;
+    const int64_t lag_us = s.at_us - it->second;
+    min_lag_us = std::min(min_lag_us, lag_us);
+    lags_ns.push_back(static_cast<uint64_t>(std::max<int64_t>(0, lag_us)) * 1000);
+  }
+  if (unknown > 0) {
+    r.problems.push_back(std::to_string(unknown) + " versions seen in the view are not in storage");
+  }
+  r.lag_samples = lags_ns.size();
+  r.lag = Summarize(std::move(lags_ns));
+  r.lag_min_ms = r.lag_samples > 0 ? static_cast<double>(min_lag_us) / 1000.0 : 0;
+  if (r.lag_samples == 0) r.problems.push_back("no lag was measured");
+  return r;
+}
+
+}  // namespace sluice::bench

@@ -1,0 +1,122 @@
+// Small pieces the sync-engine benchmark (bench/engine_bench.cc) needs and the
+// writer benchmark's bench_common.h does not have: child processes (spawn,
+// memory from /proc, stop), a blocking Redis connection, the wall clock in
+// microseconds, and a progress line labelled "[engine_bench]".
+//
+// Threads: Progress runs its own thread and calls its callback from it; a
+// RedisConn is used by one thread at a time; the free functions are safe
+// from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+
+struct redisContext;
+struct redisReply;
+
+namespace sluice::bench {
+
+// Microseconds since the Unix epoch (CLOCK_REALTIME): comparable with
+// MySQL's UNIX_TIMESTAMP(committed_at) on the same host.
+int64_t RealtimeMicros();
+
+// A child process started with its stdout and stderr appended to a log file.
+// Not copyable; the destructor SIGKILLs a child still running.
+class ChildProcess {
+ public:
+  // argv[0] is the program's path.
+  static Result<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv,
+                                                     const std::string& log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // True while the child has not exited (reaps it when it has).
+  bool Running();
+  // SIGTERM, then wait up to `patience` (SIGKILL after it); the exit code,
+  // or 128+signal when it was killed.
+  int Terminate(std::chrono::milliseconds patience = std::chrono::seconds(30));
+  // Waits for the child to exit by itself; its exit code (128+signal if killed).
+  int Wait();
+
+ private:
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+  std::optional<int> exit_code_;
+};
+
+// Runs a program to completion with its output appended to log_path; the
+// exit code (or 128+signal), or an error when it cannot be started.
+Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path);
+
+// VmRSS and VmHWM of a process, in KiB, from /proc/PID/status.
+struct MemoryKib {
+  uint64_t rss = 0;
+  uint64_t hwm = 0;
+};
+std::optional<MemoryKib> ReadMemory(pid_t pid);
+
+// Prints "[engine_bench] <label> <N>s: <what()>" on stderr about once per
+// second until destroyed.
+class Progress {
+ public:
+  Progress(std::string label, std::function<std::string(double elapsed_s)> what);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// A blocking hiredis connection (no AUTH beyond a password, db via SELECT).
+class RedisConn {
+ public:
+  struct ReplyFree {
+    void operator()(redisReply* r) const;
+  };
+  using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
+
+  // url: redis://[:password@]host[:port][/db]
+  static Result<std::unique_ptr<RedisConn>> Open(const std::string& url);
+  ~RedisConn();
+  RedisConn(const RedisConn&) = delete;
+  RedisConn& operator=(const RedisConn&) = delete;
+
+  // One command, waiting for its reply; an error status for a broken
+  // connection or an error reply.
+  Result<ReplyPtr> Run(const std::vector<std::string_view>& args);
+  // Pipelining: queue commands, then read one reply per queued command.
+  Status Append(const std::vector<std::string_view>& args);
+  Status AppendArgv(int argc, const char** argv, const size_t* lens);
+  Result<ReplyPtr> Read();
+  // Deletes every key matching a SCAN pattern (UNLINK in pipelines); how many.
+  Result<uint64_t> DeleteMatching(const std::string& pattern);
+
+ private:
+  explicit RedisConn(redisContext* ctx) : ctx_(ctx) {}
+  redisContext* ctx_;
+};
+
+// The version at the start of a redis json value `{"_version":N,...`; 0 when
+// the value does not start that way.
+uint64_t VersionOfJsonValue(std::string_view value);
+
+}  // namespace sluice::bench
