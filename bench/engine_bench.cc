@@ -5,6 +5,7 @@
 // Exit codes: 0 the run finished and verified its result, 1 it failed or
 // its result did not verify, 2 a bad command line.
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -147,6 +148,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("connections", po::value(&a.lag.connections)->default_value(64), "lag: keep-alive HTTP connections")
     ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls")
     ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
+    ("dump-lags", po::value(&a.lag.dump_path), "lag: write every lag sample to this file (committed_at_us lag_us entity version)")
     ("format", po::value<std::string>()->default_value("text"), "text | kv (one line of key=value)");
   // clang-format on
   po::variables_map vm;
@@ -180,6 +182,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
   a.watch = ParseWatch(watch);
   a.lag.watch = a.watch;
+  a.lag.watch.insert(a.lag.watch.begin(), {"engine_bench", getpid()});
   a.lag.run_id = a.run_id;
   if (a.label.empty()) a.label = a.mode;
   return a;
@@ -197,7 +200,11 @@ bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vec
   }
   std::cerr << "[engine_bench] sluice verify --sink " << sink << " (output in " << a.log_path << ")\n";
   const auto start = Clock::now();
-  auto code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);
+  Result<int> code = 0;
+  {
+    Progress progress("sluice verify " + sink, [](double) { return std::string("running"); });
+    code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);
+  }
   report.Add("verify_s", std::chrono::duration<double>(Clock::now() - start).count(), 1);
   if (!code.ok()) {
     problems.push_back("cannot run sluice verify: " + code.status().message());
@@ -252,10 +259,18 @@ int Run(const Args& a) {
   bool verified = true;
   Status failed = Status::Ok();
 
+  // direct and *_raw: the CPU split while they run (the benchmark itself does
+  // the sink's or the client's work there).
+  CpuWatch cpu;
+  cpu.Watch("engine_bench", getpid());
+  for (const auto& [name, pid] : a.watch) cpu.Watch(name, pid);
+  const CpuWatch::Sample cpu_start = cpu.Take();
   auto add_write = [&](const WriteResult& w) {
+    AddCpu(report, cpu.Compare(cpu_start, cpu.Take(), w.events));
     report.Add("events", w.events);
     report.Add("seconds", w.seconds, 2);
     report.Add("rate", w.seconds > 0 ? static_cast<double>(w.events) / w.seconds : 0.0, 0);
+    if (w.redis_us_per_event >= 0) report.Add("redis_us_per_event", w.redis_us_per_event, 2);
     problems.insert(problems.end(), w.problems.begin(), w.problems.end());
   };
 
@@ -299,6 +314,10 @@ int Run(const Args& a) {
       report.Add("stale", r->stale);
       report.Add("dead_lettered", r->dead_lettered);
       report.Add("exit_code", static_cast<uint64_t>(r->exit_code));
+      if (r->redis_us_per_event >= 0) report.Add("redis_us_per_event", r->redis_us_per_event, 2);
+      report.Add("mysql_selects_per_s", r->mysql_selects_per_s, 0);
+      report.Add("mysql_inserts_per_s", r->mysql_inserts_per_s, 0);
+      report.Add("mysql_fsyncs_per_s", r->mysql_fsyncs_per_s, 0);
       AddCpu(report, r->cpu);
       problems = r->problems;
       verified = VerifySink(a, s.name, report, problems);
@@ -352,6 +371,7 @@ int Run(const Args& a) {
       report.Add("retries_503", r->retries);
       report.Add("reconnects", r->reconnects);
       report.Add("max_waiting", r->max_backlog);
+      report.Add("unsent", r->unsent);
       report.Add("http_p50_ms", r->http.p50_ms, 2);
       report.Add("http_p99_ms", r->http.p99_ms, 2);
       report.Add("http_max_ms", r->http.max_ms, 2);
@@ -367,6 +387,9 @@ int Run(const Args& a) {
       report.Add("polls", r->polls);
       report.Add("poll_cycle_ms", r->poll_cycle_ms, 2);
       report.Add("catchup_s", r->catchup_seconds, 2);
+      report.Add("mysql_selects_per_s", r->mysql_selects_per_s, 0);
+      report.Add("mysql_inserts_per_s", r->mysql_inserts_per_s, 0);
+      report.Add("mysql_fsyncs_per_s", r->mysql_fsyncs_per_s, 0);
       AddCpu(report, r->cpu);
       problems = r->problems;
       verified = VerifySink(a, sink->name, report, problems);

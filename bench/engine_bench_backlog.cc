@@ -171,7 +171,12 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   r.seconds = SecondsSince(start);
   r.rows = rows_done.load();
   r.statements = statements.load();
-  for (uint32_t p = 0; p < spec.partitions; ++p) {
+  std::atomic<uint32_t> checked{0};
+  Progress progress("load check", [&](double) {
+    return std::to_string(checked.load()) + "/" + std::to_string(spec.partitions) +
+           " event tables checked (event_ids and versions dense)";
+  });
+  for (uint32_t p = 0; p < spec.partitions; ++p, ++checked) {
     ASSIGN_OR_RETURN(auto problems, CheckEventTable(*admin, sql::EventTableName(spec.type, p), spec.run_id + "-",
                                                     backlog.PartitionEvents(p)));
     r.problems.insert(r.problems.end(), problems.begin(), problems.end());
@@ -188,6 +193,7 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& 
   ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
   ASSIGN_OR_RETURN(auto conn, RedisConn::Open(sink.redis.url));
   RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
+  ASSIGN_OR_RETURN(const double usec_before, conn->WriteCommandMicros());
   pipeline = std::max<uint32_t>(1, pipeline);
   const BacklogSpec& spec = backlog.spec();
 
@@ -232,6 +238,8 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& 
   r.seconds = SecondsSince(start);
   r.events = done.load();
   r.applied = r.events;
+  ASSIGN_OR_RETURN(const double usec_after, conn->WriteCommandMicros());
+  r.redis_us_per_event = (usec_after - usec_before) / static_cast<double>(std::max<uint64_t>(1, r.events));
   return r;
 }
 
@@ -309,10 +317,13 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   const BacklogSpec& spec = backlog.spec();
   if (sink.entity != spec.type) return InvalidArgument("sink " + sink.name + " is not of type " + spec.type);
   // A fresh view: no keys or rows left from an earlier run.
+  std::unique_ptr<RedisConn> stats;
+  double usec_before = 0;
   if (sink.type == "redis") {
     ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
-    ASSIGN_OR_RETURN(auto conn, RedisConn::Open(sink.redis.url));
-    RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
+    ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
+    RETURN_IF_ERROR(stats->DeleteMatching(keys.ScanPattern()).status());
+    ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
@@ -390,6 +401,10 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   r.seconds = SecondsSince(start);
   r.busy_seconds = std::chrono::duration<double>(busy).count();
   r.events = done.load();
+  if (stats) {
+    ASSIGN_OR_RETURN(const double usec_after, stats->WriteCommandMicros());
+    r.redis_us_per_event = (usec_after - usec_before) / static_cast<double>(std::max<uint64_t>(1, r.events));
+  }
   if (r.stale != 0 || r.rejected != 0) {
     r.problems.push_back(std::to_string(r.stale) + " stale and " + std::to_string(r.rejected) +
                          " rejected events; every event should apply");

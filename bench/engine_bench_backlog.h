@@ -97,6 +97,7 @@ struct WriteResult {
   double seconds = 0;        // wall time of the timed part
   double busy_seconds = 0;   // ApplyDirect: time inside Apply() only
   uint64_t applied = 0, stale = 0, rejected = 0;  // ApplyDirect
+  double redis_us_per_event = -1;  // redis: server time in EVALSHA / SET per event
   std::vector<std::string> problems;
 };
 

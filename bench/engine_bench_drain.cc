@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "bench/engine_bench_util.h"
+#include "bench/mysql_bench.h"
 #include "connectors/redis/key_template.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -136,6 +137,8 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   }
 
   std::unique_ptr<ViewProbe> probe;
+  std::unique_ptr<RedisConn> stats;  // redis: the server's own time
+  double usec_before = 0;
   std::vector<std::string> ids;
   for (const auto& l : last) ids.push_back(l.entity_id);
   if (sink.type == "redis") {
@@ -146,6 +149,8 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     std::vector<std::string> probe_keys;
     for (const auto& id : ids) probe_keys.push_back(keys.Key(id));
     probe = std::make_unique<RedisProbe>(std::move(redis), std::move(probe_keys));
+    ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
+    ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
@@ -156,6 +161,7 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
 
   DrainResult r;
   r.events = total;
+  ASSIGN_OR_RETURN(const ServerCounters counters_start, ReadServerCounters(*conn));
   CpuWatch cpu;
   const auto t0 = Clock::now();
   ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn({options.sluice_binary, "sync", "--config", options.config_path},
@@ -228,6 +234,15 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     }
     const CpuWatch::Sample cpu_end = cpu.Take();
     r.cpu = cpu.Compare(cpu_start, cpu_end, total);
+    if (auto counters = ReadServerCounters(*conn); counters.ok() && r.seconds > 0) {
+      r.mysql_selects_per_s = static_cast<double>(counters->selects - counters_start.selects) / r.seconds;
+      r.mysql_inserts_per_s = static_cast<double>(counters->inserts - counters_start.inserts) / r.seconds;
+      r.mysql_fsyncs_per_s = static_cast<double>(counters->fsyncs - counters_start.fsyncs) / r.seconds;
+    }
+    if (stats) {
+      auto usec = stats->WriteCommandMicros();
+      if (usec.ok()) r.redis_us_per_event = (*usec - usec_before) / static_cast<double>(total);
+    }
 
     // The flushed offsets follow within engine.offset_flush_interval.
     for (;;) {

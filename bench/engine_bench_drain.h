@@ -48,6 +48,9 @@ struct DrainResult {
   uint64_t rss_samples = 0;
   int exit_code = -1;              // of sluice sync after SIGTERM
   uint64_t applied = 0, stale = 0, dead_lettered = 0;
+  double redis_us_per_event = -1;  // redis sinks: server time in EVALSHA per event
+  // MySQL server-wide, from the start to the last event visible.
+  double mysql_selects_per_s = 0, mysql_inserts_per_s = 0, mysql_fsyncs_per_s = 0;
   std::vector<std::pair<std::string, std::string>> cpu;  // CpuWatch::Compare over the drain
   std::vector<std::string> problems;
 };

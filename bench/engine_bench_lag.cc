@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/engine_bench_util.h"
+#include "bench/mysql_bench.h"
 #include "connectors/redis/key_template.h"
 #include "core/partitioner.h"
 #include "sql/connection.h"
@@ -51,6 +53,7 @@ struct LoadState {
   std::string host_header;
   std::string note;
   Clock::time_point start;
+  Clock::time_point end;  // commands not sent by then are dropped (counted in unsent)
   uint64_t warmup_commands = 0;
   uint64_t total_commands = 0;
   std::vector<std::unique_ptr<LagConnection>> connections;
@@ -60,11 +63,12 @@ struct LoadState {
   asio::steady_timer tick{io};
 
   // Results (event-loop thread only, read after the join).
-  std::vector<uint64_t> latencies_ns;           // measured commands
-  Clock::time_point last_measured_reply{};
+  std::vector<uint64_t> latencies_ns;           // replies inside the measured window
+  uint64_t window_replies = 0;                  // 200s that arrived inside the measured window
   std::vector<uint64_t> final_version;          // per sampled entity, from replies
   std::vector<std::string> problems;
   uint64_t max_backlog = 0;
+  uint64_t unsent = 0;
   // Read by the progress thread.
   std::atomic<uint64_t> sent{0}, ok{0}, failures{0}, retries{0}, reconnects{0}, backlog{0};
 
@@ -196,7 +200,7 @@ void LoadState::Tick() {
   while (next_index < total_commands && DueAt(next_index) <= now) due.push_back(next_index++);
   max_backlog = std::max<uint64_t>(max_backlog, due.size());
   Dispatch();
-  if (next_index < total_commands) {
+  if (next_index < total_commands && now < end) {
     tick.expires_at(DueAt(next_index));
     tick.async_wait([this](beast::error_code ec) {
       if (!ec) Tick();
@@ -205,6 +209,13 @@ void LoadState::Tick() {
 }
 
 void LoadState::Dispatch() {
+  // The schedule is over: what the server could not take in time is not sent
+  // (an open loop that ran on would only measure a queue).
+  if (!due.empty() && Clock::now() >= end) {
+    unsent += due.size() + (total_commands - next_index);
+    due.clear();
+    next_index = total_commands;
+  }
   while (!due.empty() && !idle.empty()) {
     LagConnection* c = idle.front();
     idle.pop_front();
@@ -228,11 +239,11 @@ void LoadState::Finish(uint64_t index, unsigned status, const std::string& body)
   }
   if (json.value("id", "") != LagEntityId(o.run_id, k)) return Fail(index, "the reply names another entity");
   ok.fetch_add(1, std::memory_order_relaxed);
-  if (k < final_version.size()) final_version[k] = std::max(final_version[k], version->get<uint64_t>());
-  if (index >= warmup_commands) {
+  if (now >= DueAt(warmup_commands) && now < end) {
+    ++window_replies;
     latencies_ns.push_back(Nanos(now - DueAt(index)));
-    last_measured_reply = std::max(last_measured_reply, now);
   }
+  if (k < final_version.size()) final_version[k] = std::max(final_version[k], version->get<uint64_t>());
 }
 
 // Polls the sampled entities' keys and records each new version's first sight.
@@ -358,12 +369,14 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
 
   CpuWatch cpu;
   for (const auto& [name, pid] : o.watch) cpu.Watch(name, pid);
+  ASSIGN_OR_RETURN(auto counters_conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
 
   LagResult r;
   r.commands = st.total_commands - st.warmup_commands;
   sampler.Start();
   const int64_t start_us = RealtimeMicros();
   st.start = Clock::now();
+  st.end = st.DueAt(st.total_commands);
   const int64_t window_begin_us = start_us + static_cast<int64_t>(o.warmup_seconds * 1e6);
   const int64_t window_end_us = window_begin_us + static_cast<int64_t>(o.seconds * 1e6);
   Clock::time_point load_end;
@@ -389,10 +402,17 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     std::this_thread::sleep_until(st.start + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(o.warmup_seconds)));
     const CpuWatch::Sample a = cpu.Take();
+    auto counters_a = ReadServerCounters(*counters_conn);
     std::this_thread::sleep_until(st.start + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(o.warmup_seconds + o.seconds)));
     const CpuWatch::Sample b = cpu.Take();
+    auto counters_b = ReadServerCounters(*counters_conn);
     r.cpu = cpu.Compare(a, b, r.commands);
+    if (counters_a.ok() && counters_b.ok()) {
+      r.mysql_selects_per_s = static_cast<double>(counters_b->selects - counters_a->selects) / o.seconds;
+      r.mysql_inserts_per_s = static_cast<double>(counters_b->inserts - counters_a->inserts) / o.seconds;
+      r.mysql_fsyncs_per_s = static_cast<double>(counters_b->fsyncs - counters_a->fsyncs) / o.seconds;
+    }
     loop.join();
     load_end = Clock::now();
 
@@ -416,10 +436,9 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   r.retries = st.retries.load();
   r.reconnects = st.reconnects.load();
   r.max_backlog = st.max_backlog;
+  r.unsent = st.unsent;
   r.http = Summarize(st.latencies_ns);
-  const auto window_start = st.DueAt(st.warmup_commands);
-  const double window_s = std::chrono::duration<double>(st.last_measured_reply - window_start).count();
-  r.achieved_rate = window_s > 0 ? static_cast<double>(st.latencies_ns.size()) / window_s : 0;
+  r.achieved_rate = static_cast<double>(st.window_replies) / o.seconds;
   r.polls = sampler.polls();
   r.poll_cycle_ms = sampler.cycle_ms();
   r.problems = st.problems;
@@ -454,6 +473,8 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   }
   std::vector<uint64_t> lags_ns;
   int64_t min_lag_us = INT64_MAX;
+  std::ofstream dump;
+  if (!o.dump_path.empty()) dump.open(o.dump_path);
   uint64_t unknown = 0;
   for (const auto& s : sampler.seen()) {
     auto it = committed.find({s.entity, s.version});
@@ -464,6 +485,7 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     if (it->second < window_begin_us || it->second >= window_end_us) continue;
     const int64_t lag_us = s.at_us - it->second;
     min_lag_us = std::min(min_lag_us, lag_us);
+    if (dump.is_open()) dump << it->second << ' ' << lag_us << ' ' << s.entity << ' ' << s.version << '\n';
     lags_ns.push_back(static_cast<uint64_t>(std::max<int64_t>(0, lag_us)) * 1000);
   }
   if (unknown > 0) {

@@ -5,7 +5,9 @@
 //            keep-alive connections): command i is due at start + i/rate,
 //            whatever the replies do; a due command waits for a free
 //            connection, and its latency counts from when it was due (no
-//            coordinated omission). Commands are `patch` with a unique
+//            coordinated omission); commands still waiting when the
+//            schedule ends are not sent but counted (the server fell
+//            behind). Commands are `patch` with a unique
 //            Idempotency-Key on `entities` entities; a 503 or a broken
 //            connection is retried with the same key
 //   sampler  one thread that MGETs the keys of `sample` of those entities in
@@ -51,6 +53,7 @@ struct LagOptions {
   double catchup_timeout_seconds = 30;
   uint32_t max_attempts = 50;
   std::vector<std::pair<std::string, pid_t>> watch;  // processes for the CPU split
+  std::string dump_path;  // when set: one line per lag sample, "committed_at_us lag_us entity version"
 };
 
 struct LagResult {
@@ -58,8 +61,9 @@ struct LagResult {
   uint64_t ok = 0, failures = 0;  // replies (warm-up included)
   uint64_t retries = 0, reconnects = 0;
   uint64_t max_backlog = 0;       // most due commands waiting for a connection
-  double achieved_rate = 0;       // measured commands / (last measured reply - window start)
-  LatencySummary http;            // measured commands, from due time to reply
+  uint64_t unsent = 0;            // still waiting when the schedule ended: not sent
+  double achieved_rate = 0;       // 200 replies that arrived inside the window / its length
+  LatencySummary http;            // replies inside the window, from due time to reply
   uint64_t lag_samples = 0;
   LatencySummary lag;             // visible - committed_at
   double lag_min_ms = 0;
@@ -68,6 +72,8 @@ struct LagResult {
   double poll_cycle_ms = 0;       // mean time between two MGETs
   double catchup_seconds = 0;     // end of load to every sampled entity final
   std::vector<std::pair<std::string, std::string>> cpu;  // over the measured window
+  // MySQL server-wide statements and fsyncs per second over the window.
+  double mysql_selects_per_s = 0, mysql_inserts_per_s = 0, mysql_fsyncs_per_s = 0;
   std::vector<std::string> problems;
 };
 

@@ -236,6 +236,23 @@ Result<uint64_t> RedisConn::DeleteMatching(const std::string& pattern) {
   return deleted;
 }
 
+Result<double> RedisConn::WriteCommandMicros() {
+  ASSIGN_OR_RETURN(auto info, Run({"INFO", "commandstats"}));
+  if (info->type != REDIS_REPLY_STRING) {
+    return Internal("redis: unexpected reply to INFO");
+  }
+  const std::string_view text(info->str, info->len);
+  double total = 0;
+  for (std::string_view name : {"cmdstat_evalsha:", "cmdstat_set:"}) {
+    const size_t at = text.find(name);
+    if (at == std::string_view::npos) continue;
+    const size_t usec = text.find("usec=", at);
+    if (usec == std::string_view::npos) continue;
+    total += std::strtod(std::string(text.substr(usec + 5, 32)).c_str(), nullptr);
+  }
+  return total;
+}
+
 uint64_t VersionOfJsonValue(std::string_view value) {
   constexpr std::string_view kPrefix = R"({"_version":)";
   if (value.substr(0, kPrefix.size()) != kPrefix) return 0;

@@ -109,6 +109,10 @@ class RedisConn {
   Result<ReplyPtr> Read();
   // Deletes every key matching a SCAN pattern (UNLINK in pipelines); how many.
   Result<uint64_t> DeleteMatching(const std::string& pattern);
+  // Microseconds the server has spent inside EVALSHA and SET since it
+  // started (INFO commandstats): take the difference around a run for the
+  // server's own time per event, whatever else the machine is doing.
+  Result<double> WriteCommandMicros();
 
  private:
   explicit RedisConn(redisContext* ctx) : ctx_(ctx) {}
