@@ -1,0 +1,289 @@
+#include "metrics/metrics.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include <prometheus/text_serializer.h>
+
+namespace sluice::metrics {
+namespace {
+
+using prometheus::Histogram;
+
+// Seconds: 100 us .. 10 s.
+const Histogram::BucketBoundaries kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                     0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
+                                                     5,      10};
+// Events or commands per batch: 1 .. 100k (the largest batch_max).
+const Histogram::BucketBoundaries kSizeBuckets = {1,    2,    5,    10,    20,    50,    100,   200,
+                                                  500,  1000, 2000, 5000,  10000, 20000, 50000, 100000};
+
+constexpr std::string_view kWriterCommands = "sluice_writer_commands_total";
+constexpr std::string_view kWriterCommandDuration = "sluice_writer_command_duration_seconds";
+constexpr std::string_view kWriterReplays = "sluice_writer_idempotent_replays_total";
+constexpr std::string_view kWriterBatchEvents = "sluice_writer_batch_events";
+constexpr std::string_view kWriterConflicts = "sluice_writer_conflicts_total";
+constexpr std::string_view kWriterPushed = "sluice_writer_push_events_total";
+constexpr std::string_view kWriterPushDuration = "sluice_writer_push_duration_seconds";
+constexpr std::string_view kWriterPushFailures = "sluice_writer_push_failures_total";
+constexpr std::string_view kEngineRead = "sluice_engine_events_read_total";
+constexpr std::string_view kEngineApplied = "sluice_engine_events_applied_total";
+constexpr std::string_view kEngineStale = "sluice_engine_events_stale_total";
+constexpr std::string_view kEngineDeadLettered = "sluice_engine_events_dead_lettered_total";
+constexpr std::string_view kEngineApplyEvents = "sluice_engine_apply_batch_events";
+constexpr std::string_view kEngineApplyDuration = "sluice_engine_apply_duration_seconds";
+constexpr std::string_view kEngineRetries = "sluice_engine_retries_total";
+constexpr std::string_view kEngineGaps = "sluice_engine_gaps_total";
+constexpr std::string_view kEngineFlushes = "sluice_engine_offset_flushes_total";
+constexpr std::string_view kEngineLagEvents = "sluice_engine_lag_events";
+constexpr std::string_view kEngineLagSeconds = "sluice_engine_lag_seconds";
+constexpr std::string_view kEngineSinkHealthy = "sluice_engine_sink_healthy";
+constexpr std::string_view kEngineSinkState = "sluice_engine_sink_state";
+constexpr std::string_view kStorageUp = "sluice_storage_up";
+
+std::string_view HelpOf(std::string_view name) {
+  for (const MetricInfo& m : kMetricList) {
+    if (m.name == name) return m.help;
+  }
+  throw std::logic_error("metric " + std::string(name) + " is not in kMetricList");
+}
+
+template <typename Builder, typename Map>
+auto& FamilyOf(std::mutex& mu, Map& families, prometheus::Registry& registry, std::string_view name,
+               Builder builder) {
+  std::lock_guard lock(mu);
+  auto it = families.find(name);
+  if (it == families.end()) {
+    auto& family = builder.Name(std::string(name)).Help(std::string(HelpOf(name))).Register(registry);
+    it = families.emplace(std::string(name), &family).first;
+  }
+  return *it->second;
+}
+
+}  // namespace
+
+const std::vector<MetricInfo> kMetricList = {
+    {kWriterCommands, "counter", "Commands answered, by entity type, command and outcome."},
+    {kWriterCommandDuration, "histogram",
+     "Seconds from receiving a command to sending its reply, by entity type and command."},
+    {kWriterReplays, "counter",
+     "Commands answered from a stored event because their Idempotency-Key was seen before."},
+    {kWriterBatchEvents, "histogram", "Events committed per multi-row INSERT, by entity type."},
+    {kWriterConflicts, "counter",
+     "Duplicate-key conflicts that made a batch reload and re-plan, by entity type and unique key."},
+    {kWriterPushed, "counter", "Events the writer pushed to a point view right after commit, by sink."},
+    {kWriterPushDuration, "histogram", "Seconds per push to a point view (success or failure), by sink."},
+    {kWriterPushFailures, "counter",
+     "Pushes that failed or timed out, by sink and reason; the pull path applies those events later."},
+    {kEngineRead, "counter", "Events the engine read from main storage for a sink."},
+    {kEngineApplied, "counter", "Events a sink applied (its view changed)."},
+    {kEngineStale, "counter", "Events a sink skipped because the view already had that version or a newer one."},
+    {kEngineDeadLettered, "counter", "Events a sink rejected for good and the engine wrote to the dead-letter table."},
+    {kEngineApplyEvents, "histogram", "Events per Apply call to a sink."},
+    {kEngineApplyDuration, "histogram", "Seconds per Apply call to a sink, including failed calls."},
+    {kEngineRetries, "counter", "Retries with backoff, by sink and error class."},
+    {kEngineGaps, "counter", "Times a reader saw a gap in event_id and waited for it (must stay 0)."},
+    {kEngineFlushes, "counter", "Offset flushes to the sluice_offsets table, by sink and result."},
+    {kEngineLagEvents, "gauge", "Events committed but not yet applied to a sink, by sink and partition."},
+    {kEngineLagSeconds, "gauge",
+     "Seconds since the oldest event not yet applied to a sink was committed, by sink and partition."},
+    {kEngineSinkHealthy, "gauge", "1 while a sink is running, 0 while it backs off or is stopped."},
+    {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, stopped), 0 for the others."},
+    {kStorageUp, "gauge", "1 when the last health check reached main storage (MySQL), 0 otherwise."},
+};
+
+std::vector<std::string> ExportedSeriesNames() {
+  std::vector<std::string> out;
+  for (const MetricInfo& m : kMetricList) {
+    if (m.type == "histogram") {
+      for (const char* suffix : {"_bucket", "_sum", "_count"}) out.push_back(std::string(m.name) + suffix);
+    } else {
+      out.emplace_back(m.name);
+    }
+  }
+  return out;
+}
+
+Registry::Registry() : registry_(std::make_shared<prometheus::Registry>()) {}
+
+std::string Registry::Text() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+prometheus::Family<prometheus::Counter>& Registry::Counter(std::string_view name) {
+  return FamilyOf(mu_, counters_, *registry_, name, prometheus::BuildCounter());
+}
+
+prometheus::Family<prometheus::Gauge>& Registry::Gauge(std::string_view name) {
+  return FamilyOf(mu_, gauges_, *registry_, name, prometheus::BuildGauge());
+}
+
+prometheus::Family<prometheus::Histogram>& Registry::Histogram(std::string_view name) {
+  return FamilyOf(mu_, histograms_, *registry_, name, prometheus::BuildHistogram());
+}
+
+// ---- writer ----
+
+std::string_view CommandOutcomeName(CommandOutcome o) {
+  switch (o) {
+    case CommandOutcome::kApplied: return "applied";
+    case CommandOutcome::kReplayed: return "replayed";
+    case CommandOutcome::kRejected: return "rejected";
+    case CommandOutcome::kUnavailable: return "unavailable";
+    case CommandOutcome::kError: return "error";
+  }
+  return "error";
+}
+
+CommandOutcome OutcomeOfStatus(int http_status, bool replayed) {
+  if (http_status >= 200 && http_status < 300) {
+    return replayed ? CommandOutcome::kReplayed : CommandOutcome::kApplied;
+  }
+  if (http_status == 503) return CommandOutcome::kUnavailable;
+  if (http_status >= 400 && http_status < 500) return CommandOutcome::kRejected;
+  return CommandOutcome::kError;
+}
+
+ConflictKey ConflictKeyOf(std::string_view key) {
+  if (key == "PRIMARY") return ConflictKey::kPrimary;
+  if (key == "uk_entity_version") return ConflictKey::kEntityVersion;
+  if (key == "uk_entity_command") return ConflictKey::kEntityCommand;
+  return ConflictKey::kOther;
+}
+
+CommandMetrics::CommandMetrics(Registry& r, const std::string& type, const std::string& command) {
+  auto& outcomes = r.Counter(kWriterCommands);
+  for (size_t i = 0; i < kCommandOutcomes; ++i) {
+    outcomes_[i] = &outcomes.Add({{"type", type},
+                                  {"command", command},
+                                  {"outcome", std::string(CommandOutcomeName(static_cast<CommandOutcome>(i)))}});
+  }
+  replays_ = &r.Counter(kWriterReplays).Add({{"type", type}, {"command", command}});
+  latency_ = &r.Histogram(kWriterCommandDuration).Add({{"type", type}, {"command", command}}, kLatencyBuckets);
+}
+
+WriterTypeMetrics::WriterTypeMetrics(Registry& r, const std::string& type) {
+  batch_events_ = &r.Histogram(kWriterBatchEvents).Add({{"type", type}}, kSizeBuckets);
+  static constexpr std::array<std::string_view, kConflictKeys> kKeys = {"PRIMARY", "uk_entity_version",
+                                                                          "uk_entity_command", "other"};
+  auto& conflicts = r.Counter(kWriterConflicts);
+  for (size_t i = 0; i < kConflictKeys; ++i) {
+    conflicts_[i] = &conflicts.Add({{"type", type}, {"key", std::string(kKeys[i])}});
+  }
+}
+
+std::string_view PushFailureName(PushFailure f) {
+  switch (f) {
+    case PushFailure::kUnavailable: return "unavailable";
+    case PushFailure::kTimeout: return "timeout";
+    case PushFailure::kRejected: return "rejected";
+    case PushFailure::kError: return "error";
+  }
+  return "error";
+}
+
+PushMetrics::PushMetrics(Registry& r, const std::string& sink) {
+  pushed_ = &r.Counter(kWriterPushed).Add({{"sink", sink}});
+  latency_ = &r.Histogram(kWriterPushDuration).Add({{"sink", sink}}, kLatencyBuckets);
+  auto& failures = r.Counter(kWriterPushFailures);
+  for (size_t i = 0; i < kPushFailures; ++i) {
+    failures_[i] =
+        &failures.Add({{"sink", sink}, {"reason", std::string(PushFailureName(static_cast<PushFailure>(i)))}});
+  }
+}
+
+CommandMetrics& WriterMetrics::ForCommand(const std::string& type, const std::string& command) {
+  std::lock_guard lock(mu_);
+  auto& slot = commands_[type + '\0' + command];
+  if (!slot) slot = std::make_unique<CommandMetrics>(registry_, type, command);
+  return *slot;
+}
+
+WriterTypeMetrics& WriterMetrics::ForType(const std::string& type) {
+  std::lock_guard lock(mu_);
+  auto& slot = types_[type];
+  if (!slot) slot = std::make_unique<WriterTypeMetrics>(registry_, type);
+  return *slot;
+}
+
+PushMetrics& WriterMetrics::ForPush(const std::string& sink) {
+  std::lock_guard lock(mu_);
+  auto& slot = pushes_[sink];
+  if (!slot) slot = std::make_unique<PushMetrics>(registry_, sink);
+  return *slot;
+}
+
+void WriterMetrics::PushResult(const std::string& sink, bool ok, double seconds, size_t events, PushFailure why) {
+  PushMetrics& m = ForPush(sink);
+  if (ok) {
+    m.Succeeded(events, seconds);
+  } else {
+    m.Failed(why, seconds);
+  }
+}
+
+// ---- engine ----
+
+std::string_view RetryClassName(RetryClass c) {
+  switch (c) {
+    case RetryClass::kSinkUnavailable: return "sink_unavailable";
+    case RetryClass::kSinkAborted: return "sink_aborted";
+    case RetryClass::kStorageUnavailable: return "storage_unavailable";
+  }
+  return "sink_unavailable";
+}
+
+std::string_view SinkStateName(SinkState s) {
+  switch (s) {
+    case SinkState::kRunning: return "running";
+    case SinkState::kBackoff: return "backoff";
+    case SinkState::kStopped: return "stopped";
+  }
+  return "stopped";
+}
+
+SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions) {
+  const prometheus::Labels labels = {{"sink", sink}};
+  read_ = &r.Counter(kEngineRead).Add(labels);
+  applied_ = &r.Counter(kEngineApplied).Add(labels);
+  stale_ = &r.Counter(kEngineStale).Add(labels);
+  dead_lettered_ = &r.Counter(kEngineDeadLettered).Add(labels);
+  apply_events_ = &r.Histogram(kEngineApplyEvents).Add(labels, kSizeBuckets);
+  apply_latency_ = &r.Histogram(kEngineApplyDuration).Add(labels, kLatencyBuckets);
+  auto& retries = r.Counter(kEngineRetries);
+  for (size_t i = 0; i < kRetryClasses; ++i) {
+    retries_[i] =
+        &retries.Add({{"sink", sink}, {"error_class", std::string(RetryClassName(static_cast<RetryClass>(i)))}});
+  }
+  gaps_ = &r.Counter(kEngineGaps).Add(labels);
+  flushes_ok_ = &r.Counter(kEngineFlushes).Add({{"sink", sink}, {"result", "ok"}});
+  flushes_failed_ = &r.Counter(kEngineFlushes).Add({{"sink", sink}, {"result", "error"}});
+  healthy_ = &r.Gauge(kEngineSinkHealthy).Add(labels);
+  auto& state = r.Gauge(kEngineSinkState);
+  for (size_t i = 0; i < kSinkStates; ++i) {
+    state_[i] = &state.Add({{"sink", sink}, {"state", std::string(SinkStateName(static_cast<SinkState>(i)))}});
+  }
+  for (uint32_t p = 0; p < partitions; ++p) {
+    const prometheus::Labels lp = {{"sink", sink}, {"partition", std::to_string(p)}};
+    lag_events_.push_back(&r.Gauge(kEngineLagEvents).Add(lp));
+    lag_seconds_.push_back(&r.Gauge(kEngineLagSeconds).Add(lp));
+  }
+  SetState(SinkState::kRunning);
+}
+
+void SinkMetrics::SetState(SinkState s) {
+  for (size_t i = 0; i < kSinkStates; ++i) state_[i]->Set(i == static_cast<size_t>(s) ? 1 : 0);
+  healthy_->Set(s == SinkState::kRunning ? 1 : 0);
+}
+
+void SinkMetrics::SetLag(uint32_t partition, uint64_t events, double seconds) {
+  if (partition >= lag_events_.size()) return;
+  lag_events_[partition]->Set(static_cast<double>(events));
+  lag_seconds_[partition]->Set(seconds);
+}
+
+StorageMetrics::StorageMetrics(Registry& r) { up_ = &r.Gauge(kStorageUp).Add({}); }
+
+}  // namespace sluice::metrics

@@ -1,0 +1,242 @@
+// The Prometheus metrics of a sluice process (DESIGN 7): one registry per
+// process, typed handles for the writer and the engine, and the metric list
+// that compose/ and docs/operations.md are checked against.
+//
+// Handles are resolved once, when a worker or a sink runner is built: the
+// hot path increments a prometheus::Counter (an atomic) through a pointer
+// and never looks a label set up by string. Every label value is bounded by
+// the configuration (entity types, command names, sink names, partitions) or
+// by an enum below; never an entity id or an error text.
+//
+// Threads: construct handles from any thread (prometheus-cpp's families lock
+// internally); the handles themselves are lock-free and may be used from any
+// thread. A handle must not outlive the Registry it came from.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace sluice::metrics {
+
+// A metric this code exports: its name (without the _bucket/_sum/_count
+// suffixes of a histogram), type and help text. kMetricList is the whole
+// list; the compose check and the docs are tested against it.
+struct MetricInfo {
+  std::string_view name;
+  std::string_view type;  // "counter" | "gauge" | "histogram"
+  std::string_view help;
+};
+extern const std::vector<MetricInfo> kMetricList;
+
+// The series names Prometheus sees for kMetricList (histograms add _bucket,
+// _sum and _count).
+std::vector<std::string> ExportedSeriesNames();
+
+// The registry of one process, shared by the writer, the engine and the
+// metrics listener.
+class Registry {
+ public:
+  Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // For the exposer (it keeps a weak reference).
+  std::shared_ptr<prometheus::Registry> prometheus() const { return registry_; }
+
+  // Every metric in the Prometheus text format (what /metrics serves).
+  std::string Text() const;
+
+  // The families, created on first use. Internal to this module's handles.
+  prometheus::Family<prometheus::Counter>& Counter(std::string_view name);
+  prometheus::Family<prometheus::Gauge>& Gauge(std::string_view name);
+  prometheus::Family<prometheus::Histogram>& Histogram(std::string_view name);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::mutex mu_;
+  std::map<std::string, prometheus::Family<prometheus::Counter>*, std::less<>> counters_;
+  std::map<std::string, prometheus::Family<prometheus::Gauge>*, std::less<>> gauges_;
+  std::map<std::string, prometheus::Family<prometheus::Histogram>*, std::less<>> histograms_;
+};
+
+// ---- writer ----
+
+// How a command ended, as the caller saw it.
+enum class CommandOutcome : uint8_t {
+  kApplied,      // 200, a new event was stored
+  kReplayed,     // 200, answered from a stored event (same Idempotency-Key)
+  kRejected,     // 4xx: bad precondition, rule or request
+  kUnavailable,  // 503: storage down or overloaded; retry-safe
+  kError,        // any other 5xx
+};
+inline constexpr size_t kCommandOutcomes = 5;
+std::string_view CommandOutcomeName(CommandOutcome o);
+// The outcome of an HTTP reply status (replayed only when the reply says so).
+CommandOutcome OutcomeOfStatus(int http_status, bool replayed);
+
+// The unique key a duplicate-key conflict named (DESIGN 3.3 step 6).
+enum class ConflictKey : uint8_t { kPrimary, kEntityVersion, kEntityCommand, kOther };
+inline constexpr size_t kConflictKeys = 4;
+// "PRIMARY", "uk_entity_version", "uk_entity_command", other -> kOther.
+ConflictKey ConflictKeyOf(std::string_view mysql_key_name);
+
+// Handles of one (entity type, command).
+class CommandMetrics {
+ public:
+  CommandMetrics(Registry& r, const std::string& type, const std::string& command);
+  // One command answered `seconds` after it was received.
+  void Record(CommandOutcome outcome, double seconds) {
+    outcomes_[static_cast<size_t>(outcome)]->Increment();
+    if (outcome == CommandOutcome::kReplayed) replays_->Increment();
+    latency_->Observe(seconds);
+  }
+
+ private:
+  std::array<prometheus::Counter*, kCommandOutcomes> outcomes_{};
+  prometheus::Counter* replays_;
+  prometheus::Histogram* latency_;
+};
+
+// Handles of one entity type's partition workers (shared by its workers).
+class WriterTypeMetrics {
+ public:
+  WriterTypeMetrics(Registry& r, const std::string& type);
+  // A batch of `events` rows committed in one INSERT.
+  void BatchCommitted(size_t events) { batch_events_->Observe(static_cast<double>(events)); }
+  // A duplicate-key conflict on `key`; the batch is re-planned.
+  void Conflict(ConflictKey key) { conflicts_[static_cast<size_t>(key)]->Increment(); }
+
+ private:
+  prometheus::Histogram* batch_events_;
+  std::array<prometheus::Counter*, kConflictKeys> conflicts_{};
+};
+
+// Why a push to a point view failed (DESIGN 3.5): a failure is counted and
+// forgotten, the pull path applies the events later.
+enum class PushFailure : uint8_t { kUnavailable, kTimeout, kRejected, kError };
+inline constexpr size_t kPushFailures = 4;
+std::string_view PushFailureName(PushFailure f);
+
+// Handles of one push sink (DESIGN 3.5), for the writer's push path.
+class PushMetrics {
+ public:
+  PushMetrics(Registry& r, const std::string& sink);
+  // A push of `events` events that the sink acknowledged after `seconds`.
+  void Succeeded(size_t events, double seconds) {
+    pushed_->Increment(static_cast<double>(events));
+    latency_->Observe(seconds);
+  }
+  // A push that failed (or timed out) after `seconds`.
+  void Failed(PushFailure why, double seconds) {
+    failures_[static_cast<size_t>(why)]->Increment();
+    latency_->Observe(seconds);
+  }
+
+ private:
+  prometheus::Counter* pushed_;
+  prometheus::Histogram* latency_;
+  std::array<prometheus::Counter*, kPushFailures> failures_{};
+};
+
+// The writer's handles, built once per WriterService. ForCommand/ForType/
+// ForPush create on first call and return the same object afterwards: call
+// them while setting up (they lock), keep the reference on the hot path.
+class WriterMetrics {
+ public:
+  explicit WriterMetrics(Registry& r) : registry_(r) {}
+  CommandMetrics& ForCommand(const std::string& type, const std::string& command);
+  WriterTypeMetrics& ForType(const std::string& type);
+  PushMetrics& ForPush(const std::string& sink);
+  // Convenience for the push path: ForPush(sink) then Succeeded/Failed.
+  void PushResult(const std::string& sink, bool ok, double seconds, size_t events = 1,
+                  PushFailure why = PushFailure::kError);
+
+ private:
+  Registry& registry_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<CommandMetrics>> commands_;  // type '\0' command
+  std::map<std::string, std::unique_ptr<WriterTypeMetrics>> types_;
+  std::map<std::string, std::unique_ptr<PushMetrics>> pushes_;
+};
+
+// ---- engine ----
+
+// Why the engine retried: the sink was unavailable, the sink asked for a
+// retry (aborted), or main storage failed (reading events, writing a dead
+// letter).
+enum class RetryClass : uint8_t { kSinkUnavailable, kSinkAborted, kStorageUnavailable };
+inline constexpr size_t kRetryClasses = 3;
+std::string_view RetryClassName(RetryClass c);
+
+// running: applying; backoff: retrying an unavailable sink; stopped: needs a
+// fix (misconfigured, or a rejection with on_error: stop).
+enum class SinkState : uint8_t { kRunning, kBackoff, kStopped };
+inline constexpr size_t kSinkStates = 3;
+std::string_view SinkStateName(SinkState s);
+
+// Handles of one sink's pull loop. Per sink, once caught up:
+//   events_read = applied + stale + dead_lettered
+// (the difference is the events in flight between the reader and the sink).
+class SinkMetrics {
+ public:
+  SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions);
+
+  void Read(size_t events) { read_->Increment(static_cast<double>(events)); }
+  // The outcome of one Apply call of `events` events that took `seconds`.
+  void Applied(size_t applied, size_t stale, size_t dead_lettered) {
+    if (applied) applied_->Increment(static_cast<double>(applied));
+    if (stale) stale_->Increment(static_cast<double>(stale));
+    if (dead_lettered) dead_lettered_->Increment(static_cast<double>(dead_lettered));
+  }
+  void ApplyCall(size_t events, double seconds) {
+    apply_events_->Observe(static_cast<double>(events));
+    apply_latency_->Observe(seconds);
+  }
+  void Retry(RetryClass c) { retries_[static_cast<size_t>(c)]->Increment(); }
+  void Gap() { gaps_->Increment(); }
+  void OffsetFlush(bool ok) { (ok ? flushes_ok_ : flushes_failed_)->Increment(); }
+  void SetState(SinkState s);
+  // Lag of one partition: head - offset, and seconds since the oldest
+  // unapplied event was committed (0 when none).
+  void SetLag(uint32_t partition, uint64_t events, double seconds);
+
+ private:
+  prometheus::Counter* read_;
+  prometheus::Counter* applied_;
+  prometheus::Counter* stale_;
+  prometheus::Counter* dead_lettered_;
+  prometheus::Histogram* apply_events_;
+  prometheus::Histogram* apply_latency_;
+  std::array<prometheus::Counter*, kRetryClasses> retries_{};
+  prometheus::Counter* gaps_;
+  prometheus::Counter* flushes_ok_;
+  prometheus::Counter* flushes_failed_;
+  prometheus::Gauge* healthy_;
+  std::array<prometheus::Gauge*, kSinkStates> state_{};
+  std::vector<prometheus::Gauge*> lag_events_;   // by partition
+  std::vector<prometheus::Gauge*> lag_seconds_;  // by partition
+};
+
+// Main storage as the health monitor last saw it (1 reachable, 0 not).
+class StorageMetrics {
+ public:
+  explicit StorageMetrics(Registry& r);
+  void SetUp(bool up) { up_->Set(up ? 1 : 0); }
+
+ private:
+  prometheus::Gauge* up_;
+};
+
+}  // namespace sluice::metrics

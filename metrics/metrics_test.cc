@@ -1,0 +1,198 @@
+#include "metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "metrics/metrics_server.h"
+
+namespace sluice::metrics {
+namespace {
+
+// Names of the metric families in a text exposition (from "# TYPE" lines).
+std::set<std::string> FamilyNames(const std::string& text) {
+  std::set<std::string> names;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    names.insert(line.substr(7, line.find(' ', 7) - 7));
+  }
+  return names;
+}
+
+// The value of the one sample line that starts with `series` (name{labels}).
+double Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  ADD_FAILURE() << "no sample " << series << " in:\n" << text;
+  return -1;
+}
+
+// Builds one handle of every kind, as a process with a writer and an engine does.
+void BuildAll(Registry& r) {
+  WriterMetrics w(r);
+  w.ForCommand("account", "create").Record(CommandOutcome::kApplied, 0.001);
+  w.ForType("account").BatchCommitted(3);
+  w.ForPush("cache").Succeeded(2, 0.0005);
+  SinkMetrics s(r, "cache", 2);
+  StorageMetrics storage(r);
+}
+
+TEST(Metrics, EveryListedMetricIsExportedAndNothingElse) {
+  Registry r;
+  BuildAll(r);
+  const std::set<std::string> exported = FamilyNames(r.Text());
+  std::set<std::string> listed;
+  for (const MetricInfo& m : kMetricList) listed.emplace(m.name);
+  EXPECT_EQ(exported, listed);
+  for (const MetricInfo& m : kMetricList) {
+    EXPECT_EQ(m.name.rfind("sluice_", 0), 0u) << m.name;
+    EXPECT_FALSE(m.help.empty()) << m.name;
+    if (m.type == "counter") {
+      EXPECT_TRUE(m.name.ends_with("_total")) << m.name;
+    }
+  }
+}
+
+TEST(Metrics, CommandOutcomesAndReplaysAreCountedByLabel) {
+  Registry r;
+  WriterMetrics w(r);
+  CommandMetrics& create = w.ForCommand("account", "create");
+  EXPECT_EQ(&create, &w.ForCommand("account", "create"));  // resolved once
+  create.Record(OutcomeOfStatus(200, false), 0.002);
+  create.Record(OutcomeOfStatus(200, true), 0.001);
+  create.Record(OutcomeOfStatus(409, false), 0.001);
+  create.Record(OutcomeOfStatus(422, false), 0.001);
+  create.Record(OutcomeOfStatus(503, false), 0.001);
+  create.Record(OutcomeOfStatus(500, false), 0.001);
+  const std::string text = r.Text();
+  const std::string base = R"(sluice_writer_commands_total{command="create",outcome=")";
+  EXPECT_EQ(Sample(text, base + R"(applied",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, base + R"(replayed",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, base + R"(rejected",type="account"})"), 2);
+  EXPECT_EQ(Sample(text, base + R"(unavailable",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, base + R"(error",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_idempotent_replays_total{command="create",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_command_duration_seconds_count{command="create",type="account"})"), 6);
+}
+
+TEST(Metrics, ConflictsAreCountedByKeyName) {
+  Registry r;
+  WriterMetrics w(r);
+  WriterTypeMetrics& t = w.ForType("account");
+  t.Conflict(ConflictKeyOf("PRIMARY"));
+  t.Conflict(ConflictKeyOf("uk_entity_version"));
+  t.Conflict(ConflictKeyOf("uk_entity_version"));
+  t.Conflict(ConflictKeyOf("uk_entity_command"));
+  t.Conflict(ConflictKeyOf("something_else"));
+  const std::string text = r.Text();
+  EXPECT_EQ(Sample(text, R"(sluice_writer_conflicts_total{key="PRIMARY",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_conflicts_total{key="uk_entity_version",type="account"})"), 2);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_conflicts_total{key="uk_entity_command",type="account"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_conflicts_total{key="other",type="account"})"), 1);
+}
+
+TEST(Metrics, PushResultsBySinkAndReason) {
+  Registry r;
+  WriterMetrics w(r);
+  w.PushResult("cache", true, 0.001, 5);
+  w.PushResult("cache", false, 0.05, 5, PushFailure::kTimeout);
+  const std::string text = r.Text();
+  EXPECT_EQ(Sample(text, R"(sluice_writer_push_events_total{sink="cache"})"), 5);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_push_failures_total{reason="timeout",sink="cache"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_push_failures_total{reason="unavailable",sink="cache"})"), 0);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_push_duration_seconds_count{sink="cache"})"), 2);
+}
+
+TEST(Metrics, SinkStateLagAndOutcomes) {
+  Registry r;
+  SinkMetrics s(r, "cache", 2);
+  s.Read(10);
+  s.Applied(6, 3, 1);
+  s.SetState(SinkState::kBackoff);
+  s.SetLag(1, 42, 1.5);
+  s.SetLag(7, 1, 1);  // no such partition: ignored
+  s.Retry(RetryClass::kSinkUnavailable);
+  const std::string text = r.Text();
+  EXPECT_EQ(Sample(text, R"(sluice_engine_events_read_total{sink="cache"})"), 10);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_events_applied_total{sink="cache"})") +
+                Sample(text, R"(sluice_engine_events_stale_total{sink="cache"})") +
+                Sample(text, R"(sluice_engine_events_dead_lettered_total{sink="cache"})"),
+            10);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_sink_healthy{sink="cache"})"), 0);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_sink_state{sink="cache",state="backoff"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_sink_state{sink="cache",state="running"})"), 0);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_lag_events{partition="1",sink="cache"})"), 42);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_lag_seconds{partition="1",sink="cache"})"), 1.5);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_lag_events{partition="0",sink="cache"})"), 0);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_retries_total{error_class="sink_unavailable",sink="cache"})"), 1);
+}
+
+// A blocking GET on 127.0.0.1:port; returns "STATUS BODY" or "" on failure.
+std::string Get(uint16_t port, const std::string& path, int* status) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    *status = 0;
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)::write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  *status = resp.size() > 12 ? std::stoi(resp.substr(9, 3)) : 0;
+  const size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+TEST(MetricsServer, ServesMetricsHealthAndReadiness) {
+  Registry r;
+  SinkMetrics s(r, "cache", 1);
+  s.Read(3);
+  std::atomic<bool> ready{true};
+  auto server = MetricsServer::Start("127.0.0.1", 0, r, [&] {
+    return Readiness{ready.load(), ready ? R"({"ready":true})" : R"({"ready":false,"sinks":["cache"]})"};
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const uint16_t port = (*server)->port();
+  ASSERT_NE(port, 0);
+  int status = 0;
+  const std::string metrics = Get(port, "/metrics", &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(Sample(metrics, R"(sluice_engine_events_read_total{sink="cache"})"), 3);
+  EXPECT_EQ(Get(port, "/healthz", &status), R"({"status":"ok"})");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(Get(port, "/readyz", &status), R"({"ready":true})");
+  EXPECT_EQ(status, 200);
+  ready = false;
+  EXPECT_EQ(Get(port, "/readyz", &status), R"({"ready":false,"sinks":["cache"]})");
+  EXPECT_EQ(status, 503);
+  Get(port, "/nothing-here", &status);
+  EXPECT_EQ(status, 404);
+
+  // A second server cannot take the same port, and says so.
+  auto clash = MetricsServer::Start("127.0.0.1", port, r, [] { return Readiness{true, "{}"}; });
+  ASSERT_FALSE(clash.ok());
+  EXPECT_EQ(clash.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(clash.status().message().find(std::to_string(port)), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::metrics
