@@ -491,9 +491,26 @@ class ConfigReader {
       ExpectKeys(f, {
           {"partitions", Presence::kRequired,
            [&](const Field& p) { ReadUint(p, 1, 1024, &entity.partitions); }},
+          {"handlers", Presence::kOptional, [&](const Field& h) { ReadHandlersFile(h, &entity); }},
       });
       if (valid_name) entities->emplace(name, std::move(entity));
     });
+  }
+
+  // entities.<type>.handlers: a readable JavaScript file, relative to the
+  // config file's folder. Compiling it is the handlers module's job.
+  void ReadHandlersFile(const Field& f, EntityTypeConfig* entity) {
+    std::string path;
+    if (!ReadString(f, kNotEmpty, &path)) return;
+    std::filesystem::path p(path);
+    if (p.is_relative() && !base_dir_.empty()) p = base_dir_ / p;
+    std::string source;
+    if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, &source); err != 0) {
+      return Problem(f.mark, f.path, "cannot read handler file " + Quote(p.string()) + ": " + ErrnoText(err));
+    }
+    entity->handlers = p.lexically_normal().string();
+    entity->handlers_origin =
+        file_ + ":" + std::to_string(f.mark.line + 1) + ":" + std::to_string(f.mark.column + 1);
   }
 
   void ReadWriter(const Field& at, WriterConfig* w) {
@@ -512,6 +529,12 @@ class ConfigReader {
          [&](const Field& f) { ReadUint(f, 1, 1000, &w->conflict_retries); }},
         {"allow_weak_durability", kOptional,
          [&](const Field& f) { ReadBool(f, &w->allow_weak_durability); }},
+        {"handler_timeout", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, std::chrono::milliseconds(1), std::chrono::seconds(60), &w->handler_timeout);
+         }},
+        {"handler_memory", kOptional,
+         [&](const Field& f) { ReadByteSize(f, uint64_t{1} << 20, uint64_t{1} << 30, &w->handler_memory); }},
     });
   }
 
@@ -1223,6 +1246,7 @@ std::string Config::Redacted() const {
   for (const auto& [name, entity] : entities) {
     out << YAML::Key << name << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(entity.partitions);
+    if (!entity.handlers.empty()) out << YAML::Key << "handlers" << YAML::Value << entity.handlers;
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
@@ -1242,6 +1266,8 @@ std::string Config::Redacted() const {
   out << YAML::Key << "conflict_retries" << YAML::Value
       << static_cast<unsigned>(writer.conflict_retries);
   out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
+  out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
+  out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
   out << YAML::EndMap;
 
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;

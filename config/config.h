@@ -36,6 +36,10 @@ struct MysqlConfig {
 struct EntityTypeConfig {
   std::string name;          // [a-z][a-z0-9_]*, the map key in YAML
   uint32_t partitions = 0;   // 1..1024, fixed once the tables exist
+  // JavaScript command handlers (docs/handlers.md): the file's path, resolved
+  // against the config file's folder; empty when the type has none.
+  std::string handlers;
+  std::string handlers_origin;  // "file:line:col" of the handlers key, for messages
 };
 
 struct WriterConfig {
@@ -50,6 +54,9 @@ struct WriterConfig {
   // Start even when MySQL's durability settings are weaker than
   // innodb_flush_log_at_trx_commit=1 and (with a binlog) sync_binlog=1.
   bool allow_weak_durability = false;
+  // Limits of one JavaScript handler call (docs/handlers.md).
+  std::chrono::milliseconds handler_timeout{50};  // 1ms..60s
+  uint64_t handler_memory = uint64_t{16} << 20;   // the heap of one partition's handlers, 1MiB..1GiB
 };
 
 struct EngineConfig {

@@ -1,0 +1,369 @@
+#include "handlers/js_runtime.h"
+
+#include <duktape.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/names.h"
+
+namespace sluice::handlers {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-heap bookkeeping: Duktape hands it to the allocator and to the
+// execution-timeout check as the heap's udata.
+struct Guard {
+  size_t used = 0;
+  size_t limit = 0;
+  bool refused = false;    // an allocation was refused since the last Arm()
+  bool armed = false;      // a call (or the file's top level) is running
+  bool timed_out = false;  // the deadline passed since the last Arm()
+  Clock::time_point deadline;
+
+  void Arm(std::chrono::milliseconds timeout) {
+    refused = false;
+    timed_out = false;
+    deadline = Clock::now() + timeout;
+    armed = true;
+  }
+};
+
+// Every block carries its size in front so that frees and reallocs can be
+// accounted; 16 bytes keep the payload max-aligned.
+constexpr size_t kHeader = 16;
+
+void* GuardedAlloc(void* udata, duk_size_t size) {
+  auto* g = static_cast<Guard*>(udata);
+  if (size == 0) return nullptr;
+  if (g->used + size > g->limit) {
+    g->refused = true;
+    return nullptr;
+  }
+  auto* p = static_cast<unsigned char*>(std::malloc(kHeader + size));
+  if (p == nullptr) return nullptr;
+  std::memcpy(p, &size, sizeof size);
+  g->used += size;
+  return p + kHeader;
+}
+
+void GuardedFree(void* udata, void* ptr) {
+  if (ptr == nullptr) return;
+  auto* g = static_cast<Guard*>(udata);
+  auto* p = static_cast<unsigned char*>(ptr) - kHeader;
+  size_t size = 0;
+  std::memcpy(&size, p, sizeof size);
+  g->used -= size;
+  std::free(p);
+}
+
+void* GuardedRealloc(void* udata, void* ptr, duk_size_t size) {
+  if (ptr == nullptr) return GuardedAlloc(udata, size);
+  if (size == 0) {
+    GuardedFree(udata, ptr);
+    return nullptr;
+  }
+  auto* g = static_cast<Guard*>(udata);
+  auto* p = static_cast<unsigned char*>(ptr) - kHeader;
+  size_t old = 0;
+  std::memcpy(&old, p, sizeof old);
+  if (size > old && g->used + (size - old) > g->limit) {
+    g->refused = true;
+    return nullptr;
+  }
+  auto* q = static_cast<unsigned char*>(std::realloc(p, kHeader + size));
+  if (q == nullptr) return nullptr;
+  std::memcpy(q, &size, sizeof size);
+  g->used = g->used - old + size;
+  return q + kHeader;
+}
+
+// Duktape calls this only from inside protected calls; reaching it means a
+// bug in this file, not in a handler.
+void Fatal(void*, const char* msg) {
+  std::fprintf(stderr, "sluice: fatal JavaScript engine error: %s\n", msg ? msg : "(no message)");
+  std::abort();
+}
+
+// The fixed timestamp Date sees on this thread (one runtime per thread).
+thread_local double t_now_ms = 0;
+
+// Runs before the handler file: what would make a handler non-deterministic.
+constexpr std::string_view kPrelude = R"JS(
+(function (global) {
+  'use strict';
+  Object.defineProperty(Math, 'random', {
+    value: function random() {
+      throw new Error('Math.random() is not allowed in handlers: they must be deterministic ' +
+                      '(derive values from the request or ctx)');
+    },
+    writable: false, enumerable: false, configurable: false
+  });
+})(this);
+)JS";
+
+// The message of a thrown value: Error objects as "message" (plain Error) or
+// "Name: message"; anything else as String(value).
+std::string ThrownMessage(duk_context* ctx, duk_idx_t idx) {
+  idx = duk_normalize_index(ctx, idx);
+  std::string out;
+  if (duk_is_error(ctx, idx)) {
+    duk_get_prop_string(ctx, idx, "name");
+    const char* name = duk_is_string(ctx, -1) ? duk_get_string(ctx, -1) : "Error";
+    duk_get_prop_string(ctx, idx, "message");
+    const char* message = duk_is_string(ctx, -1) ? duk_get_string(ctx, -1) : "";
+    if (std::strcmp(name, "Error") != 0) {
+      out = name;
+      out += ": ";
+    }
+    out += message;
+    duk_pop_2(ctx);
+  } else {
+    duk_dup(ctx, idx);
+    out = duk_safe_to_string(ctx, -1);
+    duk_pop(ctx);
+  }
+  return out;
+}
+
+// "file:LINE: message" for an error thrown while loading the file.
+std::string LoadError(duk_context* ctx, const std::string& file) {
+  std::string out = file;
+  if (duk_is_error(ctx, -1)) {
+    duk_get_prop_string(ctx, -1, "lineNumber");
+    if (duk_is_number(ctx, -1)) out += ":" + std::to_string(static_cast<long long>(duk_get_number(ctx, -1)));
+    duk_pop(ctx);
+  }
+  std::string what = ThrownMessage(ctx, -1);
+  if (duk_is_error(ctx, -1)) {
+    duk_get_prop_string(ctx, -1, "name");
+    const bool plain = duk_is_string(ctx, -1) && std::strcmp(duk_get_string(ctx, -1), "Error") == 0;
+    duk_pop(ctx);
+    if (plain) what = "Error: " + what;
+  }
+  return out + ": " + what;
+}
+
+// Arguments of one protected call. Only plain data: Duktape unwinds errors
+// with longjmp, so the unsafe functions below own no C++ objects.
+struct CallArgs {
+  const char* name;
+  size_t name_len;
+  const char* state;
+  size_t state_len;
+  const char* request;
+  size_t request_len;
+  const JsContext* jctx;
+  bool returned;  // the handler returned (an error after this is in encoding)
+};
+
+// [] -> [state_json, response_json]
+duk_ret_t CallUnsafe(duk_context* ctx, void* udata) {
+  auto* a = static_cast<CallArgs*>(udata);
+  duk_push_lstring(ctx, a->state, a->state_len);
+  duk_json_decode(ctx, -1);                                 // [state]
+  duk_get_global_lstring(ctx, a->name, a->name_len);        // [state fn]
+  duk_dup(ctx, 0);                                          // [state fn state]
+  duk_push_lstring(ctx, a->request, a->request_len);
+  duk_json_decode(ctx, -1);                                 // [state fn state request]
+  duk_push_object(ctx);
+  duk_push_lstring(ctx, a->jctx->command_id.data(), a->jctx->command_id.size());
+  duk_put_prop_string(ctx, -2, "command_id");
+  duk_push_number(ctx, static_cast<double>(a->jctx->version));
+  duk_put_prop_string(ctx, -2, "version");
+  duk_push_boolean(ctx, a->jctx->exists);
+  duk_put_prop_string(ctx, -2, "exists");
+  duk_push_number(ctx, static_cast<double>(a->jctx->now_ms));
+  duk_put_prop_string(ctx, -2, "now");                     // [state fn state request ctx]
+  duk_call(ctx, 3);                                         // [state ret]
+  a->returned = true;
+  if (duk_is_undefined(ctx, -1)) {
+    duk_pop(ctx);
+    duk_push_null(ctx);
+  }
+  duk_json_encode(ctx, 0);
+  duk_json_encode(ctx, 1);
+  return 2;
+}
+
+// [] -> [] ; the file's top level, then freezes the global object.
+duk_ret_t FreezeGlobalUnsafe(duk_context* ctx, void*) {
+  duk_eval_string_noresult(ctx, "Object.freeze(this);");
+  return 0;
+}
+
+}  // namespace
+
+}  // namespace sluice::handlers
+
+extern "C" int sluice_duk_exec_timeout_check(void* udata) {
+  auto* g = static_cast<sluice::handlers::Guard*>(udata);
+  if (g == nullptr || !g->armed) return 0;
+  if (g->timed_out) return 1;
+  if (sluice::handlers::Clock::now() < g->deadline) return 0;
+  g->timed_out = true;
+  return 1;
+}
+
+extern "C" double sluice_duk_date_now(void) { return sluice::handlers::t_now_ms; }
+
+namespace sluice::handlers {
+
+struct JsRuntime::Heap {
+  Guard guard;
+  duk_context* ctx = nullptr;
+  ~Heap() {
+    if (ctx != nullptr) duk_destroy_heap(ctx);
+  }
+};
+
+JsRuntime::JsRuntime(std::string file, std::string source, JsLimits limits)
+    : file_(std::move(file)), source_(std::move(source)), limits_(limits) {}
+
+JsRuntime::~JsRuntime() = default;
+
+Result<std::unique_ptr<JsRuntime>> JsRuntime::Create(std::string file, std::string source, JsLimits limits) {
+  std::unique_ptr<JsRuntime> rt(new JsRuntime(std::move(file), std::move(source), limits));
+  RETURN_IF_ERROR(rt->Load());
+  return rt;
+}
+
+Status JsRuntime::Load() {
+  heap_.reset();
+  auto heap = std::make_unique<Heap>();
+  heap->guard.limit = limits_.memory_bytes;
+  heap->ctx = duk_create_heap(GuardedAlloc, GuardedRealloc, GuardedFree, &heap->guard, Fatal);
+  if (heap->ctx == nullptr) {
+    return InvalidArgument(file_ + ": the JavaScript heap could not be created within handler_memory (" +
+                           std::to_string(limits_.memory_bytes) + " bytes)");
+  }
+  duk_context* ctx = heap->ctx;
+  t_now_ms = 0;
+  heap->guard.Arm(limits_.timeout);
+  auto fail = [&](std::string what) {
+    heap->guard.armed = false;
+    if (heap->guard.timed_out) what += " (stopped at the handler_timeout of " + std::to_string(limits_.timeout.count()) + "ms)";
+    if (heap->guard.refused) what += " (the heap reached handler_memory, " + std::to_string(limits_.memory_bytes) + " bytes)";
+    return InvalidArgument(std::move(what));
+  };
+  if (duk_peval_lstring_noresult(ctx, kPrelude.data(), kPrelude.size()) != 0) {
+    return fail(file_ + ": the handler prelude failed to run");
+  }
+  duk_push_lstring(ctx, file_.data(), file_.size());
+  if (duk_pcompile_lstring_filename(ctx, 0, source_.data(), source_.size()) != 0) {
+    return fail(LoadError(ctx, file_));
+  }
+  if (duk_pcall(ctx, 0) != DUK_EXEC_SUCCESS) return fail(LoadError(ctx, file_));
+  duk_pop(ctx);
+
+  // The commands: the global object's own enumerable functions not starting with '_'.
+  std::vector<std::string> commands;
+  std::string problems;
+  duk_push_global_object(ctx);
+  duk_enum(ctx, -1, DUK_ENUM_OWN_PROPERTIES_ONLY);
+  while (duk_next(ctx, -1, 1)) {
+    duk_size_t len = 0;
+    const char* key = duk_get_lstring(ctx, -2, &len);
+    const std::string name(key, len);
+    if (duk_is_function(ctx, -1) && !name.empty() && name[0] != '_') {
+      if (!IsValidCommandName(name)) {
+        problems += "\n" + file_ + ": function '" + name +
+                    "' is not a valid command name ([a-z][a-z0-9_]*, at most 64 bytes); "
+                    "start helper functions with '_'";
+      } else if (name == "create" || name == "put" || name == "patch" || name == "delete") {
+        problems += "\n" + file_ + ": function '" + name + "' would hide the built-in command of that name";
+      } else {
+        commands.push_back(name);
+      }
+    }
+    duk_pop_2(ctx);
+  }
+  duk_pop_2(ctx);
+  if (!problems.empty()) return fail(problems.substr(1));
+  if (commands.empty()) {
+    return fail(file_ + ": defines no command (a command is a top-level function such as "
+                        "`function deposit(state, request, ctx) {...}`)");
+  }
+  if (duk_safe_call(ctx, FreezeGlobalUnsafe, nullptr, 0, 1) != DUK_EXEC_SUCCESS) {
+    return fail(file_ + ": could not freeze the global object: " + ThrownMessage(ctx, -1));
+  }
+  duk_pop(ctx);
+  heap->guard.armed = false;
+  std::sort(commands.begin(), commands.end());
+  if (commands_.empty()) commands_ = std::move(commands);
+  // Free what loading left behind, so that calls start from a clean count.
+  duk_gc(ctx, 0);
+  heap_ = std::move(heap);
+  return Status::Ok();
+}
+
+bool JsRuntime::HasCommand(std::string_view name) const {
+  return std::binary_search(commands_.begin(), commands_.end(), name);
+}
+
+JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& request, const JsContext& jctx) {
+  JsOutcome out;
+  if (!HasCommand(name)) {
+    out.kind = JsOutcome::Kind::kRejected;
+    out.message = "no handler for command '" + std::string(name) + "'";
+    return out;
+  }
+  if (heap_ == nullptr) {
+    // A rebuild failed earlier (it can only fail on limits the file met before).
+    if (Status st = Load(); !st.ok()) {
+      out.kind = JsOutcome::Kind::kOutOfMemory;
+      out.message = "the handler could not be reloaded: " + st.message();
+      return out;
+    }
+  }
+  const std::string state_text = CanonicalJson(state);
+  const std::string request_text = CanonicalJson(request);
+  CallArgs args{name.data(), name.size(), state_text.data(), state_text.size(), request_text.data(),
+                request_text.size(), &jctx, false};
+  duk_context* ctx = heap_->ctx;
+  Guard& guard = heap_->guard;
+  t_now_ms = static_cast<double>(jctx.now_ms);
+  guard.Arm(limits_.timeout);
+  const duk_int_t rc = duk_safe_call(ctx, CallUnsafe, &args, 0, 2);
+  guard.armed = false;
+  if (guard.timed_out || guard.refused) {
+    // Whatever the call caught or kept, the heap is rebuilt from the file.
+    const bool timed_out = guard.timed_out;
+    out.kind = timed_out ? JsOutcome::Kind::kTimeout : JsOutcome::Kind::kOutOfMemory;
+    out.message = timed_out ? "the handler of '" + std::string(name) + "' ran longer than handler_timeout (" +
+                                  std::to_string(limits_.timeout.count()) + "ms) and was stopped"
+                            : "the handler of '" + std::string(name) + "' needed more than handler_memory (" +
+                                  std::to_string(limits_.memory_bytes) + " bytes) and was stopped";
+    ++rebuilds_;
+    if (Status st = Load(); !st.ok()) heap_.reset();
+    return out;
+  }
+  if (rc != DUK_EXEC_SUCCESS) {
+    out.kind = args.returned ? JsOutcome::Kind::kInvalidResult : JsOutcome::Kind::kRejected;
+    out.message = ThrownMessage(ctx, -2);  // the error, then padding up to nrets
+    if (args.returned) out.message = "the state or response is not JSON-serialisable: " + out.message;
+    duk_pop_2(ctx);
+    return out;
+  }
+  duk_size_t state_len = 0;
+  duk_size_t response_len = 0;
+  const char* new_state = duk_get_lstring(ctx, -2, &state_len);
+  const char* response = duk_get_lstring(ctx, -1, &response_len);
+  auto parsed_state = ParseJson(std::string_view(new_state ? new_state : "null", new_state ? state_len : 4));
+  auto parsed_response = ParseJson(std::string_view(response ? response : "null", response ? response_len : 4));
+  duk_pop_2(ctx);
+  if (!parsed_state.ok() || !parsed_response.ok() || !parsed_state->is_object()) {
+    out.kind = JsOutcome::Kind::kInvalidResult;
+    out.message = "the handler of '" + std::string(name) + "' left a state that is not a JSON object";
+    if (!parsed_response.ok()) out.message = "the handler of '" + std::string(name) + "' returned a value that is not JSON";
+    return out;
+  }
+  out.kind = JsOutcome::Kind::kApplied;
+  out.state = std::move(parsed_state).value();
+  out.response = std::move(parsed_response).value();
+  return out;
+}
+
+}  // namespace sluice::handlers

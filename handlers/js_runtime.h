@@ -1,0 +1,105 @@
+// JsRuntime: one Duktape heap holding one entity type's handler file, with a
+// per-call time limit and a heap memory limit (DESIGN 3.3, docs/handlers.md).
+//
+// A handler file defines one top-level function per command:
+//
+//   function deposit(state, request, ctx) { state.balance += request.amount; return {balance: state.balance}; }
+//
+// Call() runs one command: `state` is a copy of the entity's current state
+// that the function changes in place, `request` the command's JSON body and
+// `ctx` = {command_id, version, exists, now}. The new state and the return
+// value (the response) come back as JSON. A thrown value rejects the command.
+// Functions whose names start with '_' are private helpers, not commands.
+//
+// Determinism: Date.now() and `new Date()` return ctx.now (the batch's fixed
+// timestamp), local time is UTC, Math.random() throws, and the global object
+// is frozen after the file's top level ran, so a handler cannot keep state in
+// a new global between calls.
+//
+// Limits: a call that runs past `timeout` is interrupted (Duktape's execution
+// timeout check, also while an exception unwinds, so try/catch cannot swallow
+// it); an allocation that would take the heap past `memory_bytes` fails
+// after a garbage collection. Either way the call reports kTimeout or
+// kOutOfMemory and the heap is thrown away and rebuilt from the file, so
+// nothing a runaway call left behind survives it.
+//
+// Threads: a JsRuntime is owned and called by one thread at a time (the
+// partition worker that created it); separate runtimes share nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json.h"
+#include "core/status.h"
+
+namespace sluice::handlers {
+
+struct JsLimits {
+  std::chrono::milliseconds timeout{50};  // per call, and for the file's top level
+  size_t memory_bytes = size_t{16} << 20;  // the whole heap, built-ins included
+};
+
+// The third argument of every handler call.
+struct JsContext {
+  std::string command_id;
+  uint64_t version = 0;  // the entity's version before this command (0: no events yet)
+  bool exists = false;   // false before the first command and after a delete
+  int64_t now_ms = 0;    // the batch's fixed timestamp, milliseconds since the Unix epoch
+};
+
+struct JsOutcome {
+  enum class Kind {
+    kApplied,        // state and response hold the result
+    kRejected,       // the handler threw; message is what it threw
+    kTimeout,        // stopped at the time limit
+    kOutOfMemory,    // stopped at the memory limit
+    kInvalidResult,  // the state or response could not be turned into JSON (e.g. a cycle)
+  };
+  Kind kind = Kind::kRejected;
+  Json state;
+  Json response;
+  std::string message;
+};
+
+class JsRuntime {
+ public:
+  // Compiles `source` (called `file` in messages: "file:LINE: SyntaxError: ...")
+  // and runs its top level under `limits`. InvalidArgument when the file does
+  // not compile, throws at its top level, runs out of time or memory, or
+  // defines no command.
+  static Result<std::unique_ptr<JsRuntime>> Create(std::string file, std::string source, JsLimits limits);
+
+  ~JsRuntime();
+  JsRuntime(const JsRuntime&) = delete;
+  JsRuntime& operator=(const JsRuntime&) = delete;
+
+  // The command names the file defines, sorted.
+  const std::vector<std::string>& commands() const { return commands_; }
+  bool HasCommand(std::string_view name) const;
+
+  // Runs command `name` (one of commands()). `state` must be a JSON object.
+  JsOutcome Call(std::string_view name, const Json& state, const Json& request, const JsContext& ctx);
+
+  // Heaps rebuilt after a limit was hit (for tests and stats).
+  uint64_t rebuilds() const { return rebuilds_; }
+
+ private:
+  struct Heap;
+  JsRuntime(std::string file, std::string source, JsLimits limits);
+  // Builds a fresh heap from the file; fills commands_ the first time.
+  Status Load();
+
+  const std::string file_;
+  const std::string source_;
+  const JsLimits limits_;
+  std::unique_ptr<Heap> heap_;
+  std::vector<std::string> commands_;
+  uint64_t rebuilds_ = 0;
+};
+
+}  // namespace sluice::handlers

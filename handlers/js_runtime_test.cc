@@ -1,0 +1,195 @@
+#include "handlers/js_runtime.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::handlers {
+namespace {
+
+constexpr char kAccount[] = R"JS(
+function _amount(request) {
+  if (typeof request.amount !== 'number' || request.amount <= 0) throw new Error('amount must be a positive number');
+  return request.amount;
+}
+function deposit(state, request, ctx) {
+  state.balance = (state.balance || 0) + _amount(request);
+  return {balance: state.balance, version: ctx.version, id: ctx.command_id};
+}
+function withdraw(state, request) {
+  var a = _amount(request);
+  if ((state.balance || 0) < a) throw new Error('insufficient funds');
+  state.balance -= a;
+  return {balance: state.balance};
+}
+)JS";
+
+JsLimits SmallLimits() {
+  JsLimits l;
+  l.timeout = std::chrono::milliseconds(50);
+  l.memory_bytes = size_t{4} << 20;
+  return l;
+}
+
+std::unique_ptr<JsRuntime> MustCreate(const std::string& source, JsLimits limits = SmallLimits()) {
+  auto rt = JsRuntime::Create("test.js", source, limits);
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  return rt.ok() ? std::move(rt).value() : nullptr;
+}
+
+JsContext Ctx(uint64_t version = 0, int64_t now_ms = 1'700'000'000'000) {
+  JsContext c;
+  c.command_id = "cmd-1";
+  c.version = version;
+  c.exists = version > 0;
+  c.now_ms = now_ms;
+  return c;
+}
+
+TEST(JsRuntime, ListsTopLevelFunctionsAsCommandsButNotHelpers) {
+  auto rt = MustCreate(kAccount);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->commands(), (std::vector<std::string>{"deposit", "withdraw"}));
+  EXPECT_TRUE(rt->HasCommand("deposit"));
+  EXPECT_FALSE(rt->HasCommand("_amount"));
+}
+
+TEST(JsRuntime, MutatesStateInPlaceAndReturnsTheResponse) {
+  auto rt = MustCreate(kAccount);
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("deposit", Json{{"balance", 5}, {"owner", "ann"}}, Json{{"amount", 7}}, Ctx(3));
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_EQ(out.state, (Json{{"balance", 12}, {"owner", "ann"}}));
+  EXPECT_EQ(out.response, (Json{{"balance", 12}, {"version", 3}, {"id", "cmd-1"}}));
+}
+
+TEST(JsRuntime, ThrowRejectsWithTheMessage) {
+  auto rt = MustCreate(kAccount);
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("withdraw", Json{{"balance", 5}}, Json{{"amount", 7}}, Ctx(1));
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);
+  EXPECT_EQ(out.message, "insufficient funds");
+  // A TypeError from a handler bug names its type; a thrown string is kept as it is.
+  auto rt2 = MustCreate("function a(s) { return s.x.y; }\nfunction b() { throw 'plain text'; }");
+  ASSERT_NE(rt2, nullptr);
+  out = rt2->Call("a", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);
+  EXPECT_EQ(out.message.rfind("TypeError: ", 0), 0u) << out.message;
+  out = rt2->Call("b", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.message, "plain text");
+}
+
+TEST(JsRuntime, UndefinedReturnIsNullResponse) {
+  auto rt = MustCreate("function touch(s) { s.touched = true; }");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("touch", Json::object(), Json::object(), Ctx());
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_TRUE(out.response.is_null());
+  EXPECT_EQ(out.state, (Json{{"touched", true}}));
+}
+
+TEST(JsRuntime, ClockIsTheContextTimestampAndRandomIsRefused) {
+  auto rt = MustCreate(R"JS(
+function stamp(s, r, ctx) { return {now: Date.now(), date: new Date().toISOString(), ctx: ctx.now, hour: new Date().getHours()}; }
+function roll() { return Math.random(); }
+)JS");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("stamp", Json::object(), Json::object(), Ctx(0, 86'400'000 + 3'600'000));
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_EQ(out.response["now"], 90'000'000);
+  EXPECT_EQ(out.response["ctx"], 90'000'000);
+  EXPECT_EQ(out.response["date"], "1970-01-02T01:00:00.000Z");
+  EXPECT_EQ(out.response["hour"], 1);  // local time is UTC
+  out = rt->Call("roll", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);
+  EXPECT_NE(out.message.find("Math.random() is not allowed"), std::string::npos) << out.message;
+}
+
+TEST(JsRuntime, GlobalsCannotCarryStateBetweenCalls) {
+  auto rt = MustCreate(R"JS(
+var count = 0;
+function bump() { 'use strict'; count += 1; return count; }
+function leak() { 'use strict'; globalThis.kept = 1; }
+)JS");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("bump", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);  // the frozen global's var is read-only
+  EXPECT_NE(out.message.find("TypeError"), std::string::npos) << out.message;
+  out = rt->Call("leak", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);
+}
+
+TEST(JsRuntime, InfiniteLoopIsStoppedAndTheRuntimeCarriesOn) {
+  auto rt = MustCreate(std::string(kAccount) +
+                       "function spin() { for (;;) {} }\n"
+                       "function stubborn() { for (;;) { try { for (;;) {} } catch (e) {} } }\n");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("spin", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout);
+  EXPECT_NE(out.message.find("handler_timeout"), std::string::npos) << out.message;
+  out = rt->Call("stubborn", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
+  EXPECT_EQ(rt->rebuilds(), 2u);
+  out = rt->Call("deposit", Json::object(), Json{{"amount", 1}}, Ctx());
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_EQ(out.state["balance"], 1);
+}
+
+TEST(JsRuntime, MemoryHogIsStoppedAndTheRuntimeCarriesOn) {
+  auto rt = MustCreate(std::string(kAccount) +
+                       "function hog() { var a = []; for (;;) a.push('x'.repeat(1000) + a.length); }\n"
+                       "function big() { return 'y'.repeat(64 * 1024 * 1024).length; }\n");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("hog", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kOutOfMemory) << out.message;
+  out = rt->Call("big", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kOutOfMemory) << out.message;
+  out = rt->Call("deposit", Json{{"balance", 2}}, Json{{"amount", 1}}, Ctx());
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_EQ(out.state["balance"], 3);
+}
+
+TEST(JsRuntime, UnserialisableResultIsReported) {
+  auto rt = MustCreate("function cyc(s) { s.self = s; }\nfunction wipe(s) { s.a = 1; return {r: function () {}}; }");
+  ASSERT_NE(rt, nullptr);
+  JsOutcome out = rt->Call("cyc", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kInvalidResult) << out.message;
+  // Functions are dropped as JSON.stringify drops them.
+  out = rt->Call("wipe", Json::object(), Json::object(), Ctx());
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  EXPECT_EQ(out.response, Json::object());
+}
+
+TEST(JsRuntime, SyntaxErrorNamesFileAndLine) {
+  auto rt = JsRuntime::Create("handlers/bad.js", "function ok() {}\n\nfunction broken( {\n}\n", SmallLimits());
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().message().rfind("handlers/bad.js:3: SyntaxError", 0), 0u) << rt.status().message();
+}
+
+TEST(JsRuntime, TopLevelThrowAndLoopAndBadNamesFailTheLoad) {
+  auto thrown = JsRuntime::Create("t.js", "function a() {}\nthrow new Error('boom');", SmallLimits());
+  ASSERT_FALSE(thrown.ok());
+  EXPECT_EQ(thrown.status().message(), "t.js:2: Error: boom");
+  auto loop = JsRuntime::Create("t.js", "function a() {}\nwhile (true) {}", SmallLimits());
+  ASSERT_FALSE(loop.ok());
+  EXPECT_NE(loop.status().message().find("handler_timeout"), std::string::npos) << loop.status().message();
+  auto none = JsRuntime::Create("t.js", "var x = 1;", SmallLimits());
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("defines no command"), std::string::npos);
+  auto builtin = JsRuntime::Create("t.js", "function patch() {}", SmallLimits());
+  ASSERT_FALSE(builtin.ok());
+  EXPECT_NE(builtin.status().message().find("built-in"), std::string::npos);
+  auto upper = JsRuntime::Create("t.js", "function Deposit() {}", SmallLimits());
+  ASSERT_FALSE(upper.ok());
+  EXPECT_NE(upper.status().message().find("not a valid command name"), std::string::npos);
+}
+
+TEST(JsRuntime, RuntimesShareNothing) {
+  auto a = MustCreate("function set(s, r) { s.v = r.v; return Object.keys(this).length; }");
+  auto b = MustCreate("function set(s, r) { s.w = r.v; }");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->Call("set", Json::object(), Json{{"v", 1}}, Ctx()).state, (Json{{"v", 1}}));
+  EXPECT_EQ(b->Call("set", Json::object(), Json{{"v", 2}}, Ctx()).state, (Json{{"w", 2}}));
+}
+
+}  // namespace
+}  // namespace sluice::handlers
