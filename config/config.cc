@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
+#include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <array>
@@ -418,12 +419,19 @@ class ConfigReader {
     std::vector<bool> present(keys.size(), false);
     ForEachEntry(at, [&](const Field& f) {
       const std::string& name = f.key.Scalar();
+      // A key that several sink types share (format) is read by the sink's
+      // own type; it is misplaced only when no type present owns it.
+      std::optional<size_t> match;
       for (size_t i = 0; i < keys.size(); ++i) {
-        if (keys[i].name == name) {
-          present[i] = true;
-          keys[i].read(f);
-          return;
+        if (keys[i].name != name) continue;
+        if (!match || (keys[*match].presence == Presence::kMisplaced && keys[i].presence != Presence::kMisplaced)) {
+          match = i;
         }
+      }
+      if (match) {
+        present[*match] = true;
+        keys[*match].read(f);
+        return;
       }
       Problem(f.key.Mark(), f.path, UnknownKeyText(name, keys));
     });
@@ -650,7 +658,33 @@ class ConfigReader {
          [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
         {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
     });
+    KafkaSinkConfig& k = sink->kafka;
+    std::optional<Field> create_options_key;
+    AddSinkTypeKeys("kafka", type, &keys, {
+        {"brokers", kRequired, [&](const Field& f) { ReadKafkaBrokers(f, &k.brokers); }},
+        {"topic", kRequired, [&](const Field& f) { ReadKafkaTopic(f, &k.topic); }},
+        {"format", kOptional, [&](const Field& f) { ReadKafkaFormat(f, &k.format); }},
+        {"create_topic", kOptional, [&](const Field& f) { ReadBool(f, &k.create_topic); }},
+        {"partitions", kOptional,
+         [&](const Field& f) {
+           create_options_key = f;
+           ReadUint(f, 1, 100000, &k.partitions);
+         }},
+        {"replication_factor", kOptional,
+         [&](const Field& f) {
+           create_options_key = f;
+           ReadUint(f, 1, 32767, &k.replication_factor);
+         }},
+        {"delivery_timeout", kOptional,
+         [&](const Field& f) {
+           ReadDuration(f, std::chrono::seconds(1), std::chrono::hours(1), &k.delivery_timeout);
+         }},
+        {"properties", kOptional, [&](const Field& f) { ReadKafkaProperties(f, &k); }},
+    });
     ExpectKeys(at, keys);
+    if (create_options_key && !k.create_topic) {
+      Problem(create_options_key->key.Mark(), create_options_key->path, "only with create_topic: true");
+    }
 
     const bool json = !format_given || format == RedisSinkConfig::Format::kJson;
     if (fields_key && json) {
@@ -665,7 +699,7 @@ class ConfigReader {
   // sink's own type is unknown (that is reported once, at `type`).
   void AddSinkTypeKeys(std::string_view owner, const std::string& type, std::vector<KeySpec>* keys,
                        std::vector<KeySpec> owned) {
-    const bool known_type = type == "redis" || type == "mysql";
+    const bool known_type = type == "redis" || type == "mysql" || type == "kafka";
     for (KeySpec& k : owned) {
       if (type == owner) {
         keys->push_back(std::move(k));
@@ -702,11 +736,11 @@ class ConfigReader {
   }
 
   void ReadSinkType(const Field& f, std::string* out) {
-    const auto text = PlainScalar(f, "redis or mysql");
+    const auto text = PlainScalar(f, "redis, mysql or kafka");
     if (!text) return;
-    if (*text != "redis" && *text != "mysql") {
+    if (*text != "redis" && *text != "mysql" && *text != "kafka") {
       Problem(f.mark, f.path,
-              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql)");
+              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql, kafka)");
       return;
     }
     *out = *text;
@@ -778,6 +812,93 @@ class ConfigReader {
     if (*text == "hash") return RedisSinkConfig::Format::kHash;
     Expected(f, kExpected, *text);
     return std::nullopt;
+  }
+
+  // "host:port[,host:port...]", as librdkafka's bootstrap.servers.
+  void ReadKafkaBrokers(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a list of host:port separated by commas";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    std::string_view rest = *text;
+    while (true) {
+      const size_t comma = rest.find(',');
+      const std::string_view one = rest.substr(0, comma);
+      const size_t colon = one.rfind(':');
+      const auto port = colon == std::string_view::npos ? std::nullopt : ParseDecimal(one.substr(colon + 1));
+      if (colon == std::string_view::npos || !IsValidHostName(std::string(one.substr(0, colon))) || !port ||
+          *port < 1 || *port > 65535) {
+        return Expected(f, kExpected, *text);
+      }
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    *out = *text;
+  }
+
+  // A topic name template: {type} is replaced; the rest must be legal in a
+  // Kafka topic name ([A-Za-z0-9._-], at most 249 characters).
+  void ReadKafkaTopic(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected = "a topic name of [A-Za-z0-9._-] (with {type} for the entity type)";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    std::string literal = *text;
+    for (size_t at; (at = literal.find("{type}")) != std::string::npos;) literal.erase(at, 6);
+    const bool ok = !text->empty() && text->size() <= 249 && *text != "." && *text != ".." &&
+                    std::all_of(literal.begin(), literal.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                             c == '.' || c == '_' || c == '-';
+                    });
+    if (!ok) return Expected(f, kExpected, *text);
+    *out = *text;
+  }
+
+  void ReadKafkaFormat(const Field& f, KafkaSinkConfig::Format* out) {
+    constexpr std::string_view kExpected = "json or protobuf";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    if (*text == "json") {
+      *out = KafkaSinkConfig::Format::kJson;
+    } else if (*text == "protobuf") {
+      *out = KafkaSinkConfig::Format::kProtobuf;
+    } else {
+      Expected(f, kExpected, *text);
+    }
+  }
+
+  // librdkafka properties, each checked by librdkafka itself (its message is
+  // quoted), except those the sink sets for its guarantees.
+  void ReadKafkaProperties(const Field& at, KafkaSinkConfig* k) {
+    static const std::map<std::string_view, std::string_view> kOwned = {
+        {"bootstrap.servers", "set brokers instead"},
+        {"metadata.broker.list", "set brokers instead"},
+        {"enable.idempotence", "the sink always uses the idempotent producer"},
+        {"acks", "the sink always uses acks=all"},
+        {"request.required.acks", "the sink always uses acks=all"},
+        {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
+        {"message.timeout.ms", "set delivery_timeout instead"},
+        {"delivery.timeout.ms", "set delivery_timeout instead"},
+    };
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    ForEachEntry(at, [&](const Field& f) {
+      const std::string& name = f.key.Scalar();
+      if (const auto it = kOwned.find(name); it != kOwned.end()) {
+        Problem(f.key.Mark(), f.path, "is set by the kafka sink: " + std::string(it->second));
+        return;
+      }
+      std::string value;
+      bool secret = false;
+      if (!ReadSecret(f, &value, &secret)) return;
+      char errstr[512];
+      if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        // librdkafka's message may quote the value: keep secrets out of it.
+        Problem(f.mark, f.path, secret ? "librdkafka refuses this property (its value is secret)"
+                                       : "librdkafka refuses it: " + std::string(errstr));
+        return;
+      }
+      k->properties[name] = value;
+      if (secret) k->secret_properties.push_back(name);
+    });
+    rd_kafka_conf_destroy(conf);
   }
 
   bool ReadTableName(const Field& f, std::string* out) {
@@ -1321,6 +1442,27 @@ std::string Config::Redacted() const {
       }
       out << YAML::EndMap;
       out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
+    } else if (sink.type == "kafka") {
+      const KafkaSinkConfig& k = sink.kafka;
+      out << YAML::Key << "brokers" << YAML::Value << k.brokers;
+      out << YAML::Key << "topic" << YAML::Value << k.topic;
+      out << YAML::Key << "format" << YAML::Value
+          << (k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
+      out << YAML::Key << "create_topic" << YAML::Value << k.create_topic;
+      if (k.create_topic) {
+        out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(k.partitions);
+        out << YAML::Key << "replication_factor" << YAML::Value << static_cast<unsigned>(k.replication_factor);
+      }
+      out << YAML::Key << "delivery_timeout" << YAML::Value << FormatDuration(k.delivery_timeout);
+      if (!k.properties.empty()) {
+        out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
+        for (const auto& [name, value] : k.properties) {
+          const bool secret = std::find(k.secret_properties.begin(), k.secret_properties.end(), name) !=
+                              k.secret_properties.end();
+          out << YAML::Key << name << YAML::Value << (secret ? std::string(kRedacted) : value);
+        }
+        out << YAML::EndMap;
+      }
     }
     out << YAML::EndMap;
   }

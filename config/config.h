@@ -95,6 +95,21 @@ struct MysqlSinkConfig {
   bool auto_create = true;           // create the table when missing
 };
 
+// A Kafka topic fed with one record per event (connectors/kafka, docs/sinks/kafka.md).
+struct KafkaSinkConfig {
+  std::string brokers;  // bootstrap servers, "host:port[,host:port...]"
+  std::string topic;    // template: {type} is replaced by the entity type
+  enum class Format { kJson, kProtobuf } format = Format::kJson;
+  bool create_topic = false;             // create the topic when missing
+  uint32_t partitions = 0;               // for create_topic; 0: the entity's partition count
+  uint32_t replication_factor = 1;       // for create_topic
+  std::chrono::milliseconds delivery_timeout{30000};  // a batch not delivered by then is retried
+  // librdkafka properties passed through as they are (checked with
+  // librdkafka's own validation); values from ${env:...}/${file:...} are secret.
+  std::map<std::string, std::string> properties;
+  std::vector<std::string> secret_properties;  // names whose values Redacted() hides
+};
+
 struct SinkConfig {
   std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
   std::string type;    // "redis" | "mysql"
@@ -103,6 +118,7 @@ struct SinkConfig {
   uint32_t batch_max = 1000;  // events per Apply call, 1..100000
   RedisSinkConfig redis;  // when type == "redis"
   MysqlSinkConfig mysql;  // when type == "mysql"
+  KafkaSinkConfig kafka;  // when type == "kafka"
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;
 };

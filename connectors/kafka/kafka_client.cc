@@ -1,0 +1,254 @@
+#include "connectors/kafka/kafka_client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+#include <optional>
+#include <string_view>
+
+#include "core/log.h"
+
+namespace sluice::connectors::kafka {
+namespace {
+
+// librdkafka's own log lines (connection refused, broker down, ...) go to
+// sluice's log, rate-limited per facility so that an outage is a few lines.
+void LogCallback(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+  const LogLevel l = level <= 3 ? LogLevel::kError : level <= 4 ? LogLevel::kWarn : LogLevel::kInfo;
+  if (l == LogLevel::kInfo) return;
+  LogRateLimited(l, std::string("kafka.librdkafka.") + fac, std::string("librdkafka: ") + fac + ": " + buf);
+}
+
+Status Set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
+  char errstr[512];
+  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+    return InvalidArgument("librdkafka property " + name + ": " + errstr);
+  }
+  return Status::Ok();
+}
+
+Status FromErr(rd_kafka_resp_err_t err, const std::string& what) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+      return Status::Ok();
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+      return NotFound(what + ": " + rd_kafka_err2str(err));
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_INVALID_REPLICATION_FACTOR:
+    case RD_KAFKA_RESP_ERR_INVALID_PARTITIONS:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+      return FailedPrecondition(what + ": " + rd_kafka_err2str(err));
+    default:
+      return Unavailable(what + ": " + rd_kafka_err2str(err));
+  }
+}
+
+}  // namespace
+
+void KafkaDeleter::operator()(rd_kafka_t* rk) const {
+  if (rk != nullptr) rd_kafka_destroy(rk);
+}
+
+Result<KafkaHandle> NewClient(const config::KafkaSinkConfig& config, const ClientOptions& options) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  auto fail = [&](Status st) -> Result<KafkaHandle> {
+    rd_kafka_conf_destroy(conf);
+    return st;
+  };
+  const bool producer = options.type == RD_KAFKA_PRODUCER;
+  std::vector<std::pair<std::string, std::string>> settings = {
+      {"bootstrap.servers", config.brokers},
+      {"client.id", options.client_id},
+  };
+  if (producer) {
+    settings.insert(settings.end(), {
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        // A record that fails makes the producer fail instead of letting later
+        // records of its partition through: the topic never has a gap that a
+        // later record (or its sluice-positions header) would paper over.
+        {"enable.gapless.guarantee", "true"},
+        {"message.timeout.ms", std::to_string(config.delivery_timeout.count())},
+        // Apply waits for its batch anyway; a short linger keeps that wait short.
+        {"linger.ms", "2"},
+    });
+  } else {
+    settings.insert(settings.end(), {{"enable.partition.eof", "true"}, {"enable.auto.commit", "false"}});
+  }
+  // Producer-only properties on a consumer (and the reverse) would only draw
+  // librdkafka warnings; the sink's properties are meant for its producer.
+  static constexpr std::string_view kProducerOnly[] = {
+      "linger.ms", "queue.buffering.max.ms", "batch.num.messages", "batch.size", "compression.type",
+      "compression.codec", "compression.level", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+      "max.in.flight.requests.per.connection", "max.in.flight", "retries", "message.send.max.retries",
+      "retry.backoff.ms", "partitioner", "sticky.partitioning.linger.ms", "enable.gapless.guarantee",
+      "request.timeout.ms", "message.copy.max.bytes", "queuing.strategy"};
+  for (const auto& [name, value] : config.properties) {
+    const bool producer_only =
+        std::find(std::begin(kProducerOnly), std::end(kProducerOnly), name) != std::end(kProducerOnly);
+    if (producer || !producer_only) settings.emplace_back(name, value);
+  }
+  for (const auto& [name, value] : settings) {
+    if (Status st = Set(conf, name, value); !st.ok()) return fail(st);
+  }
+  rd_kafka_conf_set_log_cb(conf, LogCallback);
+  if (options.delivery_report != nullptr) rd_kafka_conf_set_dr_msg_cb(conf, options.delivery_report);
+  if (options.opaque != nullptr) rd_kafka_conf_set_opaque(conf, options.opaque);
+  char errstr[512];
+  rd_kafka_t* rk = rd_kafka_new(options.type, conf, errstr, sizeof(errstr));
+  if (rk == nullptr) return fail(InvalidArgument(std::string("librdkafka: ") + errstr));
+  return KafkaHandle(rk);  // rd_kafka_new owns conf on success
+}
+
+Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout) {
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  if (rkt == nullptr) return InvalidArgument("topic " + topic + ": " + rd_kafka_err2str(rd_kafka_last_error()));
+  const rd_kafka_metadata_t* md = nullptr;
+  const rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, static_cast<int>(timeout.count()));
+  rd_kafka_topic_destroy(rkt);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return FromErr(err, "metadata of topic " + topic);
+  Result<int32_t> out = Unavailable("metadata of topic " + topic + ": not in the broker's answer");
+  for (int i = 0; i < md->topic_cnt; ++i) {
+    const rd_kafka_metadata_topic_t& t = md->topics[i];
+    if (topic != t.topic) continue;
+    if (t.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      out = FromErr(t.err, "topic " + topic);
+    } else if (t.partition_cnt <= 0) {
+      out = NotFound("topic " + topic + " has no partitions");
+    } else {
+      out = t.partition_cnt;
+    }
+  }
+  rd_kafka_metadata_destroy(md);
+  return out;
+}
+
+Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,
+                   std::chrono::milliseconds timeout) {
+  char errstr[512];
+  rd_kafka_NewTopic_t* nt =
+      rd_kafka_NewTopic_new(topic.c_str(), partitions, replication_factor, errstr, sizeof(errstr));
+  if (nt == nullptr) return InvalidArgument("topic " + topic + ": " + errstr);
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
+  rd_kafka_AdminOptions_t* opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+  rd_kafka_AdminOptions_set_request_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
+  rd_kafka_AdminOptions_set_operation_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
+  rd_kafka_CreateTopics(rk, &nt, 1, opts, queue);
+  rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, static_cast<int>(timeout.count()) + 1000);
+  Status st = Unavailable("creating topic " + topic + ": no answer in time");
+  if (ev != nullptr) {
+    if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      st = FromErr(rd_kafka_event_error(ev), "creating topic " + topic);
+    } else if (const rd_kafka_CreateTopics_result_t* res = rd_kafka_event_CreateTopics_result(ev)) {
+      size_t n = 0;
+      const rd_kafka_topic_result_t** results = rd_kafka_CreateTopics_result_topics(res, &n);
+      st = Status::Ok();
+      for (size_t i = 0; i < n; ++i) {
+        const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[i]);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) continue;
+        const char* msg = rd_kafka_topic_result_error_string(results[i]);
+        st = FromErr(err, "creating topic " + topic + (msg != nullptr ? std::string(" (") + msg + ")" : ""));
+      }
+    }
+    rd_kafka_event_destroy(ev);
+  }
+  rd_kafka_AdminOptions_destroy(opts);
+  rd_kafka_queue_destroy(queue);
+  rd_kafka_NewTopic_destroy(nt);
+  return st;
+}
+
+Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int32_t partition,
+                                   std::chrono::milliseconds timeout) {
+  Watermarks w;
+  const rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(rk, topic.c_str(), partition, &w.low, &w.high,
+                                                                   static_cast<int>(timeout.count()));
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return FromErr(err, "offsets of " + topic + "/" + std::to_string(partition));
+  }
+  return w;
+}
+
+Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t partition, int64_t from, int64_t to,
+                     const std::function<void(const rd_kafka_message_t&)>& each, std::chrono::milliseconds timeout) {
+  if (from >= to) return Status::Ok();
+  const std::string where = topic + "/" + std::to_string(partition);
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(consumer, topic.c_str(), nullptr);
+  if (rkt == nullptr) return InvalidArgument("topic " + topic + ": " + rd_kafka_err2str(rd_kafka_last_error()));
+  if (rd_kafka_consume_start(rkt, partition, from) != 0) {
+    const Status st = FromErr(rd_kafka_last_error(), "reading " + where);
+    rd_kafka_topic_destroy(rkt);
+    return st;
+  }
+  Status st = Status::Ok();
+  auto last_progress = std::chrono::steady_clock::now();
+  int64_t next = from;
+  while (next < to) {
+    rd_kafka_message_t* m = rd_kafka_consume(rkt, partition, 100);
+    if (m == nullptr) {
+      if (std::chrono::steady_clock::now() - last_progress > timeout) {
+        st = Unavailable("reading " + where + ": no record for " + std::to_string(timeout.count()) + " ms at offset " +
+                         std::to_string(next));
+        break;
+      }
+      continue;
+    }
+    last_progress = std::chrono::steady_clock::now();
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      // The end of the log: offsets up to `to` were markers or are gone.
+      next = std::max(next, m->offset);
+      rd_kafka_message_destroy(m);
+      if (next >= to) break;
+      // The end moved below `to` (a truncated log): nothing more to read.
+      break;
+    }
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      st = FromErr(m->err, "reading " + where);
+      rd_kafka_message_destroy(m);
+      break;
+    }
+    if (m->offset >= to) {
+      rd_kafka_message_destroy(m);
+      break;
+    }
+    next = m->offset + 1;
+    each(*m);
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consume_stop(rkt, partition);
+  rd_kafka_topic_destroy(rkt);
+  return st;
+}
+
+std::optional<std::string_view> HeaderValue(const rd_kafka_message_t& m, std::string_view name) {
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return std::nullopt;
+  const void* value = nullptr;
+  size_t size = 0;
+  if (rd_kafka_header_get_last(headers, std::string(name).c_str(), &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      value == nullptr) {
+    return std::nullopt;
+  }
+  return std::string_view(static_cast<const char*>(value), size);
+}
+
+bool IsPermanentRecordError(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace sluice::connectors::kafka

@@ -1,0 +1,71 @@
+// Thin RAII helpers over librdkafka's C API for the kafka sink: clients built
+// from a sink's config, topic metadata and creation, and reading a range of
+// one topic partition (recovery after a crash, verify). None of them retries
+// or sleeps beyond its timeout; errors are kUnavailable (the cluster did not
+// answer) or kFailedPrecondition / kNotFound (it answered no).
+//
+// Threads: a handle may be used from any thread; ReadPartition uses the
+// legacy per-partition consumer API, one call at a time per handle.
+#pragma once
+
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "core/status.h"
+
+namespace sluice::connectors::kafka {
+
+struct KafkaDeleter {
+  void operator()(rd_kafka_t* rk) const;
+};
+using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
+
+struct ClientOptions {
+  rd_kafka_type_t type = RD_KAFKA_PRODUCER;
+  std::string client_id;
+  // Producer only: called (on the thread that polls or flushes) once per message.
+  void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr;
+  void* opaque = nullptr;
+};
+
+// A producer (idempotent, acks=all, message.timeout.ms = delivery_timeout,
+// then the sink's properties) or a consumer for reading ranges (no group,
+// no commits; producer-only properties are left out).
+Result<KafkaHandle> NewClient(const config::KafkaSinkConfig& config, const ClientOptions& options);
+
+// The number of partitions of `topic`; kNotFound when the cluster says it
+// does not exist, kUnavailable when the cluster does not answer in time.
+Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout);
+
+// Creates `topic`; ok when it already exists.
+Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,
+                   std::chrono::milliseconds timeout);
+
+struct Watermarks {
+  int64_t low = 0;   // first offset still stored
+  int64_t high = 0;  // next offset to be written
+};
+Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int32_t partition,
+                                   std::chrono::milliseconds timeout);
+
+// Reads offsets [from, to) of one partition with a consumer handle, calling
+// `each` for every record in offset order (offsets without a record, such as
+// transaction markers, are skipped). kUnavailable when no progress is made
+// for `timeout`.
+Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t partition, int64_t from, int64_t to,
+                     const std::function<void(const rd_kafka_message_t&)>& each, std::chrono::milliseconds timeout);
+
+// The value of a record header, or nullopt.
+std::optional<std::string_view> HeaderValue(const rd_kafka_message_t& m, std::string_view name);
+
+// True for produce errors that no retry can fix for this record (too large,
+// invalid): the record is rejected, not retried.
+bool IsPermanentRecordError(rd_kafka_resp_err_t err);
+
+}  // namespace sluice::connectors::kafka

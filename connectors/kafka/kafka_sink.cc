@@ -1,0 +1,425 @@
+#include "connectors/kafka/kafka_sink.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "connectors/kafka/kafka_client.h"
+#include "connectors/kafka/record_codec.h"
+#include "core/json.h"
+#include "core/log.h"
+
+namespace sluice::connectors::kafka {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kMetadataTimeout{10000};
+constexpr milliseconds kHealthTimeout{2000};
+constexpr milliseconds kReadTimeout{10000};
+// Records read back per step while looking for the last sluice-positions
+// header of a topic partition; each further step reads four times as many.
+constexpr int64_t kFirstRecoveryWindow = 256;
+
+class KafkaSink final : public Sink {
+ public:
+  KafkaSink(config::SinkConfig config, uint32_t source_partitions)
+      : config_(std::move(config)),
+        source_partitions_(source_partitions),
+        topic_(TopicName(config_.kafka.topic, config_.entity)) {}
+  ~KafkaSink() override { Close(); }
+
+  const std::string& name() const override { return config_.name; }
+
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.point_view = false;  // a log of every event, not one row per entity
+    c.can_push = false;
+    c.keeps_offsets = false;
+    return c;
+  }
+
+  Status Open() override {
+    if (producer_) return Status::Ok();
+    ClientOptions options;
+    options.type = RD_KAFKA_PRODUCER;
+    options.client_id = "sluice-" + config_.name;
+    options.delivery_report = &KafkaSink::OnDelivery;
+    options.opaque = this;
+    auto producer = NewClient(config_.kafka, options);
+    if (!producer.ok()) return FailedPrecondition(Where() + producer.status().message());
+    auto count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
+    if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
+      if (!config_.kafka.create_topic) {
+        return FailedPrecondition(Where() + "topic " + topic_ +
+                                  " does not exist; create it or set create_topic: true");
+      }
+      const int32_t partitions =
+          static_cast<int32_t>(config_.kafka.partitions != 0 ? config_.kafka.partitions : source_partitions_);
+      Status created = CreateTopic(producer->get(), topic_, partitions,
+                                   static_cast<int32_t>(config_.kafka.replication_factor), kMetadataTimeout);
+      if (!created.ok()) return created.WithContext("sink '" + config_.name + "'");
+      count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
+      if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
+        return Unavailable(Where() + "topic " + topic_ + " was created but is not visible yet");
+      }
+    }
+    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
+    const int32_t partitions = *count;
+    if (Status st = Recover(partitions); !st.ok()) return st.WithContext("sink '" + config_.name + "'");
+    rkt_ = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
+    if (rkt_ == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    producer_ = std::move(producer).value();
+    topic_partitions_ = partitions;
+    return Status::Ok();
+  }
+
+  ApplyResult Apply(std::span<const ChangeEvent> events) override {
+    ApplyResult out;
+    if (!producer_) {
+      out.status = Unavailable(Where() + "not open");
+      return out;
+    }
+    out.results.resize(events.size());
+    pending_.assign(events.size(), Pending{});
+    // Which events to produce: not yet in the topic (recovered or delivered
+    // by this process) and not already refused by the broker.
+    std::vector<size_t> send;
+    send.reserve(events.size());
+    std::map<int32_t, size_t> last_of_partition;  // topic partition -> index of its last record
+    Positions batch_max;
+    for (size_t i = 0; i < events.size(); ++i) {
+      const ChangeEvent& e = events[i];
+      if (const auto it = delivered_.find(e.partition); it != delivered_.end() && e.event_id <= it->second) {
+        out.results[i].outcome = Outcome::kStale;
+        continue;
+      }
+      if (const auto it = refused_.find({e.partition, e.event_id}); it != refused_.end()) {
+        out.results[i] = {Outcome::kRejected, it->second};
+        continue;
+      }
+      send.push_back(i);
+      last_of_partition[TopicPartitionOf(e.partition)] = i;
+      uint64_t& m = batch_max[e.partition];
+      m = std::max(m, e.event_id);
+    }
+
+    const auto deadline = Clock::now() + config_.kafka.delivery_timeout + milliseconds(10000);
+    outstanding_ = 0;
+    Status failure = Status::Ok();
+    for (size_t i : send) {
+      const ChangeEvent& e = events[i];
+      const int32_t tp = TopicPartitionOf(e.partition);
+      std::string positions;
+      if (last_of_partition[tp] == i) positions = PositionsAfterBatch(tp, batch_max);
+      Status st = Produce(e, tp, i, positions, deadline);
+      if (st.code() == StatusCode::kInvalidArgument) {
+        out.results[i] = {Outcome::kRejected, st.message()};
+        refused_[{e.partition, e.event_id}] = st.message();
+        continue;
+      }
+      if (!st.ok()) {
+        failure = st;
+        break;
+      }
+      ++outstanding_;
+    }
+    // The offset may pass an event only once its delivery report is in.
+    while (outstanding_ > 0 && Clock::now() < deadline) {
+      rd_kafka_flush(producer_.get(), 200);
+      if (char reason[512]; rd_kafka_fatal_error(producer_.get(), reason, sizeof(reason)) != 0) {
+        if (failure.ok()) failure = Unavailable(Where() + "producer failed: " + reason);
+        break;
+      }
+    }
+    if (outstanding_ > 0 && failure.ok()) {
+      failure = Unavailable(Where() + std::to_string(outstanding_) + " records not delivered in time");
+    }
+    for (size_t i : send) {
+      const Pending& p = pending_[i];
+      if (!p.reported) continue;
+      const ChangeEvent& e = events[i];
+      if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        uint64_t& d = delivered_[e.partition];
+        d = std::max(d, e.event_id);
+        out.results[i].outcome = Outcome::kApplied;
+      } else if (IsPermanentRecordError(p.err)) {
+        const std::string reason = std::string("kafka refused the record: ") + rd_kafka_err2str(p.err);
+        out.results[i] = {Outcome::kRejected, reason};
+        refused_[{e.partition, e.event_id}] = reason;
+      } else if (failure.ok()) {
+        failure = Unavailable(Where() + "delivery failed: " + rd_kafka_err2str(p.err));
+      }
+    }
+    if (!failure.ok()) {
+      // Kept: what was delivered (delivered_) and refused (refused_); the
+      // engine closes, re-opens (reading the topic back) and retries.
+      out.results.clear();
+      out.status = failure;
+    }
+    return out;
+  }
+
+  Status Health() override {
+    if (producer_) {
+      auto count = TopicPartitionCount(producer_.get(), topic_, kHealthTimeout);
+      return count.ok() ? Status::Ok() : count.status().WithContext("sink '" + config_.name + "'");
+    }
+    ClientOptions options;
+    options.type = RD_KAFKA_PRODUCER;
+    options.client_id = "sluice-" + config_.name + "-health";
+    auto producer = NewClient(config_.kafka, options);
+    if (!producer.ok()) return FailedPrecondition(Where() + producer.status().message());
+    auto count = TopicPartitionCount(producer->get(), topic_, kHealthTimeout);
+    if (!count.ok() && count.status().code() == StatusCode::kNotFound && config_.kafka.create_topic) {
+      return Status::Ok();  // Open creates it
+    }
+    if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
+      return FailedPrecondition(Where() + count.status().message());
+    }
+    return count.ok() ? Status::Ok() : count.status().WithContext("sink '" + config_.name + "'");
+  }
+
+  void Close() override {
+    if (rkt_ != nullptr) {
+      rd_kafka_topic_destroy(rkt_);
+      rkt_ = nullptr;
+    }
+    if (producer_) {
+      // Every record of a returned Apply is delivered or given up; whatever a
+      // failed Apply left queued is dropped here (it will be produced again).
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(producer_.get(), 0);
+      producer_.reset();
+    }
+    outstanding_ = 0;
+  }
+
+  Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
+    ClientOptions options;
+    options.type = RD_KAFKA_CONSUMER;
+    options.client_id = "sluice-" + config_.name + "-verify";
+    auto consumer = NewClient(config_.kafka, options);
+    if (!consumer.ok()) return FailedPrecondition(Where() + consumer.status().message());
+    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
+    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
+    struct Latest {
+      uint64_t version = 0;
+      bool deleted = false;
+      std::string state;
+      uint32_t repeated = 0;  // records whose version was not above the previous one
+    };
+    std::map<std::string, Latest> topic;
+    Status decode_error = Status::Ok();
+    for (int32_t t = 0; t < *count; ++t) {
+      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
+      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
+        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
+        if (!e.ok()) {
+          if (decode_error.ok()) decode_error = e.status();
+          return;
+        }
+        Latest& l = topic[e->entity_id];
+        if (e->version <= l.version) {
+          ++l.repeated;
+          return;
+        }
+        l.version = e->version;
+        l.deleted = e->deleted;
+        l.state = std::move(e->state);
+      }, kReadTimeout));
+    }
+    if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    for (const EntitySnapshot& s : truth) {
+      const auto it = topic.find(s.entity_id);
+      if (it == topic.end()) {
+        if (!s.deleted) differences.push_back({Difference::Kind::kMissing, s.entity_id, "no record in " + topic_});
+        continue;
+      }
+      const Latest& l = it->second;
+      if (l.repeated > 0) {
+        differences.push_back({Difference::Kind::kExtra, s.entity_id,
+                               std::to_string(l.repeated) + " record(s) repeat or go back in version"});
+      }
+      if (l.version != s.version || l.deleted != s.deleted) {
+        differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
+                               "topic has version " + std::to_string(l.version) + (l.deleted ? " (deleted)" : "") +
+                                   ", storage has " + std::to_string(s.version) + (s.deleted ? " (deleted)" : "")});
+      } else if (!s.deleted && !SameJson(l.state, s.state)) {
+        differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
+                               "the state of version " + std::to_string(s.version) + " differs"});
+      }
+      topic.erase(it);
+    }
+    for (const auto& [id, l] : topic) {
+      differences.push_back({Difference::Kind::kExtra, id, "in " + topic_ + " but not in storage"});
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Pending {
+    bool reported = false;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  };
+
+  std::string Where() const { return "sink '" + config_.name + "': "; }
+
+  int32_t TopicPartitionOf(uint32_t source_partition) const {
+    return static_cast<int32_t>(source_partition % static_cast<uint32_t>(topic_partitions_));
+  }
+
+  static bool SameJson(const std::string& a, const std::string& b) {
+    auto ja = ParseJson(a);
+    auto jb = ParseJson(b);
+    return ja.ok() && jb.ok() && *ja == *jb;
+  }
+
+  // "p:e,..." for every source partition of topic partition tp: what is
+  // delivered so far, raised by this batch.
+  std::string PositionsAfterBatch(int32_t tp, const Positions& batch_max) const {
+    Positions mine;
+    for (const auto& [p, e] : delivered_) {
+      if (TopicPartitionOf(p) == tp) mine[p] = e;
+    }
+    for (const auto& [p, e] : batch_max) {
+      if (TopicPartitionOf(p) == tp) mine[p] = std::max(mine[p], e);
+    }
+    return EncodePositions(mine);
+  }
+
+  // Queues one record; kInvalidArgument when librdkafka refuses this record
+  // itself (too large), kUnavailable when its queue stays full.
+  Status Produce(const ChangeEvent& e, int32_t tp, size_t index, const std::string& positions,
+                 Clock::time_point deadline) {
+    const std::string value = EncodeValue(e, config_.kafka.format);
+    const std::string version = std::to_string(e.version);
+    const std::string event_id = std::to_string(e.event_id);
+    const std::string partition = std::to_string(e.partition);
+    for (;;) {
+      rd_kafka_headers_t* headers = rd_kafka_headers_new(positions.empty() ? 4 : 5);
+      auto add = [&](std::string_view name, std::string_view v) {
+        rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), v.data(),
+                            static_cast<ssize_t>(v.size()));
+      };
+      add(kHeaderEntityType, e.entity_type);
+      add(kHeaderVersion, version);
+      add(kHeaderEventId, event_id);
+      add(kHeaderPartition, partition);
+      if (!positions.empty()) add(kHeaderPositions, positions);
+      const rd_kafka_resp_err_t err = rd_kafka_producev(
+          producer_.get(), RD_KAFKA_V_RKT(rkt_), RD_KAFKA_V_PARTITION(tp), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_KEY(e.entity_id.data(), e.entity_id.size()),
+          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(headers),
+          RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(index))), RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();  // the record owns the headers now
+      rd_kafka_headers_destroy(headers);
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < deadline) {
+        rd_kafka_poll(producer_.get(), 10);  // serves delivery reports, which frees room
+        continue;
+      }
+      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        return InvalidArgument(std::string("the record is too large for the producer: ") + rd_kafka_err2str(err));
+      }
+      return Unavailable(Where() + "cannot queue a record: " + rd_kafka_err2str(err));
+    }
+  }
+
+  static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+    auto* self = static_cast<KafkaSink*>(opaque);
+    const auto index = static_cast<size_t>(reinterpret_cast<uintptr_t>(m->_private));
+    if (index >= self->pending_.size() || self->pending_[index].reported) return;
+    self->pending_[index] = Pending{true, m->err};
+    if (self->outstanding_ > 0) --self->outstanding_;
+  }
+
+  // The (source partition, event id) headers of one of our records.
+  static std::optional<std::pair<uint32_t, uint64_t>> SourcePosition(const rd_kafka_message_t& m) {
+    const auto p = HeaderValue(m, kHeaderPartition);
+    const auto e = HeaderValue(m, kHeaderEventId);
+    if (!p || !e) return std::nullopt;
+    const std::optional<uint64_t> pv = ParseDecimalHeader(*p);
+    const std::optional<uint64_t> ev = ParseDecimalHeader(*e);
+    if (!pv.has_value() || !ev.has_value() || pv.value() > UINT32_MAX) return std::nullopt;
+    return std::make_pair(static_cast<uint32_t>(pv.value()), ev.value());
+  }
+
+  // Reads back what an earlier run of this sink delivered: for each topic
+  // partition, the records after (and including) the last one that carries
+  // sluice-positions.
+  Status Recover(int32_t partitions) {
+    ClientOptions options;
+    options.type = RD_KAFKA_CONSUMER;
+    options.client_id = "sluice-" + config_.name + "-recover";
+    ASSIGN_OR_RETURN(KafkaHandle consumer, NewClient(config_.kafka, options));
+    for (int32_t t = 0; t < partitions; ++t) {
+      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer.get(), topic_, t, kMetadataTimeout));
+      Positions found;
+      bool anchored = false;
+      int64_t end = w.high;
+      int64_t window = kFirstRecoveryWindow;
+      while (!anchored && end > w.low) {
+        const int64_t start = std::max(w.low, end - window);
+        struct Seen {
+          std::optional<std::pair<uint32_t, uint64_t>> event;
+          std::optional<Positions> positions;
+        };
+        std::vector<Seen> seen;
+        RETURN_IF_ERROR(ReadPartition(consumer.get(), topic_, t, start, end, [&](const rd_kafka_message_t& m) {
+          Seen s;
+          s.event = SourcePosition(m);
+          if (const auto pos = HeaderValue(m, kHeaderPositions)) s.positions = DecodePositions(*pos);
+          if (s.event || s.positions) seen.push_back(std::move(s));
+        }, kReadTimeout));
+        for (auto it = seen.rbegin(); it != seen.rend() && !anchored; ++it) {
+          if (it->event) {
+            uint64_t& f = found[it->event->first];
+            f = std::max(f, it->event->second);
+          }
+          if (it->positions) {
+            for (const auto& [p, e] : *it->positions) found[p] = std::max(found[p], e);
+            anchored = true;
+          }
+        }
+        end = start;
+        window = std::min<int64_t>(window * 4, int64_t{1} << 22);
+      }
+      for (const auto& [p, e] : found) {
+        uint64_t& d = delivered_[p];
+        d = std::max(d, e);
+      }
+    }
+    return Status::Ok();
+  }
+
+  const config::SinkConfig config_;
+  const uint32_t source_partitions_;
+  const std::string topic_;
+  KafkaHandle producer_;
+  rd_kafka_topic_t* rkt_ = nullptr;
+  int32_t topic_partitions_ = 0;
+  Positions delivered_;  // source partition -> highest event id known to be in the topic
+  std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
+  std::vector<Pending> pending_;  // per event of the Apply in progress
+  size_t outstanding_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Sink>> MakeKafkaSink(const config::SinkConfig& sink, const config::Config& global) {
+  const auto entity = global.entities.find(sink.entity);
+  if (entity == global.entities.end()) {
+    return InvalidArgument("sink '" + sink.name + "': unknown entity type '" + sink.entity + "'");
+  }
+  if (sink.kafka.brokers.empty() || sink.kafka.topic.empty()) {
+    return InvalidArgument("sink '" + sink.name + "': brokers and topic are required");
+  }
+  return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(sink, entity->second.partitions));
+}
+
+}  // namespace sluice::connectors::kafka

@@ -1,0 +1,42 @@
+// The built-in kafka sink (see connectors/sink.h for the contract and
+// docs/sinks/kafka.md for the user's view).
+//
+// One record per event on the sink's topic, produced by librdkafka's
+// idempotent producer with acks=all; the record key is the entity id, the
+// value the change event (record_codec.h), the headers its entity type,
+// version, event id and source partition. Source partition p of the entity
+// type goes to topic partition p % (topic partitions): with as many topic
+// partitions as entity partitions (the default when the sink creates the
+// topic) that is exactly the partition Kafka's own key partitioner would
+// choose, and in every case all events of one entity go to one topic
+// partition, in order.
+//
+// Apply() returns only after librdkafka's delivery report for every record of
+// the batch, so the engine's offset never passes an undelivered event.
+// Delivered: kApplied. A record the broker refuses for good (too large,
+// invalid): kRejected. Anything else (broker down, timeout): the whole batch
+// is kUnavailable; the engine closes and re-opens the sink and retries.
+//
+// No duplicates after a crash (the engine killed between delivery and its
+// next offset flush): Open() reads back, for every topic partition, the
+// records after the last sluice-positions header and so learns the highest
+// event id of every source partition that is already in the topic; Apply()
+// then answers kStale for those events instead of producing them again.
+// Within one process the same map, fed by delivery reports, keeps a retried
+// batch from producing records twice.
+//
+// Threads: like every Sink, one thread at a time; delivery reports are
+// served on that thread (inside Apply).
+#pragma once
+
+#include <memory>
+
+#include "connectors/sink.h"
+
+namespace sluice::connectors::kafka {
+
+// Builds a kafka sink for a validated config (not yet opened). The entity's
+// partition count comes from global.entities.
+Result<std::unique_ptr<Sink>> MakeKafkaSink(const config::SinkConfig& sink, const config::Config& global);
+
+}  // namespace sluice::connectors::kafka
