@@ -1,0 +1,513 @@
+#include "connectors/plugin/plugin_host.h"
+
+#include <dlfcn.h>
+#include <sluice/plugin.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <tuple>
+
+#include "core/json.h"
+#include "core/log.h"
+
+namespace sluice::connectors::plugin {
+namespace {
+
+// The last field of each struct this host reads, to check struct_size.
+constexpr size_t kPluginFieldsEnd = offsetof(sluice_plugin, sink_types) + sizeof(void*);
+constexpr size_t kSinkTypeFieldsEnd = offsetof(sluice_sink_type, last_error) + sizeof(void*);
+
+struct Library;
+
+// One sink type of one library.
+struct TypeEntry {
+  Library* library = nullptr;
+  const sluice_sink_type* type = nullptr;
+};
+
+// One loaded library; its address is the context of its host callbacks.
+struct Library {
+  std::string path;
+  std::string origin;
+  std::string label;  // "plugin library PATH (listed at ORIGIN)" for messages
+  const sluice_plugin* descriptor = nullptr;
+  sluice_host_api api{};
+  Status load_status;  // a failed load is remembered and reported again
+  LoadedPluginInfo info;
+};
+
+// What plugins reported through counter_add/gauge_set.
+struct MetricKey {
+  std::string name;
+  std::string plugin;
+  std::string sink;
+  bool operator<(const MetricKey& o) const {
+    return std::tie(name, plugin, sink) < std::tie(o.name, o.plugin, o.sink);
+  }
+};
+
+// Process-wide state; never destroyed, because plugin code may call back
+// into it until the very end of the process.
+struct Host {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Library>> libraries;  // by path
+  std::map<std::string, TypeEntry> types;                      // by type name
+  std::mutex metrics_mu;
+  std::map<MetricKey, uint64_t> counters;
+  std::map<MetricKey, double> gauges;
+};
+
+Host& TheHost() {
+  static Host* host = new Host();  // intentionally leaked, see Host
+  return *host;
+}
+
+std::string_view View(sluice_str s) { return {s.data != nullptr ? s.data : "", s.size}; }
+sluice_str Str(std::string_view s) { return {s.data(), s.size()}; }
+
+const char* SafeText(const char* s) { return s != nullptr ? s : "(no message)"; }
+
+// [a-z_][a-z0-9_]*, as Prometheus allows (without ':' and upper case).
+bool IsMetricName(std::string_view n) {
+  if (n.empty() || n.size() > 100 || (n[0] >= '0' && n[0] <= '9')) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+bool IsTypeName(std::string_view n) {
+  if (n.empty() || n.size() > 32 || n[0] < 'a' || n[0] > 'z') return false;
+  return std::all_of(n.begin(), n.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+// ---- host callbacks ----
+
+void HostLog(void* context, sluice_log_level level, sluice_str message) {
+  const auto* lib = static_cast<const Library*>(context);
+  LogLevel l = LogLevel::kInfo;
+  switch (level) {
+    case SLUICE_LOG_DEBUG: l = LogLevel::kDebug; break;
+    case SLUICE_LOG_INFO: l = LogLevel::kInfo; break;
+    case SLUICE_LOG_WARN: l = LogLevel::kWarn; break;
+    case SLUICE_LOG_ERROR: l = LogLevel::kError; break;
+  }
+  const std::string text = "plugin " + lib->info.name + ": " + std::string(View(message));
+  // Errors are rate-limited per plugin so that a failing plugin cannot flood the log.
+  if (l >= LogLevel::kWarn) {
+    LogRateLimited(l, "plugin." + lib->info.name, text);
+  } else {
+    Log(l, text);
+  }
+}
+
+void HostCounterAdd(void* context, sluice_str name, sluice_str sink, uint64_t delta) {
+  const auto* lib = static_cast<const Library*>(context);
+  const std::string_view n = View(name);
+  if (!IsMetricName(n) || n.size() < 6 || n.substr(n.size() - 6) != "_total") {
+    LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
+                   "plugin " + lib->info.name + ": counter name must match [a-z_][a-z0-9_]* and end in _total; ignored");
+    return;
+  }
+  Host& host = TheHost();
+  std::lock_guard lock(host.metrics_mu);
+  host.counters[MetricKey{std::string(n), lib->info.name, std::string(View(sink))}] += delta;
+}
+
+void HostGaugeSet(void* context, sluice_str name, sluice_str sink, double value) {
+  const auto* lib = static_cast<const Library*>(context);
+  const std::string_view n = View(name);
+  if (!IsMetricName(n)) {
+    LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
+                   "plugin " + lib->info.name + ": gauge name must match [a-z_][a-z0-9_]*; ignored");
+    return;
+  }
+  Host& host = TheHost();
+  std::lock_guard lock(host.metrics_mu);
+  host.gauges[MetricKey{std::string(n), lib->info.name, std::string(View(sink))}] = value;
+}
+
+int64_t HostNowUs(void*) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t HostMonotonicUs(void*) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- loading ----
+
+// Fills lib (under the host mutex); returns why it cannot be used.
+Status Load(Library& lib, Host& host) {
+  struct stat st {};
+  if (::stat(lib.path.c_str(), &st) != 0) {
+    return InvalidArgument(lib.label + ": file not found (" + std::strerror(errno) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(lib.label + ": not a regular file");
+  // RTLD_LOCAL: two plugins' symbols never interpose each other.
+  void* handle = ::dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return InvalidArgument(lib.label + ": cannot load: " + SafeText(::dlerror()));
+  }
+  ::dlerror();
+  void* symbol = ::dlsym(handle, SLUICE_PLUGIN_ENTRY_SYMBOL);
+  if (symbol == nullptr) {
+    ::dlclose(handle);
+    return InvalidArgument(lib.label + ": not a sluice plugin: it does not export the entry symbol " +
+                           SLUICE_PLUGIN_ENTRY_SYMBOL +
+                           " (define it with SLUICE_PLUGIN(...) from <sluice/plugin_sdk.h>)");
+  }
+  const auto entry = reinterpret_cast<sluice_plugin_entry_fn>(symbol);
+  const sluice_plugin* d = entry();
+  if (d == nullptr) {
+    ::dlclose(handle);
+    return InvalidArgument(lib.label + ": " + SLUICE_PLUGIN_ENTRY_SYMBOL + " returned no descriptor");
+  }
+  const std::string abi = std::to_string(d->abi_major) + "." + std::to_string(d->abi_minor);
+  if (d->abi_major != SLUICE_PLUGIN_ABI_MAJOR) {
+    ::dlclose(handle);
+    return FailedPrecondition(lib.label + ": built for plugin ABI " + abi + ", but this sluice speaks ABI " +
+                              std::to_string(SLUICE_PLUGIN_ABI_MAJOR) + ".x; rebuild the plugin against this "
+                              "sluice's include/sluice/plugin.h");
+  }
+  if (d->struct_size < kPluginFieldsEnd || d->init == nullptr || d->last_error == nullptr ||
+      (d->sink_type_count > 0 && d->sink_types == nullptr)) {
+    ::dlclose(handle);
+    return FailedPrecondition(lib.label + ": malformed plugin descriptor (struct_size " +
+                              std::to_string(d->struct_size) + ", or a required function is missing)");
+  }
+  // From here on the library stays loaded: init may start threads.
+  lib.descriptor = d;
+  lib.info.path = lib.path;
+  lib.info.name = d->name != nullptr ? d->name : std::filesystem::path(lib.path).stem().string();
+  lib.info.version = d->version != nullptr ? d->version : "";
+  lib.info.abi_major = d->abi_major;
+  lib.info.abi_minor = d->abi_minor;
+
+  std::vector<std::string> problems;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < d->sink_type_count; ++i) {
+    const sluice_sink_type& t = d->sink_types[i];
+    const std::string name = t.type_name != nullptr ? t.type_name : "";
+    if (t.struct_size < kSinkTypeFieldsEnd || t.create == nullptr || t.open == nullptr || t.apply == nullptr ||
+        t.close == nullptr || t.destroy == nullptr || t.last_error == nullptr) {
+      problems.push_back("sink type #" + std::to_string(i) + " '" + name +
+                         "' is malformed (struct_size, or a required function is missing)");
+    } else if (!IsTypeName(name)) {
+      problems.push_back("sink type name '" + name + "' must match [a-z][a-z0-9_]{0,31}");
+    } else if (config::IsBuiltinSinkType(name)) {
+      problems.push_back("sink type '" + name + "' clashes with the built-in sink type of that name");
+    } else if (auto it = host.types.find(name); it != host.types.end()) {
+      problems.push_back("sink type '" + name + "' is already provided by " + it->second.library->path);
+    } else if (std::find(names.begin(), names.end(), name) != names.end()) {
+      problems.push_back("sink type '" + name + "' is declared twice");
+    } else {
+      names.push_back(name);
+    }
+  }
+  if (!problems.empty()) {
+    std::string text;
+    for (const auto& p : problems) text += (text.empty() ? "" : "; ") + p;
+    return FailedPrecondition(lib.label + ": " + text);
+  }
+
+  lib.api = sluice_host_api{sizeof(sluice_host_api), SLUICE_PLUGIN_ABI_MAJOR, SLUICE_PLUGIN_ABI_MINOR, &lib,
+                            &HostLog, &HostCounterAdd, &HostGaugeSet, &HostNowUs, &HostMonotonicUs};
+  if (const int rc = d->init(&lib.api); rc != SLUICE_OK) {
+    return FailedPrecondition(lib.label + ": plugin init failed: " + SafeText(d->last_error()));
+  }
+  for (size_t i = 0; i < d->sink_type_count; ++i) {
+    host.types[d->sink_types[i].type_name] = TypeEntry{&lib, &d->sink_types[i]};
+  }
+  lib.info.sink_types = std::move(names);
+  return Status::Ok();
+}
+
+Result<const Library*> LoadLocked(Host& host, const std::string& raw_path, const std::string& origin) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(raw_path, ec);
+  const std::string path = (ec ? std::filesystem::path(raw_path) : p).lexically_normal().string();
+  auto it = host.libraries.find(path);
+  if (it == host.libraries.end()) {
+    auto lib = std::make_unique<Library>();
+    lib->path = path;
+    lib->origin = origin;
+    lib->label = (origin.empty() ? "" : origin + ": ") + "plugin library " + path;
+    lib->load_status = Load(*lib, host);
+    it = host.libraries.emplace(path, std::move(lib)).first;
+  }
+  if (!it->second->load_status.ok()) return it->second->load_status;
+  return static_cast<const Library*>(it->second.get());
+}
+
+Status LoadAllLocked(Host& host, const config::Config& config) {
+  std::string problems;
+  for (const config::PluginConfig& p : config.plugins) {
+    auto lib = LoadLocked(host, p.path, p.origin);
+    if (!lib.ok()) problems += (problems.empty() ? "" : "\n") + lib.status().message();
+  }
+  if (!problems.empty()) return FailedPrecondition(problems);
+  return Status::Ok();
+}
+
+Status FromPlugin(int rc, std::string message) {
+  switch (rc) {
+    case SLUICE_OK: return Status::Ok();
+    case SLUICE_UNAVAILABLE: return Unavailable(std::move(message));
+    case SLUICE_MISCONFIGURED: return FailedPrecondition(std::move(message));
+    case SLUICE_INVALID_OPTIONS: return InvalidArgument(std::move(message));
+    case SLUICE_UNSUPPORTED: return FailedPrecondition(std::move(message));
+    default: return Internal(std::move(message));
+  }
+}
+
+// A plugin's sink behind the internal Sink interface.
+class PluginSink final : public Sink {
+ public:
+  PluginSink(std::string name, TypeEntry entry, void* handle)
+      : name_(std::move(name)), entry_(entry), handle_(handle) {}
+
+  ~PluginSink() override {
+    if (open_) entry_.type->close(handle_);
+    entry_.type->destroy(handle_);
+  }
+
+  const std::string& name() const override { return name_; }
+
+  Capabilities capabilities() const override {
+    const uint32_t c = entry_.type->capabilities;
+    return Capabilities{(c & SLUICE_CAP_POINT_VIEW) != 0, (c & SLUICE_CAP_CAN_PUSH) != 0,
+                        (c & SLUICE_CAP_KEEPS_OFFSETS) != 0};
+  }
+
+  Status Open() override {
+    const Status s = Call(entry_.type->open(handle_));
+    open_ = s.ok();
+    return s;
+  }
+
+  ApplyResult Apply(std::span<const ChangeEvent> events) override {
+    events_.clear();
+    events_.reserve(events.size());
+    for (const ChangeEvent& e : events) {
+      events_.push_back(sluice_event{sizeof(sluice_event), Str(e.entity_type), e.partition, e.event_id,
+                                     Str(e.entity_id), e.version, static_cast<uint8_t>(e.deleted ? 1 : 0),
+                                     Str(e.state), Str(e.command_name), Str(e.command_id), e.committed_at_us});
+    }
+    results_.assign(events.size(), sluice_event_result{});
+    ApplyResult out;
+    out.status = Call(entry_.type->apply(handle_, events_.data(), events_.size(), results_.data()));
+    if (!out.status.ok()) return out;
+    out.results.reserve(events.size());
+    for (const sluice_event_result& r : results_) {
+      switch (r.outcome) {
+        case SLUICE_APPLIED: out.results.push_back({Outcome::kApplied, ""}); break;
+        case SLUICE_STALE: out.results.push_back({Outcome::kStale, ""}); break;
+        case SLUICE_REJECTED: {
+          std::string reason(View(r.reason));
+          if (reason.empty()) reason = "rejected by the plugin without a reason";
+          out.results.push_back({Outcome::kRejected, std::move(reason)});
+          break;
+        }
+        default:
+          // Never guess that an event was applied.
+          out.status = Internal(Prefix() + "the plugin returned an unknown outcome " + std::to_string(r.outcome));
+          out.results.clear();
+          return out;
+      }
+    }
+    return out;
+  }
+
+  Status Flush() override {
+    if (entry_.type->flush == nullptr) return Status::Ok();
+    return Call(entry_.type->flush(handle_));
+  }
+
+  Status Health() override {
+    if (entry_.type->health == nullptr) return Status::Ok();
+    return Call(entry_.type->health(handle_));
+  }
+
+  void Close() override {
+    if (open_) entry_.type->close(handle_);
+    open_ = false;
+  }
+
+  Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
+    ASSIGN_OR_RETURN(auto rows, Scan());
+    std::map<std::string_view, const EntitySnapshot*> view;
+    for (const EntitySnapshot& row : rows) view[row.entity_id] = &row;
+    std::map<std::string_view, bool> known;
+    for (const EntitySnapshot& s : truth) {
+      known[s.entity_id] = true;
+      auto it = view.find(s.entity_id);
+      const EntitySnapshot* v = it == view.end() || it->second->deleted ? nullptr : it->second;
+      if (s.deleted) {
+        if (v != nullptr) {
+          differences.push_back({Difference::Kind::kExtra, s.entity_id,
+                                 "storage deleted the entity at version " + std::to_string(s.version) +
+                                     " but the view holds version " + std::to_string(v->version)});
+        }
+        continue;
+      }
+      if (v == nullptr) {
+        differences.push_back({Difference::Kind::kMissing, s.entity_id,
+                               "the view does not hold it; storage has version " + std::to_string(s.version)});
+      } else if (v->version != s.version) {
+        differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
+                               "the view has version " + std::to_string(v->version) + ", storage has " +
+                                   std::to_string(s.version)});
+      } else if (!SameJson(v->state, s.state)) {
+        differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
+                               "same version " + std::to_string(s.version) + " but another state"});
+      }
+    }
+    for (const EntitySnapshot& row : rows) {
+      if (row.deleted || known.count(row.entity_id) != 0) continue;
+      differences.push_back({Difference::Kind::kExtra, row.entity_id,
+                             "the view holds version " + std::to_string(row.version) +
+                                 " of an entity storage does not have"});
+    }
+    return Status::Ok();
+  }
+
+  // Every row the plugin reports, tombstones included.
+  Result<std::vector<EntitySnapshot>> Scan() {
+    if (entry_.type->scan == nullptr) {
+      return FailedPrecondition(Prefix() + "sink type '" + entry_.type->type_name +
+                                "' cannot list its rows (no scan function), so it cannot be verified");
+    }
+    std::vector<EntitySnapshot> rows;
+    auto each = [](void* ctx, const sluice_row* row) -> int {
+      static_cast<std::vector<EntitySnapshot>*>(ctx)->push_back(
+          {std::string(View(row->entity_id)), row->version, row->deleted != 0, std::string(View(row->state))});
+      return 0;
+    };
+    RETURN_IF_ERROR(Call(entry_.type->scan(handle_, each, &rows)));
+    return rows;
+  }
+
+ private:
+  static bool SameJson(const std::string& a, const std::string& b) {
+    auto ja = ParseJson(a);
+    auto jb = ParseJson(b);
+    return ja.ok() && jb.ok() && *ja == *jb;
+  }
+
+  std::string Prefix() const { return "sink '" + name_ + "' (plugin " + entry_.library->info.name + "): "; }
+
+  Status Call(int rc) const {
+    if (rc == SLUICE_OK) return Status::Ok();
+    return FromPlugin(rc, Prefix() + SafeText(entry_.type->last_error(handle_)));
+  }
+
+  std::string name_;
+  TypeEntry entry_;
+  void* handle_;
+  bool open_ = false;
+  std::vector<sluice_event> events_;
+  std::vector<sluice_event_result> results_;
+};
+
+// Creates a plugin sink under the host mutex (create() calls are serialised,
+// which keeps the plugin-wide last_error() meaningful).
+Result<std::unique_ptr<PluginSink>> CreateLocked(Host& host, const config::SinkConfig& sink,
+                                                 const config::Config& global) {
+  auto it = host.types.find(sink.type);
+  if (it == host.types.end()) {
+    std::string known;
+    for (const auto& [name, entry] : host.types) known += (known.empty() ? "" : ", ") + name;
+    return InvalidArgument(sink.origin + ": sink '" + sink.name + "': no plugin provides sink type '" + sink.type +
+                           "' (built in: redis, mysql; from plugins: " + (known.empty() ? "none" : known) + ")");
+  }
+  const TypeEntry entry = it->second;
+  const std::string config_dir = std::filesystem::path(global.path).parent_path().string();
+  const sluice_sink_config c{sizeof(sluice_sink_config), Str(sink.name), Str(sink.entity),
+                             Str(sink.plugin.options_json), Str(config_dir)};
+  void* handle = nullptr;
+  const int rc = entry.type->create(&c, &handle);
+  if (rc != SLUICE_OK || handle == nullptr) {
+    const std::string why = SafeText(entry.library->descriptor->last_error());
+    return FromPlugin(rc == SLUICE_OK ? SLUICE_INTERNAL : rc,
+                      sink.origin + ": sink '" + sink.name + "' (plugin " + entry.library->info.name + "): " + why);
+  }
+  auto made = std::make_unique<PluginSink>(sink.name, entry, handle);
+  if (sink.push.enabled && !made->capabilities().can_push) {
+    return InvalidArgument(sink.origin + ": sink '" + sink.name + "': push: true, but the plugin sink type '" +
+                           sink.type + "' cannot be pushed to (it does not declare SLUICE_CAP_CAN_PUSH)");
+  }
+  return made;
+}
+
+}  // namespace
+
+Result<LoadedPluginInfo> LoadPluginLibrary(const std::string& path, const std::string& origin) {
+  Host& host = TheHost();
+  std::lock_guard lock(host.mu);
+  ASSIGN_OR_RETURN(const Library* lib, LoadLocked(host, path, origin));
+  return lib->info;
+}
+
+Status CheckPlugins(const config::Config& config) {
+  Host& host = TheHost();
+  std::lock_guard lock(host.mu);
+  std::string problems;
+  if (Status s = LoadAllLocked(host, config); !s.ok()) problems = s.message();
+  for (const config::SinkConfig& sink : config.sinks) {
+    if (config::IsBuiltinSinkType(sink.type)) continue;
+    auto made = CreateLocked(host, sink, config);
+    if (!made.ok()) problems += (problems.empty() ? "" : "\n") + made.status().message();
+  }
+  if (!problems.empty()) return InvalidArgument(problems);
+  return Status::Ok();
+}
+
+bool IsPluginSinkType(const std::string& type) {
+  Host& host = TheHost();
+  std::lock_guard lock(host.mu);
+  return host.types.count(type) != 0;
+}
+
+Result<std::unique_ptr<Sink>> MakePluginSink(const config::SinkConfig& sink, const config::Config& global) {
+  Host& host = TheHost();
+  std::lock_guard lock(host.mu);
+  RETURN_IF_ERROR(LoadAllLocked(host, global));
+  ASSIGN_OR_RETURN(auto made, CreateLocked(host, sink, global));
+  return std::unique_ptr<Sink>(std::move(made));
+}
+
+Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink) {
+  auto* plugin_sink = dynamic_cast<PluginSink*>(&sink);
+  if (plugin_sink == nullptr) return InvalidArgument("sink '" + sink.name() + "' is not a plugin sink");
+  return plugin_sink->Scan();
+}
+
+std::string PluginMetricsText() {
+  Host& host = TheHost();
+  std::lock_guard lock(host.metrics_mu);
+  std::string out;
+  auto series = [&](const MetricKey& k, const std::string& value, std::string* last_name, const char* type) {
+    const std::string name = "sluice_plugin_" + k.name;
+    if (name != *last_name) {
+      out += "# TYPE " + name + " " + type + "\n";
+      *last_name = name;
+    }
+    out += name + "{plugin=" + nlohmann::json(k.plugin).dump() + ",sink=" + nlohmann::json(k.sink).dump() + "} " +
+           value + "\n";
+  };
+  std::string last;
+  for (const auto& [k, v] : host.counters) series(k, std::to_string(v), &last, "counter");
+  for (const auto& [k, v] : host.gauges) series(k, nlohmann::json(v).dump(), &last, "gauge");
+  return out;
+}
+
+}  // namespace sluice::connectors::plugin

@@ -1,0 +1,225 @@
+// The plugin host against real shared libraries: the example JSON-lines
+// plugin and small plugins broken on purpose (testdata/), one per error.
+#include "connectors/plugin/plugin_host.h"
+
+#include <gtest/gtest.h>
+#include <sluice/plugin.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "connectors/sink.h"
+
+namespace sluice::connectors::plugin {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "sluice_plugin_XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A config with the example plugin and one jsonl sink whose options are `options`.
+Result<config::Config> JsonlConfig(const TempDir& dir, const std::string& options,
+                                   const std::string& type = "jsonl") {
+  const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                           "entities:\n  account: {partitions: 2}\n" +
+                           "sinks:\n  - {name: file, type: " + type + ", entity: account" + options + "}\n" +
+                           "plugins: [" + JSONL_PLUGIN + "]\n";
+  return config::LoadConfigFromString(yaml, dir.path() + "/sluice.yaml");
+}
+
+ChangeEvent Event(std::string id, uint64_t version, std::string state, bool deleted = false) {
+  ChangeEvent e;
+  e.entity_type = "account";
+  e.entity_id = std::move(id);
+  e.version = version;
+  e.event_id = version;
+  e.deleted = deleted;
+  e.state = deleted ? "" : std::move(state);
+  return e;
+}
+
+TEST(PluginHost, LoadsTheExamplePluginAndReportsWhatItDeclares) {
+  auto info = LoadPluginLibrary(JSONL_PLUGIN);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_EQ(info->name, "jsonl_sink");
+  EXPECT_EQ(info->abi_major, SLUICE_PLUGIN_ABI_MAJOR);
+  EXPECT_EQ(info->sink_types, std::vector<std::string>{"jsonl"});
+  EXPECT_TRUE(IsPluginSinkType("jsonl"));
+  EXPECT_FALSE(IsPluginSinkType("redis"));
+  // Loading again is the same library, not a second registration of its type.
+  EXPECT_TRUE(LoadPluginLibrary(JSONL_PLUGIN).ok());
+}
+
+TEST(PluginHostErrors, FileNotFound) {
+  auto info = LoadPluginLibrary("/nonexistent/libnothing.so", "c.yaml:9:5");
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().message(),
+            "c.yaml:9:5: plugin library /nonexistent/libnothing.so: file not found (No such file or directory)");
+}
+
+TEST(PluginHostErrors, NotASharedLibrary) {
+  TempDir dir;
+  const std::string path = dir.path() + "/libtext.so";
+  std::ofstream(path) << "not an ELF file\n";
+  auto info = LoadPluginLibrary(path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.status().message().find("plugin library " + path + ": cannot load: "), std::string::npos)
+      << info.status().message();
+}
+
+TEST(PluginHostErrors, EntrySymbolMissing) {
+  auto info = LoadPluginLibrary(NO_ENTRY_PLUGIN);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().message(), std::string("plugin library ") + NO_ENTRY_PLUGIN +
+                                         ": not a sluice plugin: it does not export the entry symbol "
+                                         "sluice_plugin_entry (define it with SLUICE_PLUGIN(...) from "
+                                         "<sluice/plugin_sdk.h>)");
+}
+
+TEST(PluginHostErrors, OtherMajorVersion) {
+  auto info = LoadPluginLibrary(WRONG_MAJOR_PLUGIN);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().message(),
+            std::string("plugin library ") + WRONG_MAJOR_PLUGIN + ": built for plugin ABI " +
+                std::to_string(SLUICE_PLUGIN_ABI_MAJOR + 1) + ".0, but this sluice speaks ABI " +
+                std::to_string(SLUICE_PLUGIN_ABI_MAJOR) +
+                ".x; rebuild the plugin against this sluice's include/sluice/plugin.h");
+}
+
+TEST(PluginHostErrors, InitFailedWithItsMessage) {
+  auto info = LoadPluginLibrary(INIT_FAILS_PLUGIN, "c.yaml:3:4");
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().message(), std::string("c.yaml:3:4: plugin library ") + INIT_FAILS_PLUGIN +
+                                         ": plugin init failed: licence file /etc/example/licence is missing");
+}
+
+TEST(PluginHostErrors, SinkTypeClashingWithABuiltInOne) {
+  auto info = LoadPluginLibrary(BAD_TYPE_PLUGIN);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.status().message().find("sink type 'redis' clashes with the built-in sink type of that name"),
+            std::string::npos)
+      << info.status().message();
+  EXPECT_FALSE(IsPluginSinkType("redis"));
+}
+
+TEST(PluginHostErrors, CheckPluginsReportsEveryBadSinkWithItsOrigin) {
+  TempDir dir;
+  const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                           "entities:\n  account: {partitions: 2}\n" +
+                           "sinks:\n"
+                           "  - {name: a, type: jsnl, entity: account}\n"
+                           "  - {name: b, type: jsonl, entity: account, pth: x.jsonl}\n"
+                           "  - {name: c, type: jsonl, entity: account, path: 7}\n"
+                           "plugins: [" + std::string(JSONL_PLUGIN) + "]\n";
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const Status s = CheckPlugins(*cfg);
+  EXPECT_EQ(s.message(),
+            dir.path() + "/s.yaml:6:5: sink 'a': no plugin provides sink type 'jsnl' (built in: redis, mysql; "
+                         "from plugins: jsonl)\n" +
+                dir.path() + "/s.yaml:7:5: sink 'b' (plugin jsonl_sink): unknown option 'pth' (expected: path, fsync)\n" +
+                dir.path() + "/s.yaml:8:5: sink 'c' (plugin jsonl_sink): path must be a file path, got 7");
+}
+
+TEST(PluginSink, AppliesWithTheVersionCheckAndVerifies) {
+  TempDir dir;
+  auto cfg = JsonlConfig(dir, ", path: view.jsonl");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  ASSERT_TRUE(CheckPlugins(*cfg).ok());
+  auto sink = MakeSink(cfg->sinks[0], *cfg);
+  ASSERT_TRUE(sink.ok()) << sink.status().message();
+  EXPECT_TRUE((*sink)->capabilities().can_push);
+  ASSERT_TRUE((*sink)->Open().ok());
+
+  const std::vector<ChangeEvent> batch = {Event("a", 1, R"({"n":1})"), Event("a", 2, R"({"n":2})"),
+                                          Event("b", 1, R"({"n":10})"), Event("a", 1, R"({"n":1})"),
+                                          Event("c", 1, "{not json")};
+  auto r = (*sink)->Apply(batch);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.results.size(), 5u);
+  EXPECT_EQ(r.results[0].outcome, Outcome::kApplied);
+  EXPECT_EQ(r.results[1].outcome, Outcome::kApplied);
+  EXPECT_EQ(r.results[2].outcome, Outcome::kApplied);
+  EXPECT_EQ(r.results[3].outcome, Outcome::kStale);
+  EXPECT_EQ(r.results[4].outcome, Outcome::kRejected);
+  EXPECT_NE(r.results[4].reason.find("the state is not valid JSON"), std::string::npos);
+
+  // The file is the log of applied versions; the view is its fold.
+  const std::string text = ReadFile(dir.path() + "/view.jsonl");
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);
+
+  std::vector<EntitySnapshot> truth = {{"a", 2, false, R"({"n": 2})"}, {"b", 1, false, R"({"n":10})"}};
+  std::vector<Difference> diffs;
+  ASSERT_TRUE((*sink)->Verify(truth, diffs).ok());
+  EXPECT_TRUE(diffs.empty()) << diffs.front().detail;
+
+  truth = {{"a", 3, false, R"({"n":3})"}, {"b", 1, false, R"({"n":11})"}, {"d", 1, false, "{}"}};
+  ASSERT_TRUE((*sink)->Verify(truth, diffs).ok());
+  ASSERT_EQ(diffs.size(), 3u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kVersionMismatch);
+  EXPECT_EQ(diffs[1].kind, Difference::Kind::kContentMismatch);
+  EXPECT_EQ(diffs[2].kind, Difference::Kind::kMissing);
+
+  EXPECT_NE(PluginMetricsText().find("sluice_plugin_jsonl_bytes_written_total{plugin=\"jsonl_sink\",sink=\"file\"} " +
+                                     std::to_string(text.size())),
+            std::string::npos)
+      << PluginMetricsText();
+  (*sink)->Close();
+}
+
+TEST(PluginSink, AnotherInstanceRebuildsTheIndexFromTheFile) {
+  TempDir dir;
+  auto cfg = JsonlConfig(dir, ", path: view.jsonl, fsync: false");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  {
+    auto sink = MakeSink(cfg->sinks[0], *cfg);
+    ASSERT_TRUE(sink.ok() && (*sink)->Open().ok());
+    const std::vector<ChangeEvent> batch = {Event("a", 3, R"({"n":3})"), Event("b", 2, "", true)};
+    ASSERT_TRUE((*sink)->Apply(batch).status.ok());
+  }
+  // A torn last line (a crash mid-write) is cut off, not misread.
+  std::ofstream(dir.path() + "/view.jsonl", std::ios::app) << R"({"id":"z","vers)";
+  auto sink = MakeSink(cfg->sinks[0], *cfg);
+  ASSERT_TRUE(sink.ok() && (*sink)->Open().ok());
+  const std::vector<ChangeEvent> again = {Event("a", 2, R"({"n":2})"), Event("b", 1, R"({"n":1})"),
+                                          Event("a", 4, R"({"n":4})")};
+  auto r = (*sink)->Apply(again);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(r.results[0].outcome, Outcome::kStale);
+  EXPECT_EQ(r.results[1].outcome, Outcome::kStale);  // the tombstone at version 2 keeps it out
+  EXPECT_EQ(r.results[2].outcome, Outcome::kApplied);
+  auto rows = ScanPluginSink(**sink);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].entity_id, "a");
+  EXPECT_EQ((*rows)[0].version, 4u);
+  EXPECT_TRUE((*rows)[1].deleted);
+}
+
+}  // namespace
+}  // namespace sluice::connectors::plugin
