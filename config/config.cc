@@ -38,8 +38,8 @@ constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
 constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
-constexpr std::array<std::string_view, 2> kSecretFields = {"storage.mysql.password",
-                                                           "sinks[*].url"};
+constexpr std::array<std::string_view, 3> kSecretFields = {"storage.mysql.password",
+                                                           "sinks[*].url", "admin.token"};
 constexpr size_t kMaxQuotedChars = 60;
 constexpr std::string_view kRedisUrlForm = "redis://[:password@]host[:port][/db]";
 
@@ -378,6 +378,7 @@ class ConfigReader {
         {"writer", kOptional, [&](const Field& f) { ReadWriter(f, &config->writer); }},
         {"engine", kOptional, [&](const Field& f) { ReadEngine(f, &config->engine); }},
         {"sinks", kOptional, [&](const Field& f) { ReadSinks(f, &config->sinks); }},
+        {"admin", kOptional, [&](const Field& f) { ReadAdmin(f, &config->admin); }},
     });
     // Sinks refer to other sections, which may come later in the file.
     CheckSinkReferences(*config);
@@ -543,6 +544,15 @@ class ConfigReader {
          }},
         {"handler_memory", kOptional,
          [&](const Field& f) { ReadByteSize(f, uint64_t{1} << 20, uint64_t{1} << 30, &w->handler_memory); }},
+    });
+  }
+
+  void ReadAdmin(const Field& at, AdminConfig* a) {
+    a->enabled = true;
+    ExpectKeys(at, {
+        {"listen", Presence::kOptional,
+         [&](const Field& f) { ReadListen(f, &a->listen_host, &a->listen_port); }},
+        {"token", Presence::kOptional, [&](const Field& f) { ReadSecret(f, &a->token); }},
     });
   }
 
@@ -1390,6 +1400,16 @@ std::string Config::Redacted() const {
   out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
   out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
   out << YAML::EndMap;
+
+  if (admin.enabled) {
+    const std::string admin_host = admin.listen_host.find(':') == std::string::npos
+                                       ? admin.listen_host
+                                       : "[" + admin.listen_host + "]";
+    out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "listen" << YAML::Value << admin_host + ":" + std::to_string(admin.listen_port);
+    if (!admin.token.empty()) out << YAML::Key << "token" << YAML::Value << std::string(kRedacted);
+    out << YAML::EndMap;
+  }
 
   out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "offset_flush_interval" << YAML::Value

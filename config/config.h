@@ -3,7 +3,7 @@
 // LoadConfig validates the whole file and reports every problem at once as
 // "FILE:LINE:COLUMN: message" (1-based line and column). Secrets are written
 // in the YAML as "${env:NAME}" (or "${file:/path}") and are accepted only in
-// fields marked secret (storage.mysql.password, sinks[*].url); their resolved values
+// fields marked secret (storage.mysql.password, sinks[*].url, admin.token); their resolved values
 // never appear in an error message or in Redacted() output.
 //
 // A Config is an immutable value once loaded; share it by const reference
@@ -57,6 +57,15 @@ struct WriterConfig {
   // Limits of one JavaScript handler call (docs/handlers.md).
   std::chrono::milliseconds handler_timeout{50};  // 1ms..60s
   uint64_t handler_memory = uint64_t{16} << 20;   // the heap of one partition's handlers, 1MiB..1GiB
+};
+
+// The admin endpoint of `serve` and `sync` (operator commands: pause,
+// resume, rewind, rebuild). Off unless the `admin` section is present.
+struct AdminConfig {
+  bool enabled = false;                 // the section is present
+  std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
+  uint16_t listen_port = 9470;
+  std::string token;  // secret: the bearer token changes need; empty: changes refused
 };
 
 struct EngineConfig {
@@ -130,6 +139,7 @@ struct Config {
   WriterConfig writer;
   EngineConfig engine;
   std::vector<SinkConfig> sinks;  // in file order
+  AdminConfig admin;
 
   // The configuration as YAML with every secret shown as "<redacted>".
   std::string Redacted() const;

@@ -218,7 +218,7 @@ TEST(LoadConfigErrors, UnknownKeySuggestsTheClosestName) {
 TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
   EXPECT_EQ(Errors(std::string(kValid) + "metrics: {}\n"),
             "t.yaml:10:1: metrics: unknown key (expected one of: storage, entities, writer, "
-            "engine, sinks)");
+            "engine, sinks, admin)");
   EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, handlers: h.js}")),
             "t.yaml:9:28: entities.account.handlers: unknown key (expected one of: partitions)");
 }
@@ -330,10 +330,10 @@ TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
   ScopedEnv env("SLUICE_TEST_HOST", "db.internal");
   EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
             "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url");
+            "storage.mysql.password, sinks[*].url, admin.token");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
             "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url");
+            "storage.mysql.password, sinks[*].url, admin.token");
 }
 
 TEST(LoadConfigErrors, MalformedSecretReference) {
@@ -1104,6 +1104,38 @@ TEST(Redacted, SinksLoadBack) {
   EXPECT_EQ(again->sinks[2].mysql.columns[2].pointer, "/a~1b/~0c");
   EXPECT_EQ(again->sinks[2].mysql.database, "other_db");
   EXPECT_EQ(again->engine.idle_poll_max, std::chrono::milliseconds(1500));
+}
+
+// ---- admin ----
+
+TEST(Admin, OffUnlessPresentAndLoopbackByDefault) {
+  Result<Config> none = LoadConfigFromString(kValid, kFile);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->admin.enabled);
+  EXPECT_EQ(none->Redacted().find("admin"), std::string::npos);
+
+  ScopedEnv env("SLUICE_TEST_ADMIN_TOKEN", "s3cret-admin");
+  Result<Config> r =
+      LoadConfigFromString(std::string(kValid) + "admin: {token: \"${env:SLUICE_TEST_ADMIN_TOKEN}\"}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->admin.enabled);
+  EXPECT_EQ(r->admin.listen_host, "127.0.0.1");
+  EXPECT_EQ(r->admin.listen_port, 9470);
+  EXPECT_EQ(r->admin.token, "s3cret-admin");
+  const std::string redacted = r->Redacted();
+  EXPECT_NE(redacted.find("admin:\n  listen: 127.0.0.1:9470\n  token: <redacted>\n"), std::string::npos)
+      << redacted;
+  EXPECT_EQ(redacted.find("s3cret-admin"), std::string::npos);
+}
+
+TEST(Admin, Errors) {
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {listen: nowhere}\n"),
+            "t.yaml:10:17: admin.listen: must be host:port with a port between 0 and 65535, got \"nowhere\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {tokn: x}\n"),
+            "t.yaml:10:9: admin.tokn: unknown key (did you mean \"token\"?)");
+  ScopedEnv env("SLUICE_TEST_UNSET_TOKEN", nullptr);
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {token: \"${env:SLUICE_TEST_UNSET_TOKEN}\"}\n"),
+            "t.yaml:10:16: admin.token: environment variable SLUICE_TEST_UNSET_TOKEN is not set");
 }
 
 }  // namespace

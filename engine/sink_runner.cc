@@ -19,10 +19,16 @@ Status SinkRunner::Start() {
   ASSIGN_OR_RETURN(auto stored, store_->Load(options_.sink.name, options_.sink.entity));
   for (uint32_t p = 0; p < options_.partitions; ++p) {
     offsets::PartitionProgress pp = stored.count(p) ? stored[p] : offsets::PartitionProgress{};
+    // An operator's pause outlives a restart.
+    if (pp.state == "paused") paused_ = true;
     pp.state = "running";
     pp.last_error.clear();
     start_offsets_[p] = pp.event_id;
     progress_[p] = pp;
+  }
+  if (paused_) {
+    state_ = "paused";
+    for (auto& [p, pp] : progress_) pp.state = "paused";
   }
   last_flush_ = std::chrono::steady_clock::now();
   reader_ = std::thread([this] { ReadLoop(); });
@@ -63,7 +69,116 @@ SinkRunner::Totals SinkRunner::totals() const {
   }
   t.state = state_;
   t.last_error = last_error_;
+  t.paused = paused_;
+  for (const auto& [p, pp] : progress_) t.offsets[p] = pp.event_id;
   return t;
+}
+
+Status SinkRunner::RunOnApplier(std::function<Status(connectors::Sink&)> fn) {
+  auto control = std::make_shared<Control>();
+  control->fn = std::move(fn);
+  std::future<Status> done = control->done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (applier_done_ || stopping_) {
+      return FailedPrecondition("sink " + name() + " is stopped" + (last_error_.empty() ? "" : ": " + last_error_) +
+                                "; fix the cause and restart the process");
+    }
+    controls_.push_back(control);
+  }
+  queue_cv_.notify_all();
+  wake_cv_.notify_all();
+  if (done.wait_for(std::chrono::minutes(1)) != std::future_status::ready) {
+    return Unavailable("sink " + name() + " did not reach a point between two batches within a minute (is its "
+                       "server hanging?); the request stays queued and runs when it does");
+  }
+  return done.get();
+}
+
+Status SinkRunner::Pause() {
+  return RunOnApplier([this](connectors::Sink&) {
+    {
+      std::lock_guard lock(mu_);
+      paused_ = true;
+    }
+    SetState("paused", "");
+    SaveOffsets();
+    return Status::Ok();
+  });
+}
+
+Status SinkRunner::Resume() {
+  return RunOnApplier([this](connectors::Sink&) {
+    {
+      std::lock_guard lock(mu_);
+      if (!paused_) return Status::Ok();
+      paused_ = false;
+    }
+    SetState("running", "");
+    SaveOffsets();
+    return Status::Ok();
+  });
+}
+
+Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
+  for (const auto& [p, off] : offsets) {
+    if (p >= options_.partitions) {
+      return InvalidArgument("sink " + name() + " has partitions 0.." + std::to_string(options_.partitions - 1) +
+                             ", not " + std::to_string(p));
+    }
+  }
+  Status st = RunOnApplier([this, offsets](connectors::Sink&) {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [p, off] : offsets) {
+        progress_[p].event_id = off;
+        ++epoch_[p];
+        reread_from_[p] = off;
+      }
+      std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
+      dirty_ = true;
+    }
+    SaveOffsets();
+    return Status::Ok();
+  });
+  queue_cv_.notify_all();  // room for the reader
+  wake_cv_.notify_all();
+  return st;
+}
+
+bool SinkRunner::Outdated(const Batch& batch) const {
+  const auto it = epoch_.find(batch.partition);
+  return batch.epoch != (it == epoch_.end() ? 0 : it->second);
+}
+
+void SinkRunner::RunControls() {
+  for (;;) {
+    std::shared_ptr<Control> control;
+    {
+      std::lock_guard lock(mu_);
+      if (controls_.empty()) return;
+      control = std::move(controls_.front());
+      controls_.pop_front();
+    }
+    control->done.set_value(control->fn(*sink_));
+  }
+}
+
+bool SinkRunner::Checkpoint() {
+  for (;;) {
+    RunControls();
+    std::unique_lock lock(mu_);
+    if (stopping_) return false;
+    if (!controls_.empty()) continue;
+    if (!paused_) return true;
+    queue_cv_.wait(lock, [this] { return stopping_ || !controls_.empty(); });
+  }
+}
+
+bool SinkRunner::ApplierSleep(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu_);
+  wake_cv_.wait_for(lock, d, [this] { return stopping_ || !controls_.empty(); });
+  return !stopping_;
 }
 
 bool SinkRunner::SleepUnlessStopping(std::chrono::milliseconds d) {
@@ -73,6 +188,7 @@ bool SinkRunner::SleepUnlessStopping(std::chrono::milliseconds d) {
 
 void SinkRunner::ReadLoop() {
   std::map<uint32_t, uint64_t> position = start_offsets_;
+  std::map<uint32_t, uint64_t> seen_epoch;  // per partition: epoch_ that `position` belongs to
   std::unique_ptr<sql::Connection> conn;
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto idle = std::chrono::milliseconds(1);
@@ -88,6 +204,10 @@ void SinkRunner::ReadLoop() {
         std::unique_lock lock(mu_);
         queue_cv_.wait(lock, [this] { return stopping_ || queue_.size() < options_.engine.inflight_batches; });
         if (stopping_) return;
+        if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition
+          seen_epoch[p] = epoch_[p];
+          position[p] = reread_from_[p];
+        }
       }
       if (!conn || !conn->healthy()) {
         auto opened = sql::Connection::Open(options_.mysql);
@@ -114,11 +234,12 @@ void SinkRunner::ReadLoop() {
       }
       if (r->events.empty()) continue;
       any = true;
-      position[p] = r->events.back().event_id;
       {
         std::lock_guard lock(mu_);
+        if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
+        position[p] = r->events.back().event_id;
         read_ += r->events.size();
-        queue_.push_back(Batch{p, std::move(r->events)});
+        queue_.push_back(Batch{p, seen_epoch[p], std::move(r->events)});
       }
       queue_cv_.notify_all();
     }
@@ -152,7 +273,7 @@ Status SinkRunner::DeadLetter(const connectors::ChangeEvent& e, const std::strin
   std::string q =
       "INSERT IGNORE INTO sluice_dead_letters (sink, entity_type, partition_id, event_id, entity_id, version, error) "
       "VALUES (";
-  dl_conn_->AppendQuoted(q, options_.sink.name);
+  dl_conn_->AppendQuoted(q, options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink);
   q += ',';
   dl_conn_->AppendQuoted(q, e.entity_type);
   q += ',' + std::to_string(e.partition) + ',' + std::to_string(e.event_id) + ',';
@@ -186,6 +307,11 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
   std::span<const connectors::ChangeEvent> all(batch.events);
   size_t done = 0;
   while (done < all.size()) {
+    if (!Checkpoint()) return false;
+    {
+      std::lock_guard lock(mu_);
+      if (Outdated(batch)) return true;  // SetOffsets moved the partition meanwhile
+    }
     const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
     Status st;
     connectors::ApplyResult r;
@@ -227,7 +353,7 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
         sink_open_ = false;
         sink_->Close();
         if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) SaveOffsets();
-        if (!SleepUnlessStopping(backoff.Next())) return false;
+        if (!ApplierSleep(backoff.Next())) return false;
         continue;  // the same chunk again; the version check makes a partial apply harmless
       }
       SetState("stopped", st.message());
@@ -272,16 +398,19 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
 
 void SinkRunner::ApplyLoop() {
   for (;;) {
+    if (!Checkpoint()) break;
     Batch batch;
     bool have = false;
     {
       std::unique_lock lock(mu_);
-      queue_cv_.wait_for(lock, options_.engine.offset_flush_interval, [this] { return stopping_ || !queue_.empty(); });
+      queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
+                         [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
       if (stopping_) break;
+      if (!controls_.empty()) continue;
       if (!queue_.empty()) {
         batch = std::move(queue_.front());
         queue_.pop_front();
-        have = true;
+        have = !Outdated(batch);
       }
     }
     if (have) {
@@ -299,11 +428,15 @@ void SinkRunner::ApplyLoop() {
   }
   SaveOffsets();
   sink_->Close();
-  // A stopped sink stops its reader too.
+  // A stopped sink stops its reader too, and refuses controls.
+  std::deque<std::shared_ptr<Control>> refused;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    applier_done_ = true;
+    refused.swap(controls_);
   }
+  for (auto& c : refused) c->done.set_value(FailedPrecondition("sink " + name() + " stopped before the request ran"));
   queue_cv_.notify_all();
   wake_cv_.notify_all();
 }

@@ -17,15 +17,24 @@
 //                   Offsets (with counters and state) are saved every
 //                   engine.offset_flush_interval and on Stop().
 //
-// Threads: Start/Stop/Wake/Snapshot from any thread; the sink is only called
-// from the applier thread.
+//   controls        Pause, Resume, SetOffsets and RunOnApplier (the admin
+//                   endpoint's operator commands) are queued for the applier
+//                   thread, which runs them between two chunks, so they
+//                   never race with an Apply() and the sink keeps one caller.
+//                   The calling thread waits for the outcome.
+//
+// Threads: Start/Stop/Wake/totals/controls from any thread; the sink is only
+// called from the applier thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +53,9 @@ struct SinkRunnerOptions {
   uint32_t partitions = 0;
   sql::ConnectParams mysql;
   config::EngineConfig engine;
+  // The sink name dead letters are filed under; empty: sink.name. A rebuild's
+  // shadow runner files them under the live sink it will replace.
+  std::string dead_letter_sink;
 };
 
 class SinkRunner {
@@ -60,16 +72,40 @@ class SinkRunner {
 
   struct Totals {
     uint64_t read = 0, applied = 0, stale = 0, dead_lettered = 0, gaps = 0, retries = 0;
-    std::string state;
+    std::string state;  // running | backoff | paused | stopped
     std::string last_error;
+    bool paused = false;
+    std::map<uint32_t, uint64_t> offsets;  // per partition: last acknowledged event_id
   };
   Totals totals() const;
+
+  // ---- controls (any thread; each waits until the applier has run it) ----
+  // FailedPrecondition once the runner has stopped; Unavailable when the
+  // applier did not get to it within a minute (it still runs it later).
+
+  // Stops applying after the chunk in flight; offsets are kept and saved
+  // with state "paused", which a restart keeps. Reading stops once the
+  // read-ahead queue is full.
+  Status Pause();
+  // Carries on from the kept offsets.
+  Status Resume();
+  // Moves the offsets of the given partitions and restarts reading there:
+  // batches already read past another position are dropped. Saved at once.
+  Status SetOffsets(const std::map<uint32_t, uint64_t>& offsets);
+  // Runs fn on the applier thread between two chunks (paused or not), with
+  // the sink; for a rebuild's switch-over.
+  Status RunOnApplier(std::function<Status(connectors::Sink&)> fn);
   const std::string& name() const { return options_.sink.name; }
 
  private:
   struct Batch {
     uint32_t partition = 0;
+    uint64_t epoch = 0;  // the partition's epoch_ when read; stale once SetOffsets moved it
     std::vector<connectors::ChangeEvent> events;
+  };
+  struct Control {
+    std::function<Status(connectors::Sink&)> fn;
+    std::promise<Status> done;
   };
 
   void ReadLoop();
@@ -82,6 +118,14 @@ class SinkRunner {
   void SetState(const std::string& state, const std::string& error);
   // Sleeps up to d unless stopping; false when stopping.
   bool SleepUnlessStopping(std::chrono::milliseconds d);
+  // Applier thread: sleeps up to d unless stopping or a control arrives.
+  bool ApplierSleep(std::chrono::milliseconds d);
+  // Applier thread: runs queued controls, then waits while paused (running
+  // controls that arrive meanwhile). False when stopping.
+  bool Checkpoint();
+  void RunControls();
+  // Under mu_: whether the batch was read before SetOffsets moved its partition.
+  bool Outdated(const Batch& batch) const;
 
   const SinkRunnerOptions options_;
   std::unique_ptr<connectors::Sink> sink_;
@@ -93,6 +137,11 @@ class SinkRunner {
   bool stopping_ = false;
   uint64_t wake_seq_ = 0;
   std::map<uint32_t, uint64_t> start_offsets_;
+  std::deque<std::shared_ptr<Control>> controls_;
+  bool applier_done_ = false;             // the applier has exited: controls fail
+  bool paused_ = false;                   // set and cleared by the applier thread
+  std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
+  std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
 
   // Applier-thread state (read under mu_ by totals()).
   std::map<uint32_t, offsets::PartitionProgress> progress_;
