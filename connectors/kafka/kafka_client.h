@@ -34,7 +34,7 @@ struct ClientOptions {
   void* opaque = nullptr;
 };
 
-// A producer (idempotent, acks=all, message.timeout.ms = delivery_timeout,
+// A producer (idempotent, acks=all, gapless, records never expire in its queue,
 // then the sink's properties) or a consumer for reading ranges (no group,
 // no commits; producer-only properties are left out).
 Result<KafkaHandle> NewClient(const config::KafkaSinkConfig& config, const ClientOptions& options);

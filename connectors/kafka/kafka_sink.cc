@@ -64,7 +64,19 @@ class KafkaSink final : public Sink {
       Status created = CreateTopic(producer->get(), topic_, partitions,
                                    static_cast<int32_t>(config_.kafka.replication_factor), kMetadataTimeout);
       if (!created.ok()) return created.WithContext("sink '" + config_.name + "'");
-      count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
+      // The new topic reaches the broker's metadata cache a moment later:
+      // part of creating it, so waited for here (up to the metadata timeout).
+      const auto visible_by = Clock::now() + kMetadataTimeout;
+      // So are its partition leaders: ready once every partition answers.
+      do {
+        count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
+        if (count.ok() && AllPartitionsAnswer(producer->get(), *count)) break;
+        if (!count.ok() && count.status().code() != StatusCode::kNotFound &&
+            count.status().code() != StatusCode::kUnavailable) {
+          break;
+        }
+        rd_kafka_poll(producer->get(), 50);
+      } while (Clock::now() < visible_by);
       if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
         return Unavailable(Where() + "topic " + topic_ + " was created but is not visible yet");
       }
@@ -109,7 +121,7 @@ class KafkaSink final : public Sink {
       m = std::max(m, e.event_id);
     }
 
-    const auto deadline = Clock::now() + config_.kafka.delivery_timeout + milliseconds(10000);
+    const auto deadline = Clock::now() + config_.kafka.delivery_timeout;
     outstanding_ = 0;
     Status failure = Status::Ok();
     for (size_t i : send) {
@@ -336,6 +348,13 @@ class KafkaSink final : public Sink {
     if (index >= self->pending_.size() || self->pending_[index].reported) return;
     self->pending_[index] = Pending{true, m->err};
     if (self->outstanding_ > 0) --self->outstanding_;
+  }
+
+  bool AllPartitionsAnswer(rd_kafka_t* rk, int32_t partitions) const {
+    for (int32_t t = 0; t < partitions; ++t) {
+      if (!QueryWatermarks(rk, topic_, t, kHealthTimeout).ok()) return false;
+    }
+    return true;
   }
 
   // The (source partition, event id) headers of one of our records.

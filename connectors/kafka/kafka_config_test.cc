@@ -1,0 +1,94 @@
+// The kafka sink's section of the configuration (config/config.cc), with
+// librdkafka's own validation of pass-through properties.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+
+namespace sluice::config {
+namespace {
+
+Result<Config> Load(const std::string& sink_lines) {
+  return LoadConfigFromString("storage:\n  mysql: {host: 127.0.0.1}\n"
+                              "entities:\n  account: {partitions: 4}\n"
+                              "sinks:\n  - name: feed\n    type: kafka\n    entity: account\n" +
+                                  sink_lines,
+                              "k.yaml");
+}
+
+std::string Errors(const std::string& sink_lines) {
+  auto c = Load(sink_lines);
+  return c.ok() ? "" : c.status().message();
+}
+
+TEST(KafkaConfig, ReadsEveryKey) {
+  ::setenv("SLUICE_TEST_KAFKA_SECRET", "s3cret", 1);
+  auto c = Load("    brokers: \"127.0.0.1:19092,localhost:9092\"\n    topic: \"sluice.{type}\"\n"
+                "    format: protobuf\n    create_topic: true\n    partitions: 12\n    replication_factor: 1\n"
+                "    delivery_timeout: 5s\n"
+                "    properties: {linger.ms: 7, compression.type: lz4, sasl.password: \"${env:SLUICE_TEST_KAFKA_SECRET}\"}\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const KafkaSinkConfig& k = c->sinks.at(0).kafka;
+  EXPECT_EQ(k.brokers, "127.0.0.1:19092,localhost:9092");
+  EXPECT_EQ(k.topic, "sluice.{type}");
+  EXPECT_EQ(k.format, KafkaSinkConfig::Format::kProtobuf);
+  EXPECT_TRUE(k.create_topic);
+  EXPECT_EQ(k.partitions, 12u);
+  EXPECT_EQ(k.delivery_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(k.properties.at("linger.ms"), "7");
+  EXPECT_EQ(k.properties.at("sasl.password"), "s3cret");
+  const std::string redacted = c->Redacted();
+  EXPECT_EQ(redacted.find("s3cret"), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("compression.type: lz4"), std::string::npos) << redacted;
+}
+
+TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
+  auto c = Load("    brokers: 127.0.0.1:19092\n    topic: t\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->sinks[0].kafka.format, KafkaSinkConfig::Format::kJson);
+  EXPECT_FALSE(c->sinks[0].kafka.create_topic);
+  // format is also a redis key; a kafka sink reads it as its own.
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    format: hash\n").find("must be json or protobuf"),
+            std::string::npos);
+}
+
+TEST(KafkaConfig, ReportsEachProblemWithItsPosition) {
+  const std::string e = Errors(
+      "    brokers: \"nohost\"\n"
+      "    topic: \"bad topic!\"\n"
+      "    partitions: 3\n"
+      "    key: \"{id}\"\n"
+      "    properties:\n"
+      "      linger.ms: not-a-number\n"
+      "      no.such.property: 1\n"
+      "      acks: 1\n");
+  EXPECT_NE(e.find("k.yaml:9:14: sinks[0].brokers: must be a list of host:port"), std::string::npos) << e;
+  EXPECT_NE(e.find("k.yaml:10:12: sinks[0].topic: must be a topic name"), std::string::npos) << e;
+  EXPECT_NE(e.find("sinks[0].partitions: only with create_topic: true"), std::string::npos) << e;
+  EXPECT_NE(e.find("sinks[0].key: only for redis sinks"), std::string::npos) << e;
+  // librdkafka's own words for its properties.
+  EXPECT_NE(e.find("sinks[0].properties.linger.ms: librdkafka refuses it: Invalid value"), std::string::npos) << e;
+  EXPECT_NE(e.find("sinks[0].properties.no.such.property: librdkafka refuses it: No such configuration property"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("sinks[0].properties.acks: is set by the kafka sink"), std::string::npos) << e;
+}
+
+TEST(KafkaConfig, RequiresBrokersAndTopic) {
+  const std::string e = Errors("    format: json\n");
+  EXPECT_NE(e.find("sinks[0].brokers: required key is missing"), std::string::npos) << e;
+  EXPECT_NE(e.find("sinks[0].topic: required key is missing"), std::string::npos) << e;
+}
+
+TEST(KafkaConfig, KafkaKeysAreMisplacedOnOtherSinks) {
+  auto c = LoadConfigFromString("storage:\n  mysql: {host: 127.0.0.1}\nentities:\n  account: {partitions: 4}\n"
+                                "sinks:\n  - {name: c, type: redis, entity: account, topic: x, format: json}\n",
+                                "k.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("sinks[0].topic: only for kafka sinks"), std::string::npos)
+      << c.status().message();
+  // redis reads its own format key
+  EXPECT_EQ(c.status().message().find("format"), std::string::npos) << c.status().message();
+}
+
+}  // namespace
+}  // namespace sluice::config

@@ -1,0 +1,272 @@
+// The kafka sink against the real broker (SLUICE_TEST_KAFKA_BROKERS, started
+// by scripts/services up kafka). Every test uses its own topic. What the sink
+// wrote is read back with an independent consumer (tests/support/kafka_support).
+#include "connectors/kafka/kafka_sink.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "config/config.h"
+#include "core/change_event.pb.h"
+#include "core/json.h"
+#include "tests/support/kafka_support.h"
+
+namespace sluice::connectors::kafka {
+namespace {
+
+using testing::KafkaBrokers;
+using testing::KafkaRecord;
+using testing::ReadTopic;
+
+#define ASSERT_OK(expr)                     \
+  do {                                      \
+    const Status st_ = (expr);              \
+    ASSERT_TRUE(st_.ok()) << st_.message(); \
+  } while (0)
+
+std::string UniqueTopic(const std::string& what) {
+  return "t" + std::to_string(::getpid()) + "_" + what + "_" + std::to_string(std::random_device{}() % 1000000);
+}
+
+config::Config LoadWith(const std::string& sink_yaml, uint32_t partitions = 8) {
+  const std::string text = "storage:\n  mysql: {host: 127.0.0.1}\n"
+                           "entities:\n  account: {partitions: " + std::to_string(partitions) + "}\n"
+                           "sinks:\n  - name: feed\n    type: kafka\n    entity: account\n"
+                           "    brokers: \"" + KafkaBrokers() + "\"\n" + sink_yaml;
+  auto c = config::LoadConfigFromString(text, "test.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? std::move(c).value() : config::Config{};
+}
+
+std::unique_ptr<Sink> Make(const config::Config& c) {
+  auto s = MakeKafkaSink(c.sinks.at(0), c);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// Events of entity "p<partition>" in source partition p with versions equal
+// to their event ids from..to, so a topic holding them in order has
+// versions 1, 2, 3, ... per key.
+std::vector<ChangeEvent> Events(uint32_t partition, uint64_t from, uint64_t to) {
+  std::vector<ChangeEvent> out;
+  for (uint64_t id = from; id <= to; ++id) {
+    ChangeEvent e;
+    e.entity_type = "account";
+    e.partition = partition;
+    e.event_id = id;
+    e.entity_id = "p" + std::to_string(partition);
+    e.version = id;
+    e.state = R"({"n":)" + std::to_string(id) + "}";
+    e.command_name = "patch";
+    e.command_id = "c" + std::to_string(partition) + "-" + std::to_string(id);
+    e.committed_at_us = 1700000000000000 + static_cast<int64_t>(id);
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::map<Outcome, int> Count(const ApplyResult& r) {
+  std::map<Outcome, int> n;
+  for (const auto& x : r.results) ++n[x.outcome];
+  return n;
+}
+
+TEST(KafkaSink, DeliversOneRecordPerEventWithKeyHeadersAndJsonValue) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("json");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  auto events = Events(3, 1, 2);
+  ChangeEvent del = Events(3, 3, 3)[0];
+  del.deleted = true;
+  del.state.clear();
+  events.push_back(del);
+  auto r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 3);
+
+  std::string error;
+  const auto records = ReadTopic(topic, &error);
+  ASSERT_EQ(records.size(), 3u) << error;
+  // The sink created the topic with the entity's 8 partitions; source
+  // partition 3 went to topic partition 3, as Kafka's key partitioner would.
+  for (const KafkaRecord& rec : records) {
+    EXPECT_EQ(rec.partition, 3);
+    EXPECT_EQ(rec.key, "p3");
+    EXPECT_EQ(rec.headers.at("sluice-entity-type"), "account");
+    EXPECT_EQ(rec.headers.at("sluice-partition"), "3");
+  }
+  EXPECT_EQ(records[1].headers.at("sluice-version"), "2");
+  EXPECT_EQ(records[1].headers.at("sluice-event-id"), "2");
+  // Only the batch's last record of a topic partition carries the positions.
+  EXPECT_EQ(records[0].headers.count("sluice-positions"), 0u);
+  EXPECT_EQ(records[2].headers.at("sluice-positions"), "3:3");
+  auto v = ParseJson(records[1].value);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ((*v)["state"]["n"], 2);
+  EXPECT_EQ((*v)["version"], 2);
+  EXPECT_EQ((*v)["command_id"], "c3-2");
+  auto d = ParseJson(records[2].value);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ((*d)["deleted"], true);
+  EXPECT_TRUE((*d)["state"].is_null());
+  EXPECT_TRUE(testing::CheckVersionsPerKey(records).empty());
+}
+
+TEST(KafkaSink, ProtobufValuesDecodeWithTheShippedProto) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("proto");
+  auto c = LoadWith("    topic: " + topic + "\n    format: protobuf\n    create_topic: true\n    partitions: 1\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  auto r = sink->Apply(Events(5, 1, 4));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  const auto records = ReadTopic(topic);
+  ASSERT_EQ(records.size(), 4u);
+  sluice::v1::ChangeEvent m;
+  ASSERT_TRUE(m.ParseFromString(records[3].value));
+  EXPECT_EQ(m.entity_id(), "p5");
+  EXPECT_EQ(m.version(), 4u);
+  EXPECT_EQ(m.partition(), 5u);
+  EXPECT_EQ(m.event_id(), 4u);
+  EXPECT_EQ(m.state_json(), R"({"n":4})");
+  EXPECT_EQ(records[3].partition, 0);  // 5 % 1
+}
+
+// A restarted sink must not produce again what is already in the topic:
+// neither what a finished batch delivered (found through sluice-positions)
+// nor what a batch cut short by a crash delivered (the records after it).
+// Eight source partitions share two topic partitions.
+TEST(KafkaSink, ReopenedSinkSkipsEverythingTheTopicAlreadyHas) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("reopen");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n");
+  {
+    auto first = Make(c);
+    ASSERT_TRUE(first);
+    ASSERT_OK(first->Open());
+    for (uint32_t p = 0; p < 8; ++p) {
+      auto r = first->Apply(Events(p, 1, 50));
+      ASSERT_TRUE(r.status.ok()) << r.status.message();
+      EXPECT_EQ(Count(r)[Outcome::kApplied], 50);
+    }
+    // Within one process, a retried batch is not produced twice either.
+    auto again = first->Apply(Events(2, 41, 55));
+    ASSERT_TRUE(again.status.ok());
+    EXPECT_EQ(Count(again)[Outcome::kStale], 10);
+    EXPECT_EQ(Count(again)[Outcome::kApplied], 5);
+  }  // gone without a word, as after SIGKILL: the topic is all that remains
+  // What a crash in the middle of a batch leaves: records of source partition
+  // 3 (topic partition 1) after the last positions header.
+  std::vector<KafkaRecord> leftover;
+  for (const ChangeEvent& e : Events(3, 51, 60)) {
+    KafkaRecord r;
+    r.key = e.entity_id;
+    r.value = "{}";
+    r.headers = {{"sluice-entity-type", "account"}, {"sluice-version", std::to_string(e.version)},
+                 {"sluice-event-id", std::to_string(e.event_id)}, {"sluice-partition", "3"}};
+    leftover.push_back(r);
+  }
+  std::string error;
+  ASSERT_TRUE(testing::ProduceRaw(topic, 1, leftover, &error)) << error;
+
+  auto second = Make(c);
+  ASSERT_TRUE(second);
+  ASSERT_OK(second->Open());
+  // The engine resumes from older offsets than what was delivered.
+  auto r3 = second->Apply(Events(3, 40, 70));
+  ASSERT_TRUE(r3.status.ok()) << r3.status.message();
+  EXPECT_EQ(Count(r3)[Outcome::kStale], 21);    // 40..60
+  EXPECT_EQ(Count(r3)[Outcome::kApplied], 10);  // 61..70
+  auto r2 = second->Apply(Events(2, 30, 60));
+  ASSERT_TRUE(r2.status.ok());
+  EXPECT_EQ(Count(r2)[Outcome::kStale], 26);  // 30..55
+  EXPECT_EQ(Count(r2)[Outcome::kApplied], 5);
+  auto r7 = second->Apply(Events(7, 1, 51));
+  ASSERT_TRUE(r7.status.ok());
+  EXPECT_EQ(Count(r7)[Outcome::kStale], 50);
+  EXPECT_EQ(Count(r7)[Outcome::kApplied], 1);
+
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  ASSERT_FALSE(records.empty()) << error;
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p3"], 70u);
+  EXPECT_EQ(last["p2"], 60u);
+  EXPECT_EQ(last["p7"], 51u);
+  EXPECT_EQ(last["p0"], 50u);
+  EXPECT_EQ(records.size(), 8u * 50 + 5 + 10 + 10 + 5 + 1);
+}
+
+TEST(KafkaSink, RecordTooLargeIsRejectedAndTheRestDelivered) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("large");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n"
+                    "    properties: {message.max.bytes: 2000}\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  auto events = Events(0, 1, 3);
+  events[1].state = R"({"blob":")" + std::string(5000, 'x') + "\"}";
+  auto r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.results.size(), 3u);
+  EXPECT_EQ(r.results[0].outcome, Outcome::kApplied);
+  EXPECT_EQ(r.results[1].outcome, Outcome::kRejected);
+  EXPECT_NE(r.results[1].reason.find("too large"), std::string::npos) << r.results[1].reason;
+  EXPECT_EQ(r.results[2].outcome, Outcome::kApplied);
+  EXPECT_EQ(ReadTopic(topic).size(), 2u);
+}
+
+TEST(KafkaSink, MissingTopicWithoutCreateTopicIsAConfigurationError) {
+  SLUICE_REQUIRE_KAFKA();
+  auto c = LoadWith("    topic: " + UniqueTopic("missing") + "\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  const Status st = sink->Open();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("create_topic"), std::string::npos) << st.message();
+  EXPECT_EQ(sink->Health().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(KafkaSink, UnreachableBrokerIsUnavailable) {
+  // No server needed: nothing listens on the port (bound and released).
+  const std::string text = "storage:\n  mysql: {host: 127.0.0.1}\nentities:\n  account: {partitions: 1}\n"
+                           "sinks:\n  - {name: feed, type: kafka, entity: account, brokers: \"127.0.0.1:1\", "
+                           "topic: nowhere, delivery_timeout: 1s}\n";
+  auto c = config::LoadConfigFromString(text, "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto sink = Make(*c);
+  ASSERT_TRUE(sink);
+  EXPECT_EQ(sink->Health().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(sink->Open().code(), StatusCode::kUnavailable);
+}
+
+TEST(KafkaSink, VerifyComparesTheLatestRecordPerEntity) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("verify");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  ASSERT_TRUE(sink->Apply(Events(0, 1, 3)).status.ok());
+  ASSERT_TRUE(sink->Apply(Events(1, 1, 2)).status.ok());
+  std::vector<Difference> diffs;
+  std::vector<EntitySnapshot> truth = {{"p0", 3, false, R"({"n":3})"}, {"p1", 2, false, R"({"n":2})"}};
+  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
+  EXPECT_TRUE(diffs.empty());
+  truth = {{"p0", 4, false, R"({"n":4})"}, {"p1", 2, false, R"({"n":9})"}, {"p9", 1, false, "{}"}};
+  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
+  ASSERT_EQ(diffs.size(), 3u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kVersionMismatch);
+  EXPECT_EQ(diffs[1].kind, Difference::Kind::kContentMismatch);
+  EXPECT_EQ(diffs[2].kind, Difference::Kind::kMissing);
+}
+
+}  // namespace
+}  // namespace sluice::connectors::kafka
