@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/names.h"
 
 namespace sluice::config {
@@ -38,8 +40,9 @@ constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
 constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
-constexpr std::array<std::string_view, 3> kSecretFields = {"storage.mysql.password",
-                                                           "sinks[*].url", "admin.token"};
+constexpr std::array<std::string_view, 5> kSecretFields = {"storage.mysql.password",
+                                                           "sinks[*].url", "admin.token",
+    "sinks[*].password", "sinks[*].api_key"};
 constexpr size_t kMaxQuotedChars = 60;
 constexpr std::string_view kRedisUrlForm = "redis://[:password@]host[:port][/db]";
 
@@ -668,6 +671,21 @@ class ConfigReader {
          [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
         {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
     });
+    ElasticsearchSinkConfig& es = sink->elasticsearch;
+    AddSinkTypeKeys("elasticsearch", type, &keys, {
+        {"url", kRequired, [&](const Field& f) { ReadEsUrl(f, &es); }},
+        {"index", kOptional, [&](const Field& f) { ReadEsIndex(f, &es.index); }},
+        {"mapping", kOptional,
+         [&](const Field& f) { ReadJsonObjectFile(f, &es.mapping_path, &es.mapping_json); }},
+        {"template", kOptional,
+         [&](const Field& f) { ReadJsonObjectFile(f, &es.template_path, &es.template_json); }},
+        {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &es.auto_create); }},
+        {"username", kOptional, [&](const Field& f) { ReadString(f, kNotEmpty, &es.username); }},
+        {"password", kOptional, [&](const Field& f) { ReadSecret(f, &es.password); }},
+        {"api_key", kOptional, [&](const Field& f) { ReadSecret(f, &es.api_key); }},
+        {"connect_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &es.connect_timeout); }},
+        {"request_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &es.request_timeout); }},
+    });
     KafkaSinkConfig& k = sink->kafka;
     std::optional<Field> create_options_key;
     AddSinkTypeKeys("kafka", type, &keys, {
@@ -692,6 +710,7 @@ class ConfigReader {
         {"properties", kOptional, [&](const Field& f) { ReadKafkaProperties(f, &k); }},
     });
     ExpectKeys(at, keys);
+    CheckEsAuth(at, *sink);
     if (create_options_key && !k.create_topic) {
       Problem(create_options_key->key.Mark(), create_options_key->path, "only with create_topic: true");
     }
@@ -709,8 +728,16 @@ class ConfigReader {
   // sink's own type is unknown (that is reported once, at `type`).
   void AddSinkTypeKeys(std::string_view owner, const std::string& type, std::vector<KeySpec>* keys,
                        std::vector<KeySpec> owned) {
-    const bool known_type = type == "redis" || type == "mysql" || type == "kafka";
+    const bool known_type = type == "redis" || type == "mysql" || type == "elasticsearch" || type == "kafka";
     for (KeySpec& k : owned) {
+      // A key that several types have (url, auto_create) is listed once: as
+      // the sink's own type's when it has it, else as the first type's.
+      const auto same =
+          std::find_if(keys->begin(), keys->end(), [&](const KeySpec& e) { return e.name == k.name; });
+      if (same != keys->end()) {
+        if (type == owner) *same = std::move(k);
+        continue;
+      }
       if (type == owner) {
         keys->push_back(std::move(k));
       } else if (known_type) {
@@ -748,12 +775,98 @@ class ConfigReader {
   void ReadSinkType(const Field& f, std::string* out) {
     const auto text = PlainScalar(f, "redis, mysql or kafka");
     if (!text) return;
-    if (*text != "redis" && *text != "mysql" && *text != "kafka") {
+    if (*text != "redis" && *text != "mysql" && *text != "elasticsearch" && *text != "kafka") {
       Problem(f.mark, f.path,
-              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql, kafka)");
+              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql, elasticsearch, kafka)");
       return;
     }
     *out = *text;
+  }
+
+  // sinks[*].url of an elasticsearch sink: http(s)://host[:port][/prefix],
+  // credentials in username/password or api_key rather than in the URL.
+  void ReadEsUrl(const Field& f, ElasticsearchSinkConfig* es) {
+    std::string url;
+    bool from_secret = false;
+    if (!ReadSecret(f, &url, &from_secret)) return;
+    constexpr std::string_view kForm = "http(s)://host[:port][/path]";
+    const std::string_view s = url;
+    const size_t scheme = s.find("://");
+    const std::string_view name = scheme == std::string_view::npos ? "" : s.substr(0, scheme);
+    const std::string_view rest = scheme == std::string_view::npos ? "" : s.substr(scheme + 3);
+    const std::string_view authority = rest.substr(0, rest.find('/'));
+    std::string_view problem;
+    if (name != "http" && name != "https") {
+      problem = "the scheme must be http or https";
+    } else if (authority.empty()) {
+      problem = "the host is missing";
+    } else if (authority.find('@') != std::string_view::npos) {
+      problem = "put credentials in username/password or api_key, not in the URL";
+    } else if (s.find_first_of(" ?#") != std::string_view::npos) {
+      problem = "no spaces, query or fragment";
+    }
+    if (!problem.empty()) {
+      // A secret's value is never quoted back.
+      Problem(f.mark, f.path,
+              "must be a URL of the form " + std::string(kForm) + ": " + std::string(problem) +
+                  (from_secret ? "" : ", got " + Quote(s)));
+      return;
+    }
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    es->url = std::move(url);
+    es->url_from_secret = from_secret;
+  }
+
+  // An index name template: lowercase, {type} the only placeholder, and
+  // none of the characters Elasticsearch forbids in index names.
+  void ReadEsIndex(const Field& f, std::string* out) {
+    constexpr std::string_view kExpected =
+        "an index name template such as \"{type}_view\" (lowercase; {type} is replaced)";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    std::string rest = *text;
+    for (size_t at = rest.find("{type}"); at != std::string::npos; at = rest.find("{type}")) {
+      rest.replace(at, 6, "t");
+    }
+    const bool ok = !rest.empty() && rest.size() <= 200 && rest != "." && rest != ".." &&
+                    rest[0] != '-' && rest[0] != '_' && rest[0] != '+' &&
+                    std::all_of(rest.begin(), rest.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                             c == '-' || c == '.' || c == '+';
+                    });
+    if (!ok) return Expected(f, kExpected, *text);
+    *out = *text;
+  }
+
+  // A readable file, relative to the config file's folder, holding one JSON
+  // object: its path and its text.
+  void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) {
+    std::string path;
+    if (!ReadString(f, kNotEmpty, &path)) return;
+    std::filesystem::path p(path);
+    if (p.is_relative() && !base_dir_.empty()) p = base_dir_ / p;
+    std::string text;
+    if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, &text); err != 0) {
+      return Problem(f.mark, f.path, "cannot read " + Quote(p.string()) + ": " + ErrnoText(err));
+    }
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return Problem(f.mark, f.path, Quote(p.string()) + " must hold one JSON object");
+    }
+    *path_out = p.lexically_normal().string();
+    *json_out = std::move(text);
+  }
+
+  // An elasticsearch sink authenticates one way at most.
+  void CheckEsAuth(const Field& at, const SinkConfig& sink) {
+    if (sink.type != "elasticsearch") return;
+    const ElasticsearchSinkConfig& es = sink.elasticsearch;
+    if (es.username.empty() != es.password.empty()) {
+      Problem(at.mark, at.path, "username and password go together (basic auth)");
+    }
+    if (!es.api_key.empty() && !es.username.empty()) {
+      Problem(at.mark, at.path, "give either api_key or username/password, not both");
+    }
   }
 
   void ReadOnError(const Field& f, OnError* out) {
@@ -1449,6 +1562,21 @@ std::string Config::Redacted() const {
       }
       out << YAML::Key << "ttl" << YAML::Value << FormatDuration(r.ttl);
       out << YAML::Key << "tombstone_ttl" << YAML::Value << FormatDuration(r.tombstone_ttl);
+    } else if (sink.type == "elasticsearch") {
+      const ElasticsearchSinkConfig& es = sink.elasticsearch;
+      out << YAML::Key << "url" << YAML::Value
+          << (es.url_from_secret ? std::string(kRedacted) : es.url);
+      out << YAML::Key << "index" << YAML::Value << es.index;
+      if (!es.mapping_path.empty()) out << YAML::Key << "mapping" << YAML::Value << es.mapping_path;
+      if (!es.template_path.empty()) out << YAML::Key << "template" << YAML::Value << es.template_path;
+      out << YAML::Key << "auto_create" << YAML::Value << es.auto_create;
+      if (!es.username.empty()) {
+        out << YAML::Key << "username" << YAML::Value << es.username;
+        out << YAML::Key << "password" << YAML::Value << std::string(kRedacted);
+      }
+      if (!es.api_key.empty()) out << YAML::Key << "api_key" << YAML::Value << std::string(kRedacted);
+      out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(es.connect_timeout);
+      out << YAML::Key << "request_timeout" << YAML::Value << FormatDuration(es.request_timeout);
     } else if (sink.type == "mysql") {
       const MysqlSinkConfig& m = sink.mysql;
       out << YAML::Key << "table" << YAML::Value << m.table;

@@ -104,6 +104,30 @@ struct MysqlSinkConfig {
   bool auto_create = true;           // create the table when missing
 };
 
+// An Elasticsearch 7/8 or OpenSearch 1/2 index with one document per entity
+// (connectors/elasticsearch, docs/sinks/elasticsearch.md).
+struct ElasticsearchSinkConfig {
+  std::string url;             // http(s)://host[:port][/path prefix]; secret-capable
+  bool url_from_secret = false;  // Redacted() hides the url
+  std::string index = "{type}";  // template: {type} is replaced by the entity type
+  // Optional JSON bodies, read from the files named in the YAML: `mapping`
+  // is the create-index body ({"settings": ..., "mappings": ...}) used when
+  // the sink creates the index; `template` is a composable index template
+  // put under the sink's name before that.
+  std::string mapping_path;
+  std::string mapping_json;
+  std::string template_path;
+  std::string template_json;
+  bool auto_create = true;     // create the index when missing
+  // Basic auth (username + password) or an API key; password and api_key
+  // are secret-capable and never printed.
+  std::string username;
+  std::string password;
+  std::string api_key;
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds request_timeout{30000};  // one _bulk request, end to end
+};
+
 // A Kafka topic fed with one record per event (connectors/kafka, docs/sinks/kafka.md).
 struct KafkaSinkConfig {
   std::string brokers;  // bootstrap servers, "host:port[,host:port...]"
@@ -127,6 +151,7 @@ struct SinkConfig {
   uint32_t batch_max = 1000;  // events per Apply call, 1..100000
   RedisSinkConfig redis;  // when type == "redis"
   MysqlSinkConfig mysql;  // when type == "mysql"
+  ElasticsearchSinkConfig elasticsearch;  // when type == "elasticsearch"
   KafkaSinkConfig kafka;  // when type == "kafka"
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;

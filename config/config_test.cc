@@ -330,10 +330,10 @@ TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
   ScopedEnv env("SLUICE_TEST_HOST", "db.internal");
   EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
             "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url, admin.token");
+            "storage.mysql.password, sinks[*].url, admin.token, sinks[*].password, sinks[*].api_key");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
             "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url, admin.token");
+            "storage.mysql.password, sinks[*].url, admin.token, sinks[*].password, sinks[*].api_key");
 }
 
 TEST(LoadConfigErrors, MalformedSecretReference) {
@@ -788,10 +788,11 @@ TEST(SinkErrors, UnknownTypeListsTheKnownOnes) {
   // The keys of an unknown type cannot be checked; other keys still are.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: kafka, entity: account, topic: x, table: t}\n")),
             "t.yaml:11:21: sinks[0].type: unknown sink type \"kafka\" (expected one of: redis, "
-            "mysql)\n"
+            "mysql, elasticsearch)\n"
             "t.yaml:11:45: sinks[0].topic: unknown key (expected one of: name, type, entity, "
             "on_error, batch_max, url, key, format, fields, ttl, tombstone_ttl, table, database, "
-            "columns, auto_create)");
+            "columns, auto_create, index, mapping, template, username, password, "
+            "api_key, connect_timeout, request_timeout)");
 }
 
 TEST(SinkErrors, UnknownEntitySuggestsTheClosestName) {

@@ -1,0 +1,124 @@
+// The elasticsearch sink's section of the YAML config (parsed by config/):
+// accepted forms, defaults, secrets, and one message per problem.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "connectors/elasticsearch/elasticsearch_sink.h"
+
+namespace sluice::config {
+namespace {
+
+constexpr char kHead[] = R"(storage:
+  mysql: {host: 127.0.0.1, port: 13306, user: sluice, password: pw, database: d}
+entities:
+  account: {partitions: 4}
+sinks:
+  - name: search
+    type: elasticsearch
+    entity: account
+)";
+
+Result<Config> Load(const std::string& sink_lines, const std::string& path = "t.yaml") {
+  return LoadConfigFromString(std::string(kHead) + sink_lines, path);
+}
+
+std::string Errors(const std::string& sink_lines) {
+  Result<Config> r = Load(sink_lines);
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(ElasticsearchConfig, DefaultsAndIndexTemplate) {
+  Result<Config> r = Load("    url: http://127.0.0.1:19200/\n    index: \"{type}_view\"\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SinkConfig& s = r->sinks.at(0);
+  const ElasticsearchSinkConfig& es = s.elasticsearch;
+  EXPECT_EQ(es.url, "http://127.0.0.1:19200") << "the trailing slash is dropped";
+  EXPECT_EQ(connectors::elasticsearch::IndexName(s), "account_view");
+  EXPECT_TRUE(es.auto_create);
+  EXPECT_EQ(es.connect_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(es.request_timeout, std::chrono::milliseconds(30000));
+  EXPECT_TRUE(es.mapping_json.empty());
+  EXPECT_TRUE(es.username.empty() && es.password.empty() && es.api_key.empty());
+}
+
+TEST(ElasticsearchConfig, SecretsComeFromTheEnvironmentAndAreRedacted) {
+  setenv("SLUICE_TEST_ES_PASSWORD", "s3cret-pw", 1);
+  setenv("SLUICE_TEST_ES_URL", "https://search.internal:9200", 1);
+  Result<Config> r = Load(
+      "    url: ${env:SLUICE_TEST_ES_URL}\n    username: sluice\n    password: ${env:SLUICE_TEST_ES_PASSWORD}\n"
+      "    request_timeout: 5s\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ElasticsearchSinkConfig& es = r->sinks.at(0).elasticsearch;
+  EXPECT_EQ(es.url, "https://search.internal:9200");
+  EXPECT_EQ(es.password, "s3cret-pw");
+  EXPECT_EQ(es.request_timeout, std::chrono::milliseconds(5000));
+  const std::string shown = r->Redacted();
+  EXPECT_EQ(shown.find("s3cret-pw"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("search.internal"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("username: sluice"), std::string::npos) << shown;
+
+  setenv("SLUICE_TEST_ES_KEY", "a2V5OnNlY3JldA==", 1);
+  r = Load("    url: http://127.0.0.1:19200\n    api_key: ${env:SLUICE_TEST_ES_KEY}\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks.at(0).elasticsearch.api_key, "a2V5OnNlY3JldA==");
+  EXPECT_EQ(r->Redacted().find("a2V5OnNlY3JldA=="), std::string::npos);
+  unsetenv("SLUICE_TEST_ES_PASSWORD");
+  unsetenv("SLUICE_TEST_ES_URL");
+  unsetenv("SLUICE_TEST_ES_KEY");
+}
+
+TEST(ElasticsearchConfig, MappingFileIsReadRelativeToTheConfigFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sluice_es_config_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "mapping.json") << R"({"mappings":{"properties":{"owner":{"type":"keyword"}}}})";
+  std::ofstream(dir / "list.json") << "[1, 2]";
+  Result<Config> r = Load("    url: http://h:1\n    mapping: mapping.json\n", (dir / "sluice.yaml").string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks.at(0).elasticsearch.mapping_path, (dir / "mapping.json").string());
+  EXPECT_NE(r->sinks.at(0).elasticsearch.mapping_json.find("keyword"), std::string::npos);
+
+  r = Load("    url: http://h:1\n    mapping: list.json\n    template: missing.json\n", (dir / "sluice.yaml").string());
+  ASSERT_FALSE(r.ok());
+  const std::string file = (dir / "sluice.yaml").string();
+  EXPECT_EQ(r.status().message(),
+            file + ":10:14: sinks[0].mapping: \"" + (dir / "list.json").string() + "\" must hold one JSON object\n" +
+                file + ":11:15: sinks[0].template: cannot read \"" + (dir / "missing.json").string() +
+                "\": No such file or directory");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ElasticsearchConfigErrors, OneLinePerProblem) {
+  EXPECT_EQ(Errors("    index: x\n"), "t.yaml:6:5: sinks[0].url: required key is missing");
+  EXPECT_EQ(Errors("    url: ftp://h\n"),
+            "t.yaml:9:10: sinks[0].url: must be a URL of the form http(s)://host[:port][/path]: the scheme "
+            "must be http or https, got \"ftp://h\"");
+  EXPECT_EQ(Errors("    url: http://u:p@h:9200\n"),
+            "t.yaml:9:10: sinks[0].url: must be a URL of the form http(s)://host[:port][/path]: put "
+            "credentials in username/password or api_key, not in the URL, got \"http://u:p@h:9200\"");
+  EXPECT_EQ(Errors("    url: http://h\n    index: Accounts\n"),
+            "t.yaml:10:12: sinks[0].index: must be an index name template such as \"{type}_view\" (lowercase; "
+            "{type} is replaced), got \"Accounts\"");
+  EXPECT_EQ(Errors("    url: http://h\n    index: \"{id}\"\n").substr(0, 31), "t.yaml:10:12: sinks[0].index: m");
+  EXPECT_EQ(Errors("    url: http://h\n    username: u\n"),
+            "t.yaml:6:5: sinks[0]: username and password go together (basic auth)");
+  EXPECT_EQ(Errors("    url: http://h\n    username: u\n    password: p\n    api_key: k\n"),
+            "t.yaml:6:5: sinks[0]: give either api_key or username/password, not both");
+  EXPECT_EQ(Errors("    url: http://h\n    request_timeout: soon\n"),
+            "t.yaml:10:22: sinks[0].request_timeout: must be a duration such as 500ms, 2s, 1m or 24h, got "
+            "\"soon\"");
+  // Another type's keys are misplaced here, and ours there.
+  EXPECT_EQ(Errors("    url: http://h\n    table: t\n"),
+            "t.yaml:10:5: sinks[0].table: only for mysql sinks (this sink is type elasticsearch)");
+}
+
+}  // namespace
+}  // namespace sluice::config

@@ -1,0 +1,332 @@
+#include "connectors/elasticsearch/elasticsearch_sink.h"
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "connectors/elasticsearch/bulk.h"
+#include "connectors/elasticsearch/rest_client.h"
+#include "core/json.h"
+
+namespace sluice::connectors::elasticsearch {
+namespace {
+
+// Documents fetched per _mget, and ids per scroll page, while verifying.
+constexpr size_t kVerifyChunk = 1000;
+constexpr size_t kScrollPage = 5000;
+// The _bulk response is filtered down to what the sink reads.
+constexpr std::string_view kBulkQuery = "/_bulk?filter_path=items.*.status,items.*.error.type,items.*.error.reason";
+// Live documents are those without the tombstone marker.
+constexpr std::string_view kLiveQuery = R"({"bool":{"must_not":{"exists":{"field":"_sluice_deleted"}}}})";
+
+class ElasticsearchSink final : public Sink {
+ public:
+  ElasticsearchSink(const config::SinkConfig& cfg, std::unique_ptr<RestClient> client)
+      : cfg_(cfg),
+        es_(cfg.elasticsearch),
+        client_(std::move(client)),
+        index_(IndexName(cfg)),
+        index_path_("/" + EncodePathSegment(index_)),
+        where_("sink '" + cfg.name + "' (elasticsearch " + client_->base_url() + ", index " + index_ + ")") {}
+
+  const std::string& name() const override { return cfg_.name; }
+
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.point_view = true;
+    c.can_push = false;
+    c.keeps_offsets = false;
+    return c;
+  }
+
+  Status Open() override {
+    ASSIGN_OR_RETURN(HttpResponse head, Send("HEAD", index_path_));
+    if (head.status == 200) return Status::Ok();
+    if (head.status != 404) return HttpError(head, "checking the index");
+    if (!es_.auto_create) {
+      return FailedPrecondition(where_ + ": the index does not exist and auto_create is false: create it, "
+                                "or set auto_create: true");
+    }
+    if (!es_.template_json.empty()) {
+      ASSIGN_OR_RETURN(HttpResponse put,
+                       Send("PUT", "/_index_template/" + EncodePathSegment(cfg_.name), es_.template_json));
+      if (put.status != 200) return HttpError(put, "putting the index template from " + es_.template_path);
+    }
+    ASSIGN_OR_RETURN(std::string body, CreateIndexBody());
+    ASSIGN_OR_RETURN(HttpResponse created, Send("PUT", index_path_, body));
+    if (created.status == 200) return Status::Ok();
+    // Another process (or a second sink on the same index) won the race.
+    if (created.status == 400 && ErrorText(created.body).starts_with("resource_already_exists_exception")) {
+      return Status::Ok();
+    }
+    return HttpError(created, es_.mapping_path.empty() ? "creating the index"
+                                                       : "creating the index with " + es_.mapping_path);
+  }
+
+  ApplyResult Apply(std::span<const ChangeEvent> events) override {
+    ApplyResult out;
+    out.results.resize(events.size());
+    body_.clear();
+    sent_.clear();
+    for (size_t i = 0; i < events.size(); ++i) {
+      std::string reason = AppendBulkItem(events[i], body_);
+      if (reason.empty()) {
+        sent_.push_back(i);
+      } else {
+        out.results[i] = {Outcome::kRejected, std::move(reason)};
+      }
+    }
+    if (sent_.empty()) return out;
+
+    Result<HttpResponse> response = Send("POST", index_path_ + std::string(kBulkQuery), body_, "application/x-ndjson");
+    if (!response.ok()) return Fail(response.status());
+    if (response->status != 200) return Fail(HttpError(*response, "_bulk"));
+    Result<std::vector<BulkItem>> items = ParseBulkResponse(response->body, sent_.size());
+    if (!items.ok()) return Fail(Unavailable(where_ + ": " + items.status().message()));
+
+    for (size_t k = 0; k < sent_.size(); ++k) {
+      const BulkItem& item = (*items)[k];
+      EventResult& result = out.results[sent_[k]];
+      switch (ClassifyItem(item)) {
+        case ItemClass::kApplied: result.outcome = Outcome::kApplied; break;
+        case ItemClass::kStale: result.outcome = Outcome::kStale; break;
+        case ItemClass::kRejected:
+          result.outcome = Outcome::kRejected;
+          result.reason = "elasticsearch refused the document (HTTP " + std::to_string(item.status) + "): " + item.error;
+          break;
+        case ItemClass::kUnavailable:
+          return Fail(Unavailable(where_ + ": _bulk item failed with HTTP " + std::to_string(item.status) + ": " +
+                                  item.error));
+        case ItemClass::kMisconfigured:
+          return Fail(FailedPrecondition(where_ + ": " + item.error +
+                                         " (the index vanished and the server does not create it)"));
+      }
+    }
+    return out;
+  }
+
+  Status Health() override {
+    ASSIGN_OR_RETURN(HttpResponse r, Send("GET", "/"));
+    if (r.status == 200) return Status::Ok();
+    return HttpError(r, "GET /");
+  }
+
+  void Close() override { client_->Disconnect(); }
+
+  Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
+    RETURN_IF_ERROR(Open());
+    size_t live_in_view = 0;  // truth entities whose document is live in the view
+    std::unordered_set<std::string_view> known;
+    known.reserve(truth.size());
+    for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
+      const size_t end = std::min(truth.size(), begin + kVerifyChunk);
+      std::string body = R"({"ids":[)";
+      for (size_t i = begin; i < end; ++i) {
+        if (i > begin) body += ',';
+        AppendJsonString(body, truth[i].entity_id);
+        known.insert(truth[i].entity_id);
+      }
+      body += "]}";
+      ASSIGN_OR_RETURN(HttpResponse r,
+                       Send("POST", index_path_ + "/_mget?filter_path=docs.found,docs._version,docs._source", body));
+      if (r.status != 200) return HttpError(r, "_mget");
+      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      const Json* docs = doc.is_object() && doc.contains("docs") ? &doc["docs"] : nullptr;
+      if (docs == nullptr || !docs->is_array() || docs->size() != end - begin) {
+        return Internal(where_ + ": the _mget response does not hold one document per id");
+      }
+      for (size_t i = begin; i < end; ++i) {
+        live_in_view += CompareOne(truth[i], (*docs)[i - begin], differences) ? 1 : 0;
+      }
+    }
+    return FindExtras(known, live_in_view, differences);
+  }
+
+ private:
+  Result<HttpResponse> Send(std::string_view method, const std::string& path, std::string_view body = {},
+                            std::string_view content_type = "application/json") {
+    Result<HttpResponse> r = client_->Send(method, path, body, content_type);
+    if (!r.ok()) {
+      client_->Disconnect();
+      return Unavailable(where_ + ": " + r.status().message());
+    }
+    return r;
+  }
+
+  ApplyResult Fail(Status status) {
+    ApplyResult r;
+    r.status = std::move(status);
+    return r;
+  }
+
+  // A status for an unexpected HTTP reply, by what the caller should do.
+  Status HttpError(const HttpResponse& r, const std::string& what) {
+    const std::string text = where_ + ": " + what + ": HTTP " + std::to_string(r.status) +
+                             (r.body.empty() ? "" : ": " + ErrorText(r.body));
+    if (r.status == 401 || r.status == 403) {
+      return FailedPrecondition(text + " (check username/password or api_key, and the user's index privileges)");
+    }
+    if (r.status == 429 || r.status >= 500 || r.status == 0) return Unavailable(text);
+    return FailedPrecondition(text);
+  }
+
+  // The create-index body: the mapping file (or nothing) plus a boolean
+  // mapping for the tombstone marker, so that strict mappings accept it.
+  Result<std::string> CreateIndexBody() const {
+    Json body = Json::object();
+    if (!es_.mapping_json.empty()) {
+      body = Json::parse(es_.mapping_json, nullptr, /*allow_exceptions=*/false);
+      if (body.is_discarded() || !body.is_object()) {
+        return FailedPrecondition(where_ + ": " + es_.mapping_path + " does not hold a JSON object");
+      }
+    }
+    Json& mappings = body["mappings"];
+    if (mappings.is_null()) mappings = Json::object();
+    if (!mappings.is_object()) return FailedPrecondition(where_ + ": \"mappings\" in " + es_.mapping_path + " is not an object");
+    Json& properties = mappings["properties"];
+    if (properties.is_null()) properties = Json::object();
+    if (!properties.is_object()) {
+      return FailedPrecondition(where_ + ": \"mappings.properties\" in " + es_.mapping_path + " is not an object");
+    }
+    if (!properties.contains(kTombstoneField)) properties[std::string(kTombstoneField)] = {{"type", "boolean"}};
+    return body.dump();
+  }
+
+  // Compares one entity with its _mget entry; true when the view holds a
+  // live document for it.
+  bool CompareOne(const EntitySnapshot& s, const Json& got, std::vector<Difference>& differences) const {
+    const bool found = got.is_object() && got.value("found", false);
+    const Json* source = found && got.contains("_source") ? &got["_source"] : nullptr;
+    const bool tombstone = source != nullptr && source->is_object() && source->contains(kTombstoneField);
+    const bool live = found && !tombstone;
+    const uint64_t version = found ? got.value("_version", uint64_t{0}) : 0;
+    if (s.deleted) {
+      if (live) {
+        differences.push_back({Difference::Kind::kExtra, s.entity_id,
+                               "storage deleted the entity at version " + std::to_string(s.version) +
+                                   " but the view has a document at version " + std::to_string(version)});
+      }
+      return live;
+    }
+    if (!live) {
+      differences.push_back({Difference::Kind::kMissing, s.entity_id,
+                             std::string(tombstone ? "the view has a tombstone at version " + std::to_string(version)
+                                                   : "the view has no document") +
+                                 "; storage has version " + std::to_string(s.version)});
+      return false;
+    }
+    if (version != s.version) {
+      differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
+                             "the view has version " + std::to_string(version) + ", storage has " +
+                                 std::to_string(s.version)});
+      return true;
+    }
+    const Json state = Json::parse(s.state, nullptr, /*allow_exceptions=*/false);
+    if (state.is_discarded() || state != *source) {
+      differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
+                             "version " + std::to_string(version) + " in the view differs from storage"});
+    }
+    return true;
+  }
+
+  // Live documents of no entity in `known`: counted first (cheap), listed
+  // with a scroll only when the count says there are some.
+  Status FindExtras(const std::unordered_set<std::string_view>& known, size_t live_in_view,
+                    std::vector<Difference>& differences) {
+    ASSIGN_OR_RETURN(HttpResponse refreshed, Send("POST", index_path_ + "/_refresh"));
+    if (refreshed.status != 200) return HttpError(refreshed, "_refresh");
+    const std::string query = R"({"query":)" + std::string(kLiveQuery) + "}";
+    ASSIGN_OR_RETURN(HttpResponse counted, Send("POST", index_path_ + "/_count", query));
+    if (counted.status != 200) return HttpError(counted, "_count");
+    const Json count = Json::parse(counted.body, nullptr, /*allow_exceptions=*/false);
+    if (!count.is_object() || !count.contains("count") || !count["count"].is_number_unsigned()) {
+      return Internal(where_ + ": the _count response has no count");
+    }
+    if (count["count"].get<uint64_t>() <= live_in_view) return Status::Ok();
+
+    std::string body = R"({"size":)" + std::to_string(kScrollPage) + R"(,"_source":false,"sort":["_doc"],"query":)" +
+                       std::string(kLiveQuery) + "}";
+    ASSIGN_OR_RETURN(HttpResponse page,
+                     Send("POST", index_path_ + "/_search?scroll=1m&filter_path=_scroll_id,hits.hits._id", body));
+    std::string scroll_id;
+    Status st = Status::Ok();
+    for (;;) {
+      if (page.status != 200) {
+        st = HttpError(page, "scrolling the index");
+        break;
+      }
+      const Json doc = Json::parse(page.body, nullptr, /*allow_exceptions=*/false);
+      if (!doc.is_object()) {
+        st = Internal(where_ + ": a scroll response is not JSON");
+        break;
+      }
+      scroll_id = doc.value("_scroll_id", "");
+      const Json* hits = doc.contains("hits") && doc["hits"].contains("hits") ? &doc["hits"]["hits"] : nullptr;
+      if (hits == nullptr || !hits->is_array() || hits->empty()) break;
+      for (const Json& hit : *hits) {
+        const std::string id = hit.value("_id", "");
+        if (!known.contains(id)) {
+          differences.push_back({Difference::Kind::kExtra, id, "the view has a document of no entity in storage"});
+        }
+      }
+      if (scroll_id.empty()) break;
+      std::string next = R"({"scroll":"1m","scroll_id":)";
+      AppendJsonString(next, scroll_id);
+      next += "}";
+      Result<HttpResponse> r = Send("POST", "/_search/scroll?filter_path=_scroll_id,hits.hits._id", next);
+      if (!r.ok()) return r.status();
+      page = std::move(*r);
+    }
+    if (!scroll_id.empty()) {
+      std::string clear = R"({"scroll_id":)";
+      AppendJsonString(clear, scroll_id);
+      clear += "}";
+      (void)Send("DELETE", "/_search/scroll", clear);  // it expires by itself otherwise
+    }
+    return st;
+  }
+
+  const config::SinkConfig cfg_;
+  const config::ElasticsearchSinkConfig& es_;
+  std::unique_ptr<RestClient> client_;
+  const std::string index_;
+  const std::string index_path_;
+  const std::string where_;
+  std::string body_;          // the NDJSON of the batch being applied (kept for its capacity)
+  std::vector<size_t> sent_;  // events of the batch in the request, in order
+};
+
+}  // namespace
+
+std::string IndexName(const config::SinkConfig& sink) {
+  std::string index = sink.elasticsearch.index;
+  for (size_t at = index.find("{type}"); at != std::string::npos; at = index.find("{type}", at)) {
+    index.replace(at, 6, sink.entity);
+    at += sink.entity.size();
+  }
+  return index;
+}
+
+RestClientOptions ClientOptions(const config::SinkConfig& sink) {
+  const config::ElasticsearchSinkConfig& es = sink.elasticsearch;
+  RestClientOptions options;
+  options.base_url = es.url;
+  options.username = es.username;
+  options.password = es.password;
+  options.api_key = es.api_key;
+  options.connect_timeout = es.connect_timeout;
+  options.request_timeout = es.request_timeout;
+  return options;
+}
+
+Result<std::unique_ptr<Sink>> MakeElasticsearchSink(const config::SinkConfig& sink, const config::Config& /*global*/) {
+  if (sink.type != "elasticsearch") return InvalidArgument("sink '" + sink.name + "' is not an elasticsearch sink");
+  if (sink.elasticsearch.url.empty()) return InvalidArgument("sink '" + sink.name + "': url is required");
+  ASSIGN_OR_RETURN(std::unique_ptr<RestClient> client, RestClient::Make(ClientOptions(sink)));
+  return std::unique_ptr<Sink>(std::make_unique<ElasticsearchSink>(sink, std::move(client)));
+}
+
+}  // namespace sluice::connectors::elasticsearch

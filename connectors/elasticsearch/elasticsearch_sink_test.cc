@@ -1,0 +1,256 @@
+// Integration tests of the elasticsearch sink against the real OpenSearch
+// at SLUICE_TEST_OPENSEARCH_URL (scripts/services up opensearch). Skipped
+// when it is unreachable, failed instead when CI=true. Each test uses its
+// own index and deletes it.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "connectors/elasticsearch/elasticsearch_sink.h"
+#include "connectors/elasticsearch/rest_client.h"
+#include "core/json.h"
+
+namespace sluice::connectors::elasticsearch {
+namespace {
+
+std::string TestUrl() {
+  const char* url = std::getenv("SLUICE_TEST_OPENSEARCH_URL");
+  return url != nullptr && *url != '\0' ? url : "http://127.0.0.1:19200";
+}
+
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
+ChangeEvent Event(const std::string& id, uint64_t version, const std::string& state, bool deleted = false) {
+  ChangeEvent e;
+  e.entity_type = "account";
+  e.entity_id = id;
+  e.version = version;
+  e.deleted = deleted;
+  e.state = deleted ? "" : state;
+  return e;
+}
+
+std::vector<Outcome> Outcomes(const ApplyResult& r) {
+  std::vector<Outcome> out;
+  for (const EventResult& e : r.results) out.push_back(e.outcome);
+  return out;
+}
+
+class ElasticsearchSinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RestClientOptions options;
+    options.base_url = TestUrl();
+    options.request_timeout = std::chrono::seconds(30);
+    auto client = RestClient::Make(options);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    admin_ = std::move(*client);
+    auto r = admin_->Send("GET", "/");
+    if (!r.ok() || r->status != 200) {
+      const std::string why = r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message();
+      if (InCi()) FAIL() << "OpenSearch at " << TestUrl() << " is unreachable (" << why << ") and CI=true";
+      GTEST_SKIP() << "OpenSearch at " << TestUrl() << " is unreachable (" << why
+                   << "); run scripts/services up opensearch";
+    }
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string test = info->name();
+    for (char& c : test) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    index_ = "t" + std::to_string(getpid()) + "_" + std::to_string(counter++) + "_" + test;
+    sink_cfg_.name = "es_test";
+    sink_cfg_.type = "elasticsearch";
+    sink_cfg_.entity = "account";
+    sink_cfg_.elasticsearch.url = TestUrl();
+    sink_cfg_.elasticsearch.index = index_;
+  }
+
+  void TearDown() override {
+    if (admin_ && !index_.empty()) (void)admin_->Send("DELETE", "/" + index_);
+  }
+
+  std::unique_ptr<Sink> MakeOpenSink() {
+    auto sink = MakeElasticsearchSink(sink_cfg_, global_);
+    EXPECT_TRUE(sink.ok()) << sink.status().message();
+    if (!sink.ok()) return nullptr;
+    Status st = (*sink)->Open();
+    EXPECT_TRUE(st.ok()) << st.message();
+    return std::move(*sink);
+  }
+
+  // The document as GET returns it (realtime): {found, _version, _source}.
+  Json Doc(const std::string& id) {
+    auto r = admin_->Send("GET", "/" + index_ + "/_doc/" + EncodePathSegment(id));
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? Json::parse(r->body, nullptr, false) : Json();
+  }
+
+  config::Config global_;
+  config::SinkConfig sink_cfg_;
+  std::unique_ptr<RestClient> admin_;
+  std::string index_;
+};
+
+TEST_F(ElasticsearchSinkTest, AppliesNewerVersionsAndSkipsOlderOnes) {
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  const std::vector<ChangeEvent> batch = {Event("a", 1, R"({"owner":"ann","balance":1})"),
+                                          Event("a", 2, R"({"owner":"ann","balance":2})"),
+                                          Event("b/1 x", 1, R"({"owner":"bob"})")};
+  ApplyResult r = sink->Apply(batch);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), (std::vector{Outcome::kApplied, Outcome::kApplied, Outcome::kApplied}));
+
+  // The whole batch again (a replay after a crash): nothing changes.
+  r = sink->Apply(batch);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), (std::vector{Outcome::kStale, Outcome::kStale, Outcome::kStale}));
+
+  const Json a = Doc("a");
+  EXPECT_EQ(a["_version"], 2);
+  EXPECT_EQ(a["_source"], Json::parse(R"({"owner":"ann","balance":2})"));
+  const Json b = Doc("b/1 x");
+  EXPECT_EQ(b["_version"], 1);
+  EXPECT_EQ(b["_source"]["owner"], "bob");
+}
+
+TEST_F(ElasticsearchSinkTest, DeleteLeavesATombstoneThatNoOlderWriteResurrects) {
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  ApplyResult r = sink->Apply(std::vector{Event("a", 1, R"({"n":1})"), Event("a", 2, "", /*deleted=*/true)});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), (std::vector{Outcome::kApplied, Outcome::kApplied}));
+  // A replay of the creation, and a delete seen twice, change nothing.
+  r = sink->Apply(std::vector{Event("a", 1, R"({"n":1})"), Event("a", 2, "", true)});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), (std::vector{Outcome::kStale, Outcome::kStale}));
+  Json a = Doc("a");
+  EXPECT_EQ(a["_version"], 2);
+  EXPECT_EQ(a["_source"], Json::parse(R"({"_sluice_deleted":true})"));
+
+  // Verify: a deleted entity with a tombstone is in step.
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->Verify({{"a", 2, true, ""}}, diffs).ok());
+  EXPECT_TRUE(diffs.empty());
+
+  // Re-created at version 3: live again.
+  r = sink->Apply(std::vector{Event("a", 3, R"({"n":3})")});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), std::vector{Outcome::kApplied});
+  a = Doc("a");
+  EXPECT_EQ(a["_version"], 3);
+  EXPECT_EQ(a["_source"], Json::parse(R"({"n":3})"));
+}
+
+TEST_F(ElasticsearchSinkTest, MappingConflictRejectsThatDocumentOnly) {
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  ApplyResult r = sink->Apply(std::vector{Event("a", 1, R"({"amount":5})"), Event("b", 1, R"({"amount":"lots"})"),
+                                          Event("c", 1, R"({"amount":7})"), Event("d", 1, "[1]")});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), (std::vector{Outcome::kApplied, Outcome::kRejected, Outcome::kApplied, Outcome::kRejected}));
+  EXPECT_NE(r.results[1].reason.find("mapper_parsing_exception"), std::string::npos) << r.results[1].reason;
+  EXPECT_NE(r.results[3].reason.find("not a JSON object"), std::string::npos) << r.results[3].reason;
+  EXPECT_FALSE(Doc("b").value("found", true));
+  EXPECT_EQ(Doc("c")["_version"], 1);
+}
+
+TEST_F(ElasticsearchSinkTest, CreatesTheIndexFromTheMappingFile) {
+  sink_cfg_.elasticsearch.mapping_path = "mapping.json";
+  sink_cfg_.elasticsearch.mapping_json =
+      R"({"settings":{"number_of_shards":2,"number_of_replicas":0},"mappings":{"dynamic":"strict","properties":{"owner":{"type":"keyword"}}}})";
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  auto r = admin_->Send("GET", "/" + index_);
+  ASSERT_TRUE(r.ok());
+  const Json info = Json::parse(r->body)[index_];
+  EXPECT_EQ(info["settings"]["index"]["number_of_shards"], "2");
+  EXPECT_EQ(info["mappings"]["properties"]["owner"]["type"], "keyword");
+  EXPECT_EQ(info["mappings"]["properties"]["_sluice_deleted"]["type"], "boolean");
+
+  // A strict mapping still takes tombstones, and refuses unknown fields.
+  ApplyResult a = sink->Apply(std::vector{Event("a", 1, R"({"owner":"ann"})"), Event("a", 2, "", true),
+                                          Event("b", 1, R"({"other":1})")});
+  ASSERT_TRUE(a.status.ok()) << a.status.message();
+  EXPECT_EQ(Outcomes(a), (std::vector{Outcome::kApplied, Outcome::kApplied, Outcome::kRejected}));
+  EXPECT_NE(a.results[2].reason.find("strict_dynamic_mapping_exception"), std::string::npos) << a.results[2].reason;
+
+  // Opening again finds the index and leaves it alone.
+  auto again = MakeOpenSink();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(Doc("a")["_version"], 2);
+}
+
+TEST_F(ElasticsearchSinkTest, MissingIndexWithoutAutoCreateIsMisconfiguration) {
+  sink_cfg_.elasticsearch.auto_create = false;
+  auto sink = MakeElasticsearchSink(sink_cfg_, global_);
+  ASSERT_TRUE(sink.ok());
+  const Status st = (*sink)->Open();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("auto_create"), std::string::npos) << st.message();
+  auto r = admin_->Send("HEAD", "/" + index_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 404) << "the sink created the index although auto_create is false";
+}
+
+TEST_F(ElasticsearchSinkTest, BadMappingFileIsMisconfiguration) {
+  sink_cfg_.elasticsearch.mapping_json = R"({"mappings":{"properties":{"x":{"type":"no_such_type"}}}})";
+  auto sink = MakeElasticsearchSink(sink_cfg_, global_);
+  ASSERT_TRUE(sink.ok());
+  const Status st = (*sink)->Open();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("no_such_type"), std::string::npos) << st.message();
+}
+
+TEST_F(ElasticsearchSinkTest, UnreachableServerIsUnavailable) {
+  sink_cfg_.elasticsearch.url = "http://127.0.0.1:1";  // nothing listens on port 1
+  auto sink = MakeElasticsearchSink(sink_cfg_, global_);
+  ASSERT_TRUE(sink.ok());
+  EXPECT_EQ((*sink)->Open().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*sink)->Health().code(), StatusCode::kUnavailable);
+  const ApplyResult r = (*sink)->Apply(std::vector{Event("a", 1, "{}")});
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+}
+
+TEST_F(ElasticsearchSinkTest, VerifyReportsEachKindOfDifference) {
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  ApplyResult r = sink->Apply(std::vector{Event("same", 1, R"({"n":1})"), Event("old", 1, R"({"n":1})"),
+                                          Event("edited", 1, R"({"n":1})"), Event("gone", 1, R"({"n":1})")});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  // Someone writes to the view behind the sink's back.
+  auto put = admin_->Send("PUT", "/" + index_ + "/_doc/edited?version=1&version_type=external_gte", R"({"n":99})");
+  ASSERT_TRUE(put.ok());
+  ASSERT_EQ(put->status, 200) << put->body;
+  put = admin_->Send("PUT", "/" + index_ + "/_doc/stray", R"({"n":5})");
+  ASSERT_TRUE(put.ok());
+  ASSERT_EQ(put->status, 201) << put->body;
+
+  const std::vector<EntitySnapshot> truth = {{"same", 1, false, R"({"n":1})"},
+                                             {"old", 2, false, R"({"n":2})"},
+                                             {"edited", 1, false, R"({"n":1})"},
+                                             {"gone", 2, true, ""},
+                                             {"absent", 1, false, R"({"n":1})"}};
+  std::vector<Difference> diffs;
+  const Status st = sink->Verify(truth, diffs);
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::map<std::string, Difference::Kind> kinds;
+  for (const Difference& d : diffs) kinds[d.entity_id] = d.kind;
+  EXPECT_EQ(kinds, (std::map<std::string, Difference::Kind>{{"old", Difference::Kind::kVersionMismatch},
+                                                            {"edited", Difference::Kind::kContentMismatch},
+                                                            {"gone", Difference::Kind::kExtra},
+                                                            {"absent", Difference::Kind::kMissing},
+                                                            {"stray", Difference::Kind::kExtra}}));
+}
+
+}  // namespace
+}  // namespace sluice::connectors::elasticsearch

@@ -1,0 +1,135 @@
+#include "connectors/elasticsearch/rest_client.h"
+
+#include <curl/curl.h>
+
+#include <mutex>
+#include <utility>
+
+namespace sluice::connectors::elasticsearch {
+namespace {
+
+size_t AppendBody(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+struct SlistFree {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+
+bool GlobalInit() {
+  static std::once_flag once;
+  static bool ok = false;
+  std::call_once(once, [] { ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; });
+  return ok;
+}
+
+}  // namespace
+
+struct RestClient::Handle {
+  CURL* curl = nullptr;
+  std::unique_ptr<curl_slist, SlistFree> json_headers;
+  std::unique_ptr<curl_slist, SlistFree> ndjson_headers;
+  std::string body;
+  ~Handle() {
+    if (curl != nullptr) curl_easy_cleanup(curl);
+  }
+};
+
+RestClient::RestClient(RestClientOptions options) : options_(std::move(options)) {}
+
+RestClient::~RestClient() = default;
+
+Result<std::unique_ptr<RestClient>> RestClient::Make(RestClientOptions options) {
+  if (!GlobalInit()) return Internal("libcurl: curl_global_init failed");
+  std::unique_ptr<RestClient> client(new RestClient(std::move(options)));
+  auto h = std::make_unique<Handle>();
+  h->curl = curl_easy_init();
+  if (h->curl == nullptr) return Internal("libcurl: curl_easy_init failed");
+  // An empty "Expect:" stops libcurl from waiting for "100 Continue" before
+  // sending a large body, which costs a round trip per bulk request.
+  const std::pair<std::unique_ptr<curl_slist, SlistFree>*, const char*> lists[] = {
+      {&h->json_headers, "Content-Type: application/json"},
+      {&h->ndjson_headers, "Content-Type: application/x-ndjson"}};
+  for (const auto& [list, type] : lists) {
+    curl_slist* l = curl_slist_append(nullptr, type);
+    l = curl_slist_append(l, "Expect:");
+    if (!client->options_.api_key.empty() && client->options_.username.empty()) {
+      l = curl_slist_append(l, ("Authorization: ApiKey " + client->options_.api_key).c_str());
+    }
+    if (l == nullptr) return Internal("libcurl: out of memory");
+    list->reset(l);
+  }
+  CURL* c = h->curl;
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // timeouts without SIGALRM: safe in threads
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(client->options_.connect_timeout.count()));
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(client->options_.request_timeout.count()));
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &AppendBody);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &h->body);
+  if (!client->options_.username.empty()) {
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(c, CURLOPT_USERNAME, client->options_.username.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, client->options_.password.c_str());
+  }
+  client->handle_ = std::move(h);
+  return client;
+}
+
+Result<HttpResponse> RestClient::Send(std::string_view method, std::string_view path, std::string_view body,
+                                      std::string_view content_type) {
+  CURL* c = handle_->curl;
+  const std::string url = options_.base_url + std::string(path);
+  const std::string verb(method);
+  handle_->body.clear();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  const bool head = verb == "HEAD";
+  curl_easy_setopt(c, CURLOPT_NOBODY, head ? 1L : 0L);
+  if (!head) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, verb.c_str());
+  } else {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, nullptr);
+  }
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, content_type == "application/x-ndjson" ? handle_->ndjson_headers.get()
+                                                                                 : handle_->json_headers.get());
+  const CURLcode rc = curl_easy_perform(c);
+  if (rc != CURLE_OK) {
+    return Unavailable(verb + " " + options_.base_url + std::string(path.substr(0, path.find('?'))) + ": " +
+                       curl_easy_strerror(rc));
+  }
+  HttpResponse r;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  r.body = std::move(handle_->body);
+  handle_->body = std::string();
+  return r;
+}
+
+void RestClient::Disconnect() {
+  // curl_easy_reset keeps the connection cache; a fresh handle drops it.
+  auto fresh = Make(options_);
+  if (fresh.ok()) handle_ = std::move((*fresh)->handle_);
+}
+
+std::string EncodePathSegment(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                            c == '-' || c == '_' || c == '.' || c == '~';
+    if (unreserved) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice::connectors::elasticsearch
