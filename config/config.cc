@@ -998,6 +998,7 @@ class ConfigReader {
         {"acks", "the sink always uses acks=all"},
         {"request.required.acks", "the sink always uses acks=all"},
         {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
+        {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
         {"message.timeout.ms", "set delivery_timeout instead"},
         {"delivery.timeout.ms", "set delivery_timeout instead"},
     };
