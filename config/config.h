@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -66,6 +67,14 @@ struct AdminConfig {
   std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t listen_port = 9470;
   std::string token;  // secret: the bearer token changes need; empty: changes refused
+};
+
+// The metrics listener: /metrics (Prometheus text), /healthz and /readyz
+// (docs/operations.md). Off unless the `metrics` section is present.
+struct MetricsConfig {
+  bool enabled = false;                    // the section is present
+  std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
+  uint16_t listen_port = 9464;             // 0: any free port
 };
 
 struct EngineConfig {
@@ -143,15 +152,50 @@ struct KafkaSinkConfig {
   std::vector<std::string> secret_properties;  // names whose values Redacted() hides
 };
 
+// The writer applies each committed batch to a push sink right away (DESIGN
+// 3.5); the pull path repairs whatever a push missed.
+struct PushConfig {
+  bool enabled = false;
+  // sync: the reply waits for the push (up to `timeout`) and says per view
+  // whether it was updated; async: the reply goes first.
+  enum class Mode { kSync, kAsync } mode = Mode::kAsync;
+  std::chrono::milliseconds timeout{50};  // a push still running after this is late: counted, not waited for
+};
+
+// The sink types built into sluice; any other `type:` must come from a
+// library listed under `plugins:` (checked when the plugins are loaded, see
+// connectors/plugin/plugin_host.h).
+bool IsBuiltinSinkType(std::string_view type);
+
+// Whether sinks of this type may be pushed to: point views only.
+bool SinkTypeCanPush(std::string_view type);
+
+// A sink whose type a plugin library provides: its own keys, for the plugin
+// to check when it creates the sink.
+struct PluginSinkConfig {
+  std::string options_json = "{}";  // JSON object of every key not common to all sinks
+  // Its `url` came from ${env:...} or ${file:...}: Redacted() hides it.
+  bool url_from_secret = false;
+};
+
+// A shared library listed under `plugins:` (see include/sluice/plugin.h).
+struct PluginConfig {
+  std::string path;    // absolute or relative to the working directory; relative
+                       // paths in the YAML are resolved against the file's directory
+  std::string origin;  // "file:line:col" of the entry, for messages
+};
+
 struct SinkConfig {
   std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
   std::string type;    // "redis" | "mysql"
   std::string entity;  // an entity type of `entities`
   OnError on_error = OnError::kDeadLetter;
   uint32_t batch_max = 1000;  // events per Apply call, 1..100000
+  PushConfig push;
   RedisSinkConfig redis;  // when type == "redis"
   MysqlSinkConfig mysql;  // when type == "mysql"
   ElasticsearchSinkConfig elasticsearch;  // when type == "elasticsearch"
+  PluginSinkConfig plugin;  // when type is not built in (a plugin's)
   KafkaSinkConfig kafka;  // when type == "kafka"
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;
@@ -163,7 +207,9 @@ struct Config {
   std::map<std::string, EntityTypeConfig> entities;  // by name
   WriterConfig writer;
   EngineConfig engine;
+  MetricsConfig metrics;
   std::vector<SinkConfig> sinks;  // in file order
+  std::vector<PluginConfig> plugins;  // in file order, existing regular files
   AdminConfig admin;
 
   // The configuration as YAML with every secret shown as "<redacted>".

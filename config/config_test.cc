@@ -1139,5 +1139,202 @@ TEST(Admin, Errors) {
             "t.yaml:10:16: admin.token: environment variable SLUICE_TEST_UNSET_TOKEN is not set");
 }
 
+// ---- metrics ----
+
+TEST(Metrics, OffUnlessPresentAndPrintedWhenOn) {
+  Result<Config> none = LoadConfigFromString(kValid, kFile);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->metrics.enabled);
+  EXPECT_EQ(none->Redacted().find("metrics"), std::string::npos);
+
+  Result<Config> defaults = LoadConfigFromString(std::string(kValid) + "metrics: {}\n", kFile);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_TRUE(defaults->metrics.enabled);
+  EXPECT_EQ(defaults->metrics.listen_host, "127.0.0.1");
+  EXPECT_EQ(defaults->metrics.listen_port, 9464);
+
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + "metrics: {listen: 0.0.0.0:9100}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->metrics.listen_host, "0.0.0.0");
+  EXPECT_EQ(r->metrics.listen_port, 9100);
+  const std::string redacted = r->Redacted();
+  EXPECT_NE(redacted.find("metrics:\n  listen: 0.0.0.0:9100\n"), std::string::npos) << redacted;
+  Result<Config> again = LoadConfigFromString(redacted, kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->metrics.listen_port, 9100);
+}
+
+TEST(Metrics, Errors) {
+  const std::string bad_listen = Errors(std::string(kValid) + "metrics: {listen: nowhere}\n");
+  EXPECT_EQ(bad_listen.substr(0, 30), "t.yaml:10:19: metrics.listen: ") << bad_listen;
+  EXPECT_NE(bad_listen.find("\"nowhere\""), std::string::npos) << bad_listen;
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {lisen: 127.0.0.1:1}\n"),
+            "t.yaml:10:11: metrics.lisen: unknown key (did you mean \"listen\"?)");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {listen: 127.0.0.1:8080}\nmetrics: {listen: 127.0.0.1:8080}\n"),
+            "t.yaml:11:19: metrics.listen: must differ from writer.listen (both are 127.0.0.1:8080)");
+  // Port 0 picks a free port for each, so two zeros never clash.
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {listen: 127.0.0.1:0}\nmetrics: {listen: 127.0.0.1:0}\n"), "");
+}
+
+TEST(Push, ReadsPushSettingsAndPrintsThem) {
+  Result<Config> r = LoadConfigFromString(
+      SinksWith("    key: \"account:{id}\"", "    key: \"account:{id}\"\n    push: true\n    push_mode: sync\n    push_timeout: 20ms"),
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SinkConfig& s = r->sinks.at(0);
+  EXPECT_TRUE(s.push.enabled);
+  EXPECT_EQ(s.push.mode, PushConfig::Mode::kSync);
+  EXPECT_EQ(s.push.timeout, std::chrono::milliseconds(20));
+  EXPECT_FALSE(r->sinks.at(1).push.enabled);
+  EXPECT_NE(r->Redacted().find("push_mode: sync"), std::string::npos) << r->Redacted();
+  // Defaults: async with a 50 ms deadline.
+  Result<Config> d = LoadConfigFromString(SinksWith("    auto_create: false", "    auto_create: false\n    push: true"), kFile);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->sinks.at(2).push.enabled);
+  EXPECT_EQ(d->sinks.at(2).push.mode, PushConfig::Mode::kAsync);
+  EXPECT_EQ(d->sinks.at(2).push.timeout, std::chrono::milliseconds(50));
+  EXPECT_TRUE(SinkTypeCanPush("redis"));
+  EXPECT_TRUE(SinkTypeCanPush("mysql"));
+  EXPECT_FALSE(SinkTypeCanPush("kafka"));
+  EXPECT_FALSE(SinkTypeCanPush("elasticsearch"));
+}
+
+TEST(PushErrors, PushOptionsNeedPushAndValidValues) {
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push_mode: sync")),
+            "t.yaml:25:5: sinks[1].push_mode: only with push: true");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: true\n    push_mode: later")),
+            "t.yaml:26:16: sinks[1].push_mode: must be sync or async, got \"later\"");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: yes")),
+            "t.yaml:25:11: sinks[1].push: must be true or false, got \"yes\"");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: true\n    push_timeout: 0ms")).substr(0, 37),
+            "t.yaml:26:19: sinks[1].push_timeout:");
+}
+
+// ---- plugins ----
+
+// kValid with `sinks` and then `plugins` sections.
+std::string WithPlugins(const std::string& sinks, const std::string& plugins) {
+  return std::string(kValid) + "sinks:\n" + sinks + "plugins:\n" + plugins;
+}
+
+TEST(PluginErrors, PluginLibraryNotFound) {
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins: [./lib/libmissing.so]\n"),
+            "t.yaml:10:11: plugins[0]: plugin library lib/libmissing.so not found");
+}
+
+TEST(PluginErrors, PluginPathsAreRelativeToTheConfigFile) {
+  TempDir dir;
+  dir.Write("libreal.so", "stands in for a library: config only checks that the file exists\n");
+  const auto cfg = dir.Write("c.yaml", std::string(kValid) + "plugins: [libreal.so, libgone.so]\n");
+  Result<Config> r = LoadConfig(cfg.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), cfg.string() + ":10:23: plugins[1]: plugin library " +
+                                      (dir.path() / "libgone.so").string() + " not found");
+}
+
+TEST(PluginErrors, PluginPathIsADirectory) {
+  TempDir dir;
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins: [" + dir.path().string() + "]\n"),
+            "t.yaml:10:11: plugins[0]: plugin library " + dir.path().string() + " is not a regular file");
+}
+
+TEST(PluginErrors, PluginsMustBeASequenceOfPaths) {
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins: libjsonl_sink.so\n"),
+            "t.yaml:10:10: plugins: must be a sequence of plugin library paths (.so files), got "
+            "\"libjsonl_sink.so\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins: [{path: x.so}, \"\"]\n"),
+            "t.yaml:10:11: plugins[0]: must be the path of a plugin library (.so file), got a mapping\n"
+            "t.yaml:10:25: plugins[1]: must be the path of a plugin library (.so file), got \"\"");
+}
+
+TEST(PluginErrors, DuplicatePluginLibrary) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins:\n  - " + lib + "\n  - " + lib + "\n"),
+            "t.yaml:12:5: plugins[1]: plugin library " + lib + " is already listed on line 11");
+}
+
+TEST(PluginErrors, PluginPathIsNotASecretField) {
+  ScopedEnv env("SLUICE_TEST_PLUGIN_PATH", "/tmp/libx.so");
+  const std::string expected = "t.yaml:10:11: plugins[0]: secrets are only accepted in fields marked secret: ";
+  EXPECT_EQ(Errors(std::string(kValid) + "plugins: [\"${env:SLUICE_TEST_PLUGIN_PATH}\"]\n").substr(0, expected.size()),
+            expected);
+}
+
+TEST(PluginErrors, UnknownSinkTypeWithoutPluginsSaysWhereTypesComeFrom) {
+  EXPECT_EQ(Errors(WithSinks("  - {name: c, type: jsonl, entity: account, path: x}\n")),
+            "t.yaml:11:21: sinks[0].type: unknown sink type \"jsonl\" (expected one of: redis, mysql; "
+            "or a type of a library listed under plugins:)\n"
+            "t.yaml:11:44: sinks[0].path: unknown key (expected one of: name, type, entity, on_error, "
+            "batch_max, push, push_mode, push_timeout)");
+}
+
+TEST(PluginErrors, CommonSinkKeysOfAPluginSinkAreStillChecked) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  EXPECT_EQ(Errors(WithPlugins("  - {type: jsonl, entity: acount, on_error: maybe, path: x}\n", "  - " + lib + "\n")),
+            "t.yaml:11:5: sinks[0].name: required key is missing\n"
+            "t.yaml:11:29: sinks[0].entity: unknown entity type \"acount\" (did you mean \"account\"?)\n"
+            "t.yaml:11:47: sinks[0].on_error: must be dead_letter or stop, got \"maybe\"");
+}
+
+TEST(PluginErrors, SecretOnlyInThePluginSinksUrl) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  ScopedEnv env("SLUICE_TEST_PLUGIN_TOKEN", "tok-123");
+  const std::string errors =
+      Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, token: \"${env:SLUICE_TEST_PLUGIN_TOKEN}\"}\n",
+                         "  - " + lib + "\n"));
+  const std::string expected = "t.yaml:11:57: sinks[0].token: secrets are only accepted in fields marked secret: ";
+  EXPECT_EQ(errors.substr(0, expected.size()), expected);
+  EXPECT_EQ(errors.find("tok-123"), std::string::npos);
+}
+
+TEST(PluginSinks, OwnKeysReachThePluginAsJsonAndPrintBack) {
+  TempDir dir;
+  const std::string lib = dir.Write("libjsonl_sink.so", "x").string();
+  ScopedEnv env("SLUICE_TEST_PLUGIN_URL", "https://user:secret-pw@hooks.example/abc");
+  Result<Config> r = LoadConfigFromString(
+      WithPlugins("  - name: audit\n"
+                  "    type: jsonl\n"
+                  "    entity: account\n"
+                  "    batch_max: 50\n"
+                  "    path: views/audit.jsonl\n"
+                  "    fsync: false\n"
+                  "    keep: 3\n"
+                  "    ratio: 0.5\n"
+                  "    label: \"true\"\n"
+                  "    table: audit\n"
+                  "    tags: [a, 2, {deep: ~}]\n"
+                  "    url: \"${env:SLUICE_TEST_PLUGIN_URL}\"\n",
+                  "  - " + lib + "\n"),
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SinkConfig& s = r->sinks.at(0);
+  EXPECT_EQ(s.type, "jsonl");
+  EXPECT_EQ(s.batch_max, 50u);
+  // Plain scalars are typed as YAML 1.2 reads them; quoted ones stay strings.
+  // `table` belongs to mysql sinks but is this plugin's own option here.
+  EXPECT_EQ(s.plugin.options_json,
+            R"({"fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,"table":"audit",)"
+            R"("tags":["a",2,{"deep":null}],"url":"https://user:secret-pw@hooks.example/abc"})");
+  EXPECT_TRUE(s.plugin.url_from_secret);
+  ASSERT_EQ(r->plugins.size(), 1u);
+  EXPECT_EQ(r->plugins[0].path, lib);
+  EXPECT_EQ(r->plugins[0].origin, "t.yaml:24:5");
+
+  const std::string printed = r->Redacted();
+  EXPECT_EQ(printed.find("secret-pw"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("url: <redacted>"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("path: \"views/audit.jsonl\""), std::string::npos) << printed;
+  EXPECT_NE(printed.find("plugins:\n  - " + lib), std::string::npos) << printed;
+  // What it prints loads back (with the secret replaced by its marker).
+  Result<Config> again = LoadConfigFromString(printed, kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << printed;
+  EXPECT_EQ(again->sinks.at(0).plugin.options_json,
+            R"({"fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,"table":"audit",)"
+            R"("tags":["a",2,{"deep":null}],"url":"<redacted>"})");
+}
+
 }  // namespace
 }  // namespace sluice::config

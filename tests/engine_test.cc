@@ -23,14 +23,6 @@ namespace {
 using Json = nlohmann::json;
 using namespace std::chrono_literals;
 
-#define SLUICE_REQUIRE_REDIS()                                                        \
-  do {                                                                                \
-    if (!RedisClient(RedisPort()).ok()) {                                             \
-      if (InCi()) FAIL() << "Redis is not reachable (CI=true)";                       \
-      GTEST_SKIP() << "Redis is not reachable; run scripts/services up";              \
-    }                                                                                 \
-  } while (0)
-
 std::string Sinks(const std::string& prefix, uint16_t redis_port, const std::string& mysql_columns) {
   return "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n"
          "sinks:\n"
@@ -39,37 +31,6 @@ std::string Sinks(const std::string& prefix, uint16_t redis_port, const std::str
          "    key: \"" + prefix + ":{id}\"\n"
          "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
          "    columns: " + mysql_columns + "\n";
-}
-
-std::string UniquePrefix(const std::string& what) {
-  return "t" + std::to_string(::getpid()) + "_" + what + "_" + std::to_string(std::random_device{}() % 100000);
-}
-
-// Sends `count` commands over `entities` entities from `threads` clients:
-// mostly patches, some deletes and re-creations. Returns commands answered 2xx/4xx.
-int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t seed,
-                  const std::atomic<bool>* stop = nullptr) {
-  std::atomic<int64_t> answered{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      HttpClient c(port);
-      std::mt19937 rng(seed * 1000 + t);
-      for (int i = t; i < count; i += threads) {
-        if (stop && *stop) return;
-        const int e = static_cast<int>(rng() % entities);
-        const int dice = static_cast<int>(rng() % 100);
-        const std::string cmd = dice < 85 ? "patch" : dice < 93 ? "delete" : "create";
-        const std::string body = R"({"owner":"o)" + std::to_string(e) + R"(","balance":)" + std::to_string(i) +
-                                 R"(,"note":"n)" + std::to_string(i % 7) + R"("})";
-        auto r = c.Post("/v1/entities/account/e" + std::to_string(e) + "/commands/" + cmd, body,
-                        {{"Idempotency-Key", "s" + std::to_string(seed) + "-" + std::to_string(i)}});
-        if (r.status >= 200 && r.status < 500) ++answered;
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  return answered;
 }
 
 struct Stack {
@@ -104,23 +65,9 @@ std::unique_ptr<SluiceProcess> Start(const Stack& s, const std::string& mode) {
   return p;
 }
 
-int Verify(const Stack& s, std::string* out) { return RunSluice({"verify", "--config", s.path}, out); }
+int Verify(const Stack& s, std::string* out) { return VerifyViews(s.path, out); }
 
-Json Status(const Stack& s) {
-  std::string out;
-  RunSluice({"status", "--config", s.path, "--json"}, &out);
-  auto j = Json::parse(out.substr(out.find('{')), nullptr, false);
-  return j;
-}
-
-uint64_t SinkTotal(const Json& status, const std::string& sink, const std::string& field) {
-  uint64_t total = 0;
-  for (const auto& s : status["sinks"]) {
-    if (s["name"] != sink) continue;
-    for (const auto& p : s["partitions"]) total += p[field].get<uint64_t>();
-  }
-  return total;
-}
+Json Status(const Stack& s) { return StatusJson(s.path); }
 
 TEST(Engine, MixedLoadLeavesBothViewsEqualToMainStorage) {
   SLUICE_REQUIRE_MYSQL();

@@ -37,7 +37,9 @@ struct PartitionWorker::Planned {
   // kWrite:
   uint64_t version = 0;
   uint64_t event_id = 0;
+  bool deleted = false;
   std::string response_text;
+  std::string state_text;  // canonical JSON of the new state; empty when deleted
 };
 
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
@@ -45,11 +47,15 @@ PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
       table_(sql::EventTableName(options_.type, options_.partition)),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
-      recent_(options_.cache_entries) {}
+      recent_(options_.cache_entries),
+      commands_(options_.handlers) {}
 
 PartitionWorker::~PartitionWorker() { Stop(); }
 
-void PartitionWorker::Start() { thread_ = std::thread([this] { Run(); }); }
+void PartitionWorker::Start() {
+  for (auto& pusher : options_.pushers) pusher->Start();
+  thread_ = std::thread([this] { Run(); });
+}
 
 void PartitionWorker::Stop() {
   {
@@ -58,6 +64,7 @@ void PartitionWorker::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (auto& pusher : options_.pushers) pusher->Stop();
 }
 
 void PartitionWorker::Submit(Command command) {
@@ -205,6 +212,7 @@ Status PartitionWorker::AnswerFromStorage(std::deque<Command>& batch, std::vecto
 }
 
 void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
+  commands_.BeginBatch();
   size_t n = batch.size();
   std::vector<Planned> plan(n);
   std::vector<char> done(n, 0);
@@ -282,7 +290,8 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
         rejected.push_back(i);
         continue;
       }
-      CommandOutcome out = RunBuiltinCommand(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request);
+      CommandOutcome out =
+          commands_.Run(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request, c.command_id);
       if (!out.applied) {
         p.reply = ErrorReply(out.http_status, out.error_code, out.message);
         p.check_storage = true;
@@ -293,6 +302,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       p.version = entity.version + 1;
       p.event_id = *head_ + writes.size() + 1;
       p.response_text = CanonicalJson(out.response);
+      p.deleted = out.deleted;
       row.clear();
       row += writes.empty() ? "(" : ",(";
       row += std::to_string(p.event_id);
@@ -314,7 +324,8 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       if (out.deleted) {
         row += "NULL,NULL,1)";
       } else {
-        conn_->AppendQuoted(row, CanonicalJson(out.new_state));
+        p.state_text = CanonicalJson(out.new_state);
+        conn_->AppendQuoted(row, p.state_text);
         row += ",NULL,0)";
       }
       if (!writes.empty() && insert.size() + row.size() > options_.max_statement_bytes) {
@@ -347,6 +358,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
         if (key == "PRIMARY") ++stats_.conflicts_primary;
         else if (key == "uk_entity_version") ++stats_.conflicts_version;
         else if (key == "uk_entity_command") ++stats_.conflicts_command;
+        if (options_.metrics) options_.metrics->Conflict(metrics::ConflictKeyOf(key));
         DropCaches(batch);
         if (key == "uk_entity_command") {
           std::vector<size_t> pending;
@@ -360,10 +372,12 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
       *head_ += writes.size();
       ++stats_.batches;
+      if (options_.metrics) options_.metrics->BatchCommitted(writes.size());
       stats_.events += writes.size();
       if (options_.on_commit) options_.on_commit();
       for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
     }
+    if (!writes.empty() && !options_.pushers.empty()) Push(batch, plan, writes);
     for (size_t i : writes) {
       Command& c = batch[i];
       plan[i].reply.body = CommandReplyBody(options_.type, c.entity_id, plan[i].version, plan[i].event_id,
@@ -383,6 +397,48 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
   }
   fail_all(Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
                        " conflicting writes by other writers"));
+}
+
+void PartitionWorker::Push(const std::deque<Command>& batch, std::vector<Planned>& plan,
+                           const std::vector<size_t>& writes) {
+  auto events = std::make_shared<std::vector<connectors::ChangeEvent>>();
+  events->reserve(writes.size());
+  const int64_t committed_at_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  for (size_t i : writes) {
+    const Command& c = batch[i];
+    Planned& p = plan[i];
+    connectors::ChangeEvent& e = events->emplace_back();
+    e.entity_type = options_.type;
+    e.partition = options_.partition;
+    e.event_id = p.event_id;
+    e.entity_id = c.entity_id;
+    e.version = p.version;
+    e.deleted = p.deleted;
+    e.state = std::move(p.state_text);
+    e.command_name = c.name;
+    e.command_id = c.command_id;
+    e.committed_at_us = committed_at_us;
+  }
+  // Every deadline counts from the commit, so a sync reply waits at most the
+  // longest push_timeout of its type's sync sinks.
+  const auto now = Pusher::Clock::now();
+  std::vector<std::shared_ptr<Pusher::Ticket>> tickets;
+  tickets.reserve(options_.pushers.size());
+  for (auto& pusher : options_.pushers) tickets.push_back(pusher->Submit(events, now + pusher->timeout()));
+  for (size_t j = 0; j < options_.pushers.size(); ++j) {
+    Pusher& pusher = *options_.pushers[j];
+    if (!pusher.sync()) continue;
+    const std::vector<PushOutcome> outcomes = pusher.Wait(*tickets[j]);
+    for (size_t k = 0; k < writes.size(); ++k) {
+      std::string& report = plan[writes[k]].reply.push_report;
+      if (!report.empty()) report += ", ";
+      report += pusher.sink_name();
+      report += '=';
+      report += PushOutcomeName(outcomes[k]);
+    }
+  }
 }
 
 }  // namespace sluice::writer

@@ -35,8 +35,11 @@
 #include <vector>
 
 #include "core/json.h"
+#include "metrics/metrics.h"
 #include "sql/connection.h"
+#include "writer/commands.h"
 #include "writer/lru_cache.h"
+#include "writer/pusher.h"
 #include "writer/reply.h"
 
 namespace sluice::writer {
@@ -64,6 +67,14 @@ struct PartitionWorkerOptions {
   // Called on the worker thread after each commit (e.g. to wake the sync
   // engine of the same process); must be cheap and must not block.
   std::function<void()> on_commit;
+  // Batch sizes and conflicts of this entity type (shared by its workers); may be null.
+  metrics::WriterTypeMetrics* metrics = nullptr;
+  // The type's JavaScript command handlers (docs/handlers.md); null when it has none.
+  std::shared_ptr<const handlers::HandlerScript> handlers;
+  // The type's push sinks (DESIGN 3.5): each committed batch goes to every
+  // one of them; a sync one holds the replies until it answers or its
+  // push_timeout passes. Started and stopped with the worker.
+  std::vector<std::unique_ptr<Pusher>> pushers;
 };
 
 class PartitionWorker {
@@ -90,6 +101,7 @@ class PartitionWorker {
     uint64_t unavailable = 0;      // batches answered 503
   };
   const Stats& stats() const { return stats_; }
+  const std::vector<std::unique_ptr<Pusher>>& pushers() const { return options_.pushers; }
 
  private:
   struct EntityState {
@@ -113,6 +125,9 @@ class PartitionWorker {
   Status AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan, std::vector<char>& done,
                            const std::vector<size_t>& which);
   void DropCaches(const std::deque<Command>& batch);
+  // Hands the committed `writes` of the batch to the push sinks; for sync
+  // ones, waits and notes per command what each view did.
+  void Push(const std::deque<Command>& batch, std::vector<Planned>& plan, const std::vector<size_t>& writes);
 
   static std::string Fingerprint(const std::string& name, std::optional<uint64_t> expected,
                                  const std::string& request_text);
@@ -132,6 +147,7 @@ class PartitionWorker {
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id
   Stats stats_;
+  CommandRunner commands_;  // built-in and JavaScript commands; ctx.now per batch
 };
 
 }  // namespace sluice::writer

@@ -14,6 +14,9 @@ struct Reply {
   std::string body;           // JSON text
   bool replayed = false;      // an idempotent replay: sent as "Idempotent-Replayed: true"
   int retry_after_seconds = 0;  // > 0: sent as "Retry-After"
+  // Sync push sinks: what each view did, as "name=updated, other=timeout";
+  // sent as "Sluice-Push" (a header, so the body stays replayable byte for byte).
+  std::string push_report;
 };
 
 // Called exactly once per command or read, from whichever thread finished it.

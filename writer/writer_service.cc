@@ -1,7 +1,9 @@
 #include "writer/writer_service.h"
 
+#include <array>
 #include <random>
 
+#include "connectors/sink.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/names.h"
@@ -16,6 +18,8 @@ namespace {
 
 constexpr uint64_t kDefaultEventsLimit = 100;
 constexpr uint64_t kMaxEventsLimit = 1000;
+// In the order of TypeState::builtin_metrics.
+constexpr std::array<std::string_view, 4> kBuiltinCommands = {"create", "put", "patch", "delete"};
 
 HttpResponse ToHttp(Reply r) {
   HttpResponse h;
@@ -23,6 +27,7 @@ HttpResponse ToHttp(Reply r) {
   h.body = std::move(r.body);
   if (r.replayed) h.headers.emplace_back("Idempotent-Replayed", "true");
   if (r.retry_after_seconds > 0) h.headers.emplace_back("Retry-After", std::to_string(r.retry_after_seconds));
+  if (!r.push_report.empty()) h.headers.emplace_back("Sluice-Push", std::move(r.push_report));
   return h;
 }
 
@@ -50,12 +55,19 @@ std::string IsoTime(std::string t) {
 
 }  // namespace
 
-WriterService::WriterService(config::Config config, std::function<void()> on_commit)
-    : config_(std::move(config)) {
+WriterService::WriterService(config::Config config, std::function<void()> on_commit, metrics::Registry* registry)
+    : config_(std::move(config)), metrics_(registry ? *registry : metrics::UnexportedRegistry()) {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
+  auto scripts = handlers::LoadHandlerScripts(config_);
+  if (!scripts.ok()) handlers_status_ = scripts.status();
   for (const auto& [name, entity] : config_.entities) {
     TypeState& t = types_[name];
     t.partitions = entity.partitions;
+    t.metrics = &metrics_.ForType(name);
+    for (size_t i = 0; i < kBuiltinCommands.size(); ++i) {
+      t.builtin_metrics[i] = &metrics_.ForCommand(name, std::string(kBuiltinCommands[i]));
+    }
+    if (scripts.ok() && scripts->count(name)) t.handlers = scripts->at(name);
     for (uint32_t p = 0; p < entity.partitions; ++p) {
       PartitionWorkerOptions o;
       o.type = name;
@@ -65,6 +77,16 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
       o.on_commit = on_commit;
+      o.metrics = t.metrics;
+      o.handlers = t.handlers;
+      for (const config::SinkConfig& sink : config_.sinks) {
+        if (!sink.push.enabled || sink.entity != name) continue;
+        Pusher::Options po;
+        po.sink = sink;
+        po.where = "sink '" + sink.name + "' (" + name + " partition " + std::to_string(p) + ")";
+        o.pushers.push_back(std::make_unique<Pusher>(
+            std::move(po), [this, sink] { return connectors::MakeSink(sink, config_); }));
+      }
       t.workers.push_back(std::make_unique<PartitionWorker>(std::move(o)));
     }
   }
@@ -82,6 +104,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
 WriterService::~WriterService() { Stop(); }
 
 Status WriterService::Start() {
+  if (!handlers_status_.ok()) return handlers_status_;
   for (auto& [name, t] : types_) {
     for (auto& w : t.workers) w->Start();
   }
@@ -113,6 +136,28 @@ void WriterService::Stop() {
                            std::to_string(total.conflicts_version) + " uk_entity_command=" +
                            std::to_string(total.conflicts_command) + "; batches refused as unavailable: " +
                            std::to_string(total.unavailable));
+  // Per push sink, over every partition.
+  std::map<std::string, std::array<uint64_t, 6>> push;
+  for (auto& [name, t] : types_) {
+    for (auto& w : t.workers) {
+      for (const auto& pusher : w->pushers()) {
+        const Pusher::Counters& c = pusher->counters();
+        auto& a = push[pusher->sink_name()];
+        a[0] += c.events;
+        a[1] += c.applied;
+        a[2] += c.stale;
+        a[3] += c.rejected;
+        a[4] += c.failed;
+        a[5] += c.late;
+      }
+    }
+  }
+  for (const auto& [sink, a] : push) {
+    Log(LogLevel::kInfo, "writer push to sink " + sink + ": " + std::to_string(a[0]) + " events, applied=" +
+                             std::to_string(a[1]) + " stale=" + std::to_string(a[2]) + " rejected=" +
+                             std::to_string(a[3]) + " failed=" + std::to_string(a[4]) +
+                             "; batches late=" + std::to_string(a[5]));
+  }
   readers_->Stop();
   http_->Stop();
 }
@@ -135,6 +180,7 @@ void WriterService::Handle(HttpRequest&& req, Responder respond) {
     case Route::Kind::kCommand: return HandleCommand(*route, req, std::move(respond));
     case Route::Kind::kGetEntity: return HandleGetEntity(*route, std::move(respond));
     case Route::Kind::kGetEvents: return HandleGetEvents(*route, std::move(respond));
+    case Route::Kind::kReady: return HandleReady(respond);
   }
 }
 
@@ -155,10 +201,14 @@ const WriterService::TypeState* WriterService::CheckEntity(const Route& route, c
 void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
-  if (!IsBuiltinCommand(route.command)) {
+  if (!IsBuiltinCommand(route.command) && !(type->handlers && type->handlers->HasCommand(route.command))) {
+    std::string known = "create, put, patch, delete";
+    if (type->handlers) {
+      for (const auto& c : type->handlers->commands) known += ", " + c;
+    }
     return SendError(respond, 404, "unknown_command",
-                     "entity type '" + route.type + "' has no command '" + route.command +
-                         "' (built-in commands: create, put, patch, delete)");
+                     "entity type '" + route.type + "' has no command '" + route.command + "' (its commands: " +
+                         known + ")");
   }
   Command cmd;
   if (req.has_idempotency_key) {
@@ -183,11 +233,40 @@ void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder resp
     cmd.request = std::move(parsed).value();
   }
   cmd.request_text = CanonicalJson(cmd.request);
+  metrics::CommandMetrics& command_metrics = CommandMetricsOf(*type, route.type, route.command);
+  const auto received = std::chrono::steady_clock::now();
   cmd.entity_id = std::move(route.entity_id);
   cmd.name = std::move(route.command);
   const uint32_t partition = PartitionOf(cmd.entity_id, type->partitions);
-  cmd.reply = [respond = std::move(respond)](Reply r) { respond(ToHttp(std::move(r))); };
+  cmd.reply = [respond = std::move(respond), &command_metrics, received](Reply r) {
+    command_metrics.Record(metrics::OutcomeOfStatus(r.status, r.replayed),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
+    respond(ToHttp(std::move(r)));
+  };
   type->workers[partition]->Submit(std::move(cmd));
+}
+
+metrics::CommandMetrics& WriterService::CommandMetricsOf(const TypeState& type, const std::string& type_name,
+                                                         const std::string& command) {
+  for (size_t i = 0; i < kBuiltinCommands.size(); ++i) {
+    if (kBuiltinCommands[i] == command) return *type.builtin_metrics[i];
+  }
+  // A handler's own command: its name was checked against the type's
+  // handlers, so the label stays bounded.
+  return metrics_.ForCommand(type_name, command);
+}
+
+void WriterService::HandleReady(const Responder& respond) const {
+  HttpResponse r;
+  if (!readiness_) {
+    r.status = 503;
+    r.body = R"({"ready":false,"reason":"no readiness check is configured"})";
+    return respond(std::move(r));
+  }
+  metrics::Readiness ready = readiness_();
+  r.status = ready.ready ? 200 : 503;
+  r.body = std::move(ready.json);
+  respond(std::move(r));
 }
 
 void WriterService::HandleGetEntity(const Route& route, Responder respond) {

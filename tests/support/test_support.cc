@@ -468,6 +468,7 @@ struct TcpProxy::Impl {
   int listen_fd = -1;
   uint16_t port = 0;
   std::atomic<bool> enabled{true};
+  std::atomic<bool> stalled{false};
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::set<int> open_fds;
@@ -478,6 +479,10 @@ struct TcpProxy::Impl {
     char buf[65536];
     pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
     while (!stop && enabled) {
+      if (stalled) {  // hold every byte: the peer sees a server that stopped answering
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
       if (::poll(p, 2, 100) < 0) break;
       bool done = false;
       for (int i = 0; i < 2 && !done; ++i) {
@@ -551,6 +556,8 @@ TcpProxy::~TcpProxy() {
 
 uint16_t TcpProxy::port() const { return impl_->port; }
 
+void TcpProxy::SetStalled(bool stalled) { impl_->stalled = stalled; }
+
 void TcpProxy::SetEnabled(bool enabled) {
   impl_->enabled = enabled;
   if (!enabled) {
@@ -592,6 +599,56 @@ void ExpectDenseVersions(TestDatabase& db) {
                     << *row[1] << " events";
     }
   }
+}
+
+std::string UniquePrefix(const std::string& what) {
+  return "t" + std::to_string(::getpid()) + "_" + what + "_" + std::to_string(std::random_device{}() % 100000);
+}
+
+int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t seed,
+                  const std::atomic<bool>* stop) {
+  std::atomic<int64_t> answered{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      HttpClient c(port);
+      std::mt19937 rng(seed * 1000 + t);
+      for (int i = t; i < count; i += threads) {
+        if (stop && *stop) return;
+        const int e = static_cast<int>(rng() % entities);
+        const int dice = static_cast<int>(rng() % 100);
+        const std::string cmd = dice < 85 ? "patch" : dice < 93 ? "delete" : "create";
+        const std::string body = R"({"owner":"o)" + std::to_string(e) + R"(","balance":)" + std::to_string(i) +
+                                 R"(,"note":"n)" + std::to_string(i % 7) + R"("})";
+        auto r = c.Post("/v1/entities/account/e" + std::to_string(e) + "/commands/" + cmd, body,
+                        {{"Idempotency-Key", "s" + std::to_string(seed) + "-" + std::to_string(i)}});
+        if (r.status >= 200 && r.status < 500) ++answered;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  return answered;
+}
+
+int VerifyViews(const std::string& config_path, std::string* out) {
+  return RunSluice({"verify", "--config", config_path}, out);
+}
+
+nlohmann::json StatusJson(const std::string& config_path) {
+  std::string out;
+  RunSluice({"status", "--config", config_path, "--json"}, &out);
+  const size_t brace = out.find('{');
+  return nlohmann::json::parse(brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
+}
+
+uint64_t SinkTotal(const nlohmann::json& status, const std::string& sink, const std::string& field) {
+  uint64_t total = 0;
+  if (!status.is_object() || !status.contains("sinks")) return 0;
+  for (const auto& s : status["sinks"]) {
+    if (s["name"] != sink) continue;
+    for (const auto& p : s["partitions"]) total += p[field].get<uint64_t>();
+  }
+  return total;
 }
 
 }  // namespace sluice::testing

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -16,6 +17,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "sql/connection.h"
 
@@ -158,6 +161,9 @@ class TcpProxy {
   ~TcpProxy();
   uint16_t port() const;
   void SetEnabled(bool enabled);
+  // While stalled, connections stay open (and new ones are accepted) but no
+  // byte passes in either direction: a server that hangs, not one that is down.
+  void SetStalled(bool stalled);
 
  private:
   struct Impl;
@@ -171,6 +177,37 @@ int64_t ExpectDenseEventIds(TestDatabase& db);
 void ExpectDenseVersions(TestDatabase& db);
 
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+
+// A name unique to this process and call, for keys, tables and topics:
+// "t<pid>_<what>_<random>".
+std::string UniquePrefix(const std::string& what);
+
+// Sends `count` commands to account entities e0..e<entities-1> from
+// `threads` clients: mostly patches of {owner, balance, note}, some deletes
+// and re-creations, Idempotency-Key "s<seed>-<i>". Stops early when *stop
+// becomes true. Returns the commands answered 2xx or 4xx.
+int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t seed,
+                  const std::atomic<bool>* stop = nullptr);
+
+// `sluice verify --config path`: its exit code; its output in *out.
+int VerifyViews(const std::string& config_path, std::string* out);
+// `sluice status --config path --json`, parsed (discarded when not JSON).
+nlohmann::json StatusJson(const std::string& config_path);
+// A counter of `sluice status --json` ("applied", "stale", ...) summed over a sink's partitions.
+uint64_t SinkTotal(const nlohmann::json& status, const std::string& sink, const std::string& field);
+
+}  // namespace sluice::testing
+
+// Skips the test (or fails it with CI=true) when Redis is not reachable.
+#define SLUICE_REQUIRE_REDIS()                                                        \
+  do {                                                                                \
+    if (!::sluice::testing::RedisClient(::sluice::testing::RedisPort()).ok()) {       \
+      if (::sluice::testing::InCi()) FAIL() << "Redis is not reachable (CI=true)";    \
+      GTEST_SKIP() << "Redis is not reachable; run scripts/services up";              \
+    }                                                                                 \
+  } while (0)
 
 // Skips the test (or fails it with CI=true) when MariaDB is not reachable.
 #define SLUICE_REQUIRE_MYSQL()                                                      \

@@ -1,0 +1,210 @@
+#include "writer/pusher.h"
+
+#include <span>
+
+#include "core/failpoint.h"
+#include "core/log.h"
+
+namespace sluice::writer {
+
+using connectors::ChangeEvent;
+using connectors::Outcome;
+
+std::string_view PushOutcomeName(PushOutcome outcome) {
+  switch (outcome) {
+    case PushOutcome::kPending: return "timeout";
+    case PushOutcome::kUpdated: return "updated";
+    case PushOutcome::kRejected: return "rejected";
+    case PushOutcome::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+Pusher::Pusher(Options options, SinkFactory factory)
+    : options_(std::move(options)),
+      factory_(std::move(factory)),
+      backoff_(options_.reopen_backoff_min, options_.reopen_backoff_max) {}
+
+Pusher::~Pusher() { Stop(); }
+
+void Pusher::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Pusher::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Pusher::Finish(Ticket& ticket, PushOutcome outcome) {
+  for (auto& o : ticket.outcomes) o = outcome;
+  ticket.finished = true;
+}
+
+std::shared_ptr<Pusher::Ticket> Pusher::Submit(std::shared_ptr<const std::vector<ChangeEvent>> events,
+                                               Clock::time_point deadline) {
+  auto ticket = std::make_shared<Ticket>();
+  const size_t n = events->size();
+  ticket->events = std::move(events);
+  ticket->deadline = deadline;
+  ticket->submitted = Clock::now();
+  ticket->outcomes.assign(n, PushOutcome::kPending);
+  counters_.batches.fetch_add(1, std::memory_order_relaxed);
+  counters_.events.fetch_add(n, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    const bool down = ticket->submitted < reopen_at_;
+    const bool full = !queue_.empty() && queued_events_ + n > options_.max_pending_events;
+    if (stopping_ || down || full) {
+      Finish(*ticket, PushOutcome::kFailed);
+      counters_.failed.fetch_add(n, std::memory_order_relaxed);
+      return ticket;
+    }
+    queue_.push_back(ticket);
+    queued_events_ += n;
+  }
+  work_cv_.notify_one();
+  return ticket;
+}
+
+std::vector<PushOutcome> Pusher::Wait(const Ticket& ticket) {
+  std::unique_lock lock(mu_);
+  done_cv_.wait_until(lock, ticket.deadline, [&] { return ticket.finished; });
+  return ticket.outcomes;
+}
+
+void Pusher::Run() {
+  for (;;) {
+    std::vector<std::shared_ptr<Ticket>> batch;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) {
+        for (auto& t : queue_) {
+          Finish(*t, PushOutcome::kFailed);
+          counters_.failed.fetch_add(t->outcomes.size(), std::memory_order_relaxed);
+        }
+        queue_.clear();
+        queued_events_ = 0;
+        break;
+      }
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
+      queued_events_ = 0;
+    }
+    std::vector<PushOutcome> outcomes = Apply(batch);
+    const Clock::time_point now = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      size_t k = 0;
+      for (auto& t : batch) {
+        for (auto& o : t->outcomes) o = outcomes[k++];
+        t->finished = true;
+        if (now > t->deadline) counters_.late.fetch_add(1, std::memory_order_relaxed);
+        counters_.latency_us_sum.fetch_add(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - t->submitted).count()),
+            std::memory_order_relaxed);
+      }
+    }
+    done_cv_.notify_all();
+  }
+  if (sink_ && open_) sink_->Close();
+  done_cv_.notify_all();
+}
+
+std::vector<PushOutcome> Pusher::Apply(const std::vector<std::shared_ptr<Ticket>>& batch) {
+  std::vector<PushOutcome> outcomes;
+  // The events that go to the sink, and where their outcomes belong.
+  std::vector<const ChangeEvent*> pending;
+  std::vector<size_t> slot;
+  for (const auto& t : batch) {
+    const bool fail = SLUICE_FAILPOINT("writer.push");
+    for (const ChangeEvent& e : *t->events) {
+      if (!fail) {
+        pending.push_back(&e);
+        slot.push_back(outcomes.size());
+      }
+      outcomes.push_back(fail ? PushOutcome::kFailed : PushOutcome::kPending);
+    }
+    if (fail) counters_.failed.fetch_add(t->events->size(), std::memory_order_relaxed);
+  }
+  if (pending.empty()) return outcomes;
+
+  auto fail_rest = [&](size_t from, const Status& st) {
+    for (size_t i = from; i < pending.size(); ++i) outcomes[slot[i]] = PushOutcome::kFailed;
+    counters_.failed.fetch_add(pending.size() - from, std::memory_order_relaxed);
+    if (open_) sink_->Close();
+    open_ = false;
+    std::lock_guard lock(mu_);
+    reopen_at_ = Clock::now() + backoff_.Next();
+    LogRateLimited(LogLevel::kWarn, "writer.push." + options_.sink.name,
+                   "writer: push to " + options_.where + " failed (the pull path will apply it): " + st.message());
+  };
+
+  if (!open_) {
+    Status st;
+    if (!sink_) {
+      auto made = factory_();
+      if (made.ok()) {
+        sink_ = std::move(made).value();
+      } else {
+        st = made.status();
+      }
+    }
+    if (st.ok()) st = sink_->Open();
+    if (!st.ok()) {
+      fail_rest(0, st);
+      return outcomes;
+    }
+    open_ = true;
+    backoff_.Reset();
+  }
+
+  // The sink takes a contiguous span: one ticket's events as they are, more
+  // than one copied together.
+  const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
+  std::vector<ChangeEvent> joined;
+  std::span<const ChangeEvent> all;
+  if (batch.size() == 1 && pending.size() == batch[0]->events->size()) {
+    all = std::span<const ChangeEvent>(*batch[0]->events);
+  } else {
+    joined.reserve(pending.size());
+    for (const ChangeEvent* e : pending) joined.push_back(*e);
+    all = std::span<const ChangeEvent>(joined);
+  }
+  for (size_t done = 0; done < all.size();) {
+    const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
+    connectors::ApplyResult r = sink_->Apply(chunk);
+    if (r.status.ok() && r.results.size() != chunk.size()) {
+      r.status = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
+                          std::to_string(chunk.size()) + " events");
+    }
+    if (!r.status.ok()) {
+      fail_rest(done, r.status);
+      return outcomes;
+    }
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      PushOutcome& o = outcomes[slot[done + i]];
+      switch (r.results[i].outcome) {
+        case Outcome::kApplied:
+          o = PushOutcome::kUpdated;
+          counters_.applied.fetch_add(1, std::memory_order_relaxed);
+          break;
+        case Outcome::kStale:
+          o = PushOutcome::kUpdated;
+          counters_.stale.fetch_add(1, std::memory_order_relaxed);
+          break;
+        case Outcome::kRejected:
+          o = PushOutcome::kRejected;
+          counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+          break;
+      }
+    }
+    done += chunk.size();
+  }
+  return outcomes;
+}
+
+}  // namespace sluice::writer
