@@ -29,7 +29,7 @@ class ElasticsearchSink final : public Sink {
         es_(cfg.elasticsearch),
         client_(std::move(client)),
         index_(IndexName(cfg)),
-        index_path_("/" + EncodePathSegment(index_)),
+        index_path_(PathTo("/", index_)),
         where_("sink '" + cfg.name + "' (elasticsearch " + client_->base_url() + ", index " + index_ + ")") {}
 
   const std::string& name() const override { return cfg_.name; }
@@ -52,7 +52,7 @@ class ElasticsearchSink final : public Sink {
     }
     if (!es_.template_json.empty()) {
       ASSIGN_OR_RETURN(HttpResponse put,
-                       Send("PUT", "/_index_template/" + EncodePathSegment(cfg_.name), es_.template_json));
+                       Send("PUT", PathTo("/_index_template/", cfg_.name), es_.template_json));
       if (put.status != 200) return HttpError(put, "putting the index template from " + es_.template_path);
     }
     ASSIGN_OR_RETURN(std::string body, CreateIndexBody());
@@ -302,10 +302,15 @@ class ElasticsearchSink final : public Sink {
 }  // namespace
 
 std::string IndexName(const config::SinkConfig& sink) {
-  std::string index = sink.elasticsearch.index;
-  for (size_t at = index.find("{type}"); at != std::string::npos; at = index.find("{type}", at)) {
-    index.replace(at, 6, sink.entity);
-    at += sink.entity.size();
+  const std::string_view pattern = sink.elasticsearch.index;
+  std::string index;
+  for (size_t i = 0; i < pattern.size();) {
+    if (pattern.substr(i, 6) == "{type}") {
+      index += sink.entity;
+      i += 6;
+    } else {
+      index += pattern[i++];
+    }
   }
   return index;
 }

@@ -89,7 +89,7 @@ class ElasticsearchSinkTest : public ::testing::Test {
 
   // The document as GET returns it (realtime): {found, _version, _source}.
   Json Doc(const std::string& id) {
-    auto r = admin_->Send("GET", "/" + index_ + "/_doc/" + EncodePathSegment(id));
+    auto r = admin_->Send("GET", PathTo("/" + index_ + "/_doc/", id));
     EXPECT_TRUE(r.ok());
     return r.ok() ? Json::parse(r->body, nullptr, false) : Json();
   }

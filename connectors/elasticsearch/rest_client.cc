@@ -113,10 +113,12 @@ void RestClient::Disconnect() {
   if (fresh.ok()) handle_ = std::move((*fresh)->handle_);
 }
 
-std::string EncodePathSegment(std::string_view s) {
+std::string EncodePathSegment(std::string_view s) { return PathTo("", s); }
+
+std::string PathTo(std::string_view prefix, std::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
+  std::string out(prefix);
+  out.reserve(prefix.size() + s.size());
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     const bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

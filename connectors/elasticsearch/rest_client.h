@@ -66,4 +66,8 @@ class RestClient {
 // Percent-encodes s for one URL path segment (RFC 3986 unreserved kept).
 std::string EncodePathSegment(std::string_view s);
 
+// prefix followed by the encoded segment, e.g. PathTo("/", index). (Built
+// in one string: "lit" + std::string&& trips GCC 12's -Wrestrict at -O3.)
+std::string PathTo(std::string_view prefix, std::string_view segment);
+
 }  // namespace sluice::connectors::elasticsearch
