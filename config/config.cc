@@ -349,6 +349,10 @@ Field MakeField(const YAML::Node& key, const YAML::Node& value, std::string path
 // says why it is wrong here, and it is never offered as a suggestion.
 enum class Presence { kRequired, kOptional, kMisplaced };
 
+// A KeySpec name that takes every key no other KeySpec names (a plugin
+// sink's own options).
+constexpr std::string_view kAnyOtherKey = "*";
+
 // One key a mapping accepts: its name, whether it must be present, and how to
 // read its value.
 struct KeySpec {
@@ -373,6 +377,8 @@ class ConfigReader {
       return;
     }
     const Field root{YAML::Node(), doc, "", doc.Mark()};
+    // Sinks may name plugin types before the plugins section that provides them.
+    plugins_declared_ = doc["plugins"].IsDefined();
     constexpr auto kRequired = Presence::kRequired;
     constexpr auto kOptional = Presence::kOptional;
     ExpectKeys(root, {
@@ -380,11 +386,14 @@ class ConfigReader {
         {"entities", kRequired, [&](const Field& f) { ReadEntities(f, &config->entities); }},
         {"writer", kOptional, [&](const Field& f) { ReadWriter(f, &config->writer); }},
         {"engine", kOptional, [&](const Field& f) { ReadEngine(f, &config->engine); }},
+        {"metrics", kOptional, [&](const Field& f) { ReadMetrics(f, config); }},
         {"sinks", kOptional, [&](const Field& f) { ReadSinks(f, &config->sinks); }},
         {"admin", kOptional, [&](const Field& f) { ReadAdmin(f, &config->admin); }},
+        {"plugins", kOptional, [&](const Field& f) { ReadPlugins(f, &config->plugins); }},
     });
     // Sinks refer to other sections, which may come later in the file.
     CheckSinkReferences(*config);
+    CheckMetricsListen(*config);
   }
 
  private:
@@ -423,10 +432,12 @@ class ConfigReader {
     std::vector<bool> present(keys.size(), false);
     ForEachEntry(at, [&](const Field& f) {
       const std::string& name = f.key.Scalar();
+      const KeySpec* any = nullptr;
       // A key that several sink types share (format) is read by the sink's
       // own type; it is misplaced only when no type present owns it.
       std::optional<size_t> match;
       for (size_t i = 0; i < keys.size(); ++i) {
+        if (keys[i].name == kAnyOtherKey) any = &keys[i];
         if (keys[i].name != name) continue;
         if (!match || (keys[*match].presence == Presence::kMisplaced && keys[i].presence != Presence::kMisplaced)) {
           match = i;
@@ -437,6 +448,7 @@ class ConfigReader {
         keys[*match].read(f);
         return;
       }
+      if (any != nullptr) return any->read(f);
       Problem(f.key.Mark(), f.path, UnknownKeyText(name, keys));
     });
     if (!at.value.IsNull() && !at.value.IsMap()) return;
@@ -450,7 +462,7 @@ class ConfigReader {
   static std::string UnknownKeyText(std::string_view name, const std::vector<KeySpec>& keys) {
     std::vector<std::string_view> accepted;
     for (const KeySpec& k : keys) {
-      if (k.presence != Presence::kMisplaced) accepted.push_back(k.name);
+      if (k.presence != Presence::kMisplaced && k.name != kAnyOtherKey) accepted.push_back(k.name);
     }
     const std::string_view best = ClosestName(name, accepted);
     if (!best.empty()) return "unknown key (did you mean " + Quote(best) + "?)";
@@ -559,6 +571,29 @@ class ConfigReader {
     });
   }
 
+  // metrics: {listen: host:port}; must not take the writer's address.
+  void ReadMetrics(const Field& at, Config* config) {
+    MetricsConfig& m = config->metrics;
+    m.enabled = true;
+    ExpectKeys(at, {
+        {"listen", Presence::kOptional,
+         [&](const Field& f) {
+           ReadListen(f, &m.listen_host, &m.listen_port);
+           metrics_listen_ = f;
+         }},
+    });
+  }
+
+  // After the whole file: the metrics listener and the writer need two addresses.
+  void CheckMetricsListen(const Config& config) {
+    const MetricsConfig& m = config.metrics;
+    if (!metrics_listen_ || m.listen_port == 0 || m.listen_port != config.writer.listen_port) return;
+    if (m.listen_host != config.writer.listen_host) return;
+    Problem(metrics_listen_->mark, metrics_listen_->path,
+            "must differ from writer.listen (both are " + m.listen_host + ":" +
+                std::to_string(m.listen_port) + ")");
+  }
+
   void ReadEngine(const Field& at, EngineConfig* e) {
     using std::chrono::milliseconds;
     using std::chrono::minutes;
@@ -625,6 +660,7 @@ class ConfigReader {
     std::optional<Field> fields_key;
     std::optional<RedisSinkConfig::Format> format;  // when given and valid
     bool format_given = false;
+    std::optional<Field> push_key, push_options_key;
 
     std::vector<KeySpec> keys = {
         {"name", kRequired, [&](const Field& f) { ReadSinkName(f, sink); }},
@@ -635,6 +671,21 @@ class ConfigReader {
          }},
         {"on_error", kOptional, [&](const Field& f) { ReadOnError(f, &sink->on_error); }},
         {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &sink->batch_max); }},
+        {"push", kOptional,
+         [&](const Field& f) {
+           push_key = f;
+           ReadBool(f, &sink->push.enabled);
+         }},
+        {"push_mode", kOptional,
+         [&](const Field& f) {
+           push_options_key = f;
+           ReadPushMode(f, &sink->push.mode);
+         }},
+        {"push_timeout", kOptional,
+         [&](const Field& f) {
+           push_options_key = f;
+           ReadDuration(f, std::chrono::milliseconds(1), std::chrono::milliseconds(10000), &sink->push.timeout);
+         }},
     };
     RedisSinkConfig& r = sink->redis;
     AddSinkTypeKeys("redis", type, &keys, {
@@ -709,11 +760,22 @@ class ConfigReader {
          }},
         {"properties", kOptional, [&](const Field& f) { ReadKafkaProperties(f, &k); }},
     });
+    PluginOptions plugin_options;
+    if (IsPluginSinkType(type)) {
+      keys.push_back({kAnyOtherKey, Presence::kOptional,
+                      [&](const Field& f) { ReadPluginOption(f, &plugin_options); }});
+    }
     ExpectKeys(at, keys);
     CheckEsAuth(at, *sink);
     if (create_options_key && !k.create_topic) {
       Problem(create_options_key->key.Mark(), create_options_key->path, "only with create_topic: true");
     }
+    if (IsPluginSinkType(type)) {
+      sink->plugin.options_json = plugin_options.values.dump();
+      sink->plugin.url_from_secret = plugin_options.url_from_secret;
+    }
+
+    CheckPush(sink->type, sink->push, push_key, push_options_key);
 
     const bool json = !format_given || format == RedisSinkConfig::Format::kJson;
     if (fields_key && json) {
@@ -728,7 +790,7 @@ class ConfigReader {
   // sink's own type is unknown (that is reported once, at `type`).
   void AddSinkTypeKeys(std::string_view owner, const std::string& type, std::vector<KeySpec>* keys,
                        std::vector<KeySpec> owned) {
-    const bool known_type = type == "redis" || type == "mysql" || type == "elasticsearch" || type == "kafka";
+    const bool known_type = IsBuiltinSinkType(type);
     for (KeySpec& k : owned) {
       // A key that several types have (url, auto_create) is listed once: as
       // the sink's own type's when it has it, else as the first type's.
@@ -746,9 +808,9 @@ class ConfigReader {
                                    "only for " + std::string(owner) + " sinks (this sink is type " +
                                        type + ")");
                          }});
-      } else {
+      } else if (!IsPluginSinkType(type)) {
         keys->push_back({k.name, Presence::kOptional, [](const Field&) {}});
-      }
+      }  // else a plugin type: the key is one of its options
     }
   }
 
@@ -775,12 +837,165 @@ class ConfigReader {
   void ReadSinkType(const Field& f, std::string* out) {
     const auto text = PlainScalar(f, "redis, mysql or kafka");
     if (!text) return;
-    if (*text != "redis" && *text != "mysql" && *text != "elasticsearch" && *text != "kafka") {
+    if (IsPluginSinkType(*text)) {
+      // Whether a plugin provides it is checked when the plugins are loaded.
+      *out = *text;
+      return;
+    }
+    if (!IsBuiltinSinkType(*text)) {
       Problem(f.mark, f.path,
-              "unknown sink type " + Quote(*text) + " (expected one of: redis, mysql, elasticsearch, kafka)");
+              "unknown sink type " + Quote(*text) +
+                  " (expected one of: redis, mysql, elasticsearch, kafka; or a type of a library listed under plugins:)");
       return;
     }
     *out = *text;
+  }
+
+  // ---- plugins ----
+
+  // A `type:` that is neither built in nor empty, in a file with plugins.
+  bool IsPluginSinkType(std::string_view type) const {
+    return plugins_declared_ && !type.empty() && !IsBuiltinSinkType(type);
+  }
+
+  // plugins: a sequence of shared-library paths, relative to the file's directory.
+  void ReadPlugins(const Field& at, std::vector<PluginConfig>* plugins) {
+    if (at.value.IsNull()) return;
+    if (!at.value.IsSequence()) {
+      Problem(at.mark, at.path,
+              "must be a sequence of plugin library paths (.so files), got " + Describe(at.value));
+      return;
+    }
+    std::map<std::string, int> seen_at_line;
+    size_t index = 0;
+    for (const YAML::Node& item : at.value) {
+      const YAML::Mark mark = item.Mark().is_null() ? at.mark : item.Mark();
+      const Field f{YAML::Node(), item, at.path + "[" + std::to_string(index++) + "]", mark};
+      const auto text = PlainScalar(f, "the path of a plugin library (.so file)");
+      if (!text) continue;
+      if (text->empty()) {
+        Problem(f.mark, f.path, "must be the path of a plugin library (.so file), got \"\"");
+        continue;
+      }
+      std::filesystem::path path{*text};
+      if (path.is_relative() && !base_dir_.empty()) path = base_dir_ / path;
+      path = path.lexically_normal();
+      std::error_code ec;
+      const auto status = std::filesystem::status(path, ec);
+      if (ec || !std::filesystem::exists(status)) {
+        Problem(f.mark, f.path,
+                "plugin library " + path.string() + " not found" +
+                    (ec && ec != std::errc::no_such_file_or_directory ? ": " + ec.message() : ""));
+        continue;
+      }
+      if (!std::filesystem::is_regular_file(status)) {
+        Problem(f.mark, f.path, "plugin library " + path.string() + " is not a regular file");
+        continue;
+      }
+      const auto [it, inserted] = seen_at_line.emplace(path.string(), mark.line + 1);
+      if (!inserted) {
+        Problem(f.mark, f.path,
+                "plugin library " + path.string() + " is already listed on line " +
+                    std::to_string(it->second));
+        continue;
+      }
+      plugins->push_back(PluginConfig{
+          path.string(),
+          file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1)});
+    }
+  }
+
+  struct PluginOptions {
+    nlohmann::json values = nlohmann::json::object();
+    bool url_from_secret = false;
+  };
+
+  // One key of a plugin sink, for the plugin to check. `url` is secret-capable
+  // like every sink's url; no other option may hold a secret reference.
+  void ReadPluginOption(const Field& f, PluginOptions* options) {
+    const std::string& key = f.key.Scalar();
+    if (key == "url") {
+      std::string url;
+      if (ReadSecret(f, &url, &options->url_from_secret)) options->values[key] = url;
+      return;
+    }
+    if (auto value = YamlToJson(f)) options->values[key] = std::move(*value);
+  }
+
+  // A YAML value as JSON: plain scalars that read as null, true/false or a
+  // number become those; quoted scalars and everything else stay strings.
+  std::optional<nlohmann::json> YamlToJson(const Field& f) {
+    const YAML::Node& v = f.value;
+    if (v.IsNull()) return nlohmann::json(nullptr);
+    if (v.IsSequence()) {
+      nlohmann::json out = nlohmann::json::array();
+      size_t i = 0;
+      for (const YAML::Node& item : v) {
+        auto one = YamlToJson(Field{YAML::Node(), item, f.path + "[" + std::to_string(i++) + "]",
+                                    item.Mark()});
+        if (!one) return std::nullopt;
+        out.push_back(std::move(*one));
+      }
+      return out;
+    }
+    if (v.IsMap()) {
+      nlohmann::json out = nlohmann::json::object();
+      bool ok = true;
+      ForEachEntry(f, [&](const Field& member) {
+        auto one = YamlToJson(member);
+        if (one) {
+          out[member.key.Scalar()] = std::move(*one);
+        } else {
+          ok = false;
+        }
+      });
+      if (!ok) return std::nullopt;
+      return out;
+    }
+    const auto text = PlainScalar(f, "a value");
+    if (!text) return std::nullopt;
+    if (v.Tag() == "!") return nlohmann::json(*text);  // quoted: a string
+    if (*text == "null" || *text == "~") return nlohmann::json(nullptr);
+    if (*text == "true") return nlohmann::json(true);
+    if (*text == "false") return nlohmann::json(false);
+    static const std::regex kNumber(R"(^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$)");
+    if (std::regex_match(*text, kNumber)) {
+      try {
+        return nlohmann::json::parse(*text);
+      } catch (const nlohmann::json::exception&) {
+        // Out of range for a JSON number: keep the text.
+      }
+    }
+    return nlohmann::json(*text);
+  }
+
+  // push: true only where a committed batch can be applied right away as a
+  // point view (one key or row per entity); push_mode/push_timeout only with it.
+  void CheckPush(const std::string& type, const PushConfig& push, const std::optional<Field>& push_key,
+                 const std::optional<Field>& options_key) {
+    // `type` is empty when it was missing or unknown (reported at `type`).
+    if (push.enabled && push_key && !type.empty() && !SinkTypeCanPush(type) &&
+        !IsPluginSinkType(type)) {
+      Problem(push_key->mark, push_key->path,
+              "a " + type + " sink cannot be pushed to: push is for point views (sink types redis and mysql), "
+              "which the writer can update right after a commit; remove push or use a redis or mysql sink");
+    }
+    if (!push.enabled && options_key) {
+      Problem(options_key->key.Mark(), options_key->path, "only with push: true");
+    }
+  }
+
+  void ReadPushMode(const Field& f, PushConfig::Mode* out) {
+    constexpr std::string_view kExpected = "sync or async";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    if (*text == "sync") {
+      *out = PushConfig::Mode::kSync;
+    } else if (*text == "async") {
+      *out = PushConfig::Mode::kAsync;
+    } else {
+      Expected(f, kExpected, *text);
+    }
   }
 
   // sinks[*].url of an elasticsearch sink: http(s)://host[:port][/prefix],
@@ -1444,6 +1659,8 @@ class ConfigReader {
   std::optional<std::vector<std::string>> entity_names_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
+  std::optional<Field> metrics_listen_;  // metrics.listen, when given
+  bool plugins_declared_ = false;  // the file has a plugins section
 };
 
 Result<Config> Load(const std::string& text, const std::string& path) {
@@ -1544,6 +1761,15 @@ std::string Config::Redacted() const {
       << static_cast<unsigned>(engine.inflight_batches);
   out << YAML::EndMap;
 
+  if (metrics.enabled) {
+    const std::string metrics_host = metrics.listen_host.find(':') == std::string::npos
+                                         ? metrics.listen_host
+                                         : "[" + metrics.listen_host + "]";
+    out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "listen" << YAML::Value << metrics_host + ":" + std::to_string(metrics.listen_port);
+    out << YAML::EndMap;
+  }
+
   out << YAML::Key << "sinks" << YAML::Value;
   if (sinks.empty()) out << YAML::Flow;
   out << YAML::BeginSeq;
@@ -1555,6 +1781,12 @@ std::string Config::Redacted() const {
     out << YAML::Key << "on_error" << YAML::Value
         << (sink.on_error == OnError::kStop ? "stop" : "dead_letter");
     out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(sink.batch_max);
+    if (sink.push.enabled) {
+      out << YAML::Key << "push" << YAML::Value << true;
+      out << YAML::Key << "push_mode" << YAML::Value
+          << (sink.push.mode == PushConfig::Mode::kSync ? "sync" : "async");
+      out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
+    }
     if (sink.type == "redis") {
       const RedisSinkConfig& r = sink.redis;
       const bool hide_url = r.url_from_secret || RedisUrlHasPassword(r.url);
@@ -1620,10 +1852,31 @@ std::string Config::Redacted() const {
         }
         out << YAML::EndMap;
       }
+    } else if (!sink.type.empty()) {
+      // A plugin's sink: its options as they were given (JSON is valid YAML).
+      auto options = nlohmann::json::parse(sink.plugin.options_json, nullptr, false);
+      for (auto& [key, value] : options.items()) {
+        const bool hide = key == "url" && (sink.plugin.url_from_secret ||
+                                           (value.is_string() && RedisUrlHasPassword(value.get<std::string>())));
+        out << YAML::Key << key << YAML::Value;
+        if (hide) {
+          out << std::string(kRedacted);
+        } else if (value.is_string()) {
+          // Quoted, so that "true" or "3" read back as strings.
+          out << YAML::DoubleQuoted << value.get<std::string>();
+        } else {
+          out << YAML::Flow << YAML::Load(value.dump());
+        }
+      }
     }
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+  if (!plugins.empty()) {
+    out << YAML::Key << "plugins" << YAML::Value << YAML::Block << YAML::BeginSeq;
+    for (const PluginConfig& p : plugins) out << p.path;
+    out << YAML::EndSeq;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
@@ -1638,6 +1891,10 @@ Result<Config> LoadConfigFromString(const std::string& text, const std::string& 
     return Internal(path + ": unexpected error while reading the configuration");
   }
 }
+
+bool IsBuiltinSinkType(std::string_view type) { return type == "redis" || type == "mysql" || type == "kafka" || type == "elasticsearch"; }
+
+bool SinkTypeCanPush(std::string_view type) { return type == "redis" || type == "mysql"; }
 
 Result<Config> LoadConfig(const std::string& path) {
   try {
