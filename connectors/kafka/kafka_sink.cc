@@ -46,13 +46,8 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Status::Ok();
-    ClientOptions options;
-    options.type = RD_KAFKA_PRODUCER;
-    options.client_id = "sluice-" + config_.name;
-    options.delivery_report = &KafkaSink::OnDelivery;
-    options.opaque = this;
-    auto producer = NewClient(config_.kafka, options);
-    if (!producer.ok()) return FailedPrecondition(Where() + producer.status().message());
+    auto producer = Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
+    if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
     if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
       if (!config_.kafka.create_topic) {
@@ -182,11 +177,8 @@ class KafkaSink final : public Sink {
       auto count = TopicPartitionCount(producer_.get(), topic_, kHealthTimeout);
       return count.ok() ? Status::Ok() : count.status().WithContext("sink '" + config_.name + "'");
     }
-    ClientOptions options;
-    options.type = RD_KAFKA_PRODUCER;
-    options.client_id = "sluice-" + config_.name + "-health";
-    auto producer = NewClient(config_.kafka, options);
-    if (!producer.ok()) return FailedPrecondition(Where() + producer.status().message());
+    auto producer = Client(RD_KAFKA_PRODUCER, "health");
+    if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kHealthTimeout);
     if (!count.ok() && count.status().code() == StatusCode::kNotFound && config_.kafka.create_topic) {
       return Status::Ok();  // Open creates it
@@ -213,11 +205,8 @@ class KafkaSink final : public Sink {
   }
 
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
-    ClientOptions options;
-    options.type = RD_KAFKA_CONSUMER;
-    options.client_id = "sluice-" + config_.name + "-verify";
-    auto consumer = NewClient(config_.kafka, options);
-    if (!consumer.ok()) return FailedPrecondition(Where() + consumer.status().message());
+    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
+    if (!consumer.ok()) return consumer.status();
     auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     struct Latest {
@@ -281,6 +270,20 @@ class KafkaSink final : public Sink {
   };
 
   std::string Where() const { return "sink '" + config_.name + "': "; }
+
+  // A client of the sink's cluster named sluice-<sink>[-<purpose>]; a config
+  // librdkafka refuses is a misconfiguration (kFailedPrecondition).
+  Result<KafkaHandle> Client(rd_kafka_type_t type, const std::string& purpose,
+                             void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr) {
+    ClientOptions options;
+    options.type = type;
+    options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
+    options.delivery_report = delivery_report;
+    if (delivery_report != nullptr) options.opaque = this;
+    auto client = NewClient(config_.kafka, options);
+    if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
+    return client;
+  }
 
   int32_t TopicPartitionOf(uint32_t source_partition) const {
     return static_cast<int32_t>(source_partition % static_cast<uint32_t>(topic_partitions_));
@@ -372,10 +375,7 @@ class KafkaSink final : public Sink {
   // partition, the records after (and including) the last one that carries
   // sluice-positions.
   Status Recover(int32_t partitions) {
-    ClientOptions options;
-    options.type = RD_KAFKA_CONSUMER;
-    options.client_id = "sluice-" + config_.name + "-recover";
-    ASSIGN_OR_RETURN(KafkaHandle consumer, NewClient(config_.kafka, options));
+    ASSIGN_OR_RETURN(KafkaHandle consumer, Client(RD_KAFKA_CONSUMER, "recover"));
     for (int32_t t = 0; t < partitions; ++t) {
       ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer.get(), topic_, t, kMetadataTimeout));
       Positions found;
