@@ -86,7 +86,9 @@ class Connection {
     request_ += load_.o.type;
     request_ += '/';
     request_ += load_.entity_ids[entity_];
-    request_ += "/commands/patch HTTP/1.1\r\nHost: ";
+    request_ += "/commands/";
+    request_ += load_.o.command;
+    request_ += " HTTP/1.1\r\nHost: ";
     request_ += load_.host_header;
     request_ += "\r\nContent-Type: application/json\r\nIdempotency-Key: ";
     request_ += CommandId(load_.o.run_id, index_);

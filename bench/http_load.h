@@ -1,7 +1,7 @@
 // HttpLoad: the writer benchmark's load generator. It keeps `connections`
 // keep-alive HTTP/1.1 connections to the writer (Boost.Beast over Asio, one
 // io_context per thread), each with one command in flight at a time, and
-// sends `patch` commands with unique Idempotency-Keys:
+// sends `patch` (or HttpLoadOptions::command) commands with unique Idempotency-Keys:
 //
 //   POST /v1/entities/<type>/<entity>/commands/patch   {"n":<i>,"note":"..."}
 //
@@ -31,6 +31,9 @@ struct HttpLoadOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string type = "account";
+  // The command sent: the built-in patch, or a JavaScript command of the
+  // type's handler file that takes the same body (bench/handlers/ledger.js).
+  std::string command = "patch";
   uint32_t connections = 256;
   uint32_t threads = 1;
   uint64_t entities = 1;

@@ -48,6 +48,7 @@ struct Flags {
   double warmup = 0;
   uint64_t entities = 1;
   std::string type;
+  std::string command;
   std::string run_id;
   uint64_t note_bytes = 0;
   uint64_t seed = 0;
@@ -180,6 +181,7 @@ int RunHttp(const Flags& f) {
   HttpLoadOptions o;
   ParseUrl(f.url, o.host, o.port);
   o.type = f.type;
+  o.command = f.command;
   o.connections = f.connections;
   o.threads = f.threads;
   o.entities = f.entities;
@@ -195,6 +197,7 @@ int RunHttp(const Flags& f) {
   report.Add("label", f.label.empty() ? (f.entities == 1 ? "hot" : "spread") : f.label);
   report.Add("run_id", f.run_id);
   report.Add("entities", f.entities);
+  report.Add("command", f.command);
   report.Add("connections", static_cast<uint64_t>(f.connections));
   report.Add("threads", static_cast<uint64_t>(f.threads));
 
@@ -383,6 +386,9 @@ int Main(int argc, char** argv) {
       "entities the commands are spread over: 1 is ONE hot entity, 100000 spreads them (each command picks "
       "one by a hash of its index)")(
       "type", po::value(&f.type)->default_value("account"), "entity type to write (http; must be configured)")(
+      "command", po::value(&f.command)->default_value("patch"),
+      "command to send (http): patch, or a JavaScript command of the type's handler file that takes "
+      "the same {\"n\":..,\"note\":..} body, such as bench/handlers/ledger.js's record")(
       "run-id", po::value(&f.run_id),
       "prefix of every entity id and Idempotency-Key (default: a fresh id, so that runs never collide)")(
       "note-bytes", po::value(&f.note_bytes)->default_value(24),

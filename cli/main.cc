@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "engine/operator.h"
 #include "engine/sync_engine.h"
+#include "handlers/handler_files.h"
 #include "core/log.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -108,6 +109,11 @@ int ConfigCheck(const std::vector<std::string>& args) {
   if (path.empty()) throw Usage{"config check needs a FILE"};
   auto cfg = LoadOrExplain(path);
   if (!cfg.ok()) return kExitFailure;
+  // Handler files are compiled as `serve` would, so a syntax error shows here with file and line.
+  if (auto scripts = handlers::LoadHandlerScripts(*cfg); !scripts.ok()) {
+    std::cerr << scripts.status().message() << "\n";
+    return kExitFailure;
+  }
   if (vm.count("print")) std::cout << cfg->Redacted();
   std::cout << path << ": ok\n";
   return kExitOk;

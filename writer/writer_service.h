@@ -39,6 +39,7 @@ class WriterService {
   struct TypeState {
     uint32_t partitions = 0;
     std::vector<std::unique_ptr<PartitionWorker>> workers;
+    std::shared_ptr<const handlers::HandlerScript> handlers;  // null: built-in commands only
   };
 
   void Handle(HttpRequest&& req, Responder respond);
@@ -53,6 +54,7 @@ class WriterService {
   std::unique_ptr<ReaderPool> readers_;
   std::unique_ptr<HttpServer> http_;
   bool started_ = false;
+  Status handlers_status_;  // why the handler files did not load; Start() returns it
 };
 
 }  // namespace sluice::writer
