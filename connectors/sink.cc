@@ -14,6 +14,15 @@ std::string_view DifferenceKindName(Difference::Kind kind) {
   return "unknown";
 }
 
+Result<std::unique_ptr<Sink>> Sink::MakeRebuildShadow() const {
+  return FailedPrecondition("sink " + name() +
+                            " cannot be rebuilt: its type has no way to swap a fresh view in atomically; "
+                            "`sluice rewind --sink " + name() +
+                            " --to beginning` re-applies every event instead (the version check keeps newer data)");
+}
+
+Status Sink::PromoteRebuildShadow() { return FailedPrecondition("sink " + name() + " is not a rebuild shadow"); }
+
 std::optional<std::string> FieldText(const nlohmann::json& state, const std::string& pointer) {
   nlohmann::json::json_pointer ptr;
   try {

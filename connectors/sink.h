@@ -113,6 +113,18 @@ class Sink {
   // (version mismatch), or the same version with other content (content
   // mismatch). Deleted entities must be absent (their tombstones are fine).
   virtual Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) = 0;
+
+  // ---- rebuild (DESIGN 4.4), optional ----
+  // A sink whose view can be rebuilt beside the live one and then swapped in
+  // atomically returns a new, unopened sink (same name) that writes a fresh
+  // shadow view; the shadow's first successful Open() replaces whatever an
+  // earlier attempt left with an empty view. Reads only the configuration, so
+  // any thread may call it. The default refuses, saying why.
+  virtual Result<std::unique_ptr<Sink>> MakeRebuildShadow() const;
+  // Called on the shadow (by its one caller) once it holds at least every
+  // event the live view holds: makes the shadow the live view in one atomic
+  // step and drops the old view. The live sink keeps working on the new view.
+  virtual Status PromoteRebuildShadow();
 };
 
 // Builds the sink a config describes (not yet opened). `global` supplies the

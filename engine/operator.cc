@@ -75,6 +75,11 @@ Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
             << Pad(std::to_string(pp.applied), 10) << Pad(std::to_string(pp.stale), 10) << pp.dead_lettered << "\n";
       }
     }
+    // An operator's pause (sluice pause) is kept per partition; the sink is
+    // paused when every partition says so.
+    bool paused = partitions > 0;
+    for (const auto& part : js["partitions"]) paused = paused && part["state"] == "paused";
+    js["paused"] = paused;
     if (!json && !last_error.empty()) out << "  " << s.name << " last error: " << last_error << "\n";
     doc["sinks"].push_back(std::move(js));
   }

@@ -78,4 +78,13 @@ Status OffsetStore::Rewind(const std::string& sink, const std::string& type, std
   return Save(sink, type, changed);
 }
 
+Status OffsetStore::Delete(const std::string& sink, const std::string& type) {
+  ASSIGN_OR_RETURN(sql::Connection * c, Conn());
+  std::string q = "DELETE FROM sluice_offsets WHERE sink=";
+  c->AppendQuoted(q, sink);
+  q += " AND entity_type=";
+  c->AppendQuoted(q, type);
+  return c->Execute(q).status();
+}
+
 }  // namespace sluice::offsets

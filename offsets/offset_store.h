@@ -46,6 +46,10 @@ class OffsetStore {
   Status Rewind(const std::string& sink, const std::string& type, std::optional<uint32_t> partition,
                 uint64_t event_id, uint32_t partitions);
 
+  // Removes every row of (sink, type): a rebuild's shadow progress once it
+  // is done or abandoned.
+  Status Delete(const std::string& sink, const std::string& type);
+
  private:
   Result<sql::Connection*> Conn();
 

@@ -93,6 +93,9 @@ class Session : public std::enable_shared_from_this<Session> {
       req.has_idempotency_key = true;
       req.idempotency_key = std::string(it->value());
     }
+    if (auto it = msg.find(http::field::authorization); it != msg.end()) {
+      req.authorization = std::string(it->value());
+    }
     if (auto it = msg.find(http::field::if_match); it != msg.end()) {
       req.has_if_match = true;
       req.if_match = std::string(it->value());

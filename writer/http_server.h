@@ -30,6 +30,7 @@ struct HttpRequest {
   std::string body;
   std::string idempotency_key;  // header Idempotency-Key, empty when absent
   std::string if_match;         // header If-Match, empty when absent
+  std::string authorization;    // header Authorization, empty when absent
   bool has_idempotency_key = false;
   bool has_if_match = false;
 };

@@ -182,8 +182,12 @@ class MysqlSink final : public Sink {
   Status Health() override;
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
+  Status PromoteRebuildShadow() override;
 
  private:
+  // A shadow's first Open(): an empty copy of the live table's definition.
+  Status PrepareShadowTable();
   // Opens when not open or after a lost connection (once, without waiting).
   Status EnsureOpen();
   Status CheckOrCreateTable();
@@ -208,6 +212,10 @@ class MysqlSink final : public Sink {
   std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
   std::unique_ptr<sql::Connection> conn_;
   bool open_ = false;
+  // Set on a rebuild shadow: the live table it will replace, and whether its
+  // fresh table has been made yet.
+  std::string shadow_of_;
+  bool shadow_prepared_ = false;
   size_t max_statement_bytes_ = size_t{16} << 20;
   size_t chunk_bytes_ = kMaxChunkBytes;
 };
@@ -270,8 +278,66 @@ Status MysqlSink::Open() {
       chunk_bytes_ = std::min<size_t>(kMaxChunkBytes, static_cast<size_t>(*bytes) / 4);
     }
   }
+  if (!shadow_of_.empty() && !shadow_prepared_) {
+    RETURN_IF_ERROR(PrepareShadowTable());
+    shadow_prepared_ = true;
+  }
   RETURN_IF_ERROR(CheckOrCreateTable());
   open_ = true;
+  return Status::Ok();
+}
+
+// The rebuild suffixes keep a table name within MySQL's 64 characters.
+constexpr std::string_view kShadowSuffix = "__rebuild";
+constexpr std::string_view kRetiredSuffix = "__old";
+
+Result<std::unique_ptr<Sink>> MysqlSink::MakeRebuildShadow() const {
+  if (cfg_.mysql.table.size() + kShadowSuffix.size() > 64) {
+    return FailedPrecondition(Context() + ": cannot be rebuilt: the table name is longer than " +
+                              std::to_string(64 - kShadowSuffix.size()) + " characters, so " +
+                              std::string(kShadowSuffix) + " does not fit after it");
+  }
+  config::SinkConfig shadow_cfg = cfg_;
+  shadow_cfg.mysql.table += kShadowSuffix;
+  auto shadow = std::make_unique<MysqlSink>(std::move(shadow_cfg), params_);
+  shadow->shadow_of_ = cfg_.mysql.table;
+  std::unique_ptr<Sink> made = std::move(shadow);
+  return made;
+}
+
+Status MysqlSink::PrepareShadowTable() {
+  const std::string shadow = sql::QuoteIdent(cfg_.mysql.table);
+  auto dropped = conn_->Execute("DROP TABLE IF EXISTS " + shadow);
+  if (!dropped.ok()) return Fail(dropped.status(), "dropping the table an earlier rebuild left");
+  // LIKE keeps whatever the operator added to the live table (indexes,
+  // column types); without a live table, CheckOrCreateTable creates one.
+  auto like = conn_->Execute("CREATE TABLE " + shadow + " LIKE " + sql::QuoteIdent(shadow_of_));
+  if (!like.ok() && like.status().code() == StatusCode::kUnavailable) return like.status().WithContext(Context());
+  return Status::Ok();
+}
+
+Status MysqlSink::PromoteRebuildShadow() {
+  if (shadow_of_.empty()) return Sink::PromoteRebuildShadow();
+  RETURN_IF_ERROR(EnsureOpen());
+  const std::string live = sql::QuoteIdent(shadow_of_);
+  const std::string retired = sql::QuoteIdent(shadow_of_ + std::string(kRetiredSuffix));
+  const std::string shadow = sql::QuoteIdent(cfg_.mysql.table);
+  auto cleared = conn_->Execute("DROP TABLE IF EXISTS " + retired);
+  if (!cleared.ok()) return Fail(cleared.status(), "dropping the table an earlier switch-over left");
+  std::string exists = "SELECT COUNT(*) FROM information_schema.TABLES WHERE `TABLE_SCHEMA` = DATABASE() AND `TABLE_NAME` = ";
+  conn_->AppendQuoted(exists, shadow_of_);
+  auto rows = conn_->Query(exists);
+  if (!rows.ok()) return Fail(rows.status(), "looking for the live table");
+  const bool have_live = !rows->empty() && !rows->front().empty() && rows->front()[0].value_or("0") != "0";
+  // One RENAME TABLE statement swaps both names atomically: readers see the
+  // old view or the new one, never neither.
+  auto renamed = conn_->Execute(have_live ? "RENAME TABLE " + live + " TO " + retired + ", " + shadow + " TO " + live
+                                          : "RENAME TABLE " + shadow + " TO " + live);
+  if (!renamed.ok()) return Fail(renamed.status(), "swapping the rebuilt table in");
+  if (have_live) {
+    auto dropped = conn_->Execute("DROP TABLE " + retired);
+    if (!dropped.ok()) return Fail(dropped.status(), "dropping the replaced table");
+  }
   return Status::Ok();
 }
 

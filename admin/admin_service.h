@@ -1,0 +1,67 @@
+// AdminService: the admin endpoint of a running `serve` or `sync` process,
+// through which the operator commands reach its sync engine.
+//
+//   GET  /v1/status                      every sink: state, paused, counters,
+//                                        offsets per partition, rebuild progress
+//   POST /v1/sinks/{sink}/pause          stop applying (offsets kept)
+//   POST /v1/sinks/{sink}/resume         carry on
+//   POST /v1/sinks/{sink}/rewind         body {"to": N | "beginning", "partition": P?}
+//   POST /v1/sinks/{sink}/rebuild        start a rebuild (202), see admin/view_rebuild.h
+//   GET  /v1/sinks/{sink}/rebuild        the rebuild's progress
+//
+// Reads are open; every POST needs "Authorization: Bearer <admin.token>":
+// 401 without it, 403 with another token, and 403 for everyone when no token
+// is configured (changes are then refused). Bodies are JSON; errors are
+// {"error": {"code": ..., "message": ...}} like the writer's.
+//
+// Threads: Start/Stop from the main thread. Requests run on the HTTP
+// server's threads; a change waits for the sink's applier thread to carry it
+// out (engine/sink_runner.h), so it answers once it has taken effect.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "admin/view_rebuild.h"
+#include "config/config.h"
+#include "engine/sync_engine.h"
+#include "writer/http_server.h"
+
+namespace sluice::admin {
+
+class AdminService {
+ public:
+  // `engine` must outlive the service and be started.
+  AdminService(const config::Config& config, engine::SyncEngine& engine);
+  ~AdminService();  // calls Stop()
+
+  // Binds admin.listen and serves.
+  Status Start();
+  // Stops serving and abandons a rebuild in progress (its live sink resumes).
+  void Stop();
+  uint16_t port() const;
+
+  // One request, without the network (the HTTP handler calls it; so can tests).
+  writer::HttpResponse Handle(const writer::HttpRequest& request);
+
+ private:
+  writer::HttpResponse Status_();
+  writer::HttpResponse Change(const std::string& sink, const std::string& action, const std::string& body);
+  writer::HttpResponse Rewind(engine::SinkRunner& runner, const std::string& body);
+  writer::HttpResponse StartRebuild(const config::SinkConfig& sink, engine::SinkRunner& runner);
+  writer::HttpResponse RebuildProgressReply(const std::string& sink, int status);
+  // Under mu_: a rebuild of `sink` that has not finished.
+  bool Rebuilding(const std::string& sink) const;
+
+  const config::Config& config_;
+  engine::SyncEngine& engine_;
+  std::unique_ptr<writer::HttpServer> server_;
+
+  std::mutex change_mu_;   // one change at a time
+  mutable std::mutex mu_;  // rebuilds_
+  std::map<std::string, std::unique_ptr<ViewRebuild>> rebuilds_;  // by sink; the last one of each
+};
+
+}  // namespace sluice::admin
