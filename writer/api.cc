@@ -71,6 +71,11 @@ Result<Route> ParseRoute(std::string_view method, std::string_view target) {
     route.kind = Route::Kind::kHealth;
     return route;
   }
+  if (path == "/readyz") {
+    if (method != "GET") return NotFound("use GET /readyz");
+    route.kind = Route::Kind::kReady;
+    return route;
+  }
   auto parts = Split(path, '/');
   // "", "v1", "entities", type, id, ...
   if (parts.size() < 5 || !parts[0].empty() || parts[1] != "v1" || parts[2] != "entities") {

@@ -14,7 +14,7 @@
 namespace sluice::writer {
 
 struct Route {
-  enum class Kind { kCommand, kGetEntity, kGetEvents, kHealth };
+  enum class Kind { kCommand, kGetEntity, kGetEvents, kHealth, kReady };
   Kind kind = Kind::kHealth;
   std::string type;
   std::string entity_id;

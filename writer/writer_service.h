@@ -8,12 +8,15 @@
 // thread; requests are handled on the HTTP event-loop threads.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "metrics/metrics.h"
+#include "metrics/metrics_server.h"
 #include "sql/connection.h"
 #include "writer/api.h"
 #include "writer/http_server.h"
@@ -25,11 +28,19 @@ namespace sluice::writer {
 class WriterService {
  public:
   // on_commit: see PartitionWorkerOptions::on_commit.
-  explicit WriterService(config::Config config, std::function<void()> on_commit = nullptr);
+  // registry: where the writer's metrics go; null: a registry nobody
+  // scrapes. It must outlive the service.
+  explicit WriterService(config::Config config, std::function<void()> on_commit = nullptr,
+                         metrics::Registry* registry = nullptr);
   ~WriterService();  // calls Stop()
   WriterService(const WriterService&) = delete;
   WriterService& operator=(const WriterService&) = delete;
 
+  // What GET /readyz answers (called on an HTTP thread: must be cheap).
+  // Without one, /readyz answers 503. Call before Start().
+  void SetReadiness(metrics::ReadinessFn readiness) { readiness_ = std::move(readiness); }
+  // The writer's metric handles, e.g. ForPush(sink) for the push path.
+  metrics::WriterMetrics& metrics() { return metrics_; }
   Status Start();
   void Stop();
   // The HTTP port actually bound (useful with listen port 0).
@@ -39,6 +50,8 @@ class WriterService {
   struct TypeState {
     uint32_t partitions = 0;
     std::vector<std::unique_ptr<PartitionWorker>> workers;
+    metrics::WriterTypeMetrics* metrics = nullptr;
+    std::array<metrics::CommandMetrics*, 4> builtin_metrics{};  // create, put, patch, delete
     std::shared_ptr<const handlers::HandlerScript> handlers;  // null: built-in commands only
   };
 
@@ -46,10 +59,16 @@ class WriterService {
   void HandleCommand(Route& route, HttpRequest& req, Responder respond);
   void HandleGetEntity(const Route& route, Responder respond);
   void HandleGetEvents(const Route& route, Responder respond);
+  void HandleReady(const Responder& respond) const;
+  // The handles of one command of `type`, resolved once for built-in commands.
+  metrics::CommandMetrics& CommandMetricsOf(const TypeState& type, const std::string& type_name,
+                                            const std::string& command);
   // 404 unless the type is configured and the id valid; the type's state.
   const TypeState* CheckEntity(const Route& route, const Responder& respond) const;
 
   const config::Config config_;
+  metrics::WriterMetrics metrics_;
+  metrics::ReadinessFn readiness_;
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
   std::unique_ptr<HttpServer> http_;
