@@ -22,7 +22,10 @@
 #include "admin/admin_service.h"
 #include "engine/operator.h"
 #include "offsets/offset_store.h"
+#include "engine/health_monitor.h"
 #include "engine/sync_engine.h"
+#include "metrics/metrics.h"
+#include "metrics/metrics_server.h"
 #include "handlers/handler_files.h"
 #include "core/log.h"
 #include "sql/connection.h"
@@ -238,19 +241,38 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
     return kExitFailure;
   }
+  // Everything below counts into one registry, served on metrics.listen.
+  metrics::Registry registry;
   std::unique_ptr<engine::SyncEngine> sync;
   if (with_engine) {
-    sync = std::make_unique<engine::SyncEngine>(*cfg);
+    sync = std::make_unique<engine::SyncEngine>(*cfg, &registry);
     if (Status s = sync->Start(); !s.ok()) {
       std::cerr << "sluice " << name << ": " << s.message() << "\n";
       return kExitFailure;
     }
   }
+  // Lag per sink and partition, and what /readyz answers (DESIGN 7).
+  auto monitor = std::make_unique<engine::HealthMonitor>(*cfg, sync.get(), registry);
+  monitor->Start();
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (cfg->metrics.enabled) {
+    auto started = metrics::MetricsServer::Start(cfg->metrics.listen_host, cfg->metrics.listen_port, registry,
+                                                 [&monitor] { return monitor->Readiness(); });
+    if (!started.ok()) {
+      std::cerr << "sluice " << name << ": " << started.status().message() << " (metrics.listen)\n";
+      return kExitFailure;
+    }
+    metrics_server = std::move(started).value();
+    std::printf("sluice %s: metrics on http://%s:%u/metrics (also /healthz, /readyz)\n", name.c_str(),
+                cfg->metrics.listen_host.c_str(), metrics_server->port());
+  }
   std::unique_ptr<writer::WriterService> service;
   if (with_writer) {
     engine::SyncEngine* wake = sync.get();
     service = std::make_unique<writer::WriterService>(*cfg, wake ? std::function<void()>([wake] { wake->Wake(); })
-                                                                 : std::function<void()>());
+                                                                 : std::function<void()>(),
+                                                 &registry);
+    service->SetReadiness([&monitor] { return monitor->Readiness(); });
     if (Status s = service->Start(); !s.ok()) {
       std::cerr << "sluice " << name << ": " << s.message() << "\n";
       return kExitFailure;
@@ -287,7 +309,9 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
   sigwait(&stop_signals, &sig);
   Log(LogLevel::kInfo, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
   if (admin_service) admin_service->Stop();
+  metrics_server.reset();
   if (service) service->Stop();
+  monitor->Stop();
   if (sync) sync->Stop();
   return kExitOk;
 }

@@ -10,7 +10,11 @@ namespace sluice::engine {
 using connectors::Outcome;
 
 SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Sink> sink)
-    : options_(std::move(options)), sink_(std::move(sink)) {}
+    : options_(std::move(options)),
+      sink_(std::move(sink)),
+      metrics_(options_.metrics ? options_.metrics
+                                : std::make_shared<metrics::SinkMetrics>(metrics::UnexportedRegistry(),
+                                                                         options_.sink.name, options_.partitions)) {}
 
 SinkRunner::~SinkRunner() { Stop(); }
 
@@ -214,6 +218,7 @@ void SinkRunner::ReadLoop() {
         if (!opened.ok()) {
           LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
                          "engine: sink " + options_.sink.name + ": cannot read events: " + opened.status().message());
+          metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
           if (!SleepUnlessStopping(backoff.Next())) return;
           break;
         }
@@ -224,6 +229,7 @@ void SinkRunner::ReadLoop() {
         LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
                        "engine: sink " + options_.sink.name + ": reading partition " + std::to_string(p) +
                            " failed: " + r.status().message());
+        metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
         if (!SleepUnlessStopping(backoff.Next())) return;
         break;
       }
@@ -231,6 +237,7 @@ void SinkRunner::ReadLoop() {
       if (r->gap) {
         std::lock_guard lock(mu_);
         ++gaps_;
+        metrics_->Gap();
       }
       if (r->events.empty()) continue;
       any = true;
@@ -239,6 +246,7 @@ void SinkRunner::ReadLoop() {
         if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
         position[p] = r->events.back().event_id;
         read_ += r->events.size();
+        metrics_->Read(r->events.size());
         queue_.push_back(Batch{p, seen_epoch[p], std::move(r->events)});
       }
       queue_cv_.notify_all();
@@ -292,6 +300,7 @@ void SinkRunner::SaveOffsets() {
     dirty_ = false;
   }
   Status st = store_->Save(options_.sink.name, options_.sink.entity, snapshot);
+  metrics_->OffsetFlush(st.ok());
   if (!st.ok()) {
     std::lock_guard lock(mu_);
     dirty_ = true;  // try again at the next flush
@@ -320,7 +329,10 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
       sink_open_ = st.ok();
     }
     if (st.ok()) {
+      const auto apply_start = std::chrono::steady_clock::now();
       r = sink_->Apply(chunk);
+      metrics_->ApplyCall(chunk.size(),
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - apply_start).count());
       st = r.status;
     }
     if (st.ok() && r.results.size() != chunk.size()) {
@@ -329,6 +341,7 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
     }
     // Dead letters are written before the offset may pass them.
     size_t stop_at = chunk.size();
+    bool dead_letter_failed = false;
     if (st.ok()) {
       for (size_t i = 0; i < chunk.size() && st.ok(); ++i) {
         if (r.results[i].outcome != Outcome::kRejected) continue;
@@ -337,7 +350,10 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
           break;
         }
         st = DeadLetter(chunk[i], r.results[i].reason);
-        if (!st.ok()) st = Unavailable("cannot write the dead letter: " + st.message());
+        if (!st.ok()) {
+          st = Unavailable("cannot write the dead letter: " + st.message());
+          dead_letter_failed = true;
+        }
       }
     }
     if (!st.ok()) {
@@ -345,6 +361,9 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
         {
           std::lock_guard lock(mu_);
           ++retries_;
+          metrics_->Retry(dead_letter_failed                        ? metrics::RetryClass::kStorageUnavailable
+                          : st.code() == StatusCode::kAborted ? metrics::RetryClass::kSinkAborted
+                                                              : metrics::RetryClass::kSinkUnavailable);
         }
         SetState("backoff", st.message());
         LogRateLimited(LogLevel::kWarn, "engine.apply." + options_.sink.name,
@@ -364,6 +383,7 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
     {
       std::lock_guard lock(mu_);
       auto& pp = progress_[batch.partition];
+      const uint64_t applied0 = pp.applied, stale0 = pp.stale, dead0 = pp.dead_lettered;
       for (size_t i = 0; i < stop_at; ++i) {
         switch (r.results[i].outcome) {
           case Outcome::kApplied: ++pp.applied; break;
@@ -371,6 +391,7 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
           case Outcome::kRejected: ++pp.dead_lettered; break;
         }
       }
+      metrics_->Applied(pp.applied - applied0, pp.stale - stale0, pp.dead_lettered - dead0);
       if (stop_at > 0) pp.event_id = chunk[stop_at - 1].event_id;
       dirty_ = true;
       if (state_ != "running") {

@@ -31,8 +31,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <functional>
 #include <future>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -43,6 +43,7 @@
 
 #include "config/config.h"
 #include "connectors/sink.h"
+#include "metrics/metrics.h"
 #include "offsets/offset_store.h"
 #include "sql/connection.h"
 
@@ -53,6 +54,9 @@ struct SinkRunnerOptions {
   uint32_t partitions = 0;
   sql::ConnectParams mysql;
   config::EngineConfig engine;
+  // Where the runner counts what it reads, applies and retries; null: a
+  // registry nobody scrapes (metrics::UnexportedRegistry).
+  std::shared_ptr<metrics::SinkMetrics> metrics;
   // The sink name dead letters are filed under; empty: sink.name. A rebuild's
   // shadow runner files them under the live sink it will replace.
   std::string dead_letter_sink;
@@ -96,6 +100,8 @@ class SinkRunner {
   // the sink; for a rebuild's switch-over.
   Status RunOnApplier(std::function<Status(connectors::Sink&)> fn);
   const std::string& name() const { return options_.sink.name; }
+  // The runner's metric handles (the health monitor sets lag and state there).
+  metrics::SinkMetrics& metrics() const { return *metrics_; }
 
  private:
   struct Batch {
@@ -129,6 +135,7 @@ class SinkRunner {
 
   const SinkRunnerOptions options_;
   std::unique_ptr<connectors::Sink> sink_;
+  const std::shared_ptr<metrics::SinkMetrics> metrics_;  // never null
 
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;   // queue_ changed or stopping_

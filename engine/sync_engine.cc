@@ -5,7 +5,8 @@
 
 namespace sluice::engine {
 
-SyncEngine::SyncEngine(config::Config config) : config_(std::move(config)) {}
+SyncEngine::SyncEngine(config::Config config, metrics::Registry* registry)
+    : config_(std::move(config)), registry_(registry ? *registry : metrics::UnexportedRegistry()) {}
 
 SyncEngine::~SyncEngine() { Stop(); }
 
@@ -17,6 +18,7 @@ Status SyncEngine::Start() {
     o.partitions = config_.entities.at(sink_cfg.entity).partitions;
     o.mysql = sql::ParamsFrom(config_.mysql);
     o.engine = config_.engine;
+    o.metrics = std::make_shared<metrics::SinkMetrics>(registry_, sink_cfg.name, o.partitions);
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
   }
   for (auto& r : runners_) RETURN_IF_ERROR(r->Start().WithContext("sink " + r->name()));

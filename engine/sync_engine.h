@@ -11,12 +11,15 @@
 
 #include "config/config.h"
 #include "engine/sink_runner.h"
+#include "metrics/metrics.h"
 
 namespace sluice::engine {
 
 class SyncEngine {
  public:
-  explicit SyncEngine(config::Config config);
+  // registry: where each sink's metrics go (metrics/metrics.h); null: a
+  // registry nobody scrapes. It must outlive the engine.
+  explicit SyncEngine(config::Config config, metrics::Registry* registry = nullptr);
   ~SyncEngine();  // calls Stop()
 
   // Builds every sink and starts its runner. A sink whose server is down
@@ -29,6 +32,7 @@ class SyncEngine {
 
  private:
   const config::Config config_;
+  metrics::Registry& registry_;
   std::vector<std::unique_ptr<SinkRunner>> runners_;
   bool started_ = false;
 };

@@ -87,8 +87,8 @@ const std::vector<MetricInfo> kMetricList = {
     {kEngineLagEvents, "gauge", "Events committed but not yet applied to a sink, by sink and partition."},
     {kEngineLagSeconds, "gauge",
      "Seconds since the oldest event not yet applied to a sink was committed, by sink and partition."},
-    {kEngineSinkHealthy, "gauge", "1 while a sink is running, 0 while it backs off or is stopped."},
-    {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, stopped), 0 for the others."},
+    {kEngineSinkHealthy, "gauge", "1 while a sink is running (or paused by an operator), 0 while it backs off or is stopped."},
+    {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, paused, stopped), 0 for the others."},
     {kStorageUp, "gauge", "1 when the last health check reached main storage (MySQL), 0 otherwise."},
 };
 
@@ -122,6 +122,11 @@ prometheus::Family<prometheus::Gauge>& Registry::Gauge(std::string_view name) {
 
 prometheus::Family<prometheus::Histogram>& Registry::Histogram(std::string_view name) {
   return FamilyOf(mu_, histograms_, *registry_, name, prometheus::BuildHistogram());
+}
+
+Registry& UnexportedRegistry() {
+  static Registry registry;
+  return registry;
 }
 
 // ---- writer ----
@@ -239,9 +244,17 @@ std::string_view SinkStateName(SinkState s) {
   switch (s) {
     case SinkState::kRunning: return "running";
     case SinkState::kBackoff: return "backoff";
+    case SinkState::kPaused: return "paused";
     case SinkState::kStopped: return "stopped";
   }
   return "stopped";
+}
+
+SinkState SinkStateOf(std::string_view name) {
+  for (size_t i = 0; i < kSinkStates; ++i) {
+    if (SinkStateName(static_cast<SinkState>(i)) == name) return static_cast<SinkState>(i);
+  }
+  return SinkState::kStopped;
 }
 
 SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions) {
@@ -275,7 +288,7 @@ SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitio
 
 void SinkMetrics::SetState(SinkState s) {
   for (size_t i = 0; i < kSinkStates; ++i) state_[i]->Set(i == static_cast<size_t>(s) ? 1 : 0);
-  healthy_->Set(s == SinkState::kRunning ? 1 : 0);
+  healthy_->Set(s == SinkState::kRunning || s == SinkState::kPaused ? 1 : 0);
 }
 
 void SinkMetrics::SetLag(uint32_t partition, uint64_t events, double seconds) {

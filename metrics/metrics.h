@@ -71,6 +71,10 @@ class Registry {
   std::map<std::string, prometheus::Family<prometheus::Histogram>*, std::less<>> histograms_;
 };
 
+// A process-wide registry that no listener serves: for components built
+// without one (unit tests, one-off tools), so that handles are never null.
+Registry& UnexportedRegistry();
+
 // ---- writer ----
 
 // How a command ended, as the caller saw it.
@@ -180,11 +184,14 @@ enum class RetryClass : uint8_t { kSinkUnavailable, kSinkAborted, kStorageUnavai
 inline constexpr size_t kRetryClasses = 3;
 std::string_view RetryClassName(RetryClass c);
 
-// running: applying; backoff: retrying an unavailable sink; stopped: needs a
-// fix (misconfigured, or a rejection with on_error: stop).
-enum class SinkState : uint8_t { kRunning, kBackoff, kStopped };
-inline constexpr size_t kSinkStates = 3;
+// running: applying; backoff: retrying an unavailable sink; paused: by an
+// operator; stopped: needs a fix (misconfigured, or a rejection with
+// on_error: stop). Running and paused count as healthy.
+enum class SinkState : uint8_t { kRunning, kBackoff, kPaused, kStopped };
+inline constexpr size_t kSinkStates = 4;
 std::string_view SinkStateName(SinkState s);
+// The state named by SinkRunner's state text; unknown text is kStopped.
+SinkState SinkStateOf(std::string_view name);
 
 // Handles of one sink's pull loop. Per sink, once caught up:
 //   events_read = applied + stale + dead_lettered
