@@ -159,7 +159,7 @@ TEST(Push, PushAndPullRacingOnTheSameEntitiesNeverGoBackwards) {
     }
   });
   // 50 hot entities: push and pull write the same keys and rows all the time.
-  EXPECT_EQ(MixedLoad(s.cfg.port, 30000, 50, 16, 42), 30000);
+  EXPECT_EQ(MixedLoad(s.cfg.port, 10000, 50, 16, 42), 10000);
   ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
   done = true;
   sampler.join();
