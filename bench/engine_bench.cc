@@ -19,6 +19,7 @@
 #include "bench/bench_common.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_drain.h"
+#include "bench/engine_bench_es.h"
 #include "bench/engine_bench_lag.h"
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
@@ -57,6 +58,9 @@ modes:
   mysql_raw   baseline: multi-row INSERT ... ON DUPLICATE KEY UPDATE of the same rows
               (--rows-per-insert per statement, autocommit, one connection) into --sink's
               table (re-created by the sink in its own shape)
+  es_raw      baseline: the same documents as plain _bulk index actions (no version
+              check), the sink's batch_max per request, one connection, into --sink's
+              index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
               or `sluice writer` (--url) while a sampler polls --sample entities' keys of
               the redis --sink; lag = first seen in Redis - committed_at; verifies
@@ -126,7 +130,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | lag | cleanup")
+    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | es_raw | lag | cleanup")
     ("config", po::value(&a.config_path), "the sluice config: main storage, the entity type, the sinks")
     ("sink", po::value(&a.sink), "the sink (by name in --config) a mode writes or reads")
     ("run-id", po::value(&a.run_id), "prefix of entity and command ids (load, direct, *_raw, lag)")
@@ -165,12 +169,15 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   const std::string format = vm["format"].as<std::string>();
   if (format != "text" && format != "kv") throw Usage{"--format is text or kv"};
   a.one_line = format == "kv";
-  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "lag", "cleanup"};
+  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "es_raw", "lag", "cleanup"};
   if (std::find(kModes.begin(), kModes.end(), a.mode) == kModes.end()) throw Usage{"--mode: unknown mode '" + a.mode + "'"};
   if (a.config_path.empty()) throw Usage{"--config is required"};
-  const bool backlog = a.mode == "load" || a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw";
+  const bool backlog =
+      a.mode == "load" || a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "es_raw";
   if ((backlog || a.mode == "lag") && a.run_id.empty()) throw Usage{"--mode " + a.mode + " needs --run-id"};
-  if ((a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "lag") && a.sink.empty()) {
+  if ((a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "es_raw" ||
+       a.mode == "lag") &&
+      a.sink.empty()) {
     throw Usage{"--mode " + a.mode + " needs --sink"};
   }
   if (a.mode == "drain" && a.sluice.empty()) throw Usage{"--mode drain needs --sluice"};
@@ -355,6 +362,16 @@ int Run(const Args& a) {
       add_write(*r);
       verified = VerifySink(a, sink->name, report, problems);
     }
+  } else if (a.mode == "es_raw") {
+    Backlog backlog(spec);
+    auto r = RawEsBulk(*cfg, *sink, backlog);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("batch", static_cast<uint64_t>(sink->batch_max));
+      add_write(*r);
+      verified = VerifySink(a, sink->name, report, problems);
+    }
   } else if (a.mode == "lag") {
     auto r = RunLag(*cfg, *sink, a.lag);
     if (!r.ok()) {
@@ -397,6 +414,10 @@ int Run(const Args& a) {
   } else if (a.mode == "cleanup") {
     uint64_t removed = 0;
     for (const auto& s : cfg->sinks) {
+      if (s.type == "elasticsearch") {
+        if (failed = DropEsIndex(s); !failed.ok()) break;
+        continue;
+      }
       if (s.type != "redis") continue;
       auto keys = connectors::redis::KeyTemplate::Parse(s.redis.key, s.entity);
       auto conn = keys.ok() ? RedisConn::Open(s.redis.url) : Result<std::unique_ptr<RedisConn>>(keys.status());

@@ -22,6 +22,8 @@ namespace {
 
 constexpr size_t kNoteBytes = 38;  // makes the whole state 78..82 bytes
 
+}  // namespace
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -34,8 +36,6 @@ std::string RateText(uint64_t done, uint64_t total, double elapsed, uint64_t& la
   return WithCommas(done) + "/" + WithCommas(total) + " " + unit + ", " + WithCommas(static_cast<uint64_t>(rate)) +
          "/s now";
 }
-
-}  // namespace
 
 Backlog::Backlog(BacklogSpec spec) : spec_(std::move(spec)) {
   ids_.reserve(spec_.entities);

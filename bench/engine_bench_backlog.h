@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "config/config.h"
 #include "core/status.h"
 #include "sql/connection.h"
@@ -91,6 +92,13 @@ struct LoadResult {
 // connections, `rows_per_insert` rows per autocommit INSERT.
 Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& backlog, uint32_t threads,
                                uint32_t rows_per_insert);
+
+// Seconds from `start` to now.
+double SecondsSince(Clock::time_point start);
+// "done/total unit, rate/s now" for a Progress line; keeps the last sample
+// in last_done/last_t for the next rate.
+std::string RateText(uint64_t done, uint64_t total, double elapsed, uint64_t& last_done, double& last_t,
+                     const char* unit);
 
 struct WriteResult {
   uint64_t events = 0;

@@ -7,8 +7,10 @@
 #include <map>
 #include <thread>
 
+#include "bench/engine_bench_es.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/elasticsearch/elasticsearch_sink.h"
 #include "connectors/redis/key_template.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -83,6 +85,31 @@ class MysqlProbe final : public ViewProbe {
   std::string query_;
 };
 
+class EsProbe final : public ViewProbe {
+ public:
+  EsProbe(std::unique_ptr<connectors::elasticsearch::RestClient> client, std::string index,
+          std::vector<std::string> ids)
+      : client_(std::move(client)), index_(std::move(index)), ids_(std::move(ids)) {}
+  // At most one _mget per 50 ms: the probe must not load the 2-core
+  // machine's search server the way a 5 ms loop would (the result is then up
+  // to 50 ms late on a drain of tens of seconds).
+  Result<std::vector<uint64_t>> Versions() override {
+    const auto now = Clock::now();
+    if (last_.empty() || now - fetched_ >= std::chrono::milliseconds(50)) {
+      ASSIGN_OR_RETURN(last_, EsVersions(*client_, index_, ids_));
+      fetched_ = now;
+    }
+    return last_;
+  }
+
+ private:
+  std::unique_ptr<connectors::elasticsearch::RestClient> client_;
+  std::string index_;
+  std::vector<std::string> ids_;
+  std::vector<uint64_t> last_;
+  Clock::time_point fetched_;
+};
+
 struct OffsetsRow {
   uint64_t event_sum = 0, applied = 0, stale = 0, dead_lettered = 0, rows = 0;
   bool all_running = true;
@@ -151,6 +178,10 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     probe = std::make_unique<RedisProbe>(std::move(redis), std::move(probe_keys));
     ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
     ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
+  } else if (sink.type == "elasticsearch") {
+    RETURN_IF_ERROR(DropEsIndex(sink));
+    ASSIGN_OR_RETURN(auto client, EsClient(sink));
+    probe = std::make_unique<EsProbe>(std::move(client), connectors::elasticsearch::IndexName(sink), ids);
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;

@@ -1,0 +1,37 @@
+// The Elasticsearch/OpenSearch parts of the engine benchmark: reading the
+// view's versions while a drain runs, and the same-run baseline, a raw
+// _bulk of the same documents.
+//
+// Threads: each function runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/engine_bench_backlog.h"
+#include "config/config.h"
+#include "connectors/elasticsearch/rest_client.h"
+#include "core/status.h"
+
+namespace sluice::bench {
+
+// A REST client for an elasticsearch sink's server, with its credentials.
+Result<std::unique_ptr<connectors::elasticsearch::RestClient>> EsClient(const config::SinkConfig& sink);
+
+// Deletes the sink's index (absent is fine), so that a run starts empty.
+Status DropEsIndex(const config::SinkConfig& sink);
+
+// The _version of each id's document (0 when absent), with one _mget (real
+// time: no refresh needed).
+Result<std::vector<uint64_t>> EsVersions(connectors::elasticsearch::RestClient& client, const std::string& index,
+                                         const std::vector<std::string>& ids);
+
+// Baseline: the backlog's documents as plain index actions (no version
+// check), sink.batch_max per _bulk request, partition by partition in
+// event order, on one connection, into the sink's index (dropped, then
+// created as the sink creates it, with its mapping).
+Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Backlog& backlog);
+
+}  // namespace sluice::bench
