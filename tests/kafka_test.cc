@@ -48,14 +48,7 @@ Stack MakeStack(const std::string& name, uint32_t partitions) {
 }
 
 std::unique_ptr<SluiceProcess> Start(const Stack& s, const std::string& mode) {
-  auto p = std::make_unique<SluiceProcess>(std::vector<std::string>{mode, "--config", s.path}, s.cfg.port);
-  std::string why;
-  if (mode == "sync") {
-    EXPECT_TRUE(p->StartNoHttp(&why, "syncing")) << why;
-  } else {
-    EXPECT_TRUE(p->Start(&why)) << why;
-  }
-  return p;
+  return StartSluice(mode, s.path, s.cfg.port);
 }
 
 // The latest version of every entity in main storage.

@@ -630,6 +630,17 @@ int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t 
   return answered;
 }
 
+std::unique_ptr<SluiceProcess> StartSluice(const std::string& mode, const std::string& config_path, uint16_t port) {
+  auto p = std::make_unique<SluiceProcess>(std::vector<std::string>{mode, "--config", config_path}, port);
+  std::string why;
+  if (mode == "sync") {
+    EXPECT_TRUE(p->StartNoHttp(&why, "syncing")) << why;
+  } else {
+    EXPECT_TRUE(p->Start(&why)) << why;
+  }
+  return p;
+}
+
 int VerifyViews(const std::string& config_path, std::string* out) {
   return RunSluice({"verify", "--config", config_path}, out);
 }

@@ -191,6 +191,12 @@ std::string UniquePrefix(const std::string& what);
 int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t seed,
                   const std::atomic<bool>* stop = nullptr);
 
+// Starts `sluice MODE --config PATH` (serve, writer or sync) and waits until
+// it is ready: GET /healthz on `port` for the HTTP modes, its "syncing" log
+// line for sync. A start that fails is a test failure (EXPECT); the process
+// is returned either way.
+std::unique_ptr<SluiceProcess> StartSluice(const std::string& mode, const std::string& config_path, uint16_t port);
+
 // `sluice verify --config path`: its exit code; its output in *out.
 int VerifyViews(const std::string& config_path, std::string* out);
 // `sluice status --config path --json`, parsed (discarded when not JSON).
