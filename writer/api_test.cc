@@ -25,6 +25,12 @@ TEST(Api, RoutesCommandsAndReads) {
   EXPECT_EQ(*QueryUint(*r, "missing", 7), 7u);
 }
 
+TEST(Api, RoutesHealthAndReadiness) {
+  EXPECT_EQ(ParseRoute("GET", "/healthz")->kind, Route::Kind::kHealth);
+  EXPECT_EQ(ParseRoute("GET", "/readyz")->kind, Route::Kind::kReady);
+  EXPECT_EQ(ParseRoute("POST", "/readyz").status().code(), StatusCode::kNotFound);
+}
+
 TEST(Api, RejectsUnknownPathsAndBadEncoding) {
   EXPECT_EQ(ParseRoute("GET", "/v2/x").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(ParseRoute("DELETE", "/v1/entities/a/b").status().code(), StatusCode::kNotFound);
