@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -31,8 +32,10 @@ using namespace std::chrono_literals;
 struct PushStack {
   std::unique_ptr<TestDatabase> db;
   SluiceConfig cfg;
-  std::string path;
+  std::string path;         // the writer's (and serve's) config, with metrics.listen
+  std::string engine_path;  // the same without metrics, for a `sluice sync` beside the writer
   std::string prefix;
+  uint16_t metrics_port = 0;
 };
 
 PushStack MakePushStack(const std::string& name, uint32_t partitions, uint16_t redis_port,
@@ -43,6 +46,7 @@ PushStack MakePushStack(const std::string& name, uint32_t partitions, uint16_t r
   s.cfg.database = s.db->name();
   s.cfg.entities = {{"account", partitions}};
   s.cfg.port = FreePort();
+  s.metrics_port = FreePort();
   s.cfg.extra_yaml = engine_yaml +
                      "sinks:\n"
                      "  - name: cache\n    type: redis\n    entity: account\n"
@@ -50,12 +54,16 @@ PushStack MakePushStack(const std::string& name, uint32_t partitions, uint16_t r
                      "    key: \"" + s.prefix + ":{id}\"\n" + push_options +
                      "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
                      "    columns: {owner: /owner, balance: /balance, note: /note}\n" + push_options;
+  s.engine_path = s.cfg.Write();
+  const std::string common = s.cfg.extra_yaml;
+  s.cfg.extra_yaml = "metrics:\n  listen: 127.0.0.1:" + std::to_string(s.metrics_port) + "\n" + common;
   s.path = s.cfg.Write();
   return s;
 }
 
 std::unique_ptr<SluiceProcess> StartMode(const PushStack& s, const std::string& mode) {
-  auto p = std::make_unique<SluiceProcess>(std::vector<std::string>{mode, "--config", s.path}, s.cfg.port);
+  const std::string& path = mode == "sync" ? s.engine_path : s.path;
+  auto p = std::make_unique<SluiceProcess>(std::vector<std::string>{mode, "--config", path}, s.cfg.port);
   std::string why;
   if (mode == "sync") {
     EXPECT_TRUE(p->StartNoHttp(&why, "syncing")) << why;
@@ -78,6 +86,22 @@ std::map<std::string, uint64_t> PushCounters(const std::string& log, const std::
   }
   out["events"] = std::stoull(line.substr(marker.size()));
   return out;
+}
+
+// The sum of the samples of `metric` whose labels include every one of `labels`
+// (each as name="value"), from a /metrics scrape.
+double Scrape(uint16_t port, const std::string& metric, const std::vector<std::string>& labels) {
+  HttpClient http(port);
+  auto r = http.Get("/metrics");
+  double sum = 0;
+  std::istringstream in(r.body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(metric + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& l : labels) all = all && line.find(l) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
 }
 
 // The `_version` of a Redis JSON view value, or -1.
@@ -106,6 +130,10 @@ TEST(Push, FailedPushesOfAThirdOfTheBatchesAreRepairedByThePullPath) {
   ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
   EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
   const int64_t events = ExpectDenseEventIds(*s.db);
+  // The writer exports the same: pushed events and failures by sink.
+  EXPECT_GT(Scrape(s.metrics_port, "sluice_writer_push_failures_total", {"sink=\"cache\"", "reason=\"unavailable\""}), 0);
+  EXPECT_GT(Scrape(s.metrics_port, "sluice_writer_push_events_total", {"sink=\"table\""}), 0);
+  EXPECT_GT(Scrape(s.metrics_port, "sluice_writer_push_duration_seconds_count", {"sink=\"cache\""}), 0);
   EXPECT_EQ(writer->Terminate(), 0);
   for (const char* sink : {"cache", "table"}) {
     auto c = PushCounters(writer->Log(), sink);

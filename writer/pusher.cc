@@ -60,6 +60,7 @@ std::shared_ptr<Pusher::Ticket> Pusher::Submit(std::shared_ptr<const std::vector
     if (stopping_ || down || full) {
       Finish(*ticket, PushOutcome::kFailed);
       counters_.failed.fetch_add(n, std::memory_order_relaxed);
+      Observe(*ticket, ticket->submitted, false);
       return ticket;
     }
     queue_.push_back(ticket);
@@ -67,6 +68,24 @@ std::shared_ptr<Pusher::Ticket> Pusher::Submit(std::shared_ptr<const std::vector
   }
   work_cv_.notify_one();
   return ticket;
+}
+
+void Pusher::Observe(const Ticket& ticket, Clock::time_point now, bool late) {
+  if (options_.metrics == nullptr) return;
+  const double seconds = std::chrono::duration<double>(now - ticket.submitted).count();
+  if (late) {  // a sync reply no longer waited for it, whatever came of it
+    options_.metrics->Failed(metrics::PushFailure::kTimeout, seconds);
+    return;
+  }
+  size_t updated = 0, rejected = 0, failed = 0;
+  for (PushOutcome o : ticket.outcomes) {
+    updated += o == PushOutcome::kUpdated;
+    rejected += o == PushOutcome::kRejected;
+    failed += o == PushOutcome::kFailed;
+  }
+  if (updated > 0) options_.metrics->Succeeded(updated, seconds);
+  if (rejected > 0) options_.metrics->Failed(metrics::PushFailure::kRejected, seconds);
+  if (failed > 0) options_.metrics->Failed(metrics::PushFailure::kUnavailable, seconds);
 }
 
 std::vector<PushOutcome> Pusher::Wait(const Ticket& ticket) {
@@ -102,7 +121,9 @@ void Pusher::Run() {
       for (auto& t : batch) {
         for (auto& o : t->outcomes) o = outcomes[k++];
         t->finished = true;
-        if (now > t->deadline) counters_.late.fetch_add(1, std::memory_order_relaxed);
+        const bool late = now > t->deadline;
+        if (late) counters_.late.fetch_add(1, std::memory_order_relaxed);
+        Observe(*t, now, late);
         counters_.latency_us_sum.fetch_add(
             static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - t->submitted).count()),
             std::memory_order_relaxed);

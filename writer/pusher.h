@@ -41,6 +41,7 @@
 #include "connectors/sink.h"
 #include "core/backoff.h"
 #include "core/status.h"
+#include "metrics/metrics.h"
 
 namespace sluice::writer {
 
@@ -64,6 +65,8 @@ class Pusher {
     size_t max_pending_events = 20000;
     std::chrono::milliseconds reopen_backoff_min{20};
     std::chrono::milliseconds reopen_backoff_max{2000};
+    // sluice_writer_push_* of this sink; null: not exported.
+    metrics::PushMetrics* metrics = nullptr;
   };
 
   struct Ticket {
@@ -112,6 +115,8 @@ class Pusher {
   // returns one outcome per event of every ticket, in order.
   std::vector<PushOutcome> Apply(const std::vector<std::shared_ptr<Ticket>>& batch);
   void Finish(Ticket& ticket, PushOutcome outcome);  // mu_ held
+  // Exports how one finished ticket went (counts per batch, latency).
+  void Observe(const Ticket& ticket, Clock::time_point now, bool late);
 
   const Options options_;
   const SinkFactory factory_;

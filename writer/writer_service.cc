@@ -84,6 +84,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
         Pusher::Options po;
         po.sink = sink;
         po.where = "sink '" + sink.name + "' (" + name + " partition " + std::to_string(p) + ")";
+        po.metrics = &metrics_.ForPush(sink.name);
         o.pushers.push_back(std::make_unique<Pusher>(
             std::move(po), [this, sink] { return connectors::MakeSink(sink, config_); }));
       }
