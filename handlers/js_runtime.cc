@@ -2,6 +2,8 @@
 
 #include <duktape.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +13,14 @@
 namespace sluice::handlers {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The limit is on the CPU time the calling thread spends, not wall-clock
+// time: a worker that the OS preempts on a busy machine must not fail
+// handlers that did nothing wrong.
+int64_t ThreadCpuNanos() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 
 // Per-heap bookkeeping: Duktape hands it to the allocator and to the
 // execution-timeout check as the heap's udata.
@@ -21,12 +30,12 @@ struct Guard {
   bool refused = false;    // an allocation was refused since the last Arm()
   bool armed = false;      // a call (or the file's top level) is running
   bool timed_out = false;  // the deadline passed since the last Arm()
-  Clock::time_point deadline;
+  int64_t deadline_ns = 0;  // in ThreadCpuNanos() of the armed thread
 
   void Arm(std::chrono::milliseconds timeout) {
     refused = false;
     timed_out = false;
-    deadline = Clock::now() + timeout;
+    deadline_ns = ThreadCpuNanos() + std::chrono::nanoseconds(timeout).count();
     armed = true;
   }
 };
@@ -202,7 +211,7 @@ extern "C" int sluice_duk_exec_timeout_check(void* udata) {
   auto* g = static_cast<sluice::handlers::Guard*>(udata);
   if (g == nullptr || !g->armed) return 0;
   if (g->timed_out) return 1;
-  if (sluice::handlers::Clock::now() < g->deadline) return 0;
+  if (sluice::handlers::ThreadCpuNanos() < g->deadline_ns) return 0;
   g->timed_out = true;
   return 1;
 }

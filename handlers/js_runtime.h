@@ -16,9 +16,10 @@
 // is frozen after the file's top level ran, so a handler cannot keep state in
 // a new global between calls.
 //
-// Limits: a call that runs past `timeout` is interrupted (Duktape's execution
-// timeout check, also while an exception unwinds, so try/catch cannot swallow
-// it); an allocation that would take the heap past `memory_bytes` fails
+// Limits: a call that uses more than `timeout` of CPU time on its thread is
+// interrupted (Duktape's execution timeout check, also while an exception
+// unwinds, so try/catch cannot swallow it; CPU time, so that being preempted
+// on a busy machine does not count); an allocation that would take the heap past `memory_bytes` fails
 // after a garbage collection. Either way the call reports kTimeout or
 // kOutOfMemory and the heap is thrown away and rebuilt from the file, so
 // nothing a runaway call left behind survives it.
@@ -40,7 +41,7 @@
 namespace sluice::handlers {
 
 struct JsLimits {
-  std::chrono::milliseconds timeout{50};  // per call, and for the file's top level
+  std::chrono::milliseconds timeout{50};  // CPU time per call, and for the file's top level
   size_t memory_bytes = size_t{16} << 20;  // the whole heap, built-ins included
 };
 

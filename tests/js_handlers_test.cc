@@ -57,6 +57,15 @@ std::unique_ptr<SluiceProcess> StartWriter(const std::string& config_path, uint1
   return p;
 }
 
+// A config of the `account` type alone, on a free port.
+SluiceConfig AccountConfig(const TestDatabase& db, uint32_t partitions) {
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", partitions}};
+  cfg.port = FreePort();
+  return cfg;
+}
+
 std::string CommandPath(const std::string& id, const std::string& name) {
   return "/v1/entities/account/" + id + "/commands/" + name;
 }
@@ -100,10 +109,7 @@ class JsHandlersTest : public ::testing::Test {
 // must be exactly the sum of the operations that were accepted.
 TEST_F(JsHandlersTest, ConcurrentDepositsAndWithdrawalsNeverOverdraw) {
   TestDatabase db("jshot");
-  SluiceConfig cfg;
-  cfg.database = db.name();
-  cfg.entities = {{"account", 4}};
-  cfg.port = FreePort();
+  SluiceConfig cfg = AccountConfig(db, 4);
   auto writer = StartWriter(WriteConfig(cfg, {{"account", AccountJs()}}), cfg.port);
   ASSERT_TRUE(writer->running());
   {
@@ -172,10 +178,7 @@ TEST_F(JsHandlersTest, ConcurrentDepositsAndWithdrawalsNeverOverdraw) {
 // with another request is refused; a rejected command is evaluated afresh.
 TEST_F(JsHandlersTest, CommandsAreIdempotentLikeBuiltins) {
   TestDatabase db("jsidem");
-  SluiceConfig cfg;
-  cfg.database = db.name();
-  cfg.entities = {{"account", 2}};
-  cfg.port = FreePort();
+  SluiceConfig cfg = AccountConfig(db, 2);
   const std::string config_path = WriteConfig(cfg, {{"account", AccountJs()}});
   auto writer = StartWriter(config_path, cfg.port);
   ASSERT_TRUE(writer->running());
@@ -216,10 +219,7 @@ TEST_F(JsHandlersTest, CommandsAreIdempotentLikeBuiltins) {
 // command the file does not define is 404 and lists the ones it does.
 TEST_F(JsHandlersTest, ThrowingHandlerWritesNothing) {
   TestDatabase db("jsthrow");
-  SluiceConfig cfg;
-  cfg.database = db.name();
-  cfg.entities = {{"account", 1}};
-  cfg.port = FreePort();
+  SluiceConfig cfg = AccountConfig(db, 1);
   auto writer = StartWriter(WriteConfig(cfg, {{"account", AccountJs()}}), cfg.port);
   ASSERT_TRUE(writer->running());
   HttpClient c(cfg.port);
@@ -254,10 +254,7 @@ TEST_F(JsHandlersTest, ThrowingHandlerWritesNothing) {
 // the same batch) are applied.
 TEST_F(JsHandlersTest, RunawayHandlersAreStoppedAndThePartitionCarriesOn) {
   TestDatabase db("jsrun");
-  SluiceConfig cfg;
-  cfg.database = db.name();
-  cfg.entities = {{"account", 1}};
-  cfg.port = FreePort();
+  SluiceConfig cfg = AccountConfig(db, 1);
   cfg.extra_writer_yaml = "  handler_timeout: 30ms\n  handler_memory: 4MiB\n";
   const std::string js = WriteTemp("runaway.js",
                                     "function add(s, r) { s.n = (s.n || 0) + 1; return {n: s.n}; }\n"
@@ -304,10 +301,7 @@ TEST_F(JsHandlersTest, RunawayHandlersAreStoppedAndThePartitionCarriesOn) {
 // naming the JavaScript file and line.
 TEST_F(JsHandlersTest, SyntaxErrorFailsStartupWithFileAndLine) {
   TestDatabase db("jssyntax");
-  SluiceConfig cfg;
-  cfg.database = db.name();
-  cfg.entities = {{"account", 1}};
-  cfg.port = FreePort();
+  SluiceConfig cfg = AccountConfig(db, 1);
   const std::string js = WriteTemp("broken.js", "function ok(s) {}\n\nfunction broken(s) {\n  s.x = ;\n}\n");
   const std::string config_path = WriteConfig(cfg, {{"account", js}});
   std::string out;
