@@ -165,6 +165,18 @@ TEST(Admin, PausedViewHoldsStillWhileWritesContinueThenResumeCatchesUp) {
   ASSERT_EQ(live.status, 200) << live.body;
   EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
 
+  // The pause outlives a restart.
+  EXPECT_EQ(s->serve->Terminate(), 0);
+  s->serve = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s->path}, s->cfg.port);
+  std::string why;
+  ASSERT_TRUE(s->serve->Start(&why)) << why;
+  HttpClient restarted(s->admin_port);
+  live = restarted.Get("/v1/status");
+  ASSERT_EQ(live.status, 200) << live.body;
+  EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
+  EXPECT_EQ(SinkStatus(StatusJson(s->path), "table")["partitions"][0]["state"], "paused");
+  EXPECT_EQ(TableRows(*s->db), table_paused);
+
   ASSERT_EQ(Sluice({"resume", "--config", s->path, "--sink", "table"}, &out), 0) << out;
   ASSERT_TRUE(WaitCaughtUp(s->path, 120s, &status_text)) << status_text;
   EXPECT_FALSE(SinkStatus(StatusJson(s->path), "table")["paused"].get<bool>());
