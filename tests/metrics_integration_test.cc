@@ -24,14 +24,6 @@ namespace {
 using Json = nlohmann::json;
 using namespace std::chrono_literals;
 
-#define SLUICE_REQUIRE_REDIS_SERVER()                                           \
-  do {                                                                          \
-    if (!RedisClient(RedisPort()).ok()) {                                       \
-      if (InCi()) FAIL() << "Redis is not reachable (CI=true)";                 \
-      GTEST_SKIP() << "Redis is not reachable; run scripts/services up";        \
-    }                                                                           \
-  } while (0)
-
 // The sum of every sample of `name` whose labels contain `labels` (e.g.
 // sink="cache"); -1 when there is none.
 double Sum(const std::string& text, const std::string& name, const std::string& labels = "") {
@@ -140,7 +132,7 @@ void Load(uint16_t port, int count, int entities, int threads, const std::string
 
 TEST(Metrics, CountersBalanceDuringALoadAndAgreeWithVerify) {
   SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_REDIS_SERVER();
+  SLUICE_REQUIRE_REDIS();
   Stack s = StartStack("metrics_balance", 8, RedisPort());
   ASSERT_TRUE(s.process->running());
 
@@ -221,7 +213,7 @@ TEST(Metrics, CountersBalanceDuringALoadAndAgreeWithVerify) {
 
 TEST(Metrics, RedisCutRaisesItsLagAndReadyzSaysSoUntilItIsBack) {
   SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_REDIS_SERVER();
+  SLUICE_REQUIRE_REDIS();
   TcpProxy proxy("127.0.0.1", RedisPort());
   Stack s = StartStack("metrics_cut", 4, proxy.port());
   ASSERT_TRUE(s.process->running());
