@@ -18,6 +18,7 @@
 #include <boost/program_options.hpp>
 
 #include "config/config.h"
+#include "connectors/plugin/plugin_host.h"
 #include "admin/admin_client.h"
 #include "admin/admin_service.h"
 #include "engine/operator.h"
@@ -98,7 +99,16 @@ void RaiseFileLimit() {
 
 Result<config::Config> LoadOrExplain(const std::string& path) {
   auto cfg = config::LoadConfig(path);
-  if (!cfg.ok()) std::cerr << cfg.status().message() << "\n";
+  if (!cfg.ok()) {
+    std::cerr << cfg.status().message() << "\n";
+    return cfg;
+  }
+  // Plugin libraries load here, so a bad library or a plugin sink's bad
+  // options stop every command (config check included) before it starts.
+  if (Status st = connectors::plugin::CheckPlugins(*cfg); !st.ok()) {
+    std::cerr << st.message() << "\n";
+    return st;
+  }
   return cfg;
 }
 
