@@ -22,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 constexpr milliseconds kMetadataTimeout{10000};
 constexpr milliseconds kHealthTimeout{2000};
 constexpr milliseconds kReadTimeout{10000};
+// How long Close waits for requests already sent after a failed batch.
+constexpr int kCloseGrace = 2000;
 // Records read back per step while looking for the last sluice-positions
 // header of a topic partition; each further step reads four times as many.
 constexpr int64_t kFirstRecoveryWindow = 256;
@@ -196,7 +198,13 @@ class KafkaSink final : public Sink {
     }
     if (producer_) {
       // Every record of a returned Apply is delivered or given up; whatever a
-      // failed Apply left queued is dropped here (it will be produced again).
+      // failed Apply left behind is dropped here (it will be produced again
+      // after Open has read the topic back). Queued records go at once;
+      // requests already sent get a moment to be answered, so that the
+      // broker is done with them before the topic is read back (a record
+      // appended after that read would be produced twice).
+      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE);
+      if (rd_kafka_outq_len(producer_.get()) > 0) rd_kafka_flush(producer_.get(), kCloseGrace);
       rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_poll(producer_.get(), 0);
       producer_.reset();
