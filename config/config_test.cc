@@ -219,8 +219,8 @@ TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
   EXPECT_EQ(Errors(std::string(kValid) + "metrics: {}\n"),
             "t.yaml:10:1: metrics: unknown key (expected one of: storage, entities, writer, "
             "engine, sinks, admin)");
-  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, handlers: h.js}")),
-            "t.yaml:9:28: entities.account.handlers: unknown key (expected one of: partitions)");
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, replicas: 2}")),
+            "t.yaml:9:28: entities.account.replicas: unknown key (expected one of: partitions, handlers)");
 }
 
 TEST(LoadConfigErrors, WrongTypeIsReportedNotThrown) {
@@ -520,6 +520,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "entities:\n"
             "  account:\n"
             "    partitions: 4\n"
+            "    handlers: " SLUICE_CONFIG_EXAMPLES_DIR "/handlers/account.js\n"
             "  order:\n"
             "    partitions: 2\n"
             "writer:\n"
@@ -531,6 +532,8 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"
             "  allow_weak_durability: false\n"
+            "  handler_timeout: 50ms\n"
+            "  handler_memory: 16777216\n"
             "engine:\n"
             "  offset_flush_interval: 1s\n"
             "  batch_max: 5000\n"
