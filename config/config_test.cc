@@ -1203,6 +1203,14 @@ TEST(Push, ReadsPushSettingsAndPrintsThem) {
   EXPECT_FALSE(SinkTypeCanPush("elasticsearch"));
 }
 
+TEST(PushErrors, PushOnASinkThatCannotPush) {
+  EXPECT_EQ(Errors(WithSinks("  - {name: feed, type: kafka, entity: account, brokers: \"127.0.0.1:9092\", "
+                             "topic: t, push: true}\n")),
+            "t.yaml:11:91: sinks[0].push: a kafka sink cannot be pushed to: push is for point views (sink types "
+            "redis and mysql), which the writer can update right after a commit; remove push or use a redis or "
+            "mysql sink");
+}
+
 TEST(PushErrors, PushOptionsNeedPushAndValidValues) {
   EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push_mode: sync")),
             "t.yaml:25:5: sinks[1].push_mode: only with push: true");
