@@ -1,5 +1,6 @@
 #include "connectors/kafka/record_codec.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "core/change_event.pb.h"
@@ -21,6 +22,21 @@ std::string TopicName(std::string_view topic_template, std::string_view entity_t
   return out;
 }
 
+namespace {
+
+// A JSON string literal: plain printable ASCII (ids, names, command ids are
+// almost always that) is copied as it is; anything else goes through the
+// full escaper. Saves the allocations of the general path per field.
+void AppendString(std::string& out, std::string_view s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
+  if (!plain) return AppendJsonString(out, s);
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+}  // namespace
+
 std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format format) {
   if (format == config::KafkaSinkConfig::Format::kProtobuf) {
     sluice::v1::ChangeEvent m;
@@ -40,9 +56,9 @@ std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format fo
   std::string out;
   out.reserve(160 + e.entity_id.size() + e.state.size());
   out += "{\"type\":";
-  AppendJsonString(out, e.entity_type);
+  AppendString(out, e.entity_type);
   out += ",\"id\":";
-  AppendJsonString(out, e.entity_id);
+  AppendString(out, e.entity_id);
   out += ",\"version\":" + std::to_string(e.version);
   out += e.deleted ? ",\"deleted\":true" : ",\"deleted\":false";
   out += ",\"state\":";
@@ -50,9 +66,9 @@ std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format fo
   out += ",\"partition\":" + std::to_string(e.partition);
   out += ",\"event_id\":" + std::to_string(e.event_id);
   out += ",\"command\":";
-  AppendJsonString(out, e.command_name);
+  AppendString(out, e.command_name);
   out += ",\"command_id\":";
-  AppendJsonString(out, e.command_id);
+  AppendString(out, e.command_id);
   out += ",\"committed_at_us\":" + std::to_string(e.committed_at_us);
   out += '}';
   return out;

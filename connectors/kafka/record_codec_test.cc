@@ -50,6 +50,17 @@ TEST(KafkaRecordValue, JsonRoundTripsEveryField) {
   EXPECT_EQ(back->committed_at_us, e.committed_at_us);
 }
 
+TEST(KafkaRecordValue, JsonStringsAreEscapedWhereNeeded) {
+  ChangeEvent e = Sample();
+  for (const std::string& id : {std::string("plain-id_1"), std::string("tab\there"), std::string("back\\slash"),
+                               std::string("caf\xc3\xa9"), std::string("ctl\x01")}) {
+    e.entity_id = id;
+    auto j = ParseJson(EncodeValue(e, Format::kJson));
+    ASSERT_TRUE(j.ok()) << id;
+    EXPECT_EQ((*j)["id"], id);
+  }
+}
+
 TEST(KafkaRecordValue, DeleteHasNullStateInJsonAndEmptyInProtobuf) {
   ChangeEvent e = Sample();
   e.deleted = true;
