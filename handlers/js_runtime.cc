@@ -160,23 +160,66 @@ std::string LoadError(duk_context* ctx, const std::string& file) {
 struct CallArgs {
   const char* name;
   size_t name_len;
-  const char* state;
-  size_t state_len;
-  const char* request;
-  size_t request_len;
+  const Json* state;
+  const Json* request;
   const JsContext* jctx;
   bool returned;  // the handler returned (an error after this is in encoding)
 };
 
+// The nesting JSON.parse accepts in Duktape (DUK_USE_JSON_DEC_RECLIMIT).
+constexpr int kMaxJsonDepth = 1000;
+
+// Pushes v as the value JSON.parse would make of its text, without the text:
+// the same doubles (a number's text round-trips to the same double), the same
+// keys in the same order. Runs inside a protected call: no object with a
+// destructor lives across a Duktape call here (nlohmann's iterators and the
+// references it hands out are trivially destructible).
+void PushJson(duk_context* ctx, const Json& v, int depth) {
+  if (depth > kMaxJsonDepth) (void)duk_range_error(ctx, "the state or request is nested too deeply");
+  // A C function is only promised a few value-stack slots; each level holds one.
+  duk_require_stack(ctx, 2);
+  switch (v.type()) {
+    case Json::value_t::boolean: duk_push_boolean(ctx, v.get<bool>()); return;
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float: duk_push_number(ctx, v.get<double>()); return;
+    case Json::value_t::string: {
+      const std::string& s = v.get_ref<const std::string&>();
+      duk_push_lstring(ctx, s.data(), s.size());
+      return;
+    }
+    case Json::value_t::array: {
+      duk_push_array(ctx);
+      duk_uarridx_t i = 0;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        PushJson(ctx, *it, depth + 1);
+        duk_put_prop_index(ctx, -2, i++);
+      }
+      return;
+    }
+    case Json::value_t::object: {
+      duk_push_object(ctx);
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        PushJson(ctx, it.value(), depth + 1);
+        const std::string& key = it.key();
+        duk_put_prop_lstring(ctx, -2, key.data(), key.size());
+      }
+      return;
+    }
+    case Json::value_t::null:
+    case Json::value_t::binary:
+    case Json::value_t::discarded: break;
+  }
+  duk_push_null(ctx);
+}
+
 // [] -> [state_json, response_json]
 duk_ret_t CallUnsafe(duk_context* ctx, void* udata) {
   auto* a = static_cast<CallArgs*>(udata);
-  duk_push_lstring(ctx, a->state, a->state_len);
-  duk_json_decode(ctx, -1);                                 // [state]
+  PushJson(ctx, *a->state, 0);                              // [state]
   duk_get_global_lstring(ctx, a->name, a->name_len);        // [state fn]
   duk_dup(ctx, 0);                                          // [state fn state]
-  duk_push_lstring(ctx, a->request, a->request_len);
-  duk_json_decode(ctx, -1);                                 // [state fn state request]
+  PushJson(ctx, *a->request, 0);                            // [state fn state request]
   duk_push_object(ctx);
   duk_push_lstring(ctx, a->jctx->command_id.data(), a->jctx->command_id.size());
   duk_put_prop_string(ctx, -2, "command_id");
@@ -327,10 +370,7 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
       return out;
     }
   }
-  const std::string state_text = CanonicalJson(state);
-  const std::string request_text = CanonicalJson(request);
-  CallArgs args{name.data(), name.size(), state_text.data(), state_text.size(), request_text.data(),
-                request_text.size(), &jctx, false};
+  CallArgs args{name.data(), name.size(), &state, &request, &jctx, false};
   duk_context* ctx = heap_->ctx;
   Guard& guard = heap_->guard;
   t_now_ms = static_cast<double>(jctx.now_ms);

@@ -77,6 +77,26 @@ TEST(JsRuntime, ThrowRejectsWithTheMessage) {
   EXPECT_EQ(out.message, "plain text");
 }
 
+TEST(JsRuntime, StateAndRequestArriveAsJsonParseWouldMakeThem) {
+  auto rt = MustCreate("function echo(s, r) { s.copy = r; return [typeof r.i, typeof r.f, r.u.length, Object.keys(r)]; }");
+  ASSERT_NE(rt, nullptr);
+  const Json state = Json::parse(R"({"a":[1,-2,3.5,null,true,"x",{"b":[]}],"big":9007199254740993,"e":"\u00e9\ud83d\ude00","z":{}})");
+  const Json request = Json::parse(R"({"u":"h\u00e9","i":-7,"f":0.1,"n":null,"o":{"k":[{"d":1e300}]}})");
+  JsOutcome out = rt->Call("echo", state, request, Ctx());
+  ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
+  Json expected = state;
+  expected["big"] = 9007199254740992.0;  // a double, as JSON.parse makes it
+  expected["copy"] = request;
+  EXPECT_EQ(out.state, expected);
+  EXPECT_EQ(out.response, Json::parse(R"(["number","number",2,["f","i","n","o","u"]])"));
+  // Deeper than JSON.parse would accept: rejected, not a crash.
+  Json deep = Json::array();
+  for (int i = 0; i < 1200; ++i) deep = Json::array({deep});
+  out = rt->Call("echo", Json::object(), Json{{"d", deep}}, Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kRejected);
+  EXPECT_NE(out.message.find("nested too deeply"), std::string::npos) << out.message;
+}
+
 TEST(JsRuntime, UndefinedReturnIsNullResponse) {
   auto rt = MustCreate("function touch(s) { s.touched = true; }");
   ASSERT_NE(rt, nullptr);
