@@ -20,6 +20,19 @@ std::string ConnectorUnderTest::StorageYaml() {
          ", database: " + UniqueName("conf") + "}";
 }
 
+ProxiedConnector::ProxiedConnector() = default;
+ProxiedConnector::~ProxiedConnector() = default;
+
+void ProxiedConnector::StartProxy(const std::string& host, uint16_t port) {
+  proxy_ = std::make_unique<testing::TcpProxy>(host, port);
+}
+
+uint16_t ProxiedConnector::proxy_port() const { return proxy_ ? proxy_->port() : 0; }
+
+void ProxiedConnector::SetServerDown(bool down) {
+  if (proxy_) proxy_->SetEnabled(!down);
+}
+
 connectors::ChangeEvent ConnectorUnderTest::PoisonEvent(connectors::ChangeEvent base) {
   base.state = "{\"n\": 1, \"name\": ";  // cut short: not JSON
   return base;

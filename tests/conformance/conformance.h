@@ -32,6 +32,10 @@
 #include "connectors/sink.h"
 #include "core/status.h"
 
+namespace sluice::testing {
+class TcpProxy;
+}  // namespace sluice::testing
+
 namespace sluice::conformance {
 
 // What the view holds for one entity, read back without the sink under test.
@@ -80,6 +84,23 @@ class ConnectorUnderTest {
   // server-down test is skipped for this connector with that reason.
   virtual bool CanGoDown() const { return false; }
   virtual void SetServerDown(bool /*down*/) {}
+};
+
+// A connector whose server the kit cuts with a testing::TcpProxy: call
+// StartProxy() in SetUp() and point the sink at 127.0.0.1:proxy_port().
+class ProxiedConnector : public ConnectorUnderTest {
+ public:
+  ProxiedConnector();
+  ~ProxiedConnector() override;
+  bool CanGoDown() const override { return true; }
+  void SetServerDown(bool down) override;
+
+ protected:
+  void StartProxy(const std::string& host, uint16_t port);
+  uint16_t proxy_port() const;
+
+ private:
+  std::unique_ptr<testing::TcpProxy> proxy_;
 };
 
 // Builds a connector for one test.

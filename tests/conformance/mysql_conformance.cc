@@ -9,19 +9,19 @@
 namespace sluice::conformance {
 namespace {
 
-class MysqlUnderTest : public ConnectorUnderTest {
+class MysqlUnderTest : public ProxiedConnector {
  public:
   Status SetUp() override {
     if (!testing::Connect()) return Unavailable("MariaDB is not reachable");
     db_ = std::make_unique<testing::TestDatabase>("conf");
     const sql::ConnectParams p = testing::MysqlParams();
-    proxy_ = std::make_unique<testing::TcpProxy>(p.host, p.port);
+    StartProxy(p.host, p.port);
     return Status::Ok();
   }
 
   std::string StorageYaml() override {
     const sql::ConnectParams p = testing::MysqlParams();
-    return "{host: 127.0.0.1, port: " + std::to_string(proxy_->port()) + ", user: " + nlohmann::json(p.user).dump() +
+    return "{host: 127.0.0.1, port: " + std::to_string(proxy_port()) + ", user: " + nlohmann::json(p.user).dump() +
            ", password: " + nlohmann::json(p.password).dump() + ", database: " + db_->name() +
            ", connect_timeout: 2s, io_timeout: 5s}";
   }
@@ -40,14 +40,8 @@ class MysqlUnderTest : public ConnectorUnderTest {
     return std::optional<ViewRow>(row);
   }
 
-  bool CanGoDown() const override { return true; }
-  void SetServerDown(bool down) override {
-    if (proxy_) proxy_->SetEnabled(!down);
-  }
-
  private:
   std::unique_ptr<testing::TestDatabase> db_;
-  std::unique_ptr<testing::TcpProxy> proxy_;
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace sluice::conformance {
 namespace {
 
-class RedisUnderTest : public ConnectorUnderTest {
+class RedisUnderTest : public ProxiedConnector {
  public:
   ~RedisUnderTest() override {
     if (!client_ || !client_->ok()) return;
@@ -21,13 +21,13 @@ class RedisUnderTest : public ConnectorUnderTest {
     if (!client_->ok() || !client_->Run({"PING"})) {
       return Unavailable("Redis is not reachable on port " + std::to_string(testing::RedisPort()));
     }
-    proxy_ = std::make_unique<testing::TcpProxy>("127.0.0.1", testing::RedisPort());
+    StartProxy("127.0.0.1", testing::RedisPort());
     prefix_ = UniqueName("conf");
     return Status::Ok();
   }
 
   std::string SinkYaml() override {
-    return "type: redis, url: \"redis://127.0.0.1:" + std::to_string(proxy_->port()) + "/0\", key: \"" +
+    return "type: redis, url: \"redis://127.0.0.1:" + std::to_string(proxy_port()) + "/0\", key: \"" +
            prefix_ + ":{id}\"";
   }
 
@@ -47,14 +47,8 @@ class RedisUnderTest : public ConnectorUnderTest {
     return std::optional<ViewRow>();
   }
 
-  bool CanGoDown() const override { return true; }
-  void SetServerDown(bool down) override {
-    if (proxy_) proxy_->SetEnabled(!down);
-  }
-
  private:
   std::unique_ptr<testing::RedisClient> client_;
-  std::unique_ptr<testing::TcpProxy> proxy_;
   std::string prefix_;
 };
 
