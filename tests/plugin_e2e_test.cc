@@ -115,6 +115,29 @@ TEST(PluginEndToEnd, ServeKeepsTheJsonlViewThatVerifyChecks) {
   EXPECT_NE(out.find("a7"), std::string::npos) << out;
 }
 
+TEST(PluginEndToEnd, SyncPushToThePluginSinkIsReadYourWrites) {
+  SLUICE_REQUIRE_MYSQL();
+  PluginStack s = MakeStack("plugin_push", "    push: true\n    push_mode: sync\n    push_timeout: 5s\n");
+  SluiceProcess serve({"serve", "--config", s.path}, s.cfg.port);
+  std::string why;
+  ASSERT_TRUE(serve.Start(&why)) << why;
+  HttpClient c(s.cfg.port);
+  for (int i = 1; i <= 5; ++i) {
+    const HttpReply r = Command(c, "p", "put", R"({"n":)" + std::to_string(i) + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers.count("sluice-push") ? r.headers.at("sluice-push") : "", "audit=updated");
+    // The reply came after the push: the file already holds this version.
+    auto view = ReadView(s.view);
+    EXPECT_EQ(view["p"].version, static_cast<uint64_t>(i));
+    EXPECT_EQ(view["p"].state, nlohmann::json::parse(R"({"n":)" + std::to_string(i) + "}"));
+  }
+  // The pull path then finds every event already applied (stale), and the view verifies.
+  std::string out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
+  EXPECT_EQ(RunSluice({"verify", "--config", s.path}, &out), 0) << out;
+  EXPECT_EQ(serve.Terminate(), 0) << serve.Log();
+}
+
 TEST(PluginEndToEnd, ConfigCheckAndServeReportBrokenPlugins) {
   SLUICE_REQUIRE_MYSQL();
   std::string out;
