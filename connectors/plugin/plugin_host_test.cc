@@ -146,6 +146,21 @@ TEST(PluginHostErrors, CheckPluginsReportsEveryBadSinkWithItsOrigin) {
                 dir.path() + "/s.yaml:8:5: sink 'c' (plugin jsonl_sink): path must be a file path, got 7");
 }
 
+TEST(PluginHostErrors, PushOnAPluginTypeThatCannotPush) {
+  TempDir dir;
+  const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                           "entities:\n  account: {partitions: 2}\n" +
+                           "sinks:\n"
+                           "  - {name: p, type: pull_only, entity: account, push: true}\n"
+                           "  - {name: q, type: pull_only, entity: account}\n"
+                           "plugins: [" + std::string(NO_PUSH_PLUGIN) + "]\n";
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(CheckPlugins(*cfg).message(),
+            dir.path() + "/s.yaml:6:5: sink 'p': push: true, but the plugin sink type 'pull_only' cannot be pushed "
+                         "to (it does not declare SLUICE_CAP_CAN_PUSH)");
+}
+
 TEST(PluginSink, AppliesWithTheVersionCheckAndVerifies) {
   TempDir dir;
   auto cfg = JsonlConfig(dir, ", path: view.jsonl");
