@@ -426,8 +426,9 @@ Result<std::unique_ptr<PluginSink>> CreateLocked(Host& host, const config::SinkC
   if (it == host.types.end()) {
     std::string known;
     for (const auto& [name, entry] : host.types) known += (known.empty() ? "" : ", ") + name;
-    return InvalidArgument(sink.origin + ": sink '" + sink.name + "': no plugin provides sink type '" + sink.type +
-                           "' (built in: redis, mysql; from plugins: " + (known.empty() ? "none" : known) + ")");
+    return InvalidArgument(sink.origin + ": sink '" + sink.name + "': sink type '" + sink.type +
+                           "' is not built in and no listed plugin provides it (plugin types: " +
+                           (known.empty() ? "none" : known) + ")");
   }
   const TypeEntry entry = it->second;
   const std::string config_dir = std::filesystem::path(global.path).parent_path().string();

@@ -140,8 +140,8 @@ TEST(PluginHostErrors, CheckPluginsReportsEveryBadSinkWithItsOrigin) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   const Status s = CheckPlugins(*cfg);
   EXPECT_EQ(s.message(),
-            dir.path() + "/s.yaml:6:5: sink 'a': no plugin provides sink type 'jsnl' (built in: redis, mysql; "
-                         "from plugins: jsonl)\n" +
+            dir.path() + "/s.yaml:6:5: sink 'a': sink type 'jsnl' is not built in and no listed plugin provides "
+                         "it (plugin types: jsonl)\n" +
                 dir.path() + "/s.yaml:7:5: sink 'b' (plugin jsonl_sink): unknown option 'pth' (expected: path, fsync)\n" +
                 dir.path() + "/s.yaml:8:5: sink 'c' (plugin jsonl_sink): path must be a file path, got 7");
 }
