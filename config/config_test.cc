@@ -216,9 +216,9 @@ TEST(LoadConfigErrors, UnknownKeySuggestsTheClosestName) {
 }
 
 TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
-  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {}\n"),
-            "t.yaml:10:1: metrics: unknown key (expected one of: storage, entities, writer, "
-            "engine, sinks, admin)");
+  EXPECT_EQ(Errors(std::string(kValid) + "telemetry: {}\n"),
+            "t.yaml:10:1: telemetry: unknown key (expected one of: storage, entities, writer, "
+            "engine, metrics, sinks, admin, plugins)");
   EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, replicas: 2}")),
             "t.yaml:9:28: entities.account.replicas: unknown key (expected one of: partitions, handlers)");
 }
@@ -742,7 +742,7 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   // Keys of the other sink type are never suggested.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
-            "on_error, batch_max, url, key, format, fields, ttl, tombstone_ttl)");
+            "on_error, batch_max, push, push_mode, push_timeout, url, key, format, fields, ttl, tombstone_ttl)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
             "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");
