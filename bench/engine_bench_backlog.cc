@@ -1,5 +1,7 @@
 #include "bench/engine_bench_backlog.h"
 
+#include "bench/engine_bench_es.h"
+
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -312,6 +314,21 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   return r;
 }
 
+connectors::ChangeEvent Backlog::ChangeEventAt(uint32_t p, uint64_t event_id, int64_t committed_at_us) const {
+  const Event e = At(p, event_id);
+  connectors::ChangeEvent ce;
+  ce.entity_type = spec_.type;
+  ce.partition = p;
+  ce.event_id = event_id;
+  ce.entity_id = EntityId(e.entity);
+  ce.version = e.version;
+  ce.state = State(e.entity, e.version);
+  ce.command_name = "patch";
+  ce.command_id = CommandId(e.entity, e.version);
+  ce.committed_at_us = committed_at_us;
+  return ce;
+}
+
 Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink,
                                 const Backlog& backlog) {
   const BacklogSpec& spec = backlog.spec();
@@ -324,6 +341,8 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
     ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
     RETURN_IF_ERROR(stats->DeleteMatching(keys.ScanPattern()).status());
     ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
+  } else if (sink.type == "elasticsearch") {
+    RETURN_IF_ERROR(DropEsIndex(sink));
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
@@ -357,18 +376,7 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
         const uint64_t last = std::min(n, position[p] + read_batch);
         const int64_t now_us = RealtimeMicros();
         for (uint64_t id = position[p] + 1; id <= last; ++id) {
-          const Backlog::Event e = backlog.At(p, id);
-          connectors::ChangeEvent ce;
-          ce.entity_type = spec.type;
-          ce.partition = p;
-          ce.event_id = id;
-          ce.entity_id = backlog.EntityId(e.entity);
-          ce.version = e.version;
-          ce.state = backlog.State(e.entity, e.version);
-          ce.command_name = "patch";
-          ce.command_id = backlog.CommandId(e.entity, e.version);
-          ce.committed_at_us = now_us;
-          batch.push_back(std::move(ce));
+          batch.push_back(backlog.ChangeEventAt(p, id, now_us));
         }
         position[p] = last;
         const std::span<const connectors::ChangeEvent> all(batch);

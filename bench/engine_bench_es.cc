@@ -40,7 +40,7 @@ Result<std::vector<uint64_t>> EsVersions(es::RestClient& client, const std::stri
   }
   body += "]}";
   ASSIGN_OR_RETURN(auto r, client.Send("POST", es::PathTo("/", index) +
-                                                   "/_mget?filter_path=docs.found,docs._version",
+                                                   "/_mget?filter_path=docs.found,docs._version,docs.error.type",
                                        body));
   // The sink creates the index when it opens: until then, nothing is visible.
   if (r.status == 404) return out;
@@ -49,7 +49,11 @@ Result<std::vector<uint64_t>> EsVersions(es::RestClient& client, const std::stri
   if (!doc.is_object() || !doc.contains("docs") || doc["docs"].size() != ids.size()) {
     return Internal("_mget: unexpected response");
   }
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = doc["docs"][i].value("_version", uint64_t{0});
+  // A document of a missing index comes back as an error: not visible yet.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& d = doc["docs"][i];
+    out[i] = d.contains("error") ? 0 : d.value("_version", uint64_t{0});
+  }
   return out;
 }
 
