@@ -28,6 +28,7 @@
 
 #include "bench/bench_common.h"
 #include "config/config.h"
+#include "connectors/sink.h"
 #include "core/status.h"
 #include "sql/connection.h"
 
@@ -62,6 +63,9 @@ class Backlog {
   }
 
   const std::string& EntityId(uint64_t entity) const { return ids_[entity]; }
+  // The event with event_id of partition p as the engine hands it to a sink
+  // (a patch command), committed at committed_at_us.
+  connectors::ChangeEvent ChangeEventAt(uint32_t p, uint64_t event_id, int64_t committed_at_us) const;
   // {"balance":N,"note":"...","owner":"o123"}: about 80 bytes, compact, keys
   // in order (as the writer's canonical JSON would store it).
   std::string State(uint64_t entity, uint32_t version) const;
