@@ -94,7 +94,8 @@ typedef struct sluice_host_api {
      per event in normal operation. */
   void (*log)(void* context, sluice_log_level level, sluice_str message);
   /* Adds delta to a counter. name: [a-z_][a-z0-9_]*, ending in _total; the
-     host exports it as sluice_plugin_<name>{sink="<sink>"}. sink may be empty. */
+     host names it sluice_plugin_<name>{plugin="...",sink="<sink>"}. sink may
+     be empty. Other names are ignored (with a rate-limited warning). */
   void (*counter_add)(void* context, sluice_str name, sluice_str sink, uint64_t delta);
   /* Sets a gauge, exported like a counter (name without _total). */
   void (*gauge_set)(void* context, sluice_str name, sluice_str sink, double value);

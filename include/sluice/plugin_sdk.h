@@ -122,7 +122,7 @@ class Host {
   static void Log(sluice_log_level level, std::string_view message) {
     if (const auto* h = api()) h->log(h->context, level, Str(message));
   }
-  // name: [a-z_][a-z0-9_]* ending in _total; exported as sluice_plugin_<name>.
+  // name: [a-z_][a-z0-9_]* ending in _total; named sluice_plugin_<name> by the host.
   static void CounterAdd(std::string_view name, std::string_view sink, uint64_t delta) {
     if (const auto* h = api()) h->counter_add(h->context, Str(name), Str(sink), delta);
   }
