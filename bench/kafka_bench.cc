@@ -71,21 +71,6 @@ uint64_t ProcStatusKib(pid_t pid, const std::string& field) {
   return 0;
 }
 
-ChangeEvent EventOf(const Backlog& b, uint32_t p, uint64_t id, int64_t now_us) {
-  const Backlog::Event e = b.At(p, id);
-  ChangeEvent ce;
-  ce.entity_type = b.spec().type;
-  ce.partition = p;
-  ce.event_id = id;
-  ce.entity_id = b.EntityId(e.entity);
-  ce.version = e.version;
-  ce.state = b.State(e.entity, e.version);
-  ce.command_name = "patch";
-  ce.command_id = b.CommandId(e.entity, e.version);
-  ce.committed_at_us = now_us;
-  return ce;
-}
-
 double Elapsed(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int64_t NowMicros() {
@@ -309,7 +294,7 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
     const int64_t now_us = NowMicros();
     for (uint32_t p = 0; p < b.spec().partitions; ++p) {
       for (uint64_t id = 1; id <= b.PartitionEvents(p); ++id) {
-        const ChangeEvent e = EventOf(b, p, id, now_us);
+        const ChangeEvent e = b.ChangeEventAt(p, id, now_us);
         const std::string value = kafka::EncodeValue(e, sink.kafka.format);
         const std::string version = std::to_string(e.version), event_id = std::to_string(e.event_id),
                           partition = std::to_string(p);
