@@ -45,17 +45,37 @@ uint16_t OpenSearchPort() {
     }                                                                                        \
   } while (0)
 
+// Deletes the test's index when the test ends, as TestDatabase drops its database.
+class IndexDeleter {
+ public:
+  IndexDeleter() = default;
+  IndexDeleter(IndexDeleter&& other) noexcept : index_(std::exchange(other.index_, std::string())) {}
+  IndexDeleter& operator=(IndexDeleter&& other) noexcept {
+    std::swap(index_, other.index_);
+    return *this;
+  }
+  ~IndexDeleter() {
+    if (!index_.empty()) HttpClient(OpenSearchPort(), 10s).Send("DELETE /" + index_ + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  }
+  void Set(std::string index) { index_ = std::move(index); }
+
+ private:
+  std::string index_;
+};
+
 struct Stack {
   std::unique_ptr<TestDatabase> db;
   SluiceConfig cfg;
   std::string path;
   std::string index;  // the view's index
+  IndexDeleter deleter;
 };
 
 Stack MakeStack(const std::string& name, uint32_t partitions, uint16_t opensearch_port) {
   Stack s;
   s.db = std::make_unique<TestDatabase>(name);
   s.index = UniquePrefix(name) + "_account";
+  s.deleter.Set(s.index);
   s.cfg.database = s.db->name();
   s.cfg.entities = {{"account", partitions}};
   s.cfg.port = FreePort();
