@@ -318,8 +318,8 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   Log(LogLevel::kInfo, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
-  if (admin_service) admin_service->Stop();
   metrics_server.reset();
+  if (admin_service) admin_service->Stop();
   if (service) service->Stop();
   monitor->Stop();
   if (sync) sync->Stop();
