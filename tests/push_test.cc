@@ -162,37 +162,15 @@ TEST(Push, PushAndPullRacingOnTheSameEntitiesNeverGoBackwards) {
   ASSERT_EQ(RunSluice({"init", "--config", s.path}, &out), 0) << out;
   auto writer = StartMode(s, "writer");
   auto engine = StartMode(s, "sync");
-  std::atomic<bool> done{false};
-  std::atomic<int64_t> samples{0};
-  std::atomic<int> backwards{0};
-  std::thread sampler([&] {
-    RedisClient redis(RedisPort());
-    auto conn = Connect(s.db->name());
-    std::map<std::string, int64_t> seen_redis, seen_mysql;
-    std::mt19937 rng(5);
-    while (!done) {
-      const std::string id = "e" + std::to_string(rng() % 50);
-      const int64_t rv = RedisVersion(redis, s.prefix + ":" + id);
-      if (rv >= 0) {
-        if (rv < seen_redis[id]) ++backwards;
-        seen_redis[id] = std::max(seen_redis[id], rv);
-      }
-      auto rows = conn->Query("SELECT _version FROM account_view WHERE id='" + id + "'");
-      if (rows.ok() && !rows->empty()) {
-        const int64_t mv = std::stoll(*(*rows)[0][0]);
-        if (mv < seen_mysql[id]) ++backwards;
-        seen_mysql[id] = std::max(seen_mysql[id], mv);
-      }
-      ++samples;
-    }
-  });
+  // The sampler reads both views throughout: a view must never show an
+  // older version of an entity than it showed before.
+  ViewSampler sampler(s.prefix, s.db->name(), 50, 5);
   // 50 hot entities: push and pull write the same keys and rows all the time.
   EXPECT_EQ(MixedLoad(s.cfg.port, 10000, 50, 16, 42), 10000);
   ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
-  done = true;
-  sampler.join();
-  EXPECT_EQ(backwards, 0) << "a view went back to an older version";
-  EXPECT_GT(samples, 1000);
+  sampler.Stop();
+  EXPECT_EQ(sampler.backwards(), 0) << "a view went back to an older version";
+  EXPECT_GT(sampler.samples(), 1000);
   EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
   EXPECT_EQ(writer->Terminate(), 0);
   auto c = PushCounters(writer->Log(), "cache");

@@ -641,6 +641,39 @@ std::unique_ptr<SluiceProcess> StartSluice(const std::string& mode, const std::s
   return p;
 }
 
+ViewSampler::ViewSampler(std::string redis_prefix, std::string database, int entities, uint32_t seed) {
+  thread_ = std::thread([this, redis_prefix = std::move(redis_prefix), database = std::move(database), entities,
+                         seed] {
+    RedisClient redis(RedisPort());
+    auto conn = Connect(database);
+    std::map<std::string, int64_t> seen_redis, seen_mysql;
+    std::mt19937 rng(seed);
+    auto see = [this](std::map<std::string, int64_t>& seen, const std::string& id, int64_t version) {
+      if (version < seen[id]) ++backwards_;
+      seen[id] = std::max(seen[id], version);
+    };
+    while (!done_) {
+      const std::string id = "e" + std::to_string(rng() % static_cast<uint32_t>(entities));
+      if (auto v = redis.Get(redis_prefix + ":" + id)) {
+        auto j = nlohmann::json::parse(*v, nullptr, false);
+        if (!j.is_discarded() && j.contains("_version")) see(seen_redis, id, j["_version"].get<int64_t>());
+      }
+      if (conn) {
+        auto rows = conn->Query("SELECT _version FROM account_view WHERE id='" + id + "'");
+        if (rows.ok() && !rows->empty()) see(seen_mysql, id, std::stoll(*(*rows)[0][0]));
+      }
+      ++samples_;
+    }
+  });
+}
+
+ViewSampler::~ViewSampler() { Stop(); }
+
+void ViewSampler::Stop() {
+  done_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
 int VerifyViews(const std::string& config_path, std::string* out) {
   return RunSluice({"verify", "--config", config_path}, out);
 }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +197,25 @@ int64_t MixedLoad(uint16_t port, int count, int entities, int threads, uint32_t 
 // line for sync. A start that fails is a test failure (EXPECT); the process
 // is returned either way.
 std::unique_ptr<SluiceProcess> StartSluice(const std::string& mode, const std::string& config_path, uint16_t port);
+
+// A thread that reads, until Stop(), the versions of random account entities
+// e0..e<entities-1> in a Redis JSON view (keys "<redis_prefix>:<id>") and
+// in the MySQL view table `account_view` of `database`, and counts every
+// time a view shows a version older than one it showed before.
+class ViewSampler {
+ public:
+  ViewSampler(std::string redis_prefix, std::string database, int entities, uint32_t seed);
+  ~ViewSampler();  // calls Stop()
+  void Stop();
+  int backwards() const { return backwards_; }
+  int64_t samples() const { return samples_; }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<int> backwards_{0};
+  std::atomic<int64_t> samples_{0};
+  std::thread thread_;
+};
 
 // `sluice verify --config path`: its exit code; its output in *out.
 int VerifyViews(const std::string& config_path, std::string* out);
