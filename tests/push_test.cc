@@ -143,7 +143,12 @@ TEST(Push, FailedPushesOfAThirdOfTheBatchesAreRepairedByThePullPath) {
     EXPECT_EQ(c["events"], static_cast<uint64_t>(events)) << sink;
     EXPECT_EQ(c["events"], c["applied"] + c["stale"] + c["rejected"] + c["failed"]) << sink;
     EXPECT_GT(c["failed"], static_cast<uint64_t>(events) / 10) << sink;
-    EXPECT_GT(c["applied"], static_cast<uint64_t>(events) / 3) << sink;
+    // Whether a pushed event lands as "applied" or "stale" depends on whether
+    // the engine (in another process) got there first: only their sum is a
+    // property. Most batches were not failed by the failpoint, so most
+    // events reached the view through the push.
+    EXPECT_GT(c["applied"] + c["stale"], static_cast<uint64_t>(events) / 2) << sink;
+    EXPECT_GT(c["applied"], 0u) << sink;
     EXPECT_EQ(c["rejected"], 0u) << sink;
   }
   // The pull path met the pushed events again: as stale, never as a change backwards.
