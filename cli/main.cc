@@ -251,8 +251,10 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
     return kExitFailure;
   }
-  // Everything below counts into one registry, served on metrics.listen.
+  // Everything below counts into one registry, served on metrics.listen;
+  // plugins count through the host's callbacks, collected at each scrape.
   metrics::Registry registry;
+  registry.AddCollector(&connectors::plugin::PluginMetricFamilies);
   std::unique_ptr<engine::SyncEngine> sync;
   if (with_engine) {
     sync = std::make_unique<engine::SyncEngine>(*cfg, &registry);

@@ -118,7 +118,7 @@ void HostLog(void* context, sluice_log_level level, sluice_str message) {
 void HostCounterAdd(void* context, sluice_str name, sluice_str sink, uint64_t delta) {
   const auto* lib = static_cast<const Library*>(context);
   const std::string_view n = View(name);
-  if (!IsMetricName(n) || n.size() < 6 || n.substr(n.size() - 6) != "_total") {
+  if (!IsMetricName(n) || !n.ends_with("_total")) {
     LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
                    "plugin " + lib->info.name + ": counter name must match [a-z_][a-z0-9_]* and end in _total; ignored");
     return;
@@ -131,9 +131,9 @@ void HostCounterAdd(void* context, sluice_str name, sluice_str sink, uint64_t de
 void HostGaugeSet(void* context, sluice_str name, sluice_str sink, double value) {
   const auto* lib = static_cast<const Library*>(context);
   const std::string_view n = View(name);
-  if (!IsMetricName(n)) {
+  if (!IsMetricName(n) || n.ends_with("_total")) {
     LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
-                   "plugin " + lib->info.name + ": gauge name must match [a-z_][a-z0-9_]*; ignored");
+                   "plugin " + lib->info.name + ": gauge name must match [a-z_][a-z0-9_]* and not end in _total; ignored");
     return;
   }
   Host& host = TheHost();
@@ -542,22 +542,27 @@ Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink) {
   return plugin_sink->Scan();
 }
 
-std::string PluginMetricsText() {
+std::vector<prometheus::MetricFamily> PluginMetricFamilies() {
   Host& host = TheHost();
   std::lock_guard lock(host.metrics_mu);
-  std::string out;
-  auto series = [&](const MetricKey& k, const std::string& value, std::string* last_name, const char* type) {
+  // Counter names end in _total and gauge names never do, so the two maps
+  // never name one family twice.
+  std::vector<prometheus::MetricFamily> out;
+  auto add = [&out](const MetricKey& k, prometheus::MetricType type, double value) {
     const std::string name = "sluice_plugin_" + k.name;
-    if (name != *last_name) {
-      out += "# TYPE " + name + " " + type + "\n";
-      *last_name = name;
+    if (out.empty() || out.back().name != name) {
+      out.push_back(prometheus::MetricFamily{
+          name, std::string("Reported by sink plugins through the host's ") +
+                    (type == prometheus::MetricType::Counter ? "counter_add" : "gauge_set") + " callback.",
+          type, {}});
     }
-    out += name + "{plugin=" + nlohmann::json(k.plugin).dump() + ",sink=" + nlohmann::json(k.sink).dump() + "} " +
-           value + "\n";
+    prometheus::ClientMetric m;
+    m.label = {{"plugin", k.plugin}, {"sink", k.sink}};
+    (type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+    out.back().metric.push_back(std::move(m));
   };
-  std::string last;
-  for (const auto& [k, v] : host.counters) series(k, std::to_string(v), &last, "counter");
-  for (const auto& [k, v] : host.gauges) series(k, nlohmann::json(v).dump(), &last, "gauge");
+  for (const auto& [k, v] : host.counters) add(k, prometheus::MetricType::Counter, static_cast<double>(v));
+  for (const auto& [k, v] : host.gauges) add(k, prometheus::MetricType::Gauge, v);
   return out;
 }
 

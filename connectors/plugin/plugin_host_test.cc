@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "connectors/sink.h"
@@ -200,10 +201,19 @@ TEST(PluginSink, AppliesWithTheVersionCheckAndVerifies) {
   EXPECT_EQ(diffs[1].kind, Difference::Kind::kContentMismatch);
   EXPECT_EQ(diffs[2].kind, Difference::Kind::kMissing);
 
-  EXPECT_NE(PluginMetricsText().find("sluice_plugin_jsonl_bytes_written_total{plugin=\"jsonl_sink\",sink=\"file\"} " +
-                                     std::to_string(text.size())),
-            std::string::npos)
-      << PluginMetricsText();
+  // What the plugin counted, as families for /metrics.
+  std::map<std::string, double> series;
+  for (const auto& family : PluginMetricFamilies()) {
+    EXPECT_EQ(family.type, prometheus::MetricType::Counter) << family.name;
+    for (const auto& m : family.metric) {
+      ASSERT_EQ(m.label.size(), 2u);
+      series[family.name + "{" + m.label[0].name + "=" + m.label[0].value + "," + m.label[1].name + "=" +
+             m.label[1].value + "}"] = m.counter.value;
+    }
+  }
+  EXPECT_EQ(series["sluice_plugin_jsonl_bytes_written_total{plugin=jsonl_sink,sink=file}"],
+            static_cast<double>(text.size()));
+  EXPECT_EQ(series["sluice_plugin_jsonl_lines_written_total{plugin=jsonl_sink,sink=file}"], 3);
   (*sink)->Close();
 }
 
