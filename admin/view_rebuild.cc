@@ -1,6 +1,7 @@
 #include "admin/view_rebuild.h"
 
 #include "connectors/sink.h"
+#include "core/failpoint.h"
 #include "core/log.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
@@ -142,6 +143,11 @@ Status ViewRebuild::SwitchOver() {
 
 void ViewRebuild::Run() {
   Status st = Replay();
+  // `crash` here is a process stopped between the replay and the switch: a
+  // full shadow view left behind, the live one untouched.
+  if (st.ok() && SLUICE_FAILPOINT("admin.rebuild.before_switch")) {
+    st = Internal("failpoint admin.rebuild.before_switch");
+  }
   if (st.ok()) st = SwitchOver();
   if (paused_live_) {
     Status resumed = live_.Resume();
@@ -165,7 +171,8 @@ void ViewRebuild::Run() {
     return;
   }
   SetPhase(abandon_ ? "abandoned" : "failed", st.message());
-  Log(LogLevel::kError, "rebuild of sink " + sink_.name + " failed, the live view is unchanged: " + st.message());
+  Log(LogLevel::kError, "rebuild of sink " + sink_.name + " failed; the live view is still served and updated: " +
+                            st.message());
 }
 
 }  // namespace sluice::admin

@@ -5,12 +5,20 @@
 //   pause    writes continue, the paused view does not move, its lag grows;
 //            resume catches up and verify is clean
 //   rebuild  a MySQL view while commands flow: the table is swapped for a
-//            fresh one, which repairs damage a replay cannot
+//            fresh one, which repairs damage a replay cannot; the same for an
+//            Elasticsearch index (an alias), Redis keys and the example
+//            plugin's file; a rebuild whose process dies between the replay
+//            and the switch leaves the live view served and correct, and the
+//            next rebuild replaces what it left; kafka is refused
 //   auth     requests without the token or with another get 401/403 and
 //            change nothing; a bad sink name is a clear error with exit 1
 #include <stdlib.h>
 
 #include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -39,7 +47,18 @@ std::string AdminYaml(uint16_t port, const std::string& token_yaml) {
   return "admin:\n  listen: 127.0.0.1:" + std::to_string(port) + "\n  token: " + token_yaml + "\n";
 }
 
-std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
+// Starts `sluice serve` for the stack (again, after a stop).
+void Serve(Stack& s) {
+  s.serve = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s.path}, s.cfg.port);
+  std::string why;
+  EXPECT_TRUE(s.serve->Start(&why)) << why;
+}
+
+// A serve process whose sinks are `sinks_yaml` (each "  - name: ..." block;
+// `prefix` is unique to the test, for keys, indices and files) plus `extra_yaml`.
+std::unique_ptr<Stack> MakeStackWith(const std::string& name, uint32_t partitions,
+                                     const std::function<std::string(const std::string& prefix)>& sinks_yaml,
+                                     const std::string& extra_yaml = "") {
   ::setenv("SLUICE_TEST_ADMIN_TOKEN", ("tok-" + UniquePrefix("admin")).c_str(), 1);
   auto s = std::make_unique<Stack>();
   s->db = std::make_unique<TestDatabase>(name);
@@ -49,18 +68,25 @@ std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
   s->cfg.entities = {{"account", partitions}};
   s->cfg.port = FreePort();
   s->cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n"
-                      "sinks:\n"
-                      "  - name: cache\n    type: redis\n    entity: account\n"
-                      "    url: redis://127.0.0.1:" + std::to_string(RedisPort()) + "/0\n"
-                      "    key: \"" + s->prefix + ":{id}\"\n"
-                      "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
-                      "    columns: {owner: /owner, balance: /balance, note: /note}\n" +
+                      "sinks:\n" + sinks_yaml(s->prefix) + extra_yaml +
                       AdminYaml(s->admin_port, "\"${env:SLUICE_TEST_ADMIN_TOKEN}\"");
   s->path = s->cfg.Write();
-  s->serve = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s->path}, s->cfg.port);
-  std::string why;
-  EXPECT_TRUE(s->serve->Start(&why)) << why;
+  Serve(*s);
   return s;
+}
+
+std::string RedisSinkYaml(const std::string& name, const std::string& prefix) {
+  return "  - name: " + name + "\n    type: redis\n    entity: account\n"
+         "    url: redis://127.0.0.1:" + std::to_string(RedisPort()) + "/0\n"
+         "    key: \"" + prefix + ":{id}\"\n";
+}
+
+std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
+  return MakeStackWith(name, partitions, [](const std::string& prefix) {
+    return RedisSinkYaml("cache", prefix) +
+           "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
+           "    columns: {owner: /owner, balance: /balance, note: /note}\n";
+  });
 }
 
 int Sluice(const std::vector<std::string>& args, std::string* out) { return RunSluice(args, out); }
@@ -229,10 +255,6 @@ TEST(Admin, RebuildSwapsInAFreshMysqlTableWhileCommandsFlow) {
   EXPECT_EQ(s->db->Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink='table__rebuild'"), 0);
   EXPECT_EQ(SinkTotal(StatusJson(s->path), "table", "dead_lettered"), 0u);
 
-  // A Redis view has no atomic switch-over: refused, with what to do instead.
-  EXPECT_EQ(Sluice({"rebuild", "--config", s->path, "--sink", "cache"}, &out), 1) << out;
-  EXPECT_NE(out.find("cannot be rebuilt"), std::string::npos) << out;
-  EXPECT_NE(out.find("rewind"), std::string::npos) << out;
 }
 
 TEST(Admin, UnauthorizedRequestsGet401Or403AndChangeNothing) {
@@ -294,6 +316,257 @@ TEST(Admin, BadSinkNamesAndMissingProcessAreClearErrors) {
   ASSERT_EQ(Sluice({"rewind", "--config", s->path, "--sink", "table", "--to", "0", "--offline"}, &out), 0) << out;
   for (const auto& p : SinkStatus(StatusJson(s->path), "table")["partitions"]) EXPECT_EQ(p["offset"], 0);
   EXPECT_GT(SinkTotal(StatusJson(s->path), "cache", "offset"), 0u);
+}
+
+// ---- rebuilding the other kinds of view ----
+
+// A view that can be rebuilt, seen from outside: its sink (named "view"),
+// how to damage it in a way a replay cannot repair (an entry of no entity),
+// and what a rebuild leaves beside it.
+struct RebuildTarget {
+  std::function<std::string(const std::string& prefix)> sinks_yaml;
+  std::string extra_yaml;  // e.g. plugins:
+  // Set once the stack exists (they need its prefix).
+  std::function<void()> plant_ghost;            // writes the entry "ghost" into the live view
+  std::function<bool()> has_ghost;              // whether the live view holds it
+  std::function<size_t()> leftovers;            // shadow data beside the live view
+  std::function<void()> check_swapped = [] {};  // after a rebuild: the view is the rebuilt one
+};
+
+std::unique_ptr<Stack> MakeRebuildStack(const std::string& name, RebuildTarget& t) {
+  return MakeStackWith(name, 4, t.sinks_yaml, t.extra_yaml);
+}
+
+// The rebuild finished and took the damage with it; nothing of the shadow is left.
+void ExpectRebuilt(Stack& s, RebuildTarget& t) {
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
+  EXPECT_FALSE(t.has_ghost());
+  EXPECT_EQ(t.leftovers(), 0u);
+  t.check_swapped();
+  EXPECT_EQ(s.db->Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink='view__rebuild'"), 0);
+  EXPECT_EQ(SinkTotal(StatusJson(s.path), "view", "dead_lettered"), 0u);
+}
+
+// Damage, then a rebuild while commands flow: it shows its progress, swaps
+// the fresh view in, and the view equals main storage afterwards.
+void RebuildWhileCommandsFlow(Stack& s, RebuildTarget& t) {
+  EXPECT_EQ(MixedLoad(s.cfg.port, 4000, 300, 4, 1), 4000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  t.plant_ghost();
+  ASSERT_TRUE(t.has_ghost());
+  ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
+  EXPECT_NE(out.find("ghost"), std::string::npos) << out;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered{0};
+  std::thread load([&] { answered = MixedLoad(s.cfg.port, 1000000, 300, 2, 3, &stop); });
+  const int rc = Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out);
+  stop = true;
+  load.join();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rebuild view: replaying"), std::string::npos) << out;
+  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
+  EXPECT_GT(answered.load(), 0);
+  ExpectRebuilt(s, t);
+}
+
+// The process dies between the replay and the switch (failpoint): the
+// shadow is left behind, the live view goes on being served and updated,
+// and the next rebuild replaces the leftover and succeeds.
+void AbandonedRebuildThenAnotherOne(Stack& s, RebuildTarget& t) {
+  EXPECT_EQ(MixedLoad(s.cfg.port, 2000, 200, 4, 1), 2000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  t.plant_ghost();
+
+  EXPECT_EQ(s.serve->Terminate(), 0);
+  ::setenv("SLUICE_FAILPOINTS", "admin.rebuild.before_switch=crash", 1);
+  Serve(s);
+  ::unsetenv("SLUICE_FAILPOINTS");
+  EXPECT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 1) << out;
+  EXPECT_NE(out.find("lost the process"), std::string::npos) << out;
+  EXPECT_EQ(s.serve->Terminate(), 128 + SIGKILL) << "the failpoint should have killed it";
+  EXPECT_GT(t.leftovers(), 0u) << "the replay should have written the shadow";
+
+  // The live view is untouched (the ghost is still there) and keeps up.
+  Serve(s);
+  EXPECT_EQ(MixedLoad(s.cfg.port, 1000, 200, 4, 2), 1000);
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_TRUE(t.has_ghost());
+  EXPECT_EQ(VerifyViews(s.path, &out), 1) << out;
+  EXPECT_NE(out.find("entities checked, 1 differences"), std::string::npos) << out;
+  EXPECT_NE(out.find("ghost"), std::string::npos) << out;
+
+  ASSERT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 0) << out;
+  ExpectRebuilt(s, t);
+}
+
+RebuildTarget ElasticsearchTarget(const std::string& index_of_prefix_suffix, IndexDeleter& deleter,
+                                  std::string& index) {
+  RebuildTarget t;
+  t.sinks_yaml = [&index, &deleter, index_of_prefix_suffix](const std::string& prefix) {
+    index = prefix + index_of_prefix_suffix;
+    deleter.Set(index);
+    return "  - name: view\n    type: elasticsearch\n    entity: account\n"
+           "    url: http://127.0.0.1:" + std::to_string(OpenSearchPort()) + "\n"
+           "    index: \"" + index + "\"\n    request_timeout: 10s\n";
+  };
+  t.plant_ghost = [&index] {
+    HttpClient c(OpenSearchPort());
+    EXPECT_EQ(c.Post("/" + index + "/_doc/ghost?refresh=true", R"({"owner":"nobody"})").status, 201);
+  };
+  t.has_ghost = [&index] {
+    HttpClient c(OpenSearchPort());
+    return c.Get("/" + index + "/_doc/ghost").status == 200;
+  };
+  // Indices "<index>__rebuild_*" that the alias does not point at.
+  t.leftovers = [&index] {
+    HttpClient c(OpenSearchPort());
+    const HttpReply r = c.Get("/" + index + "__rebuild_*/_alias");
+    EXPECT_EQ(r.status, 200) << r.body;
+    size_t n = 0;
+    const Json indices = Json::parse(r.body, nullptr, false);
+    for (const auto& [name, aliases] : indices.items()) {
+      n += aliases["aliases"].contains(index) ? 0 : 1;
+    }
+    return n;
+  };
+  // The configured name is now an alias of exactly one rebuilt index.
+  t.check_swapped = [&index] {
+    HttpClient c(OpenSearchPort());
+    const HttpReply r = c.Get("/_alias/" + index);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json j = Json::parse(r.body, nullptr, false);
+    ASSERT_EQ(j.size(), 1u) << r.body;
+    EXPECT_EQ(j.begin().key().rfind(index + "__rebuild_", 0), 0u) << r.body;
+  };
+  return t;
+}
+
+RebuildTarget RedisTarget(std::string& prefix) {
+  RebuildTarget t;
+  t.sinks_yaml = [&prefix](const std::string& p) {
+    prefix = p;
+    return RedisSinkYaml("view", p);
+  };
+  t.plant_ghost = [&prefix] {
+    RedisClient redis(RedisPort());
+    EXPECT_TRUE(redis.Run({"SET", prefix + ":ghost", R"({"_version":1,"owner":"nobody"})"}).has_value());
+  };
+  t.has_ghost = [&prefix] { return RedisClient(RedisPort()).Get(prefix + ":ghost").has_value(); };
+  t.leftovers = [&prefix] { return RedisClient(RedisPort()).Dump("__rebuild:" + prefix + ":*").size(); };
+  return t;
+}
+
+RebuildTarget JsonlTarget(std::string& file) {
+  RebuildTarget t;
+  t.sinks_yaml = [&file](const std::string& prefix) {
+    file = (std::filesystem::temp_directory_path() / (prefix + ".jsonl")).string();
+    return "  - name: view\n    type: jsonl\n    entity: account\n    path: " + file + "\n    fsync: false\n";
+  };
+  t.extra_yaml = std::string("plugins:\n  - ") + JSONL_PLUGIN + "\n";
+  t.plant_ghost = [&file] {
+    std::ofstream(file, std::ios::app) << R"({"id":"ghost","version":1,"deleted":false,"event_id":0,"state":{}})"
+                                       << "\n";
+  };
+  t.has_ghost = [&file] {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find(R"("id":"ghost")") != std::string::npos) return true;
+    }
+    return false;
+  };
+  t.leftovers = [&file] { return static_cast<size_t>(std::filesystem::exists(file + ".rebuild") ? 1 : 0); };
+  return t;
+}
+
+// Removes the files of a jsonl view when the test ends.
+struct FileRemover {
+  std::string* path;
+  ~FileRemover() {
+    std::error_code ec;
+    std::filesystem::remove(*path, ec);
+    std::filesystem::remove(*path + ".rebuild", ec);
+  }
+};
+
+TEST(Admin, RebuildPointsTheElasticsearchNameAtAFreshIndexWhileCommandsFlow) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_OPENSEARCH();
+  IndexDeleter deleter;
+  std::string index;
+  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
+  auto s = MakeRebuildStack("rebuild_es", t);
+  RebuildWhileCommandsFlow(*s, t);
+}
+
+TEST(Admin, AbandonedElasticsearchRebuildLeavesTheIndexServedAndTheNextOneSucceeds) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_OPENSEARCH();
+  IndexDeleter deleter;
+  std::string index;
+  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
+  auto s = MakeRebuildStack("rebuild_es_abandoned", t);
+  AbandonedRebuildThenAnotherOne(*s, t);
+}
+
+TEST(Admin, RebuildRenamesFreshRedisKeysOntoTheLiveOnesWhileCommandsFlow) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  std::string prefix;
+  RebuildTarget t = RedisTarget(prefix);
+  auto s = MakeRebuildStack("rebuild_redis", t);
+  // Keys outside the template's pattern are not the view's: left alone.
+  RedisClient redis(RedisPort());
+  ASSERT_TRUE(redis.Run({"SET", "other:" + prefix + ":1", "v"}).has_value());
+  RebuildWhileCommandsFlow(*s, t);
+  EXPECT_EQ(redis.Run({"EXISTS", "other:" + prefix + ":1"}), "1");
+  redis.Run({"DEL", "other:" + prefix + ":1"});
+}
+
+TEST(Admin, AbandonedRedisRebuildLeavesTheKeysServedAndTheNextOneSucceeds) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  std::string prefix;
+  RebuildTarget t = RedisTarget(prefix);
+  auto s = MakeRebuildStack("rebuild_redis_abandoned", t);
+  AbandonedRebuildThenAnotherOne(*s, t);
+}
+
+TEST(Admin, RebuildRenamesAFreshJsonlFileOverTheLiveOneWhileCommandsFlow) {
+  SLUICE_REQUIRE_MYSQL();
+  std::string file;
+  FileRemover remover{&file};
+  RebuildTarget t = JsonlTarget(file);
+  auto s = MakeRebuildStack("rebuild_jsonl", t);
+  RebuildWhileCommandsFlow(*s, t);
+}
+
+TEST(Admin, AbandonedJsonlRebuildLeavesTheFileServedAndTheNextOneSucceeds) {
+  SLUICE_REQUIRE_MYSQL();
+  std::string file;
+  FileRemover remover{&file};
+  RebuildTarget t = JsonlTarget(file);
+  auto s = MakeRebuildStack("rebuild_jsonl_abandoned", t);
+  AbandonedRebuildThenAnotherOne(*s, t);
+}
+
+TEST(Admin, KafkaSinksAreRefusedForRebuildWithWhatToDoInstead) {
+  SLUICE_REQUIRE_MYSQL();
+  auto s = MakeStackWith("rebuild_kafka", 2, [](const std::string& prefix) {
+    const char* brokers = ::getenv("SLUICE_TEST_KAFKA_BROKERS");
+    return "  - name: feed\n    type: kafka\n    entity: account\n    brokers: \"" +
+           std::string(brokers != nullptr ? brokers : "127.0.0.1:19092") + "\"\n    topic: " + prefix + "\n";
+  });
+  std::string out;
+  EXPECT_EQ(Sluice({"rebuild", "--config", s->path, "--sink", "feed"}, &out), 1) << out;
+  EXPECT_NE(out.find("cannot be rebuilt: a kafka topic is a log that consumers replay"), std::string::npos) << out;
+  EXPECT_NE(out.find("a sink with a new name and topic"), std::string::npos) << out;
 }
 
 }  // namespace
