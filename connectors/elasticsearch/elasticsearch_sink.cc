@@ -45,7 +45,7 @@ uint64_t ShadowGeneration(std::string_view live, std::string_view index) {
 class ElasticsearchSink final : public Sink {
  public:
   ElasticsearchSink(const config::SinkConfig& cfg, std::unique_ptr<RestClient> client)
-      : cfg_(cfg), es_(cfg.elasticsearch), client_(std::move(client)) {
+      : cfg_(cfg), es_(cfg_.elasticsearch), client_(std::move(client)) {
     SetIndex(IndexName(cfg));
   }
 
