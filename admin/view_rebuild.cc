@@ -129,6 +129,8 @@ Status ViewRebuild::SwitchOver() {
   RETURN_IF_ERROR(WaitShadowReaches(live_offsets, true));
   RETURN_IF_ERROR(shadow_->Pause().WithContext("pausing the shadow view"));
   const auto shadow_offsets = shadow_->totals().offsets;
+  // `error` here is a swap that fails with both runners paused.
+  if (SLUICE_FAILPOINT("admin.rebuild.promote")) return Internal("failpoint admin.rebuild.promote");
   RETURN_IF_ERROR(shadow_->RunOnApplier([](connectors::Sink& s) { return s.PromoteRebuildShadow(); })
                       .WithContext("swapping the rebuilt view in"));
   // From here the live runner writes the new view. Its offsets move forward

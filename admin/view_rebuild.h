@@ -19,8 +19,9 @@
 // A failure before the swap leaves the live view as it was and resumes it
 // (a redis switch-over that fails part way leaves some keys rebuilt; they
 // only hold newer versions, and the live runner carries on from its own
-// offsets). Failpoint admin.rebuild.before_switch (core/failpoint.h) fires
-// between the replay and the switch.
+// offsets). Failpoints (core/failpoint.h): admin.rebuild.before_switch
+// between the replay and the switch, admin.rebuild.promote just before the
+// swap, with both runners paused.
 //
 // Threads: construct, Start() and progress() from any thread; the destructor
 // abandons an unfinished rebuild (the live sink is resumed) and joins.

@@ -405,6 +405,35 @@ void AbandonedRebuildThenAnotherOne(Stack& s, RebuildTarget& t) {
   ExpectRebuilt(s, t);
 }
 
+// The swap fails while both runners are paused (failpoint `error`): the
+// command says so, the process carries on, the live sink is resumed and
+// keeps the view equal to main storage.
+void FailedRebuildLeavesTheLiveViewRunning(Stack& s) {
+  EXPECT_EQ(s.serve->Terminate(), 0);
+  ::setenv("SLUICE_FAILPOINTS", "admin.rebuild.promote=error", 1);
+  Serve(s);
+  ::unsetenv("SLUICE_FAILPOINTS");
+  EXPECT_EQ(MixedLoad(s.cfg.port, 1000, 100, 4, 1), 1000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 1) << out;
+  EXPECT_NE(out.find("failed: failpoint admin.rebuild.promote (the live view is still served)"),
+            std::string::npos)
+      << out;
+  ASSERT_TRUE(s.serve->running());
+  HttpClient admin(s.admin_port);
+  const HttpReply status = admin.Get("/v1/status");
+  ASSERT_EQ(status.status, 200) << status.body;
+  const Json parsed = Json::parse(status.body);
+  const Json& view = SinkStatus(parsed, "view");
+  EXPECT_FALSE(view["paused"].get<bool>()) << status.body;
+  EXPECT_EQ(view["rebuild"]["phase"], "failed") << status.body;
+  EXPECT_EQ(MixedLoad(s.cfg.port, 500, 100, 4, 2), 500);
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
+  EXPECT_EQ(s.serve->Terminate(), 0);
+}
+
 RebuildTarget ElasticsearchTarget(const std::string& index_of_prefix_suffix, IndexDeleter& deleter,
                                   std::string& index) {
   RebuildTarget t;
@@ -515,6 +544,16 @@ TEST(Admin, AbandonedElasticsearchRebuildLeavesTheIndexServedAndTheNextOneSuccee
   AbandonedRebuildThenAnotherOne(*s, t);
 }
 
+TEST(Admin, FailedElasticsearchRebuildLeavesTheLiveSinkRunning) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_OPENSEARCH();
+  IndexDeleter deleter;
+  std::string index;
+  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
+  auto s = MakeRebuildStack("rebuild_es_failed", t);
+  FailedRebuildLeavesTheLiveViewRunning(*s);
+}
+
 TEST(Admin, RebuildRenamesFreshRedisKeysOntoTheLiveOnesWhileCommandsFlow) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
@@ -536,6 +575,15 @@ TEST(Admin, AbandonedRedisRebuildLeavesTheKeysServedAndTheNextOneSucceeds) {
   RebuildTarget t = RedisTarget(prefix);
   auto s = MakeRebuildStack("rebuild_redis_abandoned", t);
   AbandonedRebuildThenAnotherOne(*s, t);
+}
+
+TEST(Admin, FailedRedisRebuildLeavesTheLiveSinkRunning) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  std::string prefix;
+  RebuildTarget t = RedisTarget(prefix);
+  auto s = MakeRebuildStack("rebuild_redis_failed", t);
+  FailedRebuildLeavesTheLiveViewRunning(*s);
 }
 
 TEST(Admin, RebuildRenamesAFreshJsonlFileOverTheLiveOneWhileCommandsFlow) {
