@@ -112,6 +112,24 @@ const Json& SinkStatus(const Json& status, const std::string& sink) {
 
 uint64_t LagEvents(const Json& status, const std::string& sink) { return SinkTotal(status, sink, "lag_events"); }
 
+// `sluice rebuild --sink sink` while `threads` clients send commands to
+// `entities` entities: it succeeds, showing its progress, and commands were
+// answered meanwhile.
+void RebuildUnderLoad(Stack& s, const std::string& sink, int entities, int threads) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered{0};
+  std::thread load([&] { answered = MixedLoad(s.cfg.port, 1000000, entities, threads, 3, &stop); });
+  std::string out;
+  const int rc = Sluice({"rebuild", "--config", s.path, "--sink", sink}, &out);
+  stop = true;
+  load.join();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rebuild " + sink + ": replaying"), std::string::npos) << out;
+  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
+  EXPECT_GT(answered.load(), 0);
+}
+
 TEST(Admin, RewindReappliesEveryEventAsStaleAndLeavesTheViewsUnchanged) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
@@ -229,17 +247,7 @@ TEST(Admin, RebuildSwapsInAFreshMysqlTableWhileCommandsFlow) {
                     "AND TABLE_NAME='account_view'");
   std::this_thread::sleep_for(1100ms);  // CREATE_TIME has one-second resolution
 
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> answered{0};
-  std::thread load([&] { answered = MixedLoad(s->cfg.port, 1000000, 500, 4, 3, &stop); });
-  const int rc = Sluice({"rebuild", "--config", s->path, "--sink", "table"}, &out);
-  stop = true;
-  load.join();
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("rebuild table: replaying"), std::string::npos) << out;
-  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
-  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
-  EXPECT_GT(answered.load(), 0);
+  ASSERT_NO_FATAL_FAILURE(RebuildUnderLoad(*s, "table", 500, 4));
 
   ASSERT_TRUE(WaitCaughtUp(s->path, 120s, &status_text)) << status_text;
   EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
@@ -323,19 +331,16 @@ TEST(Admin, BadSinkNamesAndMissingProcessAreClearErrors) {
 // A view that can be rebuilt, seen from outside: its sink (named "view"),
 // how to damage it in a way a replay cannot repair (an entry of no entity),
 // and what a rebuild leaves beside it.
+// The functions share the target's state (the index, key prefix or file,
+// known once sinks_yaml has run), which also cleans up when the last goes.
 struct RebuildTarget {
   std::function<std::string(const std::string& prefix)> sinks_yaml;
-  std::string extra_yaml;  // e.g. plugins:
-  // Set once the stack exists (they need its prefix).
+  std::string extra_yaml;                       // e.g. plugins:
   std::function<void()> plant_ghost;            // writes the entry "ghost" into the live view
   std::function<bool()> has_ghost;              // whether the live view holds it
   std::function<size_t()> leftovers;            // shadow data beside the live view
   std::function<void()> check_swapped = [] {};  // after a rebuild: the view is the rebuilt one
 };
-
-std::unique_ptr<Stack> MakeRebuildStack(const std::string& name, RebuildTarget& t) {
-  return MakeStackWith(name, 4, t.sinks_yaml, t.extra_yaml);
-}
 
 // The rebuild finished and took the damage with it; nothing of the shadow is left.
 void ExpectRebuilt(Stack& s, RebuildTarget& t) {
@@ -360,17 +365,7 @@ void RebuildWhileCommandsFlow(Stack& s, RebuildTarget& t) {
   ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
   EXPECT_NE(out.find("ghost"), std::string::npos) << out;
 
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> answered{0};
-  std::thread load([&] { answered = MixedLoad(s.cfg.port, 1000000, 300, 2, 3, &stop); });
-  const int rc = Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out);
-  stop = true;
-  load.join();
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("rebuild view: replaying"), std::string::npos) << out;
-  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
-  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
-  EXPECT_GT(answered.load(), 0);
+  ASSERT_NO_FATAL_FAILURE(RebuildUnderLoad(s, "view", 300, 2));
   ExpectRebuilt(s, t);
 }
 
@@ -434,175 +429,133 @@ void FailedRebuildLeavesTheLiveViewRunning(Stack& s) {
   EXPECT_EQ(s.serve->Terminate(), 0);
 }
 
-RebuildTarget ElasticsearchTarget(const std::string& index_of_prefix_suffix, IndexDeleter& deleter,
-                                  std::string& index) {
+RebuildTarget ElasticsearchTarget() {
+  struct State {
+    std::string index;
+    IndexDeleter deleter;
+  };
+  auto st = std::make_shared<State>();
   RebuildTarget t;
-  t.sinks_yaml = [&index, &deleter, index_of_prefix_suffix](const std::string& prefix) {
-    index = prefix + index_of_prefix_suffix;
-    deleter.Set(index);
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->index = prefix + "_account";
+    st->deleter.Set(st->index);
     return "  - name: view\n    type: elasticsearch\n    entity: account\n"
            "    url: http://127.0.0.1:" + std::to_string(OpenSearchPort()) + "\n"
-           "    index: \"" + index + "\"\n    request_timeout: 10s\n";
+           "    index: \"" + st->index + "\"\n    request_timeout: 10s\n";
   };
-  t.plant_ghost = [&index] {
+  t.plant_ghost = [st] {
     HttpClient c(OpenSearchPort());
-    EXPECT_EQ(c.Post("/" + index + "/_doc/ghost?refresh=true", R"({"owner":"nobody"})").status, 201);
+    EXPECT_EQ(c.Post("/" + st->index + "/_doc/ghost?refresh=true", R"({"owner":"nobody"})").status, 201);
   };
-  t.has_ghost = [&index] {
-    HttpClient c(OpenSearchPort());
-    return c.Get("/" + index + "/_doc/ghost").status == 200;
-  };
+  t.has_ghost = [st] { return HttpClient(OpenSearchPort()).Get("/" + st->index + "/_doc/ghost").status == 200; };
   // Indices "<index>__rebuild_*" that the alias does not point at.
-  t.leftovers = [&index] {
-    HttpClient c(OpenSearchPort());
-    const HttpReply r = c.Get("/" + index + "__rebuild_*/_alias");
+  t.leftovers = [st] {
+    const HttpReply r = HttpClient(OpenSearchPort()).Get("/" + st->index + "__rebuild_*/_alias");
     EXPECT_EQ(r.status, 200) << r.body;
-    size_t n = 0;
     const Json indices = Json::parse(r.body, nullptr, false);
-    for (const auto& [name, aliases] : indices.items()) {
-      n += aliases["aliases"].contains(index) ? 0 : 1;
-    }
+    size_t n = 0;
+    for (const auto& [name, aliases] : indices.items()) n += aliases["aliases"].contains(st->index) ? 0 : 1;
     return n;
   };
   // The configured name is now an alias of exactly one rebuilt index.
-  t.check_swapped = [&index] {
-    HttpClient c(OpenSearchPort());
-    const HttpReply r = c.Get("/_alias/" + index);
+  t.check_swapped = [st] {
+    const HttpReply r = HttpClient(OpenSearchPort()).Get("/_alias/" + st->index);
     ASSERT_EQ(r.status, 200) << r.body;
     const Json j = Json::parse(r.body, nullptr, false);
     ASSERT_EQ(j.size(), 1u) << r.body;
-    EXPECT_EQ(j.begin().key().rfind(index + "__rebuild_", 0), 0u) << r.body;
+    EXPECT_EQ(j.begin().key().rfind(st->index + "__rebuild_", 0), 0u) << r.body;
   };
   return t;
 }
 
-RebuildTarget RedisTarget(std::string& prefix) {
-  RebuildTarget t;
-  t.sinks_yaml = [&prefix](const std::string& p) {
-    prefix = p;
-    return RedisSinkYaml("view", p);
+RebuildTarget RedisTarget() {
+  struct State {
+    std::string prefix;
+    ~State() {
+      // A key outside the template's pattern, which the rebuild must leave alone.
+      if (!prefix.empty()) RedisClient(RedisPort()).Run({"DEL", "other:" + prefix});
+    }
   };
-  t.plant_ghost = [&prefix] {
+  auto st = std::make_shared<State>();
+  RebuildTarget t;
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->prefix = prefix;
+    return RedisSinkYaml("view", prefix);
+  };
+  t.plant_ghost = [st] {
     RedisClient redis(RedisPort());
-    EXPECT_TRUE(redis.Run({"SET", prefix + ":ghost", R"({"_version":1,"owner":"nobody"})"}).has_value());
+    EXPECT_TRUE(redis.Run({"SET", st->prefix + ":ghost", R"({"_version":1,"owner":"nobody"})"}).has_value());
+    EXPECT_TRUE(redis.Run({"SET", "other:" + st->prefix, "not the view's"}).has_value());
   };
-  t.has_ghost = [&prefix] { return RedisClient(RedisPort()).Get(prefix + ":ghost").has_value(); };
-  t.leftovers = [&prefix] { return RedisClient(RedisPort()).Dump("__rebuild:" + prefix + ":*").size(); };
+  t.has_ghost = [st] { return RedisClient(RedisPort()).Get(st->prefix + ":ghost").has_value(); };
+  t.leftovers = [st] { return RedisClient(RedisPort()).Dump("__rebuild:" + st->prefix + ":*").size(); };
+  t.check_swapped = [st] { EXPECT_EQ(RedisClient(RedisPort()).Get("other:" + st->prefix), "not the view's"); };
   return t;
 }
 
-RebuildTarget JsonlTarget(std::string& file) {
+RebuildTarget JsonlTarget() {
+  struct State {
+    std::string file;
+    ~State() {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+      std::filesystem::remove(file + ".rebuild", ec);
+    }
+  };
+  auto st = std::make_shared<State>();
   RebuildTarget t;
-  t.sinks_yaml = [&file](const std::string& prefix) {
-    file = (std::filesystem::temp_directory_path() / (prefix + ".jsonl")).string();
-    return "  - name: view\n    type: jsonl\n    entity: account\n    path: " + file + "\n    fsync: false\n";
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->file = (std::filesystem::temp_directory_path() / (prefix + ".jsonl")).string();
+    return "  - name: view\n    type: jsonl\n    entity: account\n    path: " + st->file + "\n    fsync: false\n";
   };
   t.extra_yaml = std::string("plugins:\n  - ") + JSONL_PLUGIN + "\n";
-  t.plant_ghost = [&file] {
-    std::ofstream(file, std::ios::app) << R"({"id":"ghost","version":1,"deleted":false,"event_id":0,"state":{}})"
-                                       << "\n";
+  t.plant_ghost = [st] {
+    std::ofstream(st->file, std::ios::app)
+        << R"({"id":"ghost","version":1,"deleted":false,"event_id":0,"state":{}})" << "\n";
   };
-  t.has_ghost = [&file] {
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
+  t.has_ghost = [st] {
+    std::ifstream in(st->file);
+    for (std::string line; std::getline(in, line);) {
       if (line.find(R"("id":"ghost")") != std::string::npos) return true;
     }
     return false;
   };
-  t.leftovers = [&file] { return static_cast<size_t>(std::filesystem::exists(file + ".rebuild") ? 1 : 0); };
+  t.leftovers = [st] { return static_cast<size_t>(std::filesystem::exists(st->file + ".rebuild") ? 1 : 0); };
   return t;
 }
 
-// Removes the files of a jsonl view when the test ends.
-struct FileRemover {
-  std::string* path;
-  ~FileRemover() {
-    std::error_code ec;
-    std::filesystem::remove(*path, ec);
-    std::filesystem::remove(*path + ".rebuild", ec);
+// One stack per test with a sink "view" of the parameter's type.
+class AdminRebuild : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SLUICE_REQUIRE_MYSQL();
+    const std::string& type = GetParam();
+    if (type == "elasticsearch") {
+      SLUICE_REQUIRE_OPENSEARCH();
+      target_ = ElasticsearchTarget();
+    } else if (type == "redis") {
+      SLUICE_REQUIRE_REDIS();
+      target_ = RedisTarget();
+    } else {
+      target_ = JsonlTarget();
+    }
+    stack_ = MakeStackWith("rebuild_" + type, 4, target_.sinks_yaml, target_.extra_yaml);
   }
+
+  RebuildTarget target_;
+  std::unique_ptr<Stack> stack_;  // stopped before the target's state cleans up
 };
 
-TEST(Admin, RebuildPointsTheElasticsearchNameAtAFreshIndexWhileCommandsFlow) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_OPENSEARCH();
-  IndexDeleter deleter;
-  std::string index;
-  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
-  auto s = MakeRebuildStack("rebuild_es", t);
-  RebuildWhileCommandsFlow(*s, t);
+TEST_P(AdminRebuild, SwapsInAFreshViewWhileCommandsFlow) { RebuildWhileCommandsFlow(*stack_, target_); }
+
+TEST_P(AdminRebuild, AbandonedAttemptLeavesTheViewServedAndTheNextOneSucceeds) {
+  AbandonedRebuildThenAnotherOne(*stack_, target_);
 }
 
-TEST(Admin, AbandonedElasticsearchRebuildLeavesTheIndexServedAndTheNextOneSucceeds) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_OPENSEARCH();
-  IndexDeleter deleter;
-  std::string index;
-  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
-  auto s = MakeRebuildStack("rebuild_es_abandoned", t);
-  AbandonedRebuildThenAnotherOne(*s, t);
-}
+TEST_P(AdminRebuild, FailedSwapLeavesTheLiveSinkRunning) { FailedRebuildLeavesTheLiveViewRunning(*stack_); }
 
-TEST(Admin, FailedElasticsearchRebuildLeavesTheLiveSinkRunning) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_OPENSEARCH();
-  IndexDeleter deleter;
-  std::string index;
-  RebuildTarget t = ElasticsearchTarget("_account", deleter, index);
-  auto s = MakeRebuildStack("rebuild_es_failed", t);
-  FailedRebuildLeavesTheLiveViewRunning(*s);
-}
-
-TEST(Admin, RebuildRenamesFreshRedisKeysOntoTheLiveOnesWhileCommandsFlow) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_REDIS();
-  std::string prefix;
-  RebuildTarget t = RedisTarget(prefix);
-  auto s = MakeRebuildStack("rebuild_redis", t);
-  // Keys outside the template's pattern are not the view's: left alone.
-  RedisClient redis(RedisPort());
-  ASSERT_TRUE(redis.Run({"SET", "other:" + prefix + ":1", "v"}).has_value());
-  RebuildWhileCommandsFlow(*s, t);
-  EXPECT_EQ(redis.Run({"EXISTS", "other:" + prefix + ":1"}), "1");
-  redis.Run({"DEL", "other:" + prefix + ":1"});
-}
-
-TEST(Admin, AbandonedRedisRebuildLeavesTheKeysServedAndTheNextOneSucceeds) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_REDIS();
-  std::string prefix;
-  RebuildTarget t = RedisTarget(prefix);
-  auto s = MakeRebuildStack("rebuild_redis_abandoned", t);
-  AbandonedRebuildThenAnotherOne(*s, t);
-}
-
-TEST(Admin, FailedRedisRebuildLeavesTheLiveSinkRunning) {
-  SLUICE_REQUIRE_MYSQL();
-  SLUICE_REQUIRE_REDIS();
-  std::string prefix;
-  RebuildTarget t = RedisTarget(prefix);
-  auto s = MakeRebuildStack("rebuild_redis_failed", t);
-  FailedRebuildLeavesTheLiveViewRunning(*s);
-}
-
-TEST(Admin, RebuildRenamesAFreshJsonlFileOverTheLiveOneWhileCommandsFlow) {
-  SLUICE_REQUIRE_MYSQL();
-  std::string file;
-  FileRemover remover{&file};
-  RebuildTarget t = JsonlTarget(file);
-  auto s = MakeRebuildStack("rebuild_jsonl", t);
-  RebuildWhileCommandsFlow(*s, t);
-}
-
-TEST(Admin, AbandonedJsonlRebuildLeavesTheFileServedAndTheNextOneSucceeds) {
-  SLUICE_REQUIRE_MYSQL();
-  std::string file;
-  FileRemover remover{&file};
-  RebuildTarget t = JsonlTarget(file);
-  auto s = MakeRebuildStack("rebuild_jsonl_abandoned", t);
-  AbandonedRebuildThenAnotherOne(*s, t);
-}
+INSTANTIATE_TEST_SUITE_P(Sinks, AdminRebuild, ::testing::Values("elasticsearch", "redis", "jsonl"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(Admin, KafkaSinksAreRefusedForRebuildWithWhatToDoInstead) {
   SLUICE_REQUIRE_MYSQL();
