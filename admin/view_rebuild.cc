@@ -1,6 +1,7 @@
 #include "admin/view_rebuild.h"
 
 #include "connectors/sink.h"
+#include "core/failpoint.h"
 #include "core/log.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
@@ -128,6 +129,8 @@ Status ViewRebuild::SwitchOver() {
   RETURN_IF_ERROR(WaitShadowReaches(live_offsets, true));
   RETURN_IF_ERROR(shadow_->Pause().WithContext("pausing the shadow view"));
   const auto shadow_offsets = shadow_->totals().offsets;
+  // `error` here is a swap that fails with both runners paused.
+  if (SLUICE_FAILPOINT("admin.rebuild.promote")) return Internal("failpoint admin.rebuild.promote");
   RETURN_IF_ERROR(shadow_->RunOnApplier([](connectors::Sink& s) { return s.PromoteRebuildShadow(); })
                       .WithContext("swapping the rebuilt view in"));
   // From here the live runner writes the new view. Its offsets move forward
@@ -142,6 +145,11 @@ Status ViewRebuild::SwitchOver() {
 
 void ViewRebuild::Run() {
   Status st = Replay();
+  // `crash` here is a process stopped between the replay and the switch: a
+  // full shadow view left behind, the live one untouched.
+  if (st.ok() && SLUICE_FAILPOINT("admin.rebuild.before_switch")) {
+    st = Internal("failpoint admin.rebuild.before_switch");
+  }
   if (st.ok()) st = SwitchOver();
   if (paused_live_) {
     Status resumed = live_.Resume();
@@ -165,7 +173,8 @@ void ViewRebuild::Run() {
     return;
   }
   SetPhase(abandon_ ? "abandoned" : "failed", st.message());
-  Log(LogLevel::kError, "rebuild of sink " + sink_.name + " failed, the live view is unchanged: " + st.message());
+  Log(LogLevel::kError, "rebuild of sink " + sink_.name + " failed; the live view is still served and updated: " +
+                            st.message());
 }
 
 }  // namespace sluice::admin

@@ -1,7 +1,9 @@
 // ViewRebuild: replays a sink's whole history into a fresh shadow view while
 // the live view keeps being served and updated, then swaps the shadow in
 // (DESIGN 4.4). Only sinks whose Sink::MakeRebuildShadow() offers a shadow
-// can be rebuilt (today: mysql, through RENAME TABLE).
+// can be rebuilt: mysql (RENAME TABLE), elasticsearch (one POST /_aliases),
+// redis (RENAME per key, while the live runner is paused) and plugin types
+// with the ABI 1.1 rebuild hooks. kafka and other plugins are refused.
 //
 // Steps, on the rebuild's own thread:
 //   1. replay   a second SinkRunner (offset rows "<sink>__rebuild", dead
@@ -14,7 +16,12 @@
 //   3. carry on the live runner's offsets move to the shadow's (never
 //               behind the live ones, so nothing is skipped) and it resumes
 //               on the new view; the shadow's offset rows are deleted.
-// A failure before the swap leaves the live view as it was and resumes it.
+// A failure before the swap leaves the live view as it was and resumes it
+// (a redis switch-over that fails part way leaves some keys rebuilt; they
+// only hold newer versions, and the live runner carries on from its own
+// offsets). Failpoints (core/failpoint.h): admin.rebuild.before_switch
+// between the replay and the switch, admin.rebuild.promote just before the
+// swap, with both runners paused.
 //
 // Threads: construct, Start() and progress() from any thread; the destructor
 // abandons an unfinished rebuild (the live sink is resumed) and joins.

@@ -251,8 +251,10 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
     return kExitFailure;
   }
-  // Everything below counts into one registry, served on metrics.listen.
+  // Everything below counts into one registry, served on metrics.listen;
+  // plugins count through the host's callbacks, collected at each scrape.
   metrics::Registry registry;
+  registry.AddCollector(&connectors::plugin::PluginMetricFamilies);
   std::unique_ptr<engine::SyncEngine> sync;
   if (with_engine) {
     sync = std::make_unique<engine::SyncEngine>(*cfg, &registry);
@@ -584,8 +586,14 @@ int Rebuild(const std::vector<std::string>& args) {
       "Replays the sink's whole history into a fresh view beside the live one, while the\n"
       "live view keeps being served and updated, then swaps the fresh view in atomically\n"
       "and carries on from it. Prints a progress line (events replayed / total, rate,\n"
-      "ETA) until it is done. mysql sinks only: the fresh table <table>__rebuild replaces\n"
-      "<table> in one RENAME TABLE. Other sink types are refused (use rewind --to beginning).\n"
+      "ETA) until it is done. How each sink type swaps:\n"
+      "  mysql          <table>__rebuild replaces <table> in one RENAME TABLE\n"
+      "  elasticsearch  <index>__rebuild_<n> becomes the index behind the alias <index>,\n"
+      "                 in one POST /_aliases that also deletes the old index\n"
+      "  redis          keys written under a __rebuild: prefix are RENAMEd onto the live\n"
+      "                 keys while the live sink is paused: atomic per key, not per view\n"
+      "  plugins        those whose sink type has the rebuild hooks (plugin ABI 1.1)\n"
+      "kafka sinks and other plugins are refused, saying why.\n"
       "If a rebuild of the sink is already running, follows it. Interrupting this command\n"
       "does not stop the rebuild.\n" +
       std::string(kAdminNeeds) +
@@ -643,7 +651,7 @@ int Rebuild(const std::vector<std::string>& args) {
                     p.value("seconds", 0.0));
         return kExitOk;
       }
-      std::cerr << "sluice rebuild: " << phase << ": " << p.value("error", "") << " (the live view is unchanged)\n";
+      std::cerr << "sluice rebuild: " << phase << ": " << p.value("error", "") << " (the live view is still served)\n";
       return kExitFailure;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -104,11 +104,45 @@ std::vector<std::string> ExportedSeriesNames() {
   return out;
 }
 
-Registry::Registry() : registry_(std::make_shared<prometheus::Registry>()) {}
+// The collectors added with AddCollector, as one Collectable for the exposer.
+class Registry::Collectors : public prometheus::Collectable {
+ public:
+  void Add(Collector c) {
+    std::lock_guard lock(mu_);
+    collectors_.push_back(std::move(c));
+  }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<Collector> collectors;
+    {
+      std::lock_guard lock(mu_);
+      collectors = collectors_;
+    }
+    std::vector<prometheus::MetricFamily> out;
+    for (const Collector& c : collectors) {
+      for (prometheus::MetricFamily& f : c()) out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Collector> collectors_;
+};
+
+Registry::Registry()
+    : registry_(std::make_shared<prometheus::Registry>()), collectors_(std::make_shared<Collectors>()) {}
+
+std::vector<std::shared_ptr<prometheus::Collectable>> Registry::collectables() const {
+  return {registry_, collectors_};
+}
+
+void Registry::AddCollector(Collector collector) { collectors_->Add(std::move(collector)); }
 
 std::string Registry::Text() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& f : collectors_->Collect()) families.push_back(std::move(f));
   std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  prometheus::TextSerializer().Serialize(out, families);
   return out.str();
 }
 

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
 namespace sluice::metrics {
@@ -44,6 +46,11 @@ extern const std::vector<MetricInfo> kMetricList;
 // _sum and _count).
 std::vector<std::string> ExportedSeriesNames();
 
+// Families computed at scrape time by code outside this module (plugin
+// metrics, kept by connectors/plugin). Called on the scraping thread; must
+// be thread-safe and cheap.
+using Collector = std::function<std::vector<prometheus::MetricFamily>()>;
+
 // The registry of one process, shared by the writer, the engine and the
 // metrics listener.
 class Registry {
@@ -52,8 +59,13 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // For the exposer (it keeps a weak reference).
-  std::shared_ptr<prometheus::Registry> prometheus() const { return registry_; }
+  // For the exposer (it keeps weak references): the typed families, then
+  // the collectors added with AddCollector.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
+
+  // Adds families that are collected at every scrape, after the typed ones.
+  // Their names must not clash with kMetricList. Any thread.
+  void AddCollector(Collector collector);
 
   // Every metric in the Prometheus text format (what /metrics serves).
   std::string Text() const;
@@ -64,7 +76,9 @@ class Registry {
   prometheus::Family<prometheus::Histogram>& Histogram(std::string_view name);
 
  private:
+  class Collectors;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<Collectors> collectors_;
   std::mutex mu_;
   std::map<std::string, prometheus::Family<prometheus::Counter>*, std::less<>> counters_;
   std::map<std::string, prometheus::Family<prometheus::Gauge>*, std::less<>> gauges_;

@@ -81,7 +81,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& h
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   if (ports.empty()) return Unavailable("metrics: cannot listen on " + address);
   server->port_ = static_cast<uint16_t>(ports.front());
-  server->exposer_->RegisterCollectable(registry.prometheus());
+  for (const auto& collectable : registry.collectables()) server->exposer_->RegisterCollectable(collectable);
   {
     std::lock_guard lock(HooksMutex());
     Hooks()[server->port_] = std::make_shared<ReadinessFn>(std::move(readiness));

@@ -166,6 +166,16 @@ TEST(MetricsServer, ServesMetricsHealthAndReadiness) {
   Registry r;
   SinkMetrics s(r, "cache", 1);
   s.Read(3);
+  // Families from outside the module (plugin metrics) are collected at each scrape.
+  std::atomic<int> collected{0};
+  r.AddCollector([&collected] {
+    prometheus::ClientMetric m;
+    m.label = {{"plugin", "p"}, {"sink", "cache"}};
+    m.counter.value = 7;
+    ++collected;
+    return std::vector<prometheus::MetricFamily>{
+        {"sluice_plugin_lines_total", "Lines.", prometheus::MetricType::Counter, {m}}};
+  });
   std::atomic<bool> ready{true};
   auto server = MetricsServer::Start("127.0.0.1", 0, r, [&] {
     return Readiness{ready.load(), ready ? R"({"ready":true})" : R"({"ready":false,"sinks":["cache"]})"};
@@ -177,6 +187,10 @@ TEST(MetricsServer, ServesMetricsHealthAndReadiness) {
   const std::string metrics = Get(port, "/metrics", &status);
   EXPECT_EQ(status, 200);
   EXPECT_EQ(Sample(metrics, R"(sluice_engine_events_read_total{sink="cache"})"), 3);
+  EXPECT_EQ(Sample(metrics, R"(sluice_plugin_lines_total{plugin="p",sink="cache"})"), 7);
+  EXPECT_NE(metrics.find("# TYPE sluice_plugin_lines_total counter"), std::string::npos) << metrics;
+  EXPECT_EQ(Sample(r.Text(), R"(sluice_plugin_lines_total{plugin="p",sink="cache"})"), 7);
+  EXPECT_EQ(collected.load(), 2);  // once per scrape
   EXPECT_EQ(Get(port, "/healthz", &status), R"({"status":"ok"})");
   EXPECT_EQ(status, 200);
   EXPECT_EQ(Get(port, "/readyz", &status), R"({"ready":true})");

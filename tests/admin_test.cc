@@ -5,12 +5,20 @@
 //   pause    writes continue, the paused view does not move, its lag grows;
 //            resume catches up and verify is clean
 //   rebuild  a MySQL view while commands flow: the table is swapped for a
-//            fresh one, which repairs damage a replay cannot
+//            fresh one, which repairs damage a replay cannot; the same for an
+//            Elasticsearch index (an alias), Redis keys and the example
+//            plugin's file; a rebuild whose process dies between the replay
+//            and the switch leaves the live view served and correct, and the
+//            next rebuild replaces what it left; kafka is refused
 //   auth     requests without the token or with another get 401/403 and
 //            change nothing; a bad sink name is a clear error with exit 1
 #include <stdlib.h>
 
 #include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -39,7 +47,18 @@ std::string AdminYaml(uint16_t port, const std::string& token_yaml) {
   return "admin:\n  listen: 127.0.0.1:" + std::to_string(port) + "\n  token: " + token_yaml + "\n";
 }
 
-std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
+// Starts `sluice serve` for the stack (again, after a stop).
+void Serve(Stack& s) {
+  s.serve = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s.path}, s.cfg.port);
+  std::string why;
+  EXPECT_TRUE(s.serve->Start(&why)) << why;
+}
+
+// A serve process whose sinks are `sinks_yaml` (each "  - name: ..." block;
+// `prefix` is unique to the test, for keys, indices and files) plus `extra_yaml`.
+std::unique_ptr<Stack> MakeStackWith(const std::string& name, uint32_t partitions,
+                                     const std::function<std::string(const std::string& prefix)>& sinks_yaml,
+                                     const std::string& extra_yaml = "") {
   ::setenv("SLUICE_TEST_ADMIN_TOKEN", ("tok-" + UniquePrefix("admin")).c_str(), 1);
   auto s = std::make_unique<Stack>();
   s->db = std::make_unique<TestDatabase>(name);
@@ -49,18 +68,25 @@ std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
   s->cfg.entities = {{"account", partitions}};
   s->cfg.port = FreePort();
   s->cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n"
-                      "sinks:\n"
-                      "  - name: cache\n    type: redis\n    entity: account\n"
-                      "    url: redis://127.0.0.1:" + std::to_string(RedisPort()) + "/0\n"
-                      "    key: \"" + s->prefix + ":{id}\"\n"
-                      "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
-                      "    columns: {owner: /owner, balance: /balance, note: /note}\n" +
+                      "sinks:\n" + sinks_yaml(s->prefix) + extra_yaml +
                       AdminYaml(s->admin_port, "\"${env:SLUICE_TEST_ADMIN_TOKEN}\"");
   s->path = s->cfg.Write();
-  s->serve = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s->path}, s->cfg.port);
-  std::string why;
-  EXPECT_TRUE(s->serve->Start(&why)) << why;
+  Serve(*s);
   return s;
+}
+
+std::string RedisSinkYaml(const std::string& name, const std::string& prefix) {
+  return "  - name: " + name + "\n    type: redis\n    entity: account\n"
+         "    url: redis://127.0.0.1:" + std::to_string(RedisPort()) + "/0\n"
+         "    key: \"" + prefix + ":{id}\"\n";
+}
+
+std::unique_ptr<Stack> MakeStack(const std::string& name, uint32_t partitions) {
+  return MakeStackWith(name, partitions, [](const std::string& prefix) {
+    return RedisSinkYaml("cache", prefix) +
+           "  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
+           "    columns: {owner: /owner, balance: /balance, note: /note}\n";
+  });
 }
 
 int Sluice(const std::vector<std::string>& args, std::string* out) { return RunSluice(args, out); }
@@ -85,6 +111,24 @@ const Json& SinkStatus(const Json& status, const std::string& sink) {
 }
 
 uint64_t LagEvents(const Json& status, const std::string& sink) { return SinkTotal(status, sink, "lag_events"); }
+
+// `sluice rebuild --sink sink` while `threads` clients send commands to
+// `entities` entities: it succeeds, showing its progress, and commands were
+// answered meanwhile.
+void RebuildUnderLoad(Stack& s, const std::string& sink, int entities, int threads) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered{0};
+  std::thread load([&] { answered = MixedLoad(s.cfg.port, 1000000, entities, threads, 3, &stop); });
+  std::string out;
+  const int rc = Sluice({"rebuild", "--config", s.path, "--sink", sink}, &out);
+  stop = true;
+  load.join();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rebuild " + sink + ": replaying"), std::string::npos) << out;
+  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
+  EXPECT_GT(answered.load(), 0);
+}
 
 TEST(Admin, RewindReappliesEveryEventAsStaleAndLeavesTheViewsUnchanged) {
   SLUICE_REQUIRE_MYSQL();
@@ -203,17 +247,7 @@ TEST(Admin, RebuildSwapsInAFreshMysqlTableWhileCommandsFlow) {
                     "AND TABLE_NAME='account_view'");
   std::this_thread::sleep_for(1100ms);  // CREATE_TIME has one-second resolution
 
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> answered{0};
-  std::thread load([&] { answered = MixedLoad(s->cfg.port, 1000000, 500, 4, 3, &stop); });
-  const int rc = Sluice({"rebuild", "--config", s->path, "--sink", "table"}, &out);
-  stop = true;
-  load.join();
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("rebuild table: replaying"), std::string::npos) << out;
-  EXPECT_NE(out.find("events/s, ETA"), std::string::npos) << out;
-  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
-  EXPECT_GT(answered.load(), 0);
+  ASSERT_NO_FATAL_FAILURE(RebuildUnderLoad(*s, "table", 500, 4));
 
   ASSERT_TRUE(WaitCaughtUp(s->path, 120s, &status_text)) << status_text;
   EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
@@ -229,10 +263,6 @@ TEST(Admin, RebuildSwapsInAFreshMysqlTableWhileCommandsFlow) {
   EXPECT_EQ(s->db->Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink='table__rebuild'"), 0);
   EXPECT_EQ(SinkTotal(StatusJson(s->path), "table", "dead_lettered"), 0u);
 
-  // A Redis view has no atomic switch-over: refused, with what to do instead.
-  EXPECT_EQ(Sluice({"rebuild", "--config", s->path, "--sink", "cache"}, &out), 1) << out;
-  EXPECT_NE(out.find("cannot be rebuilt"), std::string::npos) << out;
-  EXPECT_NE(out.find("rewind"), std::string::npos) << out;
 }
 
 TEST(Admin, UnauthorizedRequestsGet401Or403AndChangeNothing) {
@@ -294,6 +324,250 @@ TEST(Admin, BadSinkNamesAndMissingProcessAreClearErrors) {
   ASSERT_EQ(Sluice({"rewind", "--config", s->path, "--sink", "table", "--to", "0", "--offline"}, &out), 0) << out;
   for (const auto& p : SinkStatus(StatusJson(s->path), "table")["partitions"]) EXPECT_EQ(p["offset"], 0);
   EXPECT_GT(SinkTotal(StatusJson(s->path), "cache", "offset"), 0u);
+}
+
+// ---- rebuilding the other kinds of view ----
+
+// A view that can be rebuilt, seen from outside: its sink (named "view"),
+// how to damage it in a way a replay cannot repair (an entry of no entity),
+// and what a rebuild leaves beside it.
+// The functions share the target's state (the index, key prefix or file,
+// known once sinks_yaml has run), which also cleans up when the last goes.
+struct RebuildTarget {
+  std::function<std::string(const std::string& prefix)> sinks_yaml;
+  std::string extra_yaml;                       // e.g. plugins:
+  std::function<void()> plant_ghost;            // writes the entry "ghost" into the live view
+  std::function<bool()> has_ghost;              // whether the live view holds it
+  std::function<size_t()> leftovers;            // shadow data beside the live view
+  std::function<void()> check_swapped = [] {};  // after a rebuild: the view is the rebuilt one
+};
+
+// The rebuild finished and took the damage with it; nothing of the shadow is left.
+void ExpectRebuilt(Stack& s, RebuildTarget& t) {
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
+  EXPECT_FALSE(t.has_ghost());
+  EXPECT_EQ(t.leftovers(), 0u);
+  t.check_swapped();
+  EXPECT_EQ(s.db->Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink='view__rebuild'"), 0);
+  EXPECT_EQ(SinkTotal(StatusJson(s.path), "view", "dead_lettered"), 0u);
+}
+
+// Damage, then a rebuild while commands flow: it shows its progress, swaps
+// the fresh view in, and the view equals main storage afterwards.
+void RebuildWhileCommandsFlow(Stack& s, RebuildTarget& t) {
+  EXPECT_EQ(MixedLoad(s.cfg.port, 4000, 300, 4, 1), 4000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  t.plant_ghost();
+  ASSERT_TRUE(t.has_ghost());
+  ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
+  EXPECT_NE(out.find("ghost"), std::string::npos) << out;
+
+  ASSERT_NO_FATAL_FAILURE(RebuildUnderLoad(s, "view", 300, 2));
+  ExpectRebuilt(s, t);
+}
+
+// The process dies between the replay and the switch (failpoint): the
+// shadow is left behind, the live view goes on being served and updated,
+// and the next rebuild replaces the leftover and succeeds.
+void AbandonedRebuildThenAnotherOne(Stack& s, RebuildTarget& t) {
+  EXPECT_EQ(MixedLoad(s.cfg.port, 2000, 200, 4, 1), 2000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  t.plant_ghost();
+
+  EXPECT_EQ(s.serve->Terminate(), 0);
+  ::setenv("SLUICE_FAILPOINTS", "admin.rebuild.before_switch=crash", 1);
+  Serve(s);
+  ::unsetenv("SLUICE_FAILPOINTS");
+  EXPECT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 1) << out;
+  EXPECT_NE(out.find("lost the process"), std::string::npos) << out;
+  EXPECT_EQ(s.serve->Terminate(), 128 + SIGKILL) << "the failpoint should have killed it";
+  EXPECT_GT(t.leftovers(), 0u) << "the replay should have written the shadow";
+
+  // The live view is untouched (the ghost is still there) and keeps up.
+  Serve(s);
+  EXPECT_EQ(MixedLoad(s.cfg.port, 1000, 200, 4, 2), 1000);
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_TRUE(t.has_ghost());
+  EXPECT_EQ(VerifyViews(s.path, &out), 1) << out;
+  EXPECT_NE(out.find("entities checked, 1 differences"), std::string::npos) << out;
+  EXPECT_NE(out.find("ghost"), std::string::npos) << out;
+
+  ASSERT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 0) << out;
+  ExpectRebuilt(s, t);
+}
+
+// The swap fails while both runners are paused (failpoint `error`): the
+// command says so, the process carries on, the live sink is resumed and
+// keeps the view equal to main storage.
+void FailedRebuildLeavesTheLiveViewRunning(Stack& s) {
+  EXPECT_EQ(s.serve->Terminate(), 0);
+  ::setenv("SLUICE_FAILPOINTS", "admin.rebuild.promote=error", 1);
+  Serve(s);
+  ::unsetenv("SLUICE_FAILPOINTS");
+  EXPECT_EQ(MixedLoad(s.cfg.port, 1000, 100, 4, 1), 1000);
+  std::string status_text, out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(Sluice({"rebuild", "--config", s.path, "--sink", "view"}, &out), 1) << out;
+  EXPECT_NE(out.find("failed: failpoint admin.rebuild.promote (the live view is still served)"),
+            std::string::npos)
+      << out;
+  ASSERT_TRUE(s.serve->running());
+  HttpClient admin(s.admin_port);
+  const HttpReply status = admin.Get("/v1/status");
+  ASSERT_EQ(status.status, 200) << status.body;
+  const Json parsed = Json::parse(status.body);
+  const Json& view = SinkStatus(parsed, "view");
+  EXPECT_FALSE(view["paused"].get<bool>()) << status.body;
+  EXPECT_EQ(view["rebuild"]["phase"], "failed") << status.body;
+  EXPECT_EQ(MixedLoad(s.cfg.port, 500, 100, 4, 2), 500);
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &status_text)) << status_text;
+  EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
+  EXPECT_EQ(s.serve->Terminate(), 0);
+}
+
+RebuildTarget ElasticsearchTarget() {
+  struct State {
+    std::string index;
+    IndexDeleter deleter;
+  };
+  auto st = std::make_shared<State>();
+  RebuildTarget t;
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->index = prefix + "_account";
+    st->deleter.Set(st->index);
+    return "  - name: view\n    type: elasticsearch\n    entity: account\n"
+           "    url: http://127.0.0.1:" + std::to_string(OpenSearchPort()) + "\n"
+           "    index: \"" + st->index + "\"\n    request_timeout: 10s\n";
+  };
+  t.plant_ghost = [st] {
+    HttpClient c(OpenSearchPort());
+    EXPECT_EQ(c.Post("/" + st->index + "/_doc/ghost?refresh=true", R"({"owner":"nobody"})").status, 201);
+  };
+  t.has_ghost = [st] { return HttpClient(OpenSearchPort()).Get("/" + st->index + "/_doc/ghost").status == 200; };
+  // Indices "<index>__rebuild_*" that the alias does not point at.
+  t.leftovers = [st] {
+    const HttpReply r = HttpClient(OpenSearchPort()).Get("/" + st->index + "__rebuild_*/_alias");
+    EXPECT_EQ(r.status, 200) << r.body;
+    const Json indices = Json::parse(r.body, nullptr, false);
+    size_t n = 0;
+    for (const auto& [name, aliases] : indices.items()) n += aliases["aliases"].contains(st->index) ? 0 : 1;
+    return n;
+  };
+  // The configured name is now an alias of exactly one rebuilt index.
+  t.check_swapped = [st] {
+    const HttpReply r = HttpClient(OpenSearchPort()).Get("/_alias/" + st->index);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json j = Json::parse(r.body, nullptr, false);
+    ASSERT_EQ(j.size(), 1u) << r.body;
+    EXPECT_EQ(j.begin().key().rfind(st->index + "__rebuild_", 0), 0u) << r.body;
+  };
+  return t;
+}
+
+RebuildTarget RedisTarget() {
+  struct State {
+    std::string prefix;
+    ~State() {
+      // A key outside the template's pattern, which the rebuild must leave alone.
+      if (!prefix.empty()) RedisClient(RedisPort()).Run({"DEL", "other:" + prefix});
+    }
+  };
+  auto st = std::make_shared<State>();
+  RebuildTarget t;
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->prefix = prefix;
+    return RedisSinkYaml("view", prefix);
+  };
+  t.plant_ghost = [st] {
+    RedisClient redis(RedisPort());
+    EXPECT_TRUE(redis.Run({"SET", st->prefix + ":ghost", R"({"_version":1,"owner":"nobody"})"}).has_value());
+    EXPECT_TRUE(redis.Run({"SET", "other:" + st->prefix, "not the view's"}).has_value());
+  };
+  t.has_ghost = [st] { return RedisClient(RedisPort()).Get(st->prefix + ":ghost").has_value(); };
+  t.leftovers = [st] { return RedisClient(RedisPort()).Dump("__rebuild:" + st->prefix + ":*").size(); };
+  t.check_swapped = [st] { EXPECT_EQ(RedisClient(RedisPort()).Get("other:" + st->prefix), "not the view's"); };
+  return t;
+}
+
+RebuildTarget JsonlTarget() {
+  struct State {
+    std::string file;
+    ~State() {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+      std::filesystem::remove(file + ".rebuild", ec);
+    }
+  };
+  auto st = std::make_shared<State>();
+  RebuildTarget t;
+  t.sinks_yaml = [st](const std::string& prefix) {
+    st->file = (std::filesystem::temp_directory_path() / (prefix + ".jsonl")).string();
+    return "  - name: view\n    type: jsonl\n    entity: account\n    path: " + st->file + "\n    fsync: false\n";
+  };
+  t.extra_yaml = std::string("plugins:\n  - ") + JSONL_PLUGIN + "\n";
+  t.plant_ghost = [st] {
+    std::ofstream(st->file, std::ios::app)
+        << R"({"id":"ghost","version":1,"deleted":false,"event_id":0,"state":{}})" << "\n";
+  };
+  t.has_ghost = [st] {
+    std::ifstream in(st->file);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(R"("id":"ghost")") != std::string::npos) return true;
+    }
+    return false;
+  };
+  t.leftovers = [st] { return static_cast<size_t>(std::filesystem::exists(st->file + ".rebuild") ? 1 : 0); };
+  return t;
+}
+
+// One stack per test with a sink "view" of the parameter's type.
+class AdminRebuild : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SLUICE_REQUIRE_MYSQL();
+    const std::string& type = GetParam();
+    if (type == "elasticsearch") {
+      SLUICE_REQUIRE_OPENSEARCH();
+      target_ = ElasticsearchTarget();
+    } else if (type == "redis") {
+      SLUICE_REQUIRE_REDIS();
+      target_ = RedisTarget();
+    } else {
+      target_ = JsonlTarget();
+    }
+    stack_ = MakeStackWith("rebuild_" + type, 4, target_.sinks_yaml, target_.extra_yaml);
+  }
+
+  RebuildTarget target_;
+  std::unique_ptr<Stack> stack_;  // stopped before the target's state cleans up
+};
+
+TEST_P(AdminRebuild, SwapsInAFreshViewWhileCommandsFlow) { RebuildWhileCommandsFlow(*stack_, target_); }
+
+TEST_P(AdminRebuild, AbandonedAttemptLeavesTheViewServedAndTheNextOneSucceeds) {
+  AbandonedRebuildThenAnotherOne(*stack_, target_);
+}
+
+TEST_P(AdminRebuild, FailedSwapLeavesTheLiveSinkRunning) { FailedRebuildLeavesTheLiveViewRunning(*stack_); }
+
+INSTANTIATE_TEST_SUITE_P(Sinks, AdminRebuild, ::testing::Values("elasticsearch", "redis", "jsonl"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(Admin, KafkaSinksAreRefusedForRebuildWithWhatToDoInstead) {
+  SLUICE_REQUIRE_MYSQL();
+  auto s = MakeStackWith("rebuild_kafka", 2, [](const std::string& prefix) {
+    const char* brokers = ::getenv("SLUICE_TEST_KAFKA_BROKERS");
+    return "  - name: feed\n    type: kafka\n    entity: account\n    brokers: \"" +
+           std::string(brokers != nullptr ? brokers : "127.0.0.1:19092") + "\"\n    topic: " + prefix + "\n";
+  });
+  std::string out;
+  EXPECT_EQ(Sluice({"rebuild", "--config", s->path, "--sink", "feed"}, &out), 1) << out;
+  EXPECT_NE(out.find("cannot be rebuilt: a kafka topic is a log that consumers replay"), std::string::npos) << out;
+  EXPECT_NE(out.find("a sink with a new name and topic"), std::string::npos) << out;
 }
 
 }  // namespace

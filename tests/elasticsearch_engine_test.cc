@@ -28,41 +28,6 @@ namespace {
 using Json = nlohmann::json;
 using namespace std::chrono_literals;
 
-// The test server's port, from SLUICE_TEST_OPENSEARCH_URL (http://127.0.0.1:19200).
-uint16_t OpenSearchPort() {
-  const char* url = std::getenv("SLUICE_TEST_OPENSEARCH_URL");
-  const std::string s = url != nullptr && *url != '\0' ? url : "http://127.0.0.1:19200";
-  const size_t colon = s.rfind(':');
-  return static_cast<uint16_t>(std::stoi(s.substr(colon + 1)));
-}
-
-#define SLUICE_REQUIRE_OPENSEARCH()                                                          \
-  do {                                                                                       \
-    HttpClient probe(OpenSearchPort(), 5s);                                                  \
-    if (probe.Get("/").status != 200) {                                                      \
-      if (InCi()) FAIL() << "OpenSearch is not reachable (CI=true)";                         \
-      GTEST_SKIP() << "OpenSearch is not reachable; run scripts/services up opensearch";     \
-    }                                                                                        \
-  } while (0)
-
-// Deletes the test's index when the test ends, as TestDatabase drops its database.
-class IndexDeleter {
- public:
-  IndexDeleter() = default;
-  IndexDeleter(IndexDeleter&& other) noexcept : index_(std::exchange(other.index_, std::string())) {}
-  IndexDeleter& operator=(IndexDeleter&& other) noexcept {
-    std::swap(index_, other.index_);
-    return *this;
-  }
-  ~IndexDeleter() {
-    if (!index_.empty()) HttpClient(OpenSearchPort(), 10s).Send("DELETE /" + index_ + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-  }
-  void Set(std::string index) { index_ = std::move(index); }
-
- private:
-  std::string index_;
-};
-
 struct Stack {
   std::unique_ptr<TestDatabase> db;
   SluiceConfig cfg;

@@ -1,6 +1,7 @@
 #include "connectors/elasticsearch/elasticsearch_sink.h"
 
 #include <algorithm>
+#include <charconv>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -21,16 +22,32 @@ constexpr size_t kScrollPage = 5000;
 constexpr std::string_view kBulkQuery = "/_bulk?filter_path=items.*.status,items.*.error.type,items.*.error.reason";
 // Live documents are those without the tombstone marker.
 constexpr std::string_view kLiveQuery = R"({"bool":{"must_not":{"exists":{"field":"_sluice_deleted"}}}})";
+// A rebuild writes "<index>__rebuild_<n>" and then points the alias <index>
+// at it. The number goes up by one per rebuild, so the next shadow never has
+// the name of the index the alias points at.
+constexpr std::string_view kShadowInfix = "__rebuild_";
+
+// What the sink's configured index name is on the server now.
+struct LiveName {
+  bool alias = false;                // an alias (after a rebuild), else a concrete index or nothing
+  std::vector<std::string> indices;  // the concrete indices it names (empty: it does not exist)
+};
+
+// The generation of a shadow index named "<live>__rebuild_<n>", or 0.
+uint64_t ShadowGeneration(std::string_view live, std::string_view index) {
+  if (!index.starts_with(live) || !index.substr(live.size()).starts_with(kShadowInfix)) return 0;
+  const std::string_view digits = index.substr(live.size() + kShadowInfix.size());
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  return ec == std::errc() && end == digits.data() + digits.size() ? n : 0;
+}
 
 class ElasticsearchSink final : public Sink {
  public:
   ElasticsearchSink(const config::SinkConfig& cfg, std::unique_ptr<RestClient> client)
-      : cfg_(cfg),
-        es_(cfg.elasticsearch),
-        client_(std::move(client)),
-        index_(IndexName(cfg)),
-        index_path_(PathTo("/", index_)),
-        where_("sink '" + cfg.name + "' (elasticsearch " + client_->base_url() + ", index " + index_ + ")") {}
+      : cfg_(cfg), es_(cfg_.elasticsearch), client_(std::move(client)) {
+    SetIndex(IndexName(cfg));
+  }
 
   const std::string& name() const override { return cfg_.name; }
 
@@ -43,10 +60,15 @@ class ElasticsearchSink final : public Sink {
   }
 
   Status Open() override {
+    if (!shadow_of_.empty() && !shadow_prepared_) {
+      RETURN_IF_ERROR(PrepareShadowIndex());
+      shadow_prepared_ = true;
+    }
     ASSIGN_OR_RETURN(HttpResponse head, Send("HEAD", index_path_));
     if (head.status == 200) return Status::Ok();
     if (head.status != 404) return HttpError(head, "checking the index");
-    if (!es_.auto_create) {
+    // A shadow always makes its own index, whoever made the live one.
+    if (!es_.auto_create && shadow_of_.empty()) {
       return FailedPrecondition(where_ + ": the index does not exist and auto_create is false: create it, "
                                 "or set auto_create: true");
     }
@@ -145,7 +167,94 @@ class ElasticsearchSink final : public Sink {
     return FindExtras(known, live_in_view, differences);
   }
 
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override {
+    ASSIGN_OR_RETURN(std::unique_ptr<RestClient> client, RestClient::Make(ClientOptions(cfg_)));
+    auto shadow = std::make_unique<ElasticsearchSink>(cfg_, std::move(client));
+    shadow->shadow_of_ = index_;
+    shadow->where_ = where_ + " (rebuild)";
+    return std::unique_ptr<Sink>(std::move(shadow));
+  }
+
+  // One POST /_aliases: the live name becomes an alias of the shadow index,
+  // and the index it named before is deleted in the same atomic step
+  // (remove_index). Other aliases of that index move to the shadow with
+  // their filters, so a filtered alias that hides tombstones keeps working.
+  Status PromoteRebuildShadow() override {
+    if (shadow_of_.empty()) return Sink::PromoteRebuildShadow();
+    RETURN_IF_ERROR(Open());  // a replay of no events never opened it
+    ASSIGN_OR_RETURN(LiveName live, ReadLiveName());
+    if (live.alias && live.indices.size() > 1) {
+      return FailedPrecondition(where_ + ": the alias " + shadow_of_ + " points at " +
+                                std::to_string(live.indices.size()) +
+                                " indices; point it at one index (the one this sink writes) and rebuild again");
+    }
+    if (std::find(live.indices.begin(), live.indices.end(), index_) != live.indices.end()) {
+      return Status::Ok();  // an earlier call swapped it in and its answer was lost
+    }
+    Json actions = Json::array();
+    actions.push_back({{"add", {{"index", index_}, {"alias", shadow_of_}}}});
+    for (const std::string& old : live.indices) {
+      ASSIGN_OR_RETURN(HttpResponse r, Send("GET", PathTo("/", old) + "/_alias"));
+      if (r.status != 200) return HttpError(r, "reading the aliases of " + old);
+      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      if (doc.is_object() && doc.contains(old) && doc[old].contains("aliases") && doc[old]["aliases"].is_object()) {
+        for (const auto& [alias, definition] : doc[old]["aliases"].items()) {
+          if (alias == shadow_of_) continue;
+          Json add = definition.is_object() ? definition : Json::object();
+          add["index"] = index_;
+          add["alias"] = alias;
+          actions.push_back({{"add", std::move(add)}});
+        }
+      }
+      actions.push_back({{"remove_index", {{"index", old}}}});
+    }
+    ASSIGN_OR_RETURN(HttpResponse swapped, Send("POST", "/_aliases", Json{{"actions", actions}}.dump()));
+    if (swapped.status != 200) return HttpError(swapped, "pointing " + shadow_of_ + " at the rebuilt index");
+    return Status::Ok();
+  }
+
  private:
+  void SetIndex(std::string index) {
+    index_ = std::move(index);
+    index_path_ = PathTo("/", index_);
+    where_ = "sink '" + cfg_.name + "' (elasticsearch " + client_->base_url() + ", index " + index_ + ")";
+  }
+
+  // Whether the live name is an alias, and the concrete indices it names.
+  Result<LiveName> ReadLiveName() {
+    LiveName live;
+    ASSIGN_OR_RETURN(HttpResponse r, Send("GET", PathTo("/_alias/", shadow_of_)));
+    if (r.status == 200) {
+      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      if (!doc.is_object()) return Internal(where_ + ": the answer to GET /_alias/" + shadow_of_ + " is not JSON");
+      live.alias = true;
+      for (const auto& [index, aliases] : doc.items()) live.indices.push_back(index);
+      return live;
+    }
+    if (r.status != 404) return HttpError(r, "looking up the alias " + shadow_of_);
+    ASSIGN_OR_RETURN(HttpResponse head, Send("HEAD", PathTo("/", shadow_of_)));
+    if (head.status == 200) {
+      live.indices.push_back(shadow_of_);
+    } else if (head.status != 404) {
+      return HttpError(head, "checking the index " + shadow_of_);
+    }
+    return live;
+  }
+
+  // A shadow's first Open(): picks the next "<live>__rebuild_<n>" and deletes
+  // whatever an abandoned rebuild left under that name.
+  Status PrepareShadowIndex() {
+    ASSIGN_OR_RETURN(LiveName live, ReadLiveName());
+    uint64_t generation = 0;
+    for (const std::string& index : live.indices) generation = std::max(generation, ShadowGeneration(shadow_of_, index));
+    SetIndex(shadow_of_ + std::string(kShadowInfix) + std::to_string(generation + 1));
+    ASSIGN_OR_RETURN(HttpResponse deleted, Send("DELETE", index_path_));
+    if (deleted.status != 200 && deleted.status != 404) {
+      return HttpError(deleted, "deleting the index an abandoned rebuild left");
+    }
+    return Status::Ok();
+  }
+
   Result<HttpResponse> Send(std::string_view method, const std::string& path, std::string_view body = {},
                             std::string_view content_type = "application/json") {
     Result<HttpResponse> r = client_->Send(method, path, body, content_type);
@@ -292,9 +401,13 @@ class ElasticsearchSink final : public Sink {
   const config::SinkConfig cfg_;
   const config::ElasticsearchSinkConfig& es_;
   std::unique_ptr<RestClient> client_;
-  const std::string index_;
-  const std::string index_path_;
-  const std::string where_;
+  std::string index_;       // the index (or alias) written; a shadow's is set by its first Open()
+  std::string index_path_;  // "/" + index_, encoded
+  std::string where_;       // "sink 'x' (elasticsearch URL, index I)" for messages
+  // Set on a rebuild shadow: the live index name it takes over, and whether
+  // its first Open() has picked and cleared its own index.
+  std::string shadow_of_;
+  bool shadow_prepared_ = false;
   std::string body_;          // the NDJSON of the batch being applied (kept for its capacity)
   std::vector<size_t> sent_;  // events of the batch in the request, in order
 };

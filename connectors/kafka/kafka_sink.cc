@@ -212,6 +212,16 @@ class KafkaSink final : public Sink {
     outstanding_ = 0;
   }
 
+  // A topic is a log, not a view: there is nothing to swap. And rewind does
+  // not help, since Open() recovers what the topic holds and skips it.
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override {
+    return FailedPrecondition("sink " + config_.name + " cannot be rebuilt: a kafka topic is a log that consumers "
+                              "replay, not a view to swap in; consumers rebuild their views by reading the topic "
+                              "from its beginning. To publish the whole history again, add a sink with a new name "
+                              "and topic (a new sink starts from offset 0); `sluice rewind` on this sink adds no "
+                              "record, as the sink skips what the topic already holds");
+  }
+
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
     auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
     if (!consumer.ok()) return consumer.status();

@@ -23,6 +23,16 @@ namespace {
 // The last field of each struct this host reads, to check struct_size.
 constexpr size_t kPluginFieldsEnd = offsetof(sluice_plugin, sink_types) + sizeof(void*);
 constexpr size_t kSinkTypeFieldsEnd = offsetof(sluice_sink_type, last_error) + sizeof(void*);
+// ABI 1.1's optional rebuild hooks: read only when struct_size covers them.
+constexpr size_t kSinkTypeRebuildEnd = offsetof(sluice_sink_type, promote_rebuild_shadow) + sizeof(void*);
+
+// Sink type i of a descriptor. The array is laid out with the plugin's
+// sizeof(sluice_sink_type), which is smaller for a plugin built for ABI 1.0
+// than for this host; the first element's struct_size tells it.
+const sluice_sink_type* SinkTypeAt(const sluice_plugin& d, size_t i) {
+  const size_t stride = d.sink_types[0].struct_size;
+  return reinterpret_cast<const sluice_sink_type*>(reinterpret_cast<const char*>(d.sink_types) + i * stride);
+}
 
 struct Library;
 
@@ -108,7 +118,7 @@ void HostLog(void* context, sluice_log_level level, sluice_str message) {
 void HostCounterAdd(void* context, sluice_str name, sluice_str sink, uint64_t delta) {
   const auto* lib = static_cast<const Library*>(context);
   const std::string_view n = View(name);
-  if (!IsMetricName(n) || n.size() < 6 || n.substr(n.size() - 6) != "_total") {
+  if (!IsMetricName(n) || !n.ends_with("_total")) {
     LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
                    "plugin " + lib->info.name + ": counter name must match [a-z_][a-z0-9_]* and end in _total; ignored");
     return;
@@ -121,9 +131,9 @@ void HostCounterAdd(void* context, sluice_str name, sluice_str sink, uint64_t de
 void HostGaugeSet(void* context, sluice_str name, sluice_str sink, double value) {
   const auto* lib = static_cast<const Library*>(context);
   const std::string_view n = View(name);
-  if (!IsMetricName(n)) {
+  if (!IsMetricName(n) || n.ends_with("_total")) {
     LogRateLimited(LogLevel::kWarn, "plugin.metric." + lib->info.name,
-                   "plugin " + lib->info.name + ": gauge name must match [a-z_][a-z0-9_]*; ignored");
+                   "plugin " + lib->info.name + ": gauge name must match [a-z_][a-z0-9_]* and not end in _total; ignored");
     return;
   }
   Host& host = TheHost();
@@ -194,8 +204,13 @@ Status Load(Library& lib, Host& host) {
 
   std::vector<std::string> problems;
   std::vector<std::string> names;
+  if (d->sink_type_count > 0 && d->sink_types[0].struct_size < kSinkTypeFieldsEnd) {
+    ::dlclose(handle);
+    return FailedPrecondition(lib.label + ": malformed plugin descriptor (sink type struct_size " +
+                              std::to_string(d->sink_types[0].struct_size) + ")");
+  }
   for (size_t i = 0; i < d->sink_type_count; ++i) {
-    const sluice_sink_type& t = d->sink_types[i];
+    const sluice_sink_type& t = *SinkTypeAt(*d, i);
     const std::string name = t.type_name != nullptr ? t.type_name : "";
     if (t.struct_size < kSinkTypeFieldsEnd || t.create == nullptr || t.open == nullptr || t.apply == nullptr ||
         t.close == nullptr || t.destroy == nullptr || t.last_error == nullptr) {
@@ -225,7 +240,8 @@ Status Load(Library& lib, Host& host) {
     return FailedPrecondition(lib.label + ": plugin init failed: " + SafeText(d->last_error()));
   }
   for (size_t i = 0; i < d->sink_type_count; ++i) {
-    host.types[d->sink_types[i].type_name] = TypeEntry{&lib, &d->sink_types[i]};
+    const sluice_sink_type* t = SinkTypeAt(*d, i);
+    host.types[t->type_name] = TypeEntry{&lib, t};
   }
   lib.info.sink_types = std::move(names);
   return Status::Ok();
@@ -380,6 +396,36 @@ class PluginSink final : public Sink {
     return Status::Ok();
   }
 
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override {
+    const sluice_sink_type& t = *entry_.type;
+    if (t.struct_size < kSinkTypeRebuildEnd) {
+      return FailedPrecondition(Prefix() + "cannot be rebuilt: the plugin was built for plugin ABI " +
+                                AbiVersion() + ", which has no rebuild hooks; rebuild it against this sluice's "
+                                "include/sluice/plugin.h (ABI " + std::to_string(SLUICE_PLUGIN_ABI_MAJOR) + "." +
+                                std::to_string(SLUICE_PLUGIN_ABI_MINOR) + ") and implement make_rebuild_shadow and "
+                                "promote_rebuild_shadow, or use `sluice rewind --sink " + name_ +
+                                " --to beginning`");
+    }
+    if (t.make_rebuild_shadow == nullptr || t.promote_rebuild_shadow == nullptr) {
+      return FailedPrecondition(Prefix() + "cannot be rebuilt: sink type '" + t.type_name +
+                                "' does not implement the optional rebuild hooks (make_rebuild_shadow, "
+                                "promote_rebuild_shadow); `sluice rewind --sink " + name_ +
+                                " --to beginning` re-applies every event instead");
+    }
+    void* shadow = nullptr;
+    RETURN_IF_ERROR(Call(t.make_rebuild_shadow(handle_, &shadow)));
+    if (shadow == nullptr) return Internal(Prefix() + "make_rebuild_shadow returned no sink");
+    auto made = std::make_unique<PluginSink>(name_, entry_, shadow);
+    made->shadow_ = true;
+    return std::unique_ptr<Sink>(std::move(made));
+  }
+
+  Status PromoteRebuildShadow() override {
+    if (!shadow_) return Sink::PromoteRebuildShadow();
+    if (!open_) RETURN_IF_ERROR(Open());  // a replay of no events never opened it
+    return Call(entry_.type->promote_rebuild_shadow(handle_));
+  }
+
   // Every row the plugin reports, tombstones included.
   Result<std::vector<EntitySnapshot>> Scan() {
     if (entry_.type->scan == nullptr) {
@@ -404,6 +450,9 @@ class PluginSink final : public Sink {
   }
 
   std::string Prefix() const { return "sink '" + name_ + "' (plugin " + entry_.library->info.name + "): "; }
+  std::string AbiVersion() const {
+    return std::to_string(entry_.library->info.abi_major) + "." + std::to_string(entry_.library->info.abi_minor);
+  }
 
   Status Call(int rc) const {
     if (rc == SLUICE_OK) return Status::Ok();
@@ -414,6 +463,7 @@ class PluginSink final : public Sink {
   TypeEntry entry_;
   void* handle_;
   bool open_ = false;
+  bool shadow_ = false;  // made by make_rebuild_shadow
   std::vector<sluice_event> events_;
   std::vector<sluice_event_result> results_;
 };
@@ -492,22 +542,27 @@ Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink) {
   return plugin_sink->Scan();
 }
 
-std::string PluginMetricsText() {
+std::vector<prometheus::MetricFamily> PluginMetricFamilies() {
   Host& host = TheHost();
   std::lock_guard lock(host.metrics_mu);
-  std::string out;
-  auto series = [&](const MetricKey& k, const std::string& value, std::string* last_name, const char* type) {
+  // Counter names end in _total and gauge names never do, so the two maps
+  // never name one family twice.
+  std::vector<prometheus::MetricFamily> out;
+  auto add = [&out](const MetricKey& k, prometheus::MetricType type, double value) {
     const std::string name = "sluice_plugin_" + k.name;
-    if (name != *last_name) {
-      out += "# TYPE " + name + " " + type + "\n";
-      *last_name = name;
+    if (out.empty() || out.back().name != name) {
+      out.push_back(prometheus::MetricFamily{
+          name, std::string("Reported by sink plugins through the host's ") +
+                    (type == prometheus::MetricType::Counter ? "counter_add" : "gauge_set") + " callback.",
+          type, {}});
     }
-    out += name + "{plugin=" + nlohmann::json(k.plugin).dump() + ",sink=" + nlohmann::json(k.sink).dump() + "} " +
-           value + "\n";
+    prometheus::ClientMetric m;
+    m.label = {{"plugin", k.plugin}, {"sink", k.sink}};
+    (type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+    out.back().metric.push_back(std::move(m));
   };
-  std::string last;
-  for (const auto& [k, v] : host.counters) series(k, std::to_string(v), &last, "counter");
-  for (const auto& [k, v] : host.gauges) series(k, nlohmann::json(v).dump(), &last, "gauge");
+  for (const auto& [k, v] : host.counters) add(k, prometheus::MetricType::Counter, static_cast<double>(v));
+  for (const auto& [k, v] : host.gauges) add(k, prometheus::MetricType::Gauge, v);
   return out;
 }
 

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <prometheus/metric_family.h>
+
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
@@ -62,8 +64,10 @@ Result<std::unique_ptr<Sink>> MakePluginSink(const config::SinkConfig& sink, con
 // plugin has no scan function.
 Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink);
 
-// Counters and gauges the plugins reported through the host callbacks, in
-// the Prometheus text format (sluice_plugin_<name>{plugin=...,sink=...}).
-std::string PluginMetricsText();
+// Counters and gauges the plugins reported through the host callbacks, as
+// Prometheus families sluice_plugin_<name> with labels plugin and sink, one
+// series per (plugin, sink), sorted by name. The metrics module serves them
+// on /metrics (metrics::Registry::AddCollector). Thread-safe.
+std::vector<prometheus::MetricFamily> PluginMetricFamilies();
 
 }  // namespace sluice::connectors::plugin

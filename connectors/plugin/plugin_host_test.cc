@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "connectors/sink.h"
@@ -200,10 +201,19 @@ TEST(PluginSink, AppliesWithTheVersionCheckAndVerifies) {
   EXPECT_EQ(diffs[1].kind, Difference::Kind::kContentMismatch);
   EXPECT_EQ(diffs[2].kind, Difference::Kind::kMissing);
 
-  EXPECT_NE(PluginMetricsText().find("sluice_plugin_jsonl_bytes_written_total{plugin=\"jsonl_sink\",sink=\"file\"} " +
-                                     std::to_string(text.size())),
-            std::string::npos)
-      << PluginMetricsText();
+  // What the plugin counted, as families for /metrics.
+  std::map<std::string, double> series;
+  for (const auto& family : PluginMetricFamilies()) {
+    EXPECT_EQ(family.type, prometheus::MetricType::Counter) << family.name;
+    for (const auto& m : family.metric) {
+      ASSERT_EQ(m.label.size(), 2u);
+      series[family.name + "{" + m.label[0].name + "=" + m.label[0].value + "," + m.label[1].name + "=" +
+             m.label[1].value + "}"] = m.counter.value;
+    }
+  }
+  EXPECT_EQ(series["sluice_plugin_jsonl_bytes_written_total{plugin=jsonl_sink,sink=file}"],
+            static_cast<double>(text.size()));
+  EXPECT_EQ(series["sluice_plugin_jsonl_lines_written_total{plugin=jsonl_sink,sink=file}"], 3);
   (*sink)->Close();
 }
 
@@ -234,6 +244,78 @@ TEST(PluginSink, AnotherInstanceRebuildsTheIndexFromTheFile) {
   EXPECT_EQ((*rows)[0].entity_id, "a");
   EXPECT_EQ((*rows)[0].version, 4u);
   EXPECT_TRUE((*rows)[1].deleted);
+}
+
+TEST(PluginSink, RebuildWritesAFreshFileAndRenamesItOverTheLiveOne) {
+  TempDir dir;
+  auto cfg = JsonlConfig(dir, ", path: view.jsonl");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto live = MakeSink(cfg->sinks[0], *cfg);
+  ASSERT_TRUE(live.ok() && (*live)->Open().ok());
+  const std::vector<ChangeEvent> history = {Event("a", 1, R"({"n":1})"), Event("b", 1, R"({"n":1})"),
+                                            Event("b", 2, "", true)};
+  ASSERT_TRUE((*live)->Apply(history).status.ok());
+  // Damage a replay cannot repair: a line of no entity.
+  std::ofstream(dir.path() + "/view.jsonl", std::ios::app)
+      << R"({"id":"ghost","version":1,"deleted":false,"event_id":0,"state":{}})" << "\n";
+  // An abandoned rebuild left a file; the next one starts afresh anyway.
+  std::ofstream(dir.path() + "/view.jsonl.rebuild") << R"({"id":"x","version":9,"deleted":false,"event_id":0,"state":{}})"
+                                                    << "\n";
+
+  auto shadow = (*live)->MakeRebuildShadow();
+  ASSERT_TRUE(shadow.ok()) << shadow.status().message();
+  ASSERT_TRUE((*shadow)->Open().ok());
+  ASSERT_TRUE((*shadow)->Apply(history).status.ok());
+  EXPECT_EQ((*live)->PromoteRebuildShadow().code(), StatusCode::kFailedPrecondition);  // not a shadow
+  ASSERT_TRUE((*shadow)->PromoteRebuildShadow().ok());
+  EXPECT_FALSE(fs::exists(dir.path() + "/view.jsonl.rebuild"));
+
+  // The live instance carries on with the new file.
+  ASSERT_TRUE((*live)->Apply(std::vector{Event("a", 2, R"({"n":2})")}).status.ok());
+  const std::vector<EntitySnapshot> truth = {{"a", 2, false, R"({"n":2})"}, {"b", 2, true, ""}};
+  std::vector<Difference> diffs;
+  ASSERT_TRUE((*live)->Verify(truth, diffs).ok());
+  EXPECT_TRUE(diffs.empty()) << diffs.front().entity_id << ": " << diffs.front().detail;
+}
+
+TEST(PluginSink, TypesWithoutRebuildHooksAreRefusedForRebuild) {
+  TempDir dir;
+  const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                           "entities:\n  account: {partitions: 2}\n" +
+                           "sinks:\n"
+                           "  - {name: q, type: pull_only, entity: account}\n"
+                           "  - {name: a, type: old_a, entity: account}\n"
+                           "  - {name: b, type: old_b, entity: account}\n"
+                           "plugins: [" + std::string(NO_PUSH_PLUGIN) + ", " + ABI_1_0_PLUGIN + "]\n";
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  ASSERT_TRUE(CheckPlugins(*cfg).ok()) << CheckPlugins(*cfg).message();
+  auto info = LoadPluginLibrary(ABI_1_0_PLUGIN);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_EQ(info->abi_minor, 0);
+  EXPECT_EQ(info->sink_types, (std::vector<std::string>{"old_a", "old_b"}));
+
+  auto q = MakeSink(cfg->sinks[0], *cfg);
+  ASSERT_TRUE(q.ok());
+  auto refused = (*q)->MakeRebuildShadow();
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("does not implement the optional rebuild hooks"), std::string::npos)
+      << refused.status().message();
+  // A plugin built for ABI 1.0 still loads and runs both of its types (the
+  // host steps through its smaller structs), and says why it cannot rebuild.
+  for (size_t i : {1, 2}) {
+    auto old = MakeSink(cfg->sinks[i], *cfg);
+    ASSERT_TRUE(old.ok()) << old.status().message();
+    ASSERT_TRUE((*old)->Open().ok());
+    auto r = (*old)->Apply(std::vector{Event("a", 1, "{}")});
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(r.results.at(0).outcome, Outcome::kApplied);
+    refused = (*old)->MakeRebuildShadow();
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find("built for plugin ABI 1.0, which has no rebuild hooks"),
+              std::string::npos)
+        << refused.status().message();
+  }
 }
 
 }  // namespace

@@ -75,4 +75,13 @@ std::optional<std::string_view> KeyTemplate::IdOf(std::string_view key) const {
   return id;
 }
 
+bool KeyTemplate::IsViewKey(std::string_view key) const {
+  if (IdOf(key)) return true;
+  return key.ends_with(kTombstoneSuffix) && IdOf(key.substr(0, key.size() - kTombstoneSuffix.size()));
+}
+
+std::string ShadowKeyPrefix(std::string_view live_prefix) {
+  return !live_prefix.empty() && live_prefix.front() == '_' ? "rebuild:" : "__rebuild:";
+}
+
 }  // namespace sluice::connectors::redis

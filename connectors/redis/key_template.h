@@ -33,11 +33,24 @@ class KeyTemplate {
   // The result views into `key`.
   std::optional<std::string_view> IdOf(std::string_view key) const;
 
+  // Whether `key` is an entity's value key or its tombstone key.
+  bool IsViewKey(std::string_view key) const;
+
+  // The literal text before the first {id} (empty when the template starts with it).
+  const std::string& literal_prefix() const { return literals_.front(); }
+
  private:
   KeyTemplate() = default;
   // The literal text around the n occurrences of {id}: n + 1 parts.
   std::vector<std::string> literals_;
   size_t literal_size_ = 0;
 };
+
+// What a rebuild's shadow view puts before every key of the live template
+// whose literal prefix is `live_prefix` (non-empty): "__rebuild:", or
+// "rebuild:" when the live prefix starts with '_'. Either way its first
+// character differs from the live prefix's, so no shadow key matches the live
+// template's SCAN pattern and no live key matches the shadow's.
+std::string ShadowKeyPrefix(std::string_view live_prefix);
 
 }  // namespace sluice::connectors::redis

@@ -51,5 +51,34 @@ TEST(KeyTemplate, RoundTripsEveryId) {
   for (const char* id : {"1", "a:b", "p:", "*", "x:_tomb", "é"}) EXPECT_EQ(t->IdOf(t->Key(id)), id);
 }
 
+TEST(KeyTemplate, ViewKeysAreValueAndTombstoneKeys) {
+  auto t = KeyTemplate::Parse("app:{id}:v", "t");
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->IsViewKey("app:a:v"));
+  EXPECT_TRUE(t->IsViewKey("app:a:v:_tomb"));
+  EXPECT_FALSE(t->IsViewKey("app:a:w"));
+  EXPECT_FALSE(t->IsViewKey("other:a:v:_tomb"));
+  EXPECT_EQ(t->literal_prefix(), "app:");
+}
+
+// A shadow key never matches the live pattern and a live key never matches
+// the shadow's, whatever the ids.
+TEST(KeyTemplate, ShadowKeysAndLiveKeysNeverMatchEachOthersTemplate) {
+  for (const char* tpl : {"{type}:{id}", "_x:{id}", "__rebuild:{id}", "rebuild:{id}", "r:{id}:v", "_:{id}"}) {
+    auto live = KeyTemplate::Parse(tpl, "t");
+    ASSERT_TRUE(live.ok());
+    const std::string prefix = ShadowKeyPrefix(live->literal_prefix());
+    auto shadow = KeyTemplate::Parse(prefix + tpl, "t");
+    ASSERT_TRUE(shadow.ok());
+    for (const char* id : {"1", "__rebuild:t:1", "rebuild:_x:1", "ebuild:r:1:v", ""}) {
+      const std::string live_key = live->Key(id);
+      const std::string shadow_key = shadow->Key(id);
+      EXPECT_EQ(shadow_key, prefix + live_key);
+      EXPECT_FALSE(live->IsViewKey(shadow_key)) << tpl << " " << shadow_key;
+      EXPECT_FALSE(shadow->IsViewKey(live_key)) << tpl << " " << live_key;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice::connectors::redis

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <exception>
+#include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -203,7 +205,8 @@ class RedisSink final : public Sink {
   Status Open() override {
     SigpipeGuard guard;
     try {
-      return Connect();
+      RETURN_IF_ERROR(Connect());
+      return PrepareShadowKeys();
     } catch (const std::exception& e) {
       ctx_.reset();
       return Internal(where_ + ": " + e.what());
@@ -245,6 +248,50 @@ class RedisSink final : public Sink {
     } catch (const std::exception& e) {
       ctx_.reset();
       return Internal(where_ + ": verify: " + e.what());
+    }
+  }
+
+  // The shadow writes the same keys under a prefix (ShadowKeyPrefix), so it
+  // never touches a live key and the two SCAN patterns never meet.
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override {
+    if (keys_.literal_prefix().empty()) {
+      return FailedPrecondition(where_ + ": cannot be rebuilt: the key template '" + cfg_.redis.key +
+                                "' starts with {id}, so no prefix keeps the rebuilt keys apart from the live ones; "
+                                "start the template with a literal such as '{type}:', or use `sluice rewind --sink " +
+                                cfg_.name + " --to beginning`");
+    }
+    const std::string prefix = ShadowKeyPrefix(keys_.literal_prefix());
+    config::SinkConfig shadow_cfg = cfg_;
+    shadow_cfg.redis.key = prefix + cfg_.redis.key;
+    ASSIGN_OR_RETURN(KeyTemplate keys, KeyTemplate::Parse(shadow_cfg.redis.key, cfg_.entity));
+    auto shadow = std::make_unique<RedisSink>(shadow_cfg, endpoint_, std::move(keys), options_);
+    shadow->live_keys_ = keys_;
+    shadow->shadow_prefix_ = prefix;
+    shadow->where_ = where_ + " (rebuild, keys " + prefix + "...)";
+    return std::unique_ptr<Sink>(std::move(shadow));
+  }
+
+  // Runs while the live sink is paused. First drops the live keys with no
+  // rebuilt counterpart (the entity is gone, or the key is damage), then
+  // RENAMEs every shadow key onto its live key: atomic per key, TTLs carried
+  // over, but not for the view as a whole (see README.md).
+  Status PromoteRebuildShadow() override {
+    if (!live_keys_) return Sink::PromoteRebuildShadow();
+    SigpipeGuard guard;
+    try {
+      if (!ctx_) RETURN_IF_ERROR(Connect());
+      RETURN_IF_ERROR(PrepareShadowKeys());  // a replay of no events never opened it
+      Status st = DropLiveKeysNotRebuilt();
+      if (st.ok()) st = RenameShadowKeysOntoLive();
+      if (!st.ok()) {
+        return Status(st.code(), st.message() + " (the switch-over stopped part way: keys already renamed hold the "
+                                                "rebuilt data, the others the old data, both at versions that only "
+                                                "move forward; run the rebuild again to finish)");
+      }
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      ctx_.reset();
+      return Internal(where_ + ": switching the rebuilt keys in: " + e.what());
     }
   }
 
@@ -585,6 +632,110 @@ class RedisSink final : public Sink {
     }
   }
 
+  // Calls page(keys) for every page of SCAN MATCH pattern (a key may come
+  // twice, as SCAN promises only that a key present throughout comes once).
+  Status ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page) {
+    std::string cursor = "0";
+    std::vector<std::string> keys;
+    do {
+      Result<ReplyPtr> reply = Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (!reply.ok()) return reply.status();
+      const redisReply& r = **reply;
+      if (r.type == REDIS_REPLY_ERROR) return ServerError("SCAN", ReplyText(r));
+      if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[0]->type != REDIS_REPLY_STRING ||
+          r.element[1]->type != REDIS_REPLY_ARRAY) {
+        ctx_.reset();
+        return Internal(where_ + ": unexpected reply to SCAN");
+      }
+      cursor.assign(r.element[0]->str, r.element[0]->len);
+      keys.clear();
+      const redisReply& found = *r.element[1];
+      for (size_t k = 0; k < found.elements; ++k) keys.emplace_back(ReplyText(*found.element[k]));
+      if (!keys.empty()) RETURN_IF_ERROR(page(keys));
+    } while (cursor != "0");
+    return Status::Ok();
+  }
+
+  // Sends one `command key [to]` per key in one pipeline (`to` maps a key to
+  // the second argument, for RENAME) and returns the replies in order.
+  Result<std::vector<ReplyPtr>> PipelinePerKey(const char* command, const std::vector<std::string>& keys,
+                                               const std::function<std::string(const std::string&)>& to = {}) {
+    std::vector<std::string> second;
+    for (const std::string& key : keys) {
+      if (to) second.push_back(to(key));
+      const char* argv[] = {command, key.data(), to ? second.back().data() : nullptr};
+      size_t lens[] = {std::char_traits<char>::length(command), key.size(), to ? second.back().size() : 0};
+      if (redisAppendCommandArgv(ctx_.get(), to ? 3 : 2, argv, lens) != REDIS_OK) return ConnectionLost();
+    }
+    std::vector<ReplyPtr> replies;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      void* raw = nullptr;
+      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
+      replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    return replies;
+  }
+
+  // A shadow's first Open(): deletes the keys an abandoned rebuild left.
+  Status PrepareShadowKeys() {
+    if (!live_keys_ || shadow_prepared_) return Status::Ok();
+    RETURN_IF_ERROR(ScanKeys(keys_.ScanPattern(), [this](const std::vector<std::string>& page) -> Status {
+      std::vector<std::string> ours;
+      for (const std::string& key : page) {
+        if (keys_.IsViewKey(key)) ours.push_back(key);
+      }
+      ASSIGN_OR_RETURN(auto replies, PipelinePerKey("DEL", ours));
+      for (const ReplyPtr& r : replies) {
+        if (r->type == REDIS_REPLY_ERROR) return ServerError("DEL", ReplyText(*r));
+      }
+      return Status::Ok();
+    }));
+    shadow_prepared_ = true;
+    return Status::Ok();
+  }
+
+  // Deletes every live key of the view (value or tombstone, by the live
+  // template) whose shadow key does not exist. Keys the template's pattern
+  // matches but that are not of its form are left alone.
+  Status DropLiveKeysNotRebuilt() {
+    return ScanKeys(live_keys_->ScanPattern(), [this](const std::vector<std::string>& page) -> Status {
+      std::vector<std::string> live;
+      for (const std::string& key : page) {
+        if (live_keys_->IsViewKey(key)) live.push_back(key);
+      }
+      std::vector<std::string> shadow;
+      for (const std::string& key : live) shadow.push_back(shadow_prefix_ + key);
+      ASSIGN_OR_RETURN(auto exists, PipelinePerKey("EXISTS", shadow));
+      std::vector<std::string> orphans;
+      for (size_t i = 0; i < live.size(); ++i) {
+        if (exists[i]->type == REDIS_REPLY_ERROR) return ServerError("EXISTS", ReplyText(*exists[i]));
+        if (exists[i]->type == REDIS_REPLY_INTEGER && exists[i]->integer == 0) orphans.push_back(live[i]);
+      }
+      ASSIGN_OR_RETURN(auto deleted, PipelinePerKey("DEL", orphans));
+      for (const ReplyPtr& r : deleted) {
+        if (r->type == REDIS_REPLY_ERROR) return ServerError("DEL", ReplyText(*r));
+      }
+      return Status::Ok();
+    });
+  }
+
+  Status RenameShadowKeysOntoLive() {
+    return ScanKeys(keys_.ScanPattern(), [this](const std::vector<std::string>& page) -> Status {
+      std::vector<std::string> ours;
+      for (const std::string& key : page) {
+        if (keys_.IsViewKey(key)) ours.push_back(key);
+      }
+      ASSIGN_OR_RETURN(auto renamed, PipelinePerKey("RENAME", ours, [this](const std::string& key) {
+                         return key.substr(shadow_prefix_.size());
+                       }));
+      for (const ReplyPtr& r : renamed) {
+        // A key met twice by SCAN, or a tombstone that expired meanwhile, is gone already.
+        if (r->type == REDIS_REPLY_ERROR && ReplyText(*r) != "ERR no such key") return ServerError("RENAME", ReplyText(*r));
+      }
+      return Status::Ok();
+    });
+  }
+
   Status VerifyAll(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
     if (!ctx_) RETURN_IF_ERROR(Connect());
     std::vector<std::string> keys;
@@ -744,30 +895,16 @@ class RedisSink final : public Sink {
     known.reserve(truth.size());
     for (const auto& s : truth) known.insert(s.entity_id);
     std::unordered_set<std::string> reported;
-    const std::string pattern = keys_.ScanPattern();
-    std::string cursor = "0";
-    do {
-      Result<ReplyPtr> reply = Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-      if (!reply.ok()) return reply.status();
-      const redisReply& r = **reply;
-      if (r.type == REDIS_REPLY_ERROR) return ServerError("SCAN", ReplyText(r));
-      if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[0]->type != REDIS_REPLY_STRING ||
-          r.element[1]->type != REDIS_REPLY_ARRAY) {
-        ctx_.reset();
-        return Internal(where_ + ": unexpected reply to SCAN");
-      }
-      cursor.assign(r.element[0]->str, r.element[0]->len);
-      const redisReply& page = *r.element[1];
-      for (size_t k = 0; k < page.elements; ++k) {
-        std::string_view key = ReplyText(*page.element[k]);
+    return ScanKeys(keys_.ScanPattern(), [&](const std::vector<std::string>& page) -> Status {
+      for (const std::string& key : page) {
         if (key.ends_with(kTombstoneSuffix)) continue;
         std::optional<std::string_view> id = keys_.IdOf(key);
         if (!id || known.contains(*id) || !reported.emplace(*id).second) continue;
         differences.push_back({Difference::Kind::kExtra, std::string(*id),
-                               "the view has key '" + std::string(key) + "' of an entity storage has no events for"});
+                               "the view has key '" + key + "' of an entity storage has no events for"});
       }
-    } while (cursor != "0");
-    return Status::Ok();
+      return Status::Ok();
+    });
   }
 
   const config::SinkConfig cfg_;
@@ -777,7 +914,13 @@ class RedisSink final : public Sink {
   const bool hash_;
   const std::string ttl_ms_;
   const std::string tombstone_ttl_ms_;
-  const std::string where_;  // "sink 'x' (redis host:port/db)" for messages; no password
+  std::string where_;  // "sink 'x' (redis host:port/db)" for messages; no password
+  // Set on a rebuild shadow: the live sink's keys, the prefix that turns a
+  // live key into this shadow's key, and whether the first Open() has deleted
+  // what an abandoned rebuild left.
+  std::optional<KeyTemplate> live_keys_;
+  std::string shadow_prefix_;
+  bool shadow_prepared_ = false;
   ContextPtr ctx_;           // null when not connected
   std::string sha_;
 

@@ -761,5 +761,59 @@ TEST_F(RedisSinkTest, ThroughputJson200kEventsOver100kKeys) {
   std::printf("[ figure   ] redis sink Verify: %zu keys in %.2f s\n", kKeys, seconds);
 }
 
+TEST_F(RedisSinkTest, RebuildShadowIsRenamedOntoTheLiveKeysWithTheirTtls) {
+  auto cfg = Cfg();
+  cfg.redis.ttl = std::chrono::milliseconds(600000);
+  cfg.redis.tombstone_ttl = std::chrono::milliseconds(600000);
+  auto live = Open(cfg);
+  ASSERT_TRUE(live);
+  Apply(*live, {Put("a", 1, R"({"n":1})"), Put("b", 1, R"({"n":1})"), Put("c", 1, R"({"n":1})"), Del("c", 2)});
+  // Damage, a key outside the view, and what an abandoned rebuild left.
+  raw_.Cmd({"SET", Key("ghost"), R"({"_version":1})"});
+  raw_.Cmd({"SET", prefix_ + ":other:1", "not the view's"});
+  raw_.Cmd({"SET", "__rebuild:" + Key("x"), R"({"_version":9})"});
+
+  auto made = live->MakeRebuildShadow();
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::unique_ptr<Sink> shadow = std::move(*made);
+  ASSERT_TRUE(shadow->Open().ok());
+  EXPECT_EQ(raw_.Integer({"EXISTS", "__rebuild:" + Key("x")}), 0);
+  Apply(*shadow, {Put("a", 1, R"({"n":1})"), Put("a", 2, R"({"n":2})"), Put("b", 1, R"({"n":1})"),
+                  Put("c", 1, R"({"n":1})"), Del("c", 2)});
+  EXPECT_EQ(raw_.Get(Key("a")), R"({"_version":1,"n":1})");  // the live view is untouched so far
+
+  EXPECT_EQ(live->PromoteRebuildShadow().code(), StatusCode::kFailedPrecondition);  // not a shadow
+  ASSERT_TRUE(shadow->PromoteRebuildShadow().ok());
+  EXPECT_EQ(raw_.Get(Key("a")), R"({"_version":2,"n":2})");
+  EXPECT_EQ(raw_.Integer({"EXISTS", Key("ghost")}), 0);
+  EXPECT_EQ(raw_.Get(Tomb("c")), "2");
+  for (const std::string& key : {Key("a"), Key("b"), Tomb("c")}) {
+    const long long pttl = raw_.Integer({"PTTL", key});
+    EXPECT_GT(pttl, 0) << key;
+    EXPECT_LE(pttl, 600000) << key;
+  }
+  EXPECT_EQ(raw_.Get(prefix_ + ":other:1"), "not the view's");
+  Reply left = raw_.Cmd({"KEYS", "__rebuild:" + prefix_ + "*"});
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left->elements, 0u);
+
+  // The live sink carries on with the rebuilt keys; the tombstone keeps older writes out.
+  EXPECT_EQ(Outcomes(Apply(*live, {Put("c", 1, R"({"n":1})"), Put("a", 3, R"({"n":3})")})),
+            (std::vector{kStale, kApplied}));
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(live->Verify({Live("a", 3, R"({"n":3})"), Live("b", 1, R"({"n":1})"), Gone("c", 2)}, diffs).ok());
+  EXPECT_TRUE(diffs.empty()) << diffs.front().entity_id << ": " << diffs.front().detail;
+}
+
+TEST_F(RedisSinkTest, TemplateStartingWithTheIdCannotBeRebuilt) {
+  auto cfg = Cfg();
+  cfg.redis.key = "{id}:" + prefix_;
+  auto sink = MakeRedisSink(cfg, global_);
+  ASSERT_TRUE(sink.ok());
+  auto shadow = (*sink)->MakeRebuildShadow();
+  EXPECT_EQ(shadow.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(shadow.status().message().find("starts with {id}"), std::string::npos) << shadow.status().message();
+}
+
 }  // namespace
 }  // namespace sluice::connectors::redis

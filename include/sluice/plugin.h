@@ -11,7 +11,9 @@
  * the descriptor's abi_major differs from SLUICE_PLUGIN_ABI_MAJOR; a higher
  * abi_minor on either side is fine (fields are only ever appended, and every
  * struct starts with its own size so that each side reads only what both
- * know). Then the host calls init() once with its callback table. This host
+ * know; an array of structs is laid out with the plugin's own sizeof, which
+ * the host takes from the struct_size of its first element). Then the host
+ * calls init() once with its callback table. This host
  * never unloads a library, so it does not call shutdown() today; a host
  * that unloads calls it once, after destroying every sink.
  *
@@ -47,7 +49,7 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define SLUICE_PLUGIN_ABI_MAJOR 1
-#define SLUICE_PLUGIN_ABI_MINOR 0
+#define SLUICE_PLUGIN_ABI_MINOR 1
 
 /* The one symbol the host looks up in a plugin library. */
 #define SLUICE_PLUGIN_ENTRY sluice_plugin_entry
@@ -97,7 +99,8 @@ typedef struct sluice_host_api {
      host names it sluice_plugin_<name>{plugin="...",sink="<sink>"}. sink may
      be empty. Other names are ignored (with a rate-limited warning). */
   void (*counter_add)(void* context, sluice_str name, sluice_str sink, uint64_t delta);
-  /* Sets a gauge, exported like a counter (name without _total). */
+  /* Sets a gauge, exported like a counter; name: [a-z_][a-z0-9_]*, not
+     ending in _total. */
   void (*gauge_set)(void* context, sluice_str name, sluice_str sink, double value);
   /* Wall-clock time, microseconds since the Unix epoch (UTC). */
   int64_t (*now_us)(void* context);
@@ -195,6 +198,26 @@ typedef struct sluice_sink_type {
   /* The message of the last failed call on this sink, NUL-terminated;
      valid until the next call on it. Never NULL. */
   const char* (*last_error)(void* sink);
+
+  /* ---- ABI 1.1: rebuild (`sluice rebuild`), optional ----
+     Both NULL, or a plugin built for ABI 1.0 (whose struct_size ends before
+     them): the host refuses to rebuild sinks of this type and says so.
+     A rebuild replays the whole history into a shadow view beside the live
+     one, then promotes the shadow while the live sink is paused. */
+  /* Creates a new sink instance, *shadow, that writes a fresh view beside
+     the one `sink` writes (another file, table, index or key prefix) and
+     never touches the live one. Reads only the configuration of `sink`,
+     which may not be open. The host then calls open(), apply()... on the
+     shadow like on any sink, and close() and destroy() in the end. The
+     shadow's first successful open() must replace whatever an earlier,
+     abandoned rebuild left with an empty view. */
+  int (*make_rebuild_shadow)(void* sink, void** shadow);
+  /* Called on the shadow once it holds at least every event the live view
+     holds, while the live sink is paused: makes the shadow's view the live
+     one (in one atomic step where the store allows it; document where it
+     does not) and drops the old view. The live sink instance must carry on
+     writing (and scanning) the new view afterwards. */
+  int (*promote_rebuild_shadow)(void* shadow);
 } sluice_sink_type;
 
 /* The descriptor the entry function returns. */

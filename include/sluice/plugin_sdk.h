@@ -10,6 +10,9 @@
 //     Status Apply(std::span<const Event> events,
 //                  std::span<EventResult> results) override;
 //     Status Scan(const RowCallback& each) override;       // optional
+//     // Optional, for `sluice rebuild` (ABI 1.1): both or neither.
+//     Status MakeRebuildShadow(MySink& shadow) const;
+//     Status PromoteRebuildShadow();
 //   };
 //   SLUICE_PLUGIN("my_plugin", "1.0.0",
 //                 sluice::plugin_sdk::SinkType<MySink>("my_sink", SLUICE_CAP_POINT_VIEW));
@@ -28,6 +31,7 @@
 
 #include <sluice/plugin.h>
 
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -122,7 +126,8 @@ class Host {
   static void Log(sluice_log_level level, std::string_view message) {
     if (const auto* h = api()) h->log(h->context, level, Str(message));
   }
-  // name: [a-z_][a-z0-9_]* ending in _total; named sluice_plugin_<name> by the host.
+  // name: [a-z_][a-z0-9_]* ending in _total; named sluice_plugin_<name> by the host,
+  // served on /metrics with labels plugin and sink.
   static void CounterAdd(std::string_view name, std::string_view sink, uint64_t delta) {
     if (const auto* h = api()) h->counter_add(h->context, Str(name), Str(sink), delta);
   }
@@ -151,6 +156,13 @@ class Host {
 // The base class of a plugin sink. The SDK default-constructs it, then calls
 // Configure() (also from `sluice config check`: only check and keep the
 // options there), then Open(), Apply()..., Close().
+//
+// Rebuild (optional): a class T that also defines
+//   Status MakeRebuildShadow(T& shadow) const;  // set up a default-constructed
+//                                              // T to write a fresh view
+//   Status PromoteRebuildShadow();              // on the shadow: make it live
+// can be rebuilt (see sluice_sink_type.make_rebuild_shadow for the contract);
+// SinkType<T> finds them at compile time. The shadow is not Configure()d.
 class Sink {
  public:
   virtual ~Sink() = default;
@@ -167,6 +179,13 @@ class Sink {
 };
 
 namespace internal {
+
+// Whether T offers the optional rebuild hooks.
+template <typename T>
+concept Rebuildable = requires(const T& live, T& shadow) {
+  { live.MakeRebuildShadow(shadow) } -> std::same_as<Status>;
+  { shadow.PromoteRebuildShadow() } -> std::same_as<Status>;
+};
 
 inline std::string& PluginError() {
   static std::string message;
@@ -278,6 +297,21 @@ struct Adapter {
     }
   }
 
+  static int MakeRebuildShadow(void* p, void** out) {
+    *out = nullptr;
+    return Guard(&Self(p)->error, [&]() -> Status {
+      auto shadow = std::make_unique<Instance<T>>();
+      const T& live = Self(p)->sink;
+      Status s = live.MakeRebuildShadow(shadow->sink);
+      if (s.ok()) *out = shadow.release();
+      return s;
+    });
+  }
+
+  static int PromoteRebuildShadow(void* p) {
+    return Guard(&Self(p)->error, [&] { return Self(p)->sink.PromoteRebuildShadow(); });
+  }
+
   static void Destroy(void* p) { delete Self(p); }
 
   static const char* LastError(void* p) { return Self(p)->error.c_str(); }
@@ -304,9 +338,14 @@ inline const char* LastPluginError() { return PluginError().c_str(); }
 template <typename T>
 constexpr sluice_sink_type SinkType(const char* type_name, uint32_t capabilities) {
   using A = internal::Adapter<T>;
-  return sluice_sink_type{sizeof(sluice_sink_type), type_name, capabilities,
-                          &A::Create, &A::Open, &A::Apply, &A::Flush, &A::Health, &A::Scan,
-                          &A::Close, &A::Destroy, &A::LastError};
+  sluice_sink_type t{sizeof(sluice_sink_type), type_name, capabilities,
+                     &A::Create, &A::Open, &A::Apply, &A::Flush, &A::Health, &A::Scan,
+                     &A::Close, &A::Destroy, &A::LastError, nullptr, nullptr};
+  if constexpr (internal::Rebuildable<T>) {
+    t.make_rebuild_shadow = &A::MakeRebuildShadow;
+    t.promote_rebuild_shadow = &A::PromoteRebuildShadow;
+  }
+  return t;
 }
 
 }  // namespace sluice::plugin_sdk

@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -133,6 +134,30 @@ uint16_t RedisPort() {
   const std::string url = RedisUrl();
   const size_t colon = url.rfind(':');
   return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
+}
+
+uint16_t OpenSearchPort() {
+  const std::string url = Env("SLUICE_TEST_OPENSEARCH_URL", "http://127.0.0.1:19200");
+  const size_t colon = url.rfind(':');
+  return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
+}
+
+bool OpenSearchReachable() { return HttpClient(OpenSearchPort(), std::chrono::seconds(5)).Get("/").status == 200; }
+
+IndexDeleter::IndexDeleter(IndexDeleter&& other) noexcept : index_(std::exchange(other.index_, std::string())) {}
+
+IndexDeleter& IndexDeleter::operator=(IndexDeleter&& other) noexcept {
+  std::swap(index_, other.index_);
+  return *this;
+}
+
+IndexDeleter::~IndexDeleter() {
+  if (index_.empty()) return;
+  HttpClient c(OpenSearchPort(), std::chrono::seconds(10));
+  // DELETE refuses an alias by name; its indices go by the pattern.
+  for (const std::string& target : {index_, index_ + "__rebuild_*"}) {
+    c.Send("DELETE /" + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  }
 }
 
 RedisClient::RedisClient(uint16_t port) {

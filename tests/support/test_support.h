@@ -85,6 +85,26 @@ class RedisClient {
   void* ctx_ = nullptr;  // redisContext*
 };
 
+// The test OpenSearch server's port, from SLUICE_TEST_OPENSEARCH_URL
+// (http://127.0.0.1:19200).
+uint16_t OpenSearchPort();
+bool OpenSearchReachable();
+
+// Deletes a test's OpenSearch index when it dies, as TestDatabase drops its
+// database; after a rebuild the name is an alias, and the indices
+// "<index>__rebuild_*" behind it go too.
+class IndexDeleter {
+ public:
+  IndexDeleter() = default;
+  IndexDeleter(IndexDeleter&& other) noexcept;
+  IndexDeleter& operator=(IndexDeleter&& other) noexcept;
+  ~IndexDeleter();
+  void Set(std::string index) { index_ = std::move(index); }
+
+ private:
+  std::string index_;
+};
+
 // Polls `sluice status --json` until every sink's lag is 0 in every
 // partition; false on timeout. *status gets the last JSON text.
 bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, std::string* status = nullptr);
@@ -233,6 +253,15 @@ uint64_t SinkTotal(const nlohmann::json& status, const std::string& sink, const 
       if (::sluice::testing::InCi()) FAIL() << "Redis is not reachable (CI=true)";    \
       GTEST_SKIP() << "Redis is not reachable; run scripts/services up";              \
     }                                                                                 \
+  } while (0)
+
+// Skips the test (or fails it with CI=true) when OpenSearch is not reachable.
+#define SLUICE_REQUIRE_OPENSEARCH()                                                                \
+  do {                                                                                             \
+    if (!::sluice::testing::OpenSearchReachable()) {                                               \
+      if (::sluice::testing::InCi()) FAIL() << "OpenSearch is not reachable (CI=true)";            \
+      GTEST_SKIP() << "OpenSearch is not reachable; run scripts/services up opensearch";           \
+    }                                                                                              \
   } while (0)
 
 // Skips the test (or fails it with CI=true) when MariaDB is not reachable.

@@ -14,6 +14,11 @@
 // Each batch is one write() with O_APPEND (then fsync unless fsync: false);
 // a failed or short write is cut back off, so a batch is never half in the
 // file. A missing directory (an unmounted volume) is SLUICE_UNAVAILABLE.
+//
+// Rebuild (plugin ABI 1.1): the shadow writes "<path>.rebuild" beside the
+// live file, starting empty; promotion fsyncs it and rename()s it over the
+// live file, which replaces the view in one atomic step. The live instance
+// sees another inode on its next call and reloads.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,12 +80,20 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
     return Status::Ok();
   }
 
-  Status Open() override { return Reload(); }
+  Status Open() override {
+    if (!live_path_.empty() && !shadow_prepared_) {
+      // What an abandoned rebuild left is not this rebuild's view.
+      if (::unlink(path_.c_str()) != 0 && errno != ENOENT) return Unavailable("remove", errno);
+      shadow_prepared_ = true;
+    }
+    return Reload();
+  }
 
   Status Apply(std::span<const Event> events, std::span<EventResult> results) override {
     if (Status s = RefreshIfChanged(); !s.ok()) return s;
     std::map<std::string, Entry, std::less<>> pending;  // this batch's winners
     std::string lines;
+    uint64_t line_count = 0;
     for (size_t i = 0; i < events.size(); ++i) {
       const Event& e = events[i];
       std::string state;
@@ -106,12 +119,14 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
       lines += ",\"state\":";
       lines += e.deleted ? "null" : state;
       lines += "}\n";
+      ++line_count;
       pending[id] = Entry{e.version, e.deleted, std::move(state)};
     }
     if (!lines.empty()) {
       if (Status s = AppendAll(lines); !s.ok()) return s;
     }
     for (auto& [id, entry] : pending) index_[id] = std::move(entry);
+    sluice::plugin_sdk::Host::CounterAdd("jsonl_lines_written_total", name_, line_count);
     sluice::plugin_sdk::Host::CounterAdd("jsonl_bytes_written_total", name_, lines.size());
     return Status::Ok();
   }
@@ -135,7 +150,43 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
 
   void Close() override { index_.clear(); }
 
+  // The shadow writes "<path>.rebuild" in the same directory, so that
+  // rename() can replace the live file atomically.
+  Status MakeRebuildShadow(JsonlSink& shadow) const {
+    shadow.name_ = name_;
+    shadow.fsync_ = fsync_;
+    shadow.path_ = path_ + ".rebuild";
+    shadow.live_path_ = path_;
+    return Status::Ok();
+  }
+
+  Status PromoteRebuildShadow() {
+    if (live_path_.empty()) return Status::Misconfigured("jsonl: " + path_ + " is not a rebuild shadow");
+    if (Status s = RefreshIfChanged(); !s.ok()) return s;  // makes sure the file exists
+    if (fsync_) {
+      if (Status s = SyncPath(path_, O_RDONLY); !s.ok()) return s;
+    }
+    if (::rename(path_.c_str(), live_path_.c_str()) != 0) return Unavailable("rename the rebuilt file onto", errno);
+    if (fsync_) {
+      const std::string dir = std::filesystem::path(live_path_).parent_path().string();
+      return SyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+    }
+    return Status::Ok();
+  }
+
  private:
+  // fsync of a file or, with O_DIRECTORY, of the directory entry a rename changed.
+  static Status SyncPath(const std::string& path, int flags) {
+    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      if (::fsync(fd) != 0) err = errno;
+      ::close(fd);
+    }
+    if (err == 0) return Status::Ok();
+    return Status::Unavailable("jsonl: cannot fsync " + path + ": " + ErrnoText(err));
+  }
+
   const Entry* Find(const std::string& id) const {
     auto it = index_.find(id);
     return it == index_.end() ? nullptr : &it->second;
@@ -261,6 +312,10 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
   std::string name_;
   std::string path_;
   bool fsync_ = true;
+  // Set on a rebuild shadow: the live file it replaces, and whether its first
+  // Open() has removed what an abandoned rebuild left.
+  std::string live_path_;
+  bool shadow_prepared_ = false;
   std::map<std::string, Entry, std::less<>> index_;
   bool known_ = false;  // the index matches the file identified below
   ino_t known_inode_ = 0;
