@@ -108,11 +108,10 @@ TEST(WriterConcurrency, HotEntityCounterLosesNoUpdate) {
   HotCounterLosesNoUpdate("", 500);
 }
 
-// The writer plans the next batch while the current one commits, on top of
-// the state the current one will leave. When that commit fails, the plan
-// built on it must be thrown away, never committed or answered: a fifth of
-// the commits fail here, and still no update is lost or applied twice.
-TEST(WriterConcurrency, FailedCommitsDiscardThePlanBuiltOnThem) {
+// A fifth of the commits fail (by failpoint) while 64 If-Match clients race
+// on one entity: each failed batch is answered 503 as a whole, its commands
+// come back with the same key, and still no update is lost or applied twice.
+TEST(WriterConcurrency, FailedCommitsUnderContentionLoseNoUpdate) {
   SLUICE_REQUIRE_MYSQL();
   HotCounterLosesNoUpdate("writer.before_commit=error@0.2", 100);
 }

@@ -21,7 +21,7 @@
 // A batch-level failure closes the sink; the next batch reopens it, no
 // sooner than a capped backoff after the failure.
 //
-// Threads: Submit/Wait from one thread (the partition worker's committer); the counters
+// Threads: Submit/Wait from the partition worker's thread; the counters
 // from any thread.
 #pragma once
 
