@@ -40,7 +40,7 @@ Result<std::vector<uint64_t>> EsVersions(es::RestClient& client, const std::stri
   }
   body += "]}";
   ASSIGN_OR_RETURN(auto r, client.Send("POST", es::PathTo("/", index) +
-                                                   "/_mget?filter_path=docs.found,docs._version,docs.error.type",
+                                                   "/_mget?realtime=false&filter_path=docs.found,docs._version,docs.error.type",
                                        body));
   // The sink creates the index when it opens: until then, nothing is visible.
   if (r.status == 404) return out;

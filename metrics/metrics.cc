@@ -11,9 +11,10 @@ namespace {
 using prometheus::Histogram;
 
 // Seconds: 100 us .. 10 s.
-const Histogram::BucketBoundaries kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                     0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
-                                                     5,      10};
+// 2 ms is a bucket edge because it is the push path's target (DESIGN 3.5).
+const Histogram::BucketBoundaries kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005,
+                                                     0.01,   0.025,   0.05,   0.1,   0.25,  0.5,    1,
+                                                     2.5,    5,       10};
 // Events or commands per batch: 1 .. 100k (the largest batch_max).
 const Histogram::BucketBoundaries kSizeBuckets = {1,    2,    5,    10,    20,    50,    100,   200,
                                                   500,  1000, 2000, 5000,  10000, 20000, 50000, 100000};
