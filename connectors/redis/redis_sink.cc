@@ -39,10 +39,12 @@ namespace {
 // that event alone (a key of another type). Such a key is never written. Only
 // a failure of the server (OOM, a replica turned read-only) makes the whole
 // call fail; events before it in the call stay applied, as in any retry.
-// json reads value and tombstone with one MGET; as MGET shows a key of
-// another type as nil, SET NX (and EXISTS for deletes) tells it from an
-// absent key, and only an existing string is replaced (SET XX). HSET goes in slices of 200 arguments, far below Lua's stack
-// limit for unpack.
+// json reads the value key alone (GET through pcall: a key of another type
+// is an error reply, not an abort), and the tombstone only when the value is
+// absent: the script keeps "a value exists => no tombstone" (a write deletes
+// the tombstone it found), so the usual update costs one read and one SET.
+// HSET goes in slices of 200 arguments, far below Lua's stack limit for
+// unpack.
 constexpr std::string_view kVersionCheckScript = R"lua(
 local fmt, ttl, tttl = ARGV[1], ARGV[2], ARGV[3]
 local wrongtype = {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
@@ -56,9 +58,15 @@ for e = 1, #KEYS / 2 do
   local v = tonumber(ver)
   local cur, s, t, res = 0, false, false, nil
   if fmt == 'j' then
-    local g = redis.call('MGET', key, tomb)
-    s, t = g[1], g[2]
-    if s then cur = tonumber(string.match(s, '^{"_version":(%d+)')) or 0 end
+    s = redis.pcall('GET', key)
+    if type(s) == 'table' then
+      res = wrongtype
+    elseif s then
+      cur = tonumber(string.match(s, '^{"_version":(%d+)')) or 0
+    else
+      t = redis.pcall('GET', tomb)
+      if type(t) == 'table' then t = false end
+    end
   else
     s = redis.pcall('HGET', key, '_version')
     if type(s) == 'table' then
@@ -77,27 +85,17 @@ for e = 1, #KEYS / 2 do
     if v <= cur then
       res = 0
     elseif del then
-      if fmt == 'j' and not s and redis.call('EXISTS', key) == 1 then
-        res = wrongtype
-      else
-        redis.call('DEL', key)
-        if tttl ~= '0' then redis.call('SET', tomb, ver, 'PX', tttl) else redis.call('SET', tomb, ver) end
-        res = 1
-      end
+      redis.call('DEL', key)
+      if tttl ~= '0' then redis.call('SET', tomb, ver, 'PX', tttl) else redis.call('SET', tomb, ver) end
+      res = 1
     elseif fmt == 'j' then
-      local mode = s and 'XX' or 'NX'
-      local ok
       if ttl ~= '0' then
-        ok = redis.call('SET', key, ARGV[p], mode, 'PX', ttl)
+        redis.call('SET', key, ARGV[p], 'PX', ttl)
       else
-        ok = redis.call('SET', key, ARGV[p], mode)
+        redis.call('SET', key, ARGV[p])
       end
-      if ok then
-        if t then redis.call('DEL', tomb) end
-        res = 1
-      else
-        res = wrongtype
-      end
+      if t then redis.call('DEL', tomb) end
+      res = 1
     else
       redis.call('DEL', key)
       local last = a - 1
@@ -549,12 +547,16 @@ class RedisSink final : public Sink {
   }
 
   // Queues one EVALSHA per call of calls_ (written by the first ReadReplies).
+  // Each call goes to the socket as soon as it is built, so that Redis runs
+  // one while the next is being assembled.
   Status SendCalls() {
     for (const Call& call : calls_) {
       AssembleCall(call);
       if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv_.size()), argv_.data(), lens_.data()) != REDIS_OK) {
         return ConnectionLost();
       }
+      int done = 0;
+      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return ConnectionLost();
     }
     return Status::Ok();
   }
