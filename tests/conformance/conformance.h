@@ -1,19 +1,29 @@
-// The connector conformance kit: the properties every sink (built-in or
-// plugin) must have, checked against its real server (DESIGN 4.2, 4.3, 5):
+// The connector conformance kit: the properties sinks must have, checked
+// against their real servers (DESIGN 4.2, 4.3, 5). Three suites:
 //
-//   IdempotentReapply            the same batch twice: the second time all stale, view unchanged
-//   StaleVersionsAreSkipped      an older version after a newer one never overwrites it
-//   VersionedDeletesNeverResurrect  a delete leaves a tombstone; older puts stay out, newer ones come back
+// SinkConformance, every sink (point views and logs alike):
+//   IdempotentReapply            the same batch twice: the second time all stale, nothing changes
 //   OneRejectedEventDoesNotFailTheBatch  a poison event is rejected alone; its neighbours apply
 //   RestartFromAnOldOffset       a new sink instance replaying an old range (after newer events) moves nothing backwards
+// PointViewConformance, sinks that keep one current row per entity (every
+// built-in sink but kafka, and the example plugin):
+//   StaleVersionsAreSkipped      an older version after a newer one never overwrites it
+//   VersionedDeletesNeverResurrect  a delete leaves a tombstone; older puts stay out, newer ones come back
+// OutageConformance, sinks whose server the kit can cut:
 //   ServerDownIsBatchLevelUnavailable  while the server is unreachable: kUnavailable for the batch
 //                                (no per-event results), Health() unavailable; after it is back
 //                                the same batch re-applies and the view is exact
 //
+// A log (kafka) is not held to the point-view properties: it deduplicates by
+// source position, and an older version under a newer event id, which main
+// storage never produces for one entity (I1), is a new record there. Its
+// ReadBack is the last record of each key.
+//
 // Adding a connector is one ConnectorUnderTest subclass and one line:
 //
 //   class MySinkUnderTest : public sluice::conformance::ConnectorUnderTest { ... };
-//   SLUICE_CONFORMANCE_CONNECTOR(MySink, MySinkUnderTest);
+//   SLUICE_CONFORMANCE_CONNECTOR(MySink, MySinkUnderTest);            // a point view that can be cut
+//   SLUICE_CONFORMANCE_LOG_CONNECTOR(MyLog, MyLogUnderTest);          // a log, not cuttable
 //
 // in a file added to the conformance_test sources in tests/CMakeLists.txt
 // (see tests/conformance/README.md and docs/connectors.md). Every test gets
@@ -143,14 +153,31 @@ connectors::ChangeEvent Del(const std::string& id, uint64_t version);
 // key prefixes and files.
 std::string UniqueName(const std::string& prefix);
 
+// The point-view and outage suites: the same fixture under other names, so
+// that a connector is registered only with the suites whose properties it has.
+class PointViewConformance : public SinkConformance {};
+class OutageConformance : public SinkConformance {};
+
 }  // namespace sluice::conformance
 
-// Registers a connector with the kit: every conformance test runs for it as
-// <name>/SinkConformance.<test>/all. Use it inside namespace
+#define SLUICE_CONFORMANCE_PARAM_(name, type)                                                \
+  ::testing::Values(::sluice::conformance::ConnectorParam{                                   \
+      #name, [] { return std::unique_ptr<::sluice::conformance::ConnectorUnderTest>(std::make_unique<type>()); }})
+
+// Registers a point-view connector with all three suites, as
+// <name>/SinkConformance.<test>/all, <name>/PointViewConformance.<test>/all
+// and <name>/OutageConformance.<test>/all. Use it inside namespace
 // sluice::conformance (gtest pastes the suite name into identifiers).
-#define SLUICE_CONFORMANCE_CONNECTOR(name, type)                                            \
-  INSTANTIATE_TEST_SUITE_P(name, SinkConformance,                                            \
-                           ::testing::Values(::sluice::conformance::ConnectorParam{          \
-                               #name, [] { return std::unique_ptr<::sluice::conformance::ConnectorUnderTest>( \
-                                               std::make_unique<type>()); }}),               \
+#define SLUICE_CONFORMANCE_CONNECTOR(name, type)                                             \
+  INSTANTIATE_TEST_SUITE_P(name, SinkConformance, SLUICE_CONFORMANCE_PARAM_(name, type),     \
+                           [](const auto&) { return std::string("all"); });                 \
+  INSTANTIATE_TEST_SUITE_P(name, PointViewConformance, SLUICE_CONFORMANCE_PARAM_(name, type), \
+                           [](const auto&) { return std::string("all"); });                 \
+  INSTANTIATE_TEST_SUITE_P(name, OutageConformance, SLUICE_CONFORMANCE_PARAM_(name, type),   \
+                           [](const auto&) { return std::string("all"); })
+
+// Registers a log connector (not a point view, server not cuttable by the
+// kit) with SinkConformance only.
+#define SLUICE_CONFORMANCE_LOG_CONNECTOR(name, type)                                         \
+  INSTANTIATE_TEST_SUITE_P(name, SinkConformance, SLUICE_CONFORMANCE_PARAM_(name, type),     \
                            [](const auto&) { return std::string("all"); })

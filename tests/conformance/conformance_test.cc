@@ -37,7 +37,7 @@ TEST_P(SinkConformance, IdempotentReapply) {
   EXPECT_LIVE("b", 1, 30);
 }
 
-TEST_P(SinkConformance, StaleVersionsAreSkipped) {
+TEST_P(PointViewConformance, StaleVersionsAreSkipped) {
   auto sink = OpenSink();
   ASSERT_TRUE(sink);
   EXPECT_EQ(Apply(*sink, {Put("a", 3, 30)}), "A");
@@ -48,7 +48,7 @@ TEST_P(SinkConformance, StaleVersionsAreSkipped) {
   EXPECT_LIVE("b", 2, 2);
 }
 
-TEST_P(SinkConformance, VersionedDeletesNeverResurrect) {
+TEST_P(PointViewConformance, VersionedDeletesNeverResurrect) {
   auto sink = OpenSink();
   ASSERT_TRUE(sink);
   EXPECT_EQ(Apply(*sink, {Put("a", 1, 1), Put("a", 2, 2)}), "AA");
@@ -111,7 +111,7 @@ TEST_P(SinkConformance, RestartFromAnOldOffset) {
   EXPECT_LIVE("z", 4, 400);
 }
 
-TEST_P(SinkConformance, ServerDownIsBatchLevelUnavailable) {
+TEST_P(OutageConformance, ServerDownIsBatchLevelUnavailable) {
   if (!connector_->CanGoDown()) GTEST_SKIP() << GetParam().name << " cannot simulate its server going down";
   auto sink = OpenSink();
   ASSERT_TRUE(sink);
