@@ -160,24 +160,24 @@ class OutageConformance : public SinkConformance {};
 
 }  // namespace sluice::conformance
 
-#define SLUICE_CONFORMANCE_PARAM_(name, type)                                                \
-  ::testing::Values(::sluice::conformance::ConnectorParam{                                   \
-      #name, [] { return std::unique_ptr<::sluice::conformance::ConnectorUnderTest>(std::make_unique<type>()); }})
+// Instantiates one suite for one connector; every test is named ".../all".
+#define SLUICE_CONFORMANCE_SUITE_(suite, name, type)                                         \
+  INSTANTIATE_TEST_SUITE_P(                                                                  \
+      name, suite,                                                                           \
+      ::testing::Values(::sluice::conformance::ConnectorParam{                               \
+          #name,                                                                             \
+          [] { return std::unique_ptr<::sluice::conformance::ConnectorUnderTest>(std::make_unique<type>()); }}), \
+      [](const auto&) { return std::string("all"); })
 
 // Registers a point-view connector with all three suites, as
 // <name>/SinkConformance.<test>/all, <name>/PointViewConformance.<test>/all
 // and <name>/OutageConformance.<test>/all. Use it inside namespace
 // sluice::conformance (gtest pastes the suite name into identifiers).
-#define SLUICE_CONFORMANCE_CONNECTOR(name, type)                                             \
-  INSTANTIATE_TEST_SUITE_P(name, SinkConformance, SLUICE_CONFORMANCE_PARAM_(name, type),     \
-                           [](const auto&) { return std::string("all"); });                 \
-  INSTANTIATE_TEST_SUITE_P(name, PointViewConformance, SLUICE_CONFORMANCE_PARAM_(name, type), \
-                           [](const auto&) { return std::string("all"); });                 \
-  INSTANTIATE_TEST_SUITE_P(name, OutageConformance, SLUICE_CONFORMANCE_PARAM_(name, type),   \
-                           [](const auto&) { return std::string("all"); })
+#define SLUICE_CONFORMANCE_CONNECTOR(name, type)          \
+  SLUICE_CONFORMANCE_SUITE_(SinkConformance, name, type); \
+  SLUICE_CONFORMANCE_SUITE_(PointViewConformance, name, type); \
+  SLUICE_CONFORMANCE_SUITE_(OutageConformance, name, type)
 
 // Registers a log connector (not a point view, server not cuttable by the
 // kit) with SinkConformance only.
-#define SLUICE_CONFORMANCE_LOG_CONNECTOR(name, type)                                         \
-  INSTANTIATE_TEST_SUITE_P(name, SinkConformance, SLUICE_CONFORMANCE_PARAM_(name, type),     \
-                           [](const auto&) { return std::string("all"); })
+#define SLUICE_CONFORMANCE_LOG_CONNECTOR(name, type) SLUICE_CONFORMANCE_SUITE_(SinkConformance, name, type)
