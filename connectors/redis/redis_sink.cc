@@ -25,57 +25,146 @@
 namespace sluice::connectors::redis {
 namespace {
 
-// The version check and write of a run of events, atomic per event because
+// The version check and write of a run of events, atomic per call because
 // Redis runs a script alone. One call carries up to kEventsPerCall events:
 // the per-call cost of EVALSHA (and of a round of RESP parsing) is then
-// shared, which measured about twice the throughput of one call per event.
-//   KEYS    per event: its value key, then its tombstone key
+// shared.
 //   ARGV[1] 'j' (json string) or 'h' (hash)   ARGV[2] value ttl in ms, '0': none
-//   ARGV[3] tombstone ttl in ms, '0': none
-//   then per event: version, '1' for a delete else '0', n, and n payload
-//   arguments (json: the value; hash: field/value pairs)
+//   ARGV[3] tombstone ttl in ms, '0': none     ARGV[4] the tombstone key suffix
+//   json: KEYS = one value key per event; then per event in ARGV its version,
+//         or minus its version for a delete, and the value unless a delete.
+//         The fewer arguments the cheaper the call: Redis turns each into a
+//         Lua string before the script runs. A tombstone key is the value
+//         key plus the suffix, built only for the keys that need one.
+//   hash: KEYS = per event its value key, then its tombstone key; then per
+//         event in ARGV its version, '1' for a delete else '0', n, and n
+//         field/value arguments.
 // Returns one element per event: 1 applied, 0 stale (the view holds this
 // version or a newer one, in the value or in the tombstone), or an error for
 // that event alone (a key of another type). Such a key is never written. Only
 // a failure of the server (OOM, a replica turned read-only) makes the whole
-// call fail; events before it in the call stay applied, as in any retry.
-// json reads the value key alone (GET through pcall: a key of another type
-// is an error reply, not an abort), and the tombstone only when the value is
-// absent: the script keeps "a value exists => no tombstone" (a write deletes
-// the tombstone it found), so the usual update costs one read and one SET.
-// HSET goes in slices of 200 arguments, far below Lua's stack limit for
-// unpack.
+// call fail; what the call wrote before it stays, as in any retry.
+//
+// json runs the whole call as a handful of commands instead of two or three
+// per event: one MGET of every value key; for the keys without a value, one
+// EXISTS (a key of another type: MGET gives nil for it, EXISTS counts it, and
+// only then is each such key looked at alone) and one MGET of their
+// tombstones; the decisions in event order on those versions; then the final
+// state of each key written: one DEL (values of deleted entities, tombstones
+// of re-created ones) and one MSET (values and tombstones), or a SET with PX
+// per key when a TTL is set. The rule "a value exists => no tombstone" holds
+// after every call, so a value key that exists means its tombstone is absent.
+// hash keeps one HGET + GET per event (HSET goes in slices of 200 arguments,
+// far below Lua's stack limit for unpack).
 constexpr std::string_view kVersionCheckScript = R"lua(
-local fmt, ttl, tttl = ARGV[1], ARGV[2], ARGV[3]
+local fmt, ttl, tttl, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wrongtype = {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
 local out = {}
-local a = 4
+local a = 5
+if fmt == 'j' then
+  local n = #KEYS
+  local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}
+  for e = 1, n do
+    local v = ARGV[a]
+    if string.byte(v, 1) == 45 then
+      del[e] = true
+      vers[e] = string.sub(v, 2)
+      a = a + 1
+    else
+      del[e] = false
+      vers[e] = v
+      val[e] = ARGV[a + 1]
+      a = a + 2
+    end
+    ver[e] = tonumber(vers[e])
+  end
+  local got = redis.call('MGET', unpack(vkeys))
+  local cur, hasval, hastomb, bad = {}, {}, {}, {}
+  local mkeys, mtombs = {}, {}
+  for e = 1, n do
+    local k = vkeys[e]
+    if cur[k] == nil then
+      local s = got[e]
+      if s then
+        cur[k] = tonumber(string.match(s, '^{"_version":(%d+)')) or 0
+        hasval[k] = true
+      else
+        cur[k] = 0
+        mkeys[#mkeys + 1] = k
+        mtombs[#mtombs + 1] = k .. suffix
+      end
+    end
+  end
+  if #mkeys > 0 then
+    if redis.call('EXISTS', unpack(mkeys)) > 0 then
+      for i = 1, #mkeys do
+        if redis.call('EXISTS', mkeys[i]) == 1 then bad[mkeys[i]] = true end
+      end
+    end
+    local t = redis.call('MGET', unpack(mtombs))
+    for i = 1, #mkeys do
+      if t[i] then
+        local tv = tonumber(t[i]) or 0
+        if tv > cur[mkeys[i]] then cur[mkeys[i]] = tv end
+        hastomb[mkeys[i]] = true
+      end
+    end
+  end
+  local last, order = {}, {}
+  for e = 1, n do
+    local k = vkeys[e]
+    if bad[k] then
+      out[e] = wrongtype
+    elseif ver[e] <= cur[k] then
+      out[e] = 0
+    else
+      cur[k] = ver[e]
+      if last[k] == nil then order[#order + 1] = k end
+      last[k] = e
+      out[e] = 1
+    end
+  end
+  local dels, sets = {}, {}
+  for i = 1, #order do
+    local k = order[i]
+    local e = last[k]
+    local tomb = k .. suffix
+    if del[e] then
+      if hasval[k] then dels[#dels + 1] = k end
+      if tttl ~= '0' then
+        redis.call('SET', tomb, vers[e], 'PX', tttl)
+      else
+        sets[#sets + 1] = tomb
+        sets[#sets + 1] = vers[e]
+      end
+    else
+      if hastomb[k] then dels[#dels + 1] = tomb end
+      if ttl ~= '0' then
+        redis.call('SET', k, val[e], 'PX', ttl)
+      else
+        sets[#sets + 1] = k
+        sets[#sets + 1] = val[e]
+      end
+    end
+  end
+  if #dels > 0 then redis.call('DEL', unpack(dels)) end
+  if #sets > 0 then redis.call('MSET', unpack(sets)) end
+  return out
+end
 for e = 1, #KEYS / 2 do
   local key, tomb = KEYS[2 * e - 1], KEYS[2 * e]
   local ver, del, n = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2])
   local p = a + 3
   a = p + n
   local v = tonumber(ver)
-  local cur, s, t, res = 0, false, false, nil
-  if fmt == 'j' then
-    s = redis.pcall('GET', key)
-    if type(s) == 'table' then
-      res = wrongtype
-    elseif s then
-      cur = tonumber(string.match(s, '^{"_version":(%d+)')) or 0
-    else
-      t = redis.pcall('GET', tomb)
-      if type(t) == 'table' then t = false end
-    end
+  local cur, t, res = 0, false, nil
+  local s = redis.pcall('HGET', key, '_version')
+  if type(s) == 'table' then
+    res = s
   else
-    s = redis.pcall('HGET', key, '_version')
-    if type(s) == 'table' then
-      res = s
-    else
-      if s then cur = tonumber(s) or 0 end
-      t = redis.pcall('GET', tomb)
-      if type(t) == 'table' then res = t end
-    end
+    if s then cur = tonumber(s) or 0 end
+    t = redis.pcall('GET', tomb)
+    if type(t) == 'table' then res = t end
   end
   if res == nil then
     if t then
@@ -87,14 +176,6 @@ for e = 1, #KEYS / 2 do
     elseif del then
       redis.call('DEL', key)
       if tttl ~= '0' then redis.call('SET', tomb, ver, 'PX', tttl) else redis.call('SET', tomb, ver) end
-      res = 1
-    elseif fmt == 'j' then
-      if ttl ~= '0' then
-        redis.call('SET', key, ARGV[p], 'PX', ttl)
-      else
-        redis.call('SET', key, ARGV[p])
-      end
-      if t then redis.call('DEL', tomb) end
       res = 1
     else
       redis.call('DEL', key)
@@ -410,9 +491,10 @@ class RedisSink final : public Sink {
   // Adds the arena text from `offset` to its end as one argument.
   void AddArena(size_t offset) { args_.push_back(Arg{nullptr, offset, arena_.size() - offset}); }
 
-  // Appends the script arguments of one event to args_/arena_: its value
-  // and tombstone keys, then version, delete flag, payload count and payload.
-  // False with `reason` when the event cannot be written (nothing appended).
+  // Appends the script arguments of one event to args_/arena_ in the
+  // layout of its format (see kVersionCheckScript): the key(s) first, then
+  // the rest. False with `reason` when the event cannot be written (nothing
+  // appended).
   bool BuildEvent(const ChangeEvent& e, std::string& reason) {
     if (!e.entity_type.empty() && e.entity_type != cfg_.entity) {
       reason = "event of entity type '" + e.entity_type + "' given to a sink of type '" + cfg_.entity + "'";
@@ -423,6 +505,14 @@ class RedisSink final : public Sink {
     size_t off = arena_.size();
     keys_.AppendKey(arena_, e.entity_id);
     AddArena(off);
+    if (!hash_) {
+      if (e.deleted) arena_ += '-';
+      AppendNumber(e.version, e.deleted ? arena_.size() - 1 : arena_.size());
+      if (e.deleted || AddJsonValue(e, reason)) return true;
+      args_.resize(args_mark);
+      arena_.resize(arena_mark);
+      return false;
+    }
     off = arena_.size();
     keys_.AppendKey(arena_, e.entity_id);
     arena_ += kTombstoneSuffix;
@@ -432,8 +522,7 @@ class RedisSink final : public Sink {
     const size_t count_arg = args_.size();
     AddFixed("0");
     if (!e.deleted) {
-      bool ok = hash_ ? AddHashFields(e, reason) : AddJsonValue(e, reason);
-      if (!ok) {
+      if (!AddHashFields(e, reason)) {
         args_.resize(args_mark);
         arena_.resize(arena_mark);
         return false;
@@ -450,12 +539,13 @@ class RedisSink final : public Sink {
     return true;
   }
 
-  // Appends n in decimal to the arena as one argument.
-  void AppendNumber(uint64_t n) {
+  // Appends n in decimal to the arena, and the arena from `from` (default:
+  // just the number) as one argument.
+  void AppendNumber(uint64_t n, size_t from = SIZE_MAX) {
     char digits[24];
     auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
     (void)ec;  // 24 chars always hold a uint64_t
-    const size_t off = arena_.size();
+    const size_t off = std::min(from, arena_.size());
     arena_.append(digits, end);
     AddArena(off);
   }
@@ -501,21 +591,27 @@ class RedisSink final : public Sink {
     }
     out.results.assign(events.size(), EventResult{});
 
+    // The first round sends each call as soon as its events are built, so
+    // that Redis runs one call while the next is being built.
     arena_.clear();
     args_.clear();
     sendable_.clear();
+    calls_.clear();
+    size_t call_begin = 0;
     for (size_t i = 0; i < events.size(); ++i) {
       const size_t first = args_.size();
       std::string reason;
-      if (!BuildEvent(events[i], reason)) {
+      if (BuildEvent(events[i], reason)) {
+        sendable_.push_back(Sendable{i, first, args_.size() - first});
+      } else {
         out.results[i] = EventResult{Outcome::kRejected, std::move(reason)};
-        continue;
       }
-      sendable_.push_back(Sendable{i, first, args_.size() - first});
-    }
-    calls_.clear();
-    for (size_t b = 0; b < sendable_.size(); b += kEventsPerCall) {
-      calls_.push_back(Call{b, std::min(sendable_.size(), b + kEventsPerCall)});
+      const bool last = i + 1 == events.size();
+      if (sendable_.size() > call_begin && (sendable_.size() - call_begin == kEventsPerCall || last)) {
+        calls_.push_back(Call{call_begin, sendable_.size()});
+        call_begin = sendable_.size();
+        if (Status s = SendCall(calls_.back()); !s.ok()) return ApplyResult{s, {}};
+      }
     }
 
     // Later rounds redo calls that met NOSCRIPT (the script cache was
@@ -529,7 +625,8 @@ class RedisSink final : public Sink {
         return ApplyResult{Internal(where_ + ": the batch did not settle after 4 rounds"), {}};
       }
       bool noscript = false;
-      Status s = SendCalls();
+      Status s;
+      for (size_t c = 0; round > 0 && c < calls_.size() && s.ok(); ++c) s = SendCall(calls_[c]);
       if (s.ok()) s = ReadReplies(out.results, noscript);
       if (!s.ok()) return ApplyResult{s, {}};
       if (noscript) {
@@ -546,18 +643,15 @@ class RedisSink final : public Sink {
     return out;
   }
 
-  // Queues one EVALSHA per call of calls_ (written by the first ReadReplies).
-  // Each call goes to the socket as soon as it is built, so that Redis runs
-  // one while the next is being assembled.
-  Status SendCalls() {
-    for (const Call& call : calls_) {
-      AssembleCall(call);
-      if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv_.size()), argv_.data(), lens_.data()) != REDIS_OK) {
-        return ConnectionLost();
-      }
-      int done = 0;
-      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return ConnectionLost();
+  // Queues one EVALSHA for the events of `call` and writes it to the socket
+  // at once (without waiting for any reply).
+  Status SendCall(const Call& call) {
+    AssembleCall(call);
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv_.size()), argv_.data(), lens_.data()) != REDIS_OK) {
+      return ConnectionLost();
     }
+    int done = 0;
+    if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return ConnectionLost();
     return Status::Ok();
   }
 
@@ -616,21 +710,22 @@ class RedisSink final : public Sink {
       argv_.push_back(a.fixed ? a.fixed : arena_.data() + a.offset);
       lens_.push_back(a.size);
     };
-    auto [end, ec] = std::to_chars(numkeys_, numkeys_ + sizeof numkeys_, 2 * (call.end - call.begin));
+    const size_t keys_per_event = hash_ ? 2 : 1;
+    auto [end, ec] = std::to_chars(numkeys_, numkeys_ + sizeof numkeys_, keys_per_event * (call.end - call.begin));
     (void)ec;  // 24 chars always hold a size_t
     push(Arg{"EVALSHA", 0, 7});
     push(Arg{sha_.data(), 0, sha_.size()});
     push(Arg{numkeys_, 0, static_cast<size_t>(end - numkeys_)});
     for (size_t k = call.begin; k < call.end; ++k) {
-      push(args_[sendable_[k].first_arg]);
-      push(args_[sendable_[k].first_arg + 1]);
+      for (size_t i = 0; i < keys_per_event; ++i) push(args_[sendable_[k].first_arg + i]);
     }
     push(Arg{hash_ ? "h" : "j", 0, 1});
     push(Arg{ttl_ms_.data(), 0, ttl_ms_.size()});
     push(Arg{tombstone_ttl_ms_.data(), 0, tombstone_ttl_ms_.size()});
+    push(Arg{kTombstoneSuffix.data(), 0, kTombstoneSuffix.size()});
     for (size_t k = call.begin; k < call.end; ++k) {
       const Sendable& ev = sendable_[k];
-      for (size_t i = ev.first_arg + 2; i < ev.first_arg + ev.arg_count; ++i) push(args_[i]);
+      for (size_t i = ev.first_arg + keys_per_event; i < ev.first_arg + ev.arg_count; ++i) push(args_[i]);
     }
   }
 
