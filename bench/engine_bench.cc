@@ -63,7 +63,9 @@ modes:
               index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
               or `sluice writer` (--url) while a sampler polls --sample entities' keys of
-              the redis --sink; lag = first seen in Redis - committed_at; verifies
+              the redis --sink; lag = first seen in Redis - committed_at; verifies.
+              With --source storage: the same schedule of events inserted straight into
+              the event tables (no writer; run `sluice sync` on FILE beside it)
   cleanup     delete the keys of every redis sink in FILE
 
 The backlog modes (load, direct, redis_raw, mysql_raw) regenerate the same events from
@@ -152,6 +154,8 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("connections", po::value(&a.lag.connections)->default_value(64), "lag: keep-alive HTTP connections")
     ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls")
     ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
+    ("source", po::value(&a.lag.source)->default_value("http"), "lag: http (commands to --url) | storage (rows into the event tables)")
+    ("storage-writers", po::value(&a.lag.storage_writers)->default_value(4), "lag, source storage: inserting threads, one transaction each per round")
     ("dump-lags", po::value(&a.lag.dump_path), "lag: write every lag sample to this file (committed_at_us lag_us entity version)")
     ("format", po::value<std::string>()->default_value("text"), "text | kv (one line of key=value)");
   // clang-format on
@@ -182,8 +186,11 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   }
   if (a.mode == "drain" && a.sluice.empty()) throw Usage{"--mode drain needs --sluice"};
   if (a.mode == "lag") {
-    if (a.url.empty()) throw Usage{"--mode lag needs --url"};
-    ParseUrl(a.url, a.lag);
+    if (a.lag.source != "http" && a.lag.source != "storage") throw Usage{"--source must be http or storage"};
+    if (a.lag.source == "http") {
+      if (a.url.empty()) throw Usage{"--mode lag needs --url (or --source storage)"};
+      ParseUrl(a.url, a.lag);
+    }
     a.lag.entities = vm["entities"].defaulted() ? 10000 : a.entities;
   }
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
@@ -380,6 +387,7 @@ int Run(const Args& a) {
       report.Add("rate_target", a.lag.rate, 0);
       report.Add("seconds", a.lag.seconds, 1);
       report.Add("connections", static_cast<uint64_t>(a.lag.connections));
+      report.Add("source", a.lag.source);
       report.Add("entities", a.lag.entities);
       report.Add("commands", r->commands);
       report.Add("achieved_rate", r->achieved_rate, 0);

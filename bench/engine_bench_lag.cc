@@ -331,6 +331,135 @@ class Sampler {
   std::thread thread_;
 };
 
+// The "storage" source: the lag run's events inserted straight into the
+// event tables on the same open-loop schedule as the HTTP source (event i
+// due at start + i/rate, entity EntityOf(i), a patch-like state), by
+// storage_writers threads. Each thread owns a set of partitions and so the
+// event_ids and entity versions in them; per round it inserts every due
+// event of its partitions in one transaction (one INSERT per partition),
+// the way a partition worker batches what arrived while it committed.
+class StorageLoad {
+ public:
+  StorageLoad(const LagOptions& o, const config::Config& config, std::string type, uint32_t partitions)
+      : o_(o), params_(sql::ParamsFrom(config.mysql)), type_(std::move(type)), partitions_(partitions),
+        note_(MakeNote(o.run_id, 30)), version_(o.entities, 0), partition_of_(o.entities) {
+    for (uint64_t k = 0; k < o.entities; ++k) partition_of_[k] = PartitionOf(LagEntityId(o.run_id, k), partitions);
+  }
+
+  // Runs the schedule to its end; the caller's thread waits for all writers.
+  void Run(Clock::time_point start, uint64_t total, Clock::time_point window_begin, Clock::time_point end) {
+    std::vector<std::thread> threads;
+    const uint32_t writers = std::max<uint32_t>(1, std::min(o_.storage_writers, partitions_));
+    for (uint32_t t = 0; t < writers; ++t) {
+      threads.emplace_back([=, this] { Writer(t, writers, start, total, window_begin, end); });
+    }
+    for (auto& th : threads) th.join();
+  }
+
+  std::atomic<uint64_t> inserted{0}, window_events{0}, unsent{0}, backlog{0};
+  std::atomic<bool> failed{false};
+  // Per entity, the last version inserted (read after Run()).
+  uint64_t version(uint64_t k) const { return version_[k]; }
+  std::vector<std::string> problems() const {
+    std::lock_guard lock(mu_);
+    return problems_;
+  }
+
+ private:
+  void Problem(std::string what) {
+    std::lock_guard lock(mu_);
+    if (problems_.size() < kMaxProblems) problems_.push_back(std::move(what));
+    failed = true;
+  }
+
+  void Writer(uint32_t t, uint32_t writers, Clock::time_point start, uint64_t total, Clock::time_point window_begin,
+              Clock::time_point end) {
+    auto opened = sql::Connection::Open(params_);
+    if (!opened.ok()) return Problem("storage writer: " + opened.status().message());
+    sql::Connection& c = **opened;
+    auto due_at = [&](uint64_t i) {
+      return start + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(static_cast<double>(i) / o_.rate));
+    };
+    auto own = [&](uint64_t i) { return partition_of_[EntityOf(i, o_.entities, 7)] % writers == t; };
+    // Each partition carries on after whatever an earlier run left in it.
+    std::vector<uint64_t> next_event_id(partitions_, 1);
+    for (uint32_t p = t; p < partitions_; p += writers) {
+      auto head = c.Query("SELECT COALESCE(MAX(event_id), 0) FROM " + sql::QuoteIdent(sql::EventTableName(type_, p)));
+      if (!head.ok()) return Problem("storage writer: " + head.status().message());
+      next_event_id[p] = 1 + std::stoull(head->at(0).at(0).value_or("0"));
+    }
+    std::vector<std::string> statements(partitions_);
+    std::vector<uint64_t> rows(partitions_, 0);
+    uint64_t i = 0;
+    while (i < total && !failed) {
+      const auto now = Clock::now();
+      if (now >= end) {  // what could not be inserted in time is not (as with HTTP)
+        uint64_t left = 0;
+        for (; i < total; ++i) left += own(i) ? 1 : 0;
+        unsent += left;
+        break;
+      }
+      uint64_t n = 0;
+      for (; i < total && due_at(i) <= now; ++i) {
+        if (!own(i)) continue;
+        const uint64_t k = EntityOf(i, o_.entities, 7);
+        const uint32_t p = partition_of_[k];
+        std::string& q = statements[p];
+        if (rows[p] == 0) {
+          q = "INSERT INTO " + sql::QuoteIdent(sql::EventTableName(type_, p)) + " " + sql::kEventInsertColumns +
+              " VALUES ";
+        } else {
+          q += ',';
+        }
+        const uint64_t v = ++version_[k];
+        const std::string state = R"({"balance":)" + std::to_string(i) + R"(,"note":")" + note_ +
+                                  R"(","owner":"o)" + std::to_string(k % 1000) + "\"}";
+        q += '(' + std::to_string(next_event_id[p]++) + ',';
+        c.AppendQuoted(q, LagEntityId(o_.run_id, k));
+        q += ',' + std::to_string(v) + ',';
+        c.AppendQuoted(q, o_.run_id + "-lc" + std::to_string(i));
+        q += ",'patch',NULL,";
+        c.AppendQuoted(q, state);
+        q += R"(,'{"version":)" + std::to_string(v) + "}',";
+        c.AppendQuoted(q, state);
+        q += ",NULL,0)";
+        ++rows[p];
+        ++n;
+      }
+      backlog = n;
+      if (n == 0) {  // sleep until this writer's next event is due
+        uint64_t j = i;
+        while (j < total && !own(j)) ++j;
+        if (j >= total) break;
+        std::this_thread::sleep_until(std::min(due_at(j), end));
+        continue;
+      }
+      Status st = c.Execute("BEGIN").status();
+      for (uint32_t p = 0; p < partitions_ && st.ok(); ++p) {
+        if (rows[p] == 0) continue;
+        st = c.Execute(statements[p]).status();
+        rows[p] = 0;
+      }
+      if (st.ok()) st = c.Execute("COMMIT").status();
+      if (!st.ok()) return Problem("storage writer: " + st.message());
+      const auto committed = Clock::now();
+      inserted += n;
+      if (committed >= window_begin && committed < end) window_events += n;
+    }
+  }
+
+  const LagOptions& o_;
+  const sql::ConnectParams params_;
+  const std::string type_;
+  const uint32_t partitions_;
+  const std::string note_;
+  std::vector<uint64_t> version_;         // per entity; only its partition's writer touches it
+  std::vector<uint32_t> partition_of_;    // per entity
+  mutable std::mutex mu_;
+  std::vector<std::string> problems_;
+};
+
 }  // namespace
 
 Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig& sink, const LagOptions& o) {
@@ -348,8 +477,11 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   ASSIGN_OR_RETURN(auto redis, RedisConn::Open(sink.redis.url));
   Sampler sampler(std::move(redis), sample_keys, o.poll_interval_us);
 
+  const bool storage = o.source == "storage";
+  if (!storage && o.source != "http") return InvalidArgument("the source must be http or storage");
   LoadState st(o);
-  {
+  StorageLoad storage_load(o, config, sink.entity, partitions);
+  if (!storage) {
     tcp::resolver resolver(st.io);
     beast::error_code ec;
     auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
@@ -384,6 +516,16 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     uint64_t last_done = 0;
     double last_t = 0;
     Progress progress("lag", [&](double t) {
+      if (storage) {
+        const uint64_t done = storage_load.inserted.load();
+        const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;
+        last_done = done;
+        last_t = t;
+        return std::string(t < o.warmup_seconds ? "warm-up, " : "") + WithCommas(done) + "/" +
+               WithCommas(st.total_commands) + " events inserted, " + WithCommas(static_cast<uint64_t>(rate)) +
+               "/s now, due in the last round " + std::to_string(storage_load.backlog.load()) +
+               ", versions seen by the sampler " + WithCommas(sampler.observations());
+      }
       const uint64_t done = st.ok.load() + st.failures.load();
       const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;
       last_done = done;
@@ -395,6 +537,10 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
              ", versions seen by the sampler " + WithCommas(sampler.observations());
     });
     std::thread loop([&] {
+      if (storage) {
+        storage_load.Run(st.start, st.total_commands, st.DueAt(st.warmup_commands), st.end);
+        return;
+      }
       st.Tick();
       st.io.run();
     });
@@ -414,6 +560,13 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     }
     loop.join();
     load_end = Clock::now();
+    if (storage) {
+      st.window_replies = storage_load.window_events.load();
+      st.ok = storage_load.inserted.load();
+      st.unsent = storage_load.unsent.load();
+      for (uint32_t k = 0; k < sample; ++k) st.final_version[k] = storage_load.version(k);
+      for (auto& p : storage_load.problems()) st.Problem(std::move(p));
+    }
     // Per command answered inside the window (the loop's counter, read after the join).
     r.cpu = cpu.Compare(a, b, st.window_replies);
 

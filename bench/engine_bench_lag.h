@@ -43,7 +43,7 @@ struct LagOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string run_id;
-  double rate = 10000;           // commands per second
+  double rate = 10000;           // commands (one event each) per second
   double seconds = 20;           // measured window
   double warmup_seconds = 3;     // before it, same rate, not counted
   uint32_t connections = 64;
@@ -54,6 +54,14 @@ struct LagOptions {
   uint32_t max_attempts = 50;
   std::vector<std::pair<std::string, pid_t>> watch;  // processes for the CPU split
   std::string dump_path;  // when set: one line per lag sample, "committed_at_us lag_us entity version"
+  // Where the events come from: "http", patch commands to a running writer
+  // (serve or writer); "storage", rows inserted straight into the event
+  // tables by `storage_writers` threads (each owning the partitions p with
+  // p % storage_writers == its number, one transaction per round of due
+  // events), for a running `sluice sync`: the pull path alone under a rate
+  // that no writer on this machine has to sustain.
+  std::string source = "http";
+  uint32_t storage_writers = 4;
 };
 
 struct LagResult {
