@@ -362,6 +362,42 @@ TEST_F(RedisSinkTest, BatchWithSeveralEventsOfOneEntityInOrder) {
   EXPECT_EQ(raw_.Get(Tomb("a")), std::nullopt);
 }
 
+// json decides a whole call on one read of the keys: events of one entity in
+// the call see each other's outcome, starting from a value, a tombstone or
+// nothing, and only the final state of each key is written.
+TEST_F(RedisSinkTest, OneCallStartsFromValueTombstoneOrNothing) {
+  for (bool ttls : {false, true}) {
+    auto cfg = Cfg();
+    cfg.name = prefix_ + (ttls ? "t" : "n");
+    cfg.redis.key = prefix_ + ":{type}:" + cfg.name + ":{id}";
+    cfg.redis.ttl = std::chrono::milliseconds(ttls ? 60000 : 0);
+    cfg.redis.tombstone_ttl = std::chrono::milliseconds(ttls ? 60000 : 0);  // the default is a day
+    auto sink = Open(cfg);
+    ASSERT_TRUE(sink);
+    const std::string k = prefix_ + ":acct:" + cfg.name + ":";
+    ASSERT_EQ(Outcomes(Apply(*sink, {Put("v", 2, R"({"n":2})"), Del("t", 5)})), (std::vector{kApplied, kApplied}));
+    auto r = Apply(*sink, {Del("v", 3), Put("t", 4, "{}"), Del("n", 1), Put("v", 4, R"({"n":4})"), Put("t", 6, "{}"),
+                           Put("n", 2, R"({"n":2})"), Put("v", 3, "{}"), Del("t", 7), Del("n", 2)});
+    EXPECT_EQ(Outcomes(r), (std::vector{kApplied, kStale, kApplied, kApplied, kApplied, kApplied, kStale, kApplied,
+                                        kStale}))
+        << "ttls " << ttls;
+    EXPECT_EQ(raw_.Get(k + "v"), R"({"_version":4,"n":4})");
+    EXPECT_EQ(raw_.Get(k + "v:_tomb"), std::nullopt);
+    EXPECT_EQ(raw_.Get(k + "t"), std::nullopt);
+    EXPECT_EQ(raw_.Get(k + "t:_tomb"), "7");
+    EXPECT_EQ(raw_.Get(k + "n"), R"({"_version":2,"n":2})");
+    EXPECT_EQ(raw_.Get(k + "n:_tomb"), std::nullopt);
+    for (const std::string& key : {k + "v", k + "t:_tomb", k + "n"}) {
+      const long long pttl = raw_.Integer({"PTTL", key});
+      if (ttls) {
+        EXPECT_GT(pttl, 0) << key;
+      } else {
+        EXPECT_EQ(pttl, -1) << key;
+      }
+    }
+  }
+}
+
 TEST_F(RedisSinkTest, WrongTypeKeyRejectsOnlyItsEvent) {
   auto sink = Open(Cfg());
   ASSERT_TRUE(sink);
