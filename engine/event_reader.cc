@@ -1,49 +1,97 @@
 #include "engine/event_reader.h"
 
+#include <algorithm>
+
 #include "sql/schema.h"
 
 namespace sluice::engine {
 namespace {
 
-constexpr const char* kColumns =
-    "SELECT event_id, entity_id, version, deleted, state, command_name, command_id, "
-    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED) FROM ";
+constexpr const char* kColumnList =
+    "event_id, entity_id, version, deleted, state, command_name, command_id, "
+    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED)";
+const std::string kColumns = std::string("SELECT ") + kColumnList + " FROM ";
 
-connectors::ChangeEvent FromRow(sql::Row& r, const std::string& type, uint32_t partition) {
+// The event in columns [first, first + 8) of r (kColumnList's order).
+connectors::ChangeEvent FromRow(sql::Row& r, const std::string& type, uint32_t partition, size_t first = 0) {
   connectors::ChangeEvent e;
   e.entity_type = type;
   e.partition = partition;
-  e.event_id = std::stoull(r[0].value_or("0"));
-  e.entity_id = std::move(r[1]).value_or("");
-  e.version = std::stoull(r[2].value_or("0"));
-  e.deleted = r[3].value_or("0") != "0";
-  e.state = e.deleted ? std::string() : std::move(r[4]).value_or("null");
-  e.command_name = std::move(r[5]).value_or("");
-  e.command_id = std::move(r[6]).value_or("");
-  e.committed_at_us = static_cast<int64_t>(std::stoull(r[7].value_or("0")));
+  e.event_id = std::stoull(r[first].value_or("0"));
+  e.entity_id = std::move(r[first + 1]).value_or("");
+  e.version = std::stoull(r[first + 2].value_or("0"));
+  e.deleted = r[first + 3].value_or("0") != "0";
+  e.state = e.deleted ? std::string() : std::move(r[first + 4]).value_or("null");
+  e.command_name = std::move(r[first + 5]).value_or("");
+  e.command_id = std::move(r[first + 6]).value_or("");
+  e.committed_at_us = static_cast<int64_t>(std::stoull(r[first + 7].value_or("0")));
   return e;
+}
+
+// `(SELECT [prefix]columns FROM <table of partition> WHERE event_id > after ORDER BY event_id LIMIT limit)`
+std::string PartitionQuery(const std::string& type, uint32_t partition, uint64_t after, uint32_t limit,
+                           const std::string& prefix) {
+  return "SELECT " + prefix + kColumnList + " FROM " + sql::QuoteIdent(sql::EventTableName(type, partition)) +
+         " WHERE event_id > " + std::to_string(after) + " ORDER BY event_id LIMIT " + std::to_string(limit);
+}
+
+// Keeps the events that follow `after` without a gap (in event_id order).
+ReadResult CutAtGap(std::vector<connectors::ChangeEvent> events, uint64_t after) {
+  ReadResult out;
+  uint64_t expect = after + 1;
+  size_t n = 0;
+  while (n < events.size() && events[n].event_id == expect) {
+    ++n;
+    ++expect;
+  }
+  // A gap: never skip it; wait for it to fill (or be reported).
+  out.gap = n < events.size();
+  events.resize(n);
+  out.events = std::move(events);
+  return out;
 }
 
 }  // namespace
 
 Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
                               uint32_t limit) {
-  const std::string q = std::string(kColumns) + sql::QuoteIdent(sql::EventTableName(type, partition)) +
-                        " WHERE event_id > " + std::to_string(after) + " ORDER BY event_id LIMIT " +
-                        std::to_string(limit);
+  ASSIGN_OR_RETURN(auto rows, conn.Query(PartitionQuery(type, partition, after, limit, "")));
+  std::vector<connectors::ChangeEvent> events;
+  events.reserve(rows.size());
+  for (auto& r : rows) events.push_back(FromRow(r, type, partition));
+  return CutAtGap(std::move(events), after);
+}
+
+Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& conn, const std::string& type,
+                                                              const std::vector<std::pair<uint32_t, uint64_t>>& from,
+                                                              uint32_t limit) {
+  std::map<uint32_t, ReadResult> out;
+  if (from.empty()) return out;
+  if (from.size() == 1) {
+    ASSIGN_OR_RETURN(out[from[0].first], ReadEvents(conn, type, from[0].first, from[0].second, limit));
+    return out;
+  }
+  std::string q;
+  std::map<uint32_t, std::vector<connectors::ChangeEvent>> events;
+  for (const auto& [partition, after] : from) {
+    if (!q.empty()) q += " UNION ALL ";
+    q += '(' + PartitionQuery(type, partition, after, limit, std::to_string(partition) + ", ") + ')';
+    events[partition];
+  }
   ASSIGN_OR_RETURN(auto rows, conn.Query(q));
-  ReadResult out;
-  out.events.reserve(rows.size());
-  uint64_t expect = after + 1;
   for (auto& r : rows) {
-    auto e = FromRow(r, type, partition);
-    if (e.event_id != expect) {
-      // A gap: never skip it; wait for it to fill (or be reported).
-      out.gap = true;
-      break;
+    const uint32_t partition = static_cast<uint32_t>(std::stoul(r[0].value_or("0")));
+    auto it = events.find(partition);
+    if (it == events.end()) return Internal("the union of event reads returned partition " + std::to_string(partition));
+    it->second.push_back(FromRow(r, type, partition, 1));
+  }
+  for (const auto& [partition, after] : from) {
+    auto& list = events[partition];
+    // Each part is ordered; a UNION ALL does not promise to keep that order.
+    if (!std::is_sorted(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.event_id < b.event_id; })) {
+      std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.event_id < b.event_id; });
     }
-    ++expect;
-    out.events.push_back(std::move(e));
+    out[partition] = CutAtGap(std::move(list), after);
   }
   return out;
 }

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "connectors/sink.h"
@@ -19,6 +21,13 @@ struct ReadResult {
 // Up to `limit` events of (type, partition) with event_id > after.
 Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
                               uint32_t limit);
+
+// The same for several partitions (partition, after) in one statement (a
+// UNION ALL of one ordered, limited SELECT per partition): one round trip
+// instead of one per partition. One entry per partition asked for.
+Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& conn, const std::string& type,
+                                                              const std::vector<std::pair<uint32_t, uint64_t>>& from,
+                                                              uint32_t limit);
 
 // The events of (type, partition) with the given event_ids (for dead-letter retries).
 Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& conn, const std::string& type,

@@ -196,6 +196,10 @@ void SinkRunner::ReadLoop() {
   std::unique_ptr<sql::Connection> conn;
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto idle = std::chrono::milliseconds(1);
+  // Per partition: its last read filled a batch (at the start every partition
+  // may hold a backlog, so each is read alone until a read comes back short).
+  std::map<uint32_t, bool> backlogged;
+  for (uint32_t p = 0; p < options_.partitions; ++p) backlogged[p] = true;
   for (;;) {
     bool any = false;
     uint64_t seen_wake = 0;
@@ -203,14 +207,32 @@ void SinkRunner::ReadLoop() {
       std::lock_guard lock(mu_);
       seen_wake = wake_seq_;
     }
+    // A partition whose last read filled a batch is read alone, when the
+    // queue has room for it: a drain keeps its memory bound. The others are
+    // read together in one statement, one round trip per pass instead of one
+    // per partition, which is what a pass costs once the engine keeps up.
+    std::vector<std::vector<uint32_t>> groups;
+    std::vector<uint32_t> together;
     for (uint32_t p = 0; p < options_.partitions; ++p) {
+      if (backlogged[p]) {
+        groups.push_back({p});
+      } else {
+        together.push_back(p);
+      }
+    }
+    if (!together.empty()) groups.push_back(std::move(together));
+    for (const std::vector<uint32_t>& group : groups) {
+      std::vector<std::pair<uint32_t, uint64_t>> from;
       {
         std::unique_lock lock(mu_);
         queue_cv_.wait(lock, [this] { return stopping_ || queue_.size() < options_.engine.inflight_batches; });
         if (stopping_) return;
-        if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition
-          seen_epoch[p] = epoch_[p];
-          position[p] = reread_from_[p];
+        for (const uint32_t p : group) {
+          if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition
+            seen_epoch[p] = epoch_[p];
+            position[p] = reread_from_[p];
+          }
+          from.emplace_back(p, position[p]);
         }
       }
       if (!conn || !conn->healthy()) {
@@ -224,30 +246,33 @@ void SinkRunner::ReadLoop() {
         }
         conn = std::move(opened).value();
       }
-      auto r = ReadEvents(*conn, options_.sink.entity, p, position[p], options_.engine.batch_max);
+      auto r = ReadEventsOfPartitions(*conn, options_.sink.entity, from, options_.engine.batch_max);
       if (!r.ok()) {
+        std::string which;
+        for (const uint32_t p : group) which += (which.empty() ? "" : ",") + std::to_string(p);
         LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
-                       "engine: sink " + options_.sink.name + ": reading partition " + std::to_string(p) +
-                           " failed: " + r.status().message());
+                       "engine: sink " + options_.sink.name + ": reading partition" + (group.size() > 1 ? "s " : " ") +
+                           which + " failed: " + r.status().message());
         metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
         if (!SleepUnlessStopping(backoff.Next())) return;
         break;
       }
       backoff.Reset();
-      if (r->gap) {
-        std::lock_guard lock(mu_);
-        ++gaps_;
-        metrics_->Gap();
-      }
-      if (r->events.empty()) continue;
-      any = true;
-      {
+      for (auto& [p, read] : *r) {
+        if (read.gap) {
+          std::lock_guard lock(mu_);
+          ++gaps_;
+          metrics_->Gap();
+        }
+        backlogged[p] = read.events.size() >= options_.engine.batch_max;
+        if (read.events.empty()) continue;
+        any = true;
         std::lock_guard lock(mu_);
         if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
-        position[p] = r->events.back().event_id;
-        read_ += r->events.size();
-        metrics_->Read(r->events.size());
-        queue_.push_back(Batch{p, seen_epoch[p], std::move(r->events)});
+        position[p] = read.events.back().event_id;
+        read_ += read.events.size();
+        metrics_->Read(read.events.size());
+        queue_.push_back(Batch{p, seen_epoch[p], std::move(read.events)});
       }
       queue_cv_.notify_all();
     }
