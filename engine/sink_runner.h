@@ -4,7 +4,11 @@
 //   reader thread   reads `event_id > read position ORDER BY event_id` from
 //                   each partition in turn into a bounded queue of batches
 //                   (engine.inflight_batches): a slow sink stops its own reads
-//                   and nobody else's. After a full batch it reads again at
+//                   and nobody else's. The partitions whose last read came
+//                   back short of engine.batch_max are read together, one
+//                   UNION ALL statement per pass (the queue may then take one
+//                   batch per partition past its bound, each short but for a
+//                   burst); a partition with a backlog is read alone. After a full batch it reads again at
 //                   once; when every partition is idle it sleeps 1 ms,
 //                   doubling up to engine.idle_poll_max, unless Wake() says
 //                   new events were committed.
