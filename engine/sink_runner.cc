@@ -1,5 +1,8 @@
 #include "engine/sink_runner.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/backoff.h"
 #include "core/failpoint.h"
 #include "core/log.h"
@@ -150,9 +153,20 @@ Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
   return st;
 }
 
-bool SinkRunner::Outdated(const Batch& batch) const {
-  const auto it = epoch_.find(batch.partition);
-  return batch.epoch != (it == epoch_.end() ? 0 : it->second);
+bool SinkRunner::Outdated(uint32_t partition, uint64_t epoch) const {
+  const auto it = epoch_.find(partition);
+  return epoch != (it == epoch_.end() ? 0 : it->second);
+}
+
+void SinkRunner::Work::Add(Batch&& batch) {
+  const size_t begin = events.size();
+  if (events.empty()) {
+    events = std::move(batch.events);
+  } else {
+    events.insert(events.end(), std::make_move_iterator(batch.events.begin()),
+                  std::make_move_iterator(batch.events.end()));
+  }
+  segments.push_back(Segment{batch.partition, batch.epoch, begin, events.size()});
 }
 
 void SinkRunner::RunControls() {
@@ -335,17 +349,32 @@ void SinkRunner::SaveOffsets() {
   last_flush_ = std::chrono::steady_clock::now();
 }
 
-bool SinkRunner::ApplyBatch(Batch& batch) {
+bool SinkRunner::ApplyWork(Work& work) {
   const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
-  std::span<const connectors::ChangeEvent> all(batch.events);
   size_t done = 0;
-  while (done < all.size()) {
+  while (done < work.events.size()) {
     if (!Checkpoint()) return false;
     {
       std::lock_guard lock(mu_);
-      if (Outdated(batch)) return true;  // SetOffsets moved the partition meanwhile
+      // SetOffsets moved a partition meanwhile: its events go. Work of
+      // several segments fits in one chunk, so none of it is applied yet.
+      const auto outdated = [this](const Work::Segment& g) { return Outdated(g.partition, g.epoch); };
+      if (std::any_of(work.segments.begin(), work.segments.end(), outdated)) {
+        if (work.segments.size() == 1) return true;
+        Work kept;
+        for (const auto& g : work.segments) {
+          if (outdated(g)) continue;
+          Batch b{g.partition, g.epoch, {}};
+          b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
+                          std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
+          kept.Add(std::move(b));
+        }
+        work = std::move(kept);
+        if (work.events.empty()) return true;
+      }
     }
+    const std::span<const connectors::ChangeEvent> all(work.events);
     const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
     Status st;
     connectors::ApplyResult r;
@@ -407,17 +436,22 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
     }
     {
       std::lock_guard lock(mu_);
-      auto& pp = progress_[batch.partition];
-      const uint64_t applied0 = pp.applied, stale0 = pp.stale, dead0 = pp.dead_lettered;
-      for (size_t i = 0; i < stop_at; ++i) {
-        switch (r.results[i].outcome) {
-          case Outcome::kApplied: ++pp.applied; break;
-          case Outcome::kStale: ++pp.stale; break;
-          case Outcome::kRejected: ++pp.dead_lettered; break;
+      // Per segment, the events of this chunk up to stop_at are acknowledged.
+      uint64_t applied = 0, stale = 0, dead = 0;
+      for (const auto& g : work.segments) {
+        const size_t from = std::max(g.begin, done), to = std::min(g.end, done + stop_at);
+        if (from >= to) continue;
+        auto& pp = progress_[g.partition];
+        for (size_t i = from; i < to; ++i) {
+          switch (r.results[i - done].outcome) {
+            case Outcome::kApplied: ++pp.applied, ++applied; break;
+            case Outcome::kStale: ++pp.stale, ++stale; break;
+            case Outcome::kRejected: ++pp.dead_lettered, ++dead; break;
+          }
         }
+        pp.event_id = work.events[to - 1].event_id;
       }
-      metrics_->Applied(pp.applied - applied0, pp.stale - stale0, pp.dead_lettered - dead0);
-      if (stop_at > 0) pp.event_id = chunk[stop_at - 1].event_id;
+      metrics_->Applied(applied, stale, dead);
       dirty_ = true;
       if (state_ != "running") {
         state_ = "running";
@@ -445,23 +479,26 @@ bool SinkRunner::ApplyBatch(Batch& batch) {
 void SinkRunner::ApplyLoop() {
   for (;;) {
     if (!Checkpoint()) break;
-    Batch batch;
-    bool have = false;
+    Work work;
     {
       std::unique_lock lock(mu_);
       queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
                          [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
       if (stopping_) break;
       if (!controls_.empty()) continue;
-      if (!queue_.empty()) {
-        batch = std::move(queue_.front());
+      // The first batch, then the next ones while everything fits in one chunk.
+      const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
+      while (!queue_.empty()) {
+        Batch& next = queue_.front();
+        if (!work.events.empty() && work.events.size() + next.events.size() > chunk_max) break;
+        if (!Outdated(next)) work.Add(std::move(next));
         queue_.pop_front();
-        have = !Outdated(batch);
+        if (work.events.size() >= chunk_max) break;
       }
     }
-    if (have) {
+    if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader
-      if (!ApplyBatch(batch)) break;
+      if (!ApplyWork(work)) break;
     }
     bool dirty;
     {

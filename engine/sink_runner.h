@@ -113,6 +113,20 @@ class SinkRunner {
     uint64_t epoch = 0;  // the partition's epoch_ when read; stale once SetOffsets moved it
     std::vector<connectors::ChangeEvent> events;
   };
+  // What the applier hands to the sink: one batch, or several short batches
+  // of different reads (each a segment) whose events fit in one chunk, so
+  // that a pass over partitions that keep up costs one Apply(), not one per
+  // partition. A partition's events stay in order within the work.
+  struct Work {
+    struct Segment {
+      uint32_t partition = 0;
+      uint64_t epoch = 0;
+      size_t begin = 0, end = 0;  // its events: events[begin, end)
+    };
+    std::vector<connectors::ChangeEvent> events;
+    std::vector<Segment> segments;
+    void Add(Batch&& batch);
+  };
   struct Control {
     std::function<Status(connectors::Sink&)> fn;
     std::promise<Status> done;
@@ -120,9 +134,9 @@ class SinkRunner {
 
   void ReadLoop();
   void ApplyLoop();
-  // Applies one batch until it is acknowledged or the runner must stop;
+  // Applies the work until it is acknowledged or the runner must stop;
   // false when the runner stops.
-  bool ApplyBatch(Batch& batch);
+  bool ApplyWork(Work& work);
   Status DeadLetter(const connectors::ChangeEvent& e, const std::string& reason);
   void SaveOffsets();
   void SetState(const std::string& state, const std::string& error);
@@ -135,7 +149,8 @@ class SinkRunner {
   bool Checkpoint();
   void RunControls();
   // Under mu_: whether the batch was read before SetOffsets moved its partition.
-  bool Outdated(const Batch& batch) const;
+  bool Outdated(uint32_t partition, uint64_t epoch) const;
+  bool Outdated(const Batch& batch) const { return Outdated(batch.partition, batch.epoch); }
 
   const SinkRunnerOptions options_;
   std::unique_ptr<connectors::Sink> sink_;
