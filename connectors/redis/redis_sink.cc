@@ -125,26 +125,24 @@ if fmt == 'j' then
     end
   end
   local dels, sets = {}, {}
+  local function put(key, value, px)
+    if px ~= '0' then
+      redis.call('SET', key, value, 'PX', px)
+    else
+      sets[#sets + 1] = key
+      sets[#sets + 1] = value
+    end
+  end
   for i = 1, #order do
     local k = order[i]
     local e = last[k]
     local tomb = k .. suffix
     if del[e] then
       if hasval[k] then dels[#dels + 1] = k end
-      if tttl ~= '0' then
-        redis.call('SET', tomb, vers[e], 'PX', tttl)
-      else
-        sets[#sets + 1] = tomb
-        sets[#sets + 1] = vers[e]
-      end
+      put(tomb, vers[e], tttl)
     else
       if hastomb[k] then dels[#dels + 1] = tomb end
-      if ttl ~= '0' then
-        redis.call('SET', k, val[e], 'PX', ttl)
-      else
-        sets[#sets + 1] = k
-        sets[#sets + 1] = val[e]
-      end
+      put(k, val[e], ttl)
     end
   end
   if #dels > 0 then redis.call('DEL', unpack(dels)) end
