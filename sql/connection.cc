@@ -135,7 +135,11 @@ Result<std::vector<Row>> Connection::Query(std::string_view statement) {
       Row row;
       row.reserve(columns);
       for (unsigned i = 1; i <= columns; ++i) {
-        std::string v = rs->getString(i).asStdString();
+        ::sql::SQLString text = rs->getString(i);
+        // operator-> is SQLString's only non-const access to its std::string:
+        // take that buffer instead of copying it (the engine's reader turns
+        // every event row into strings here).
+        std::string v = std::move(*text.operator->());
         if (rs->wasNull()) {
           row.emplace_back(std::nullopt);
         } else {
