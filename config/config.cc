@@ -721,6 +721,7 @@ class ConfigReader {
         {"columns", kRequired,
          [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
         {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
+        {"connections", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
     });
     ElasticsearchSinkConfig& es = sink->elasticsearch;
     AddSinkTypeKeys("elasticsearch", type, &keys, {
@@ -1831,6 +1832,7 @@ std::string Config::Redacted() const {
       }
       out << YAML::EndMap;
       out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
+      out << YAML::Key << "connections" << YAML::Value << m.connections;
     } else if (sink.type == "kafka") {
       const KafkaSinkConfig& k = sink.kafka;
       out << YAML::Key << "brokers" << YAML::Value << k.brokers;

@@ -560,7 +560,8 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "    columns:\n"
             "      owner: {pointer: /owner, type: TEXT}\n"
             "      balance: {pointer: /balance, type: TEXT}\n"
-            "    auto_create: true\n");
+            "    auto_create: true\n"
+            "    connections: 2\n");
 
   Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -617,6 +618,7 @@ constexpr char kSinks[] = R"yaml(sinks:
       amount: {pointer: /amount, type: "decimal(12,2)"}
       seen: {type: datetime(3), pointer: /seen}
     auto_create: false
+    connections: 2
 )yaml";
 
 // kValid + kSinks with its line `from` replaced by `to`.
@@ -676,6 +678,7 @@ TEST(Sinks, ReadsEveryKeyInFileOrder) {
   EXPECT_EQ(table.mysql.database, "other_db");
   EXPECT_EQ(table.mysql.table, "account_view");
   EXPECT_FALSE(table.mysql.auto_create);
+  EXPECT_EQ(table.mysql.connections, 2u);
   ASSERT_EQ(table.mysql.columns.size(), 5u);
   const std::vector<std::array<std::string, 3>> columns = {
       {"owner", "/owner/name", "TEXT"},
@@ -982,6 +985,14 @@ TEST(SinkErrors, OutOfRange) {
   EXPECT_EQ(Errors(SinksWith("ttl: 10m", "ttl: 8761h")),
             "t.yaml:25:10: sinks[1].ttl: must be between 0s and 8760h, got \"8761h\"");
   EXPECT_EQ(Errors(SinksWith("ttl: 10m", "ttl: 0s")), "");
+  EXPECT_EQ(Errors(SinksWith("connections: 2", "connections: 0")),
+            "t.yaml:39:18: sinks[2].connections: must be an integer between 1 and 64, got \"0\"");
+  EXPECT_EQ(Errors(SinksWith("connections: 2", "connections: 65")),
+            "t.yaml:39:18: sinks[2].connections: must be an integer between 1 and 64, got \"65\"");
+  EXPECT_EQ(Errors(SinksWith("    connections: 2", "    connections: 2\n    ttl: 1m")),
+            "t.yaml:40:5: sinks[2].ttl: only for redis sinks (this sink is type mysql)");
+  EXPECT_EQ(Errors(SinksWith("ttl: 10m", "connections: 3")),
+            "t.yaml:25:5: sinks[1].connections: only for mysql sinks (this sink is type redis)");
 }
 
 TEST(SinkErrors, EngineValuesOutOfRange) {

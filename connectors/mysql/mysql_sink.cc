@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -193,11 +195,20 @@ class MysqlSink final : public Sink {
   Status CheckOrCreateTable();
   // Fills p.values from the state; false (and a rejection in `result`) when it cannot.
   bool Extract(PreparedEvent& p, EventResult& result) const;
+  // The connection of lane k: conn_ for lane 0, else lanes_[k - 1].
+  std::unique_ptr<sql::Connection>& Lane(size_t k) { return k == 0 ? conn_ : lanes_[k - 1]; }
+  // Applies a lane's events on its connection, in transactions of at most
+  // chunk_bytes_; a batch-level failure as Fail() gives it.
+  Status ApplyOnLane(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> events,
+                     std::span<EventResult> results);
   // One transaction; on a data error, one transaction per event.
-  Status ApplyChunk(std::span<PreparedEvent> chunk, std::span<EventResult> results);
+  Status ApplyChunk(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
+                    std::span<EventResult> results);
   // Decides and writes `chunk` in one transaction; rolls back on failure.
-  Status ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results);
-  void Rollback();
+  Status ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
+                            std::span<EventResult> results);
+  // Ends the open transaction; drops the connection when that fails.
+  static void Rollback(std::unique_ptr<sql::Connection>& conn);
   // "sink 'x' (db.t): doing: message" with the code the caller acts on.
   Status Fail(const Status& status, std::string_view doing) const;
   std::string Context() const { return "sink '" + cfg_.name + "' (" + where_ + ")"; }
@@ -210,7 +221,10 @@ class MysqlSink final : public Sink {
   std::string insert_prefix_;   // INSERT ... VALUES
   std::string upsert_suffix_;   // ON DUPLICATE KEY UPDATE ...
   std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
+  // Lane 0: also the connection of Open, Health, Verify and the rebuild.
   std::unique_ptr<sql::Connection> conn_;
+  // Lanes 1..connections-1; null after a failed rollback, reopened by EnsureOpen.
+  std::vector<std::unique_ptr<sql::Connection>> lanes_;
   bool open_ = false;
   // Set on a rebuild shadow: the live table it will replace, and whether its
   // fresh table has been made yet.
@@ -237,7 +251,9 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
   }
   create_sql_ += ", PRIMARY KEY (`id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
 
-  select_prefix_ = "SELECT `id`, `_version` FROM " + table + " WHERE `id` IN (";
+  // By the key even on a small table: a scan would wait for the locks of
+  // rows another connection of the sink (or the push path) is writing.
+  select_prefix_ = "SELECT `id`, `_version` FROM " + table + " FORCE INDEX (PRIMARY) WHERE `id` IN (";
 
   insert_prefix_ = "INSERT INTO " + table + " (`id`,`_version`,`_deleted`";
   for (const auto& c : cols) insert_prefix_ += "," + c;
@@ -265,6 +281,7 @@ Status MysqlSink::Fail(const Status& status, std::string_view doing) const {
 Status MysqlSink::Open() {
   open_ = false;
   conn_.reset();
+  lanes_.clear();
   auto conn = sql::Connection::Open(params_);
   if (!conn.ok()) return conn.status().WithContext(Context());
   conn_ = std::move(conn).value();
@@ -283,8 +300,9 @@ Status MysqlSink::Open() {
     shadow_prepared_ = true;
   }
   RETURN_IF_ERROR(CheckOrCreateTable());
+  lanes_.resize(cfg_.mysql.connections - 1);
   open_ = true;
-  return Status::Ok();
+  return EnsureOpen();
 }
 
 // The rebuild suffixes keep a table name within MySQL's 64 characters.
@@ -393,8 +411,15 @@ Status MysqlSink::CheckOrCreateTable() {
 }
 
 Status MysqlSink::EnsureOpen() {
-  if (open_ && conn_ && conn_->healthy()) return Status::Ok();
-  return Open();
+  if (!open_ || !conn_ || !conn_->healthy()) return Open();
+  for (auto& lane : lanes_) {
+    if (lane && lane->healthy()) continue;
+    lane.reset();
+    auto conn = sql::Connection::Open(params_);
+    if (!conn.ok()) return conn.status().WithContext(Context());
+    lane = std::move(conn).value();
+  }
+  return Status::Ok();
 }
 
 bool MysqlSink::Extract(PreparedEvent& p, EventResult& result) const {
@@ -428,37 +453,85 @@ ApplyResult MysqlSink::Apply(std::span<const ChangeEvent> events) {
   out.status = EnsureOpen();
   if (!out.status.ok()) return out;
   out.results.resize(events.size());
-  std::vector<PreparedEvent> prepared(events.size());
+
+  // Each lane gets the events of its own ids, in batch order: lanes never
+  // lock each other's rows, and each id's events stay in order on one lane.
+  struct LaneWork {
+    std::vector<size_t> index;  // into events
+    std::vector<PreparedEvent> prepared;
+    std::vector<EventResult> results;
+    Status status;
+  };
+  const size_t lanes = 1 + lanes_.size();
+  std::vector<LaneWork> work(lanes);
   for (size_t i = 0; i < events.size(); ++i) {
-    prepared[i].event = &events[i];
+    const size_t lane = LaneOf(events[i].entity_id, lanes);
+    PreparedEvent p;
+    p.event = &events[i];
     // The id goes into the SELECT and the INSERT; the values are at most about the state's size.
-    prepared[i].bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
-                        kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+    p.bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
+              kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+    work[lane].index.push_back(i);
+    work[lane].prepared.push_back(std::move(p));
   }
-  const std::span<PreparedEvent> all(prepared);
-  const std::span<EventResult> results(out.results);
-  size_t begin = 0;
-  while (begin < prepared.size()) {
-    size_t end = begin + 1;
-    size_t bytes = prepared[begin].bytes;
-    while (end < prepared.size() && bytes + prepared[end].bytes <= chunk_bytes_) bytes += prepared[end++].bytes;
-    const Status st = ApplyChunk(all.subspan(begin, end - begin), results.subspan(begin, end - begin));
-    if (!st.ok()) {
-      out.status = st;
-      out.results.clear();
-      return out;
+  const auto run = [this, &work](size_t lane) {
+    LaneWork& w = work[lane];
+    w.results.resize(w.prepared.size());
+    w.status = ApplyOnLane(Lane(lane), w.prepared, w.results);
+  };
+  {
+    // The caller's thread takes the first lane with events, one thread each the others.
+    std::vector<std::jthread> threads;
+    size_t mine = lanes;
+    for (size_t lane = 0; lane < lanes; ++lane) {
+      if (work[lane].prepared.empty()) continue;
+      if (mine == lanes) {
+        mine = lane;
+      } else {
+        threads.emplace_back(run, lane);
+      }
     }
-    begin = end;
+    if (mine < lanes) run(mine);
+  }  // joins
+  for (LaneWork& w : work) {
+    // A misconfiguration outranks a retry: retrying would not help.
+    if (!w.status.ok() && (out.status.ok() || w.status.code() == StatusCode::kFailedPrecondition)) {
+      out.status = w.status;
+    }
+  }
+  if (!out.status.ok()) {
+    // The server may have cut the idle connections too, unnoticed: the retry
+    // starts on fresh ones rather than failing once more on each of those.
+    if (out.status.code() == StatusCode::kUnavailable) Close();
+    out.results.clear();
+    return out;
+  }
+  for (LaneWork& w : work) {
+    for (size_t k = 0; k < w.index.size(); ++k) out.results[w.index[k]] = std::move(w.results[k]);
   }
   return out;
 }
 
-Status MysqlSink::ApplyChunk(std::span<PreparedEvent> chunk, std::span<EventResult> results) {
-  const Status batch = ApplyInTransaction(chunk, results);
+Status MysqlSink::ApplyOnLane(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> events,
+                              std::span<EventResult> results) {
+  size_t begin = 0;
+  while (begin < events.size()) {
+    size_t end = begin + 1;
+    size_t bytes = events[begin].bytes;
+    while (end < events.size() && bytes + events[end].bytes <= chunk_bytes_) bytes += events[end++].bytes;
+    RETURN_IF_ERROR(ApplyChunk(conn, events.subspan(begin, end - begin), results.subspan(begin, end - begin)));
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+Status MysqlSink::ApplyChunk(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
+                             std::span<EventResult> results) {
+  const Status batch = ApplyInTransaction(conn, chunk, results);
   if (batch.ok()) return batch;
   if (!IsDataError(batch)) return Fail(batch, "applying a batch");
   for (size_t i = 0; i < chunk.size(); ++i) {
-    const Status one = ApplyInTransaction(chunk.subspan(i, 1), results.subspan(i, 1));
+    const Status one = ApplyInTransaction(conn, chunk.subspan(i, 1), results.subspan(i, 1));
     if (one.ok()) continue;
     if (!IsDataError(one)) return Fail(one, "applying event " + std::to_string(chunk[i].event->event_id));
     results[i] = {Outcome::kRejected, one.message()};
@@ -466,18 +539,18 @@ Status MysqlSink::ApplyChunk(std::span<PreparedEvent> chunk, std::span<EventResu
   return Status::Ok();
 }
 
-void MysqlSink::Rollback() {
-  if (!conn_ || !conn_->healthy()) return;
-  if (!conn_->Execute("ROLLBACK").ok()) {
+void MysqlSink::Rollback(std::unique_ptr<sql::Connection>& conn) {
+  if (!conn || !conn->healthy()) return;
+  if (!conn->Execute("ROLLBACK").ok()) {
     // A session that may still hold the transaction must not be reused:
     // the next BEGIN would commit it.
-    conn_.reset();
-    open_ = false;
+    conn.reset();
   }
 }
 
-Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results) {
-  if (!conn_ || !conn_->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
+Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
+                                     std::span<EventResult> results) {
+  if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
   // Per distinct id: the version the view holds, then as decided so far,
   // and the index of the last applied event, the one written.
   struct IdState {
@@ -493,15 +566,15 @@ Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<E
   for (const PreparedEvent& p : chunk) {
     if (p.rejected || !ids.try_emplace(p.event->entity_id).second) continue;
     if (ids.size() > 1) sql += ',';
-    conn_->AppendQuoted(sql, p.event->entity_id);
+    conn->AppendQuoted(sql, p.event->entity_id);
   }
   if (ids.empty()) return Status::Ok();
   sql += ") FOR UPDATE";
 
-  if (auto begun = conn_->Execute("BEGIN"); !begun.ok()) return begun.status();
-  auto rows = conn_->Query(sql);
+  if (auto begun = conn->Execute("BEGIN"); !begun.ok()) return begun.status();
+  auto rows = conn->Query(sql);
   if (!rows.ok()) {
-    Rollback();
+    Rollback(conn);
     return rows.status();
   }
   for (const sql::Row& row : *rows) {
@@ -540,7 +613,7 @@ Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<E
     }
   }
   if (winners.empty()) {
-    Rollback();
+    Rollback(conn);
     return Status::Ok();
   }
   // In primary key order, like the locks.
@@ -559,14 +632,14 @@ Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<E
     const PreparedEvent& p = chunk[winners[k]];
     if (k > 0) sql += ',';
     sql += '(';
-    conn_->AppendQuoted(sql, p.event->entity_id);
+    conn->AppendQuoted(sql, p.event->entity_id);
     sql += ',';
     AppendUint(sql, p.event->version);
     sql += p.event->deleted ? ",1" : ",0";
     for (const auto& v : p.values) {
       sql += ',';
       if (v) {
-        conn_->AppendQuoted(sql, *v);
+        conn->AppendQuoted(sql, *v);
       } else {
         sql += "NULL";
       }
@@ -575,16 +648,16 @@ Status MysqlSink::ApplyInTransaction(std::span<PreparedEvent> chunk, std::span<E
   }
   sql += upsert_suffix_;
   if (sql.size() > max_statement_bytes_) {
-    Rollback();
+    Rollback(conn);
     return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
                            " bytes, more than the server's max_allowed_packet allows");
   }
-  if (auto written = conn_->Execute(sql); !written.ok()) {
-    Rollback();
+  if (auto written = conn->Execute(sql); !written.ok()) {
+    Rollback(conn);
     return written.status();
   }
-  if (auto committed = conn_->Execute("COMMIT"); !committed.ok()) {
-    Rollback();
+  if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
+    Rollback(conn);
     return committed.status();
   }
   return Status::Ok();
@@ -599,6 +672,7 @@ Status MysqlSink::Health() {
 
 void MysqlSink::Close() {
   conn_.reset();
+  lanes_.clear();
   open_ = false;
 }
 
@@ -690,6 +764,10 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
 }
 
 }  // namespace
+
+size_t LaneOf(std::string_view id, size_t connections) {
+  return connections <= 1 ? 0 : std::hash<std::string_view>{}(id) % connections;
+}
 
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global) {
   const std::string context = "sink '" + sink.name + "'";

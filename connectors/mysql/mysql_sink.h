@@ -20,12 +20,23 @@
 // batch is rolled back and replayed one event per transaction so that only
 // the offending events are rejected.
 //
-// Ownership and threads: the sink owns one sql::Connection, used only by the
-// thread that calls it (one at a time, as the Sink contract says). After a
-// lost connection the next call reconnects once; it never sleeps or retries.
+// With `mysql.connections` N > 1, Apply() splits the batch by entity id over
+// N connections (LaneOf) and applies the parts in parallel, each exactly as
+// above: the parts have disjoint ids, so they never wait for each other's
+// locks, and every outcome is what one connection would have decided. When
+// one part fails (lost connection, deadlock...), the others may have
+// committed; the batch is kUnavailable and its retry finds those events stale.
+//
+// Ownership and threads: the sink owns its N sql::Connections. The thread
+// that calls it (one at a time, as the Sink contract says) applies the first
+// part itself and starts one thread per other part for the duration of the
+// call; a connection is used by one thread at a time. After a lost
+// connection the next call reconnects it once; it never sleeps or retries.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string_view>
 
 #include "connectors/sink.h"
 
@@ -36,5 +47,9 @@ namespace sluice::connectors::mysql {
 // global.mysql.database. InvalidArgument when the columns clash with the
 // sink's own columns or with each other.
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global);
+
+// The connection (0..connections-1) that applies the events of entity `id`:
+// every event of one id goes over the same connection, in batch order.
+size_t LaneOf(std::string_view id, size_t connections);
 
 }  // namespace sluice::connectors::mysql

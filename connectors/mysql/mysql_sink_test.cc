@@ -7,8 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/test_support.h"
@@ -198,6 +202,9 @@ TEST_F(MysqlSinkTest, SeveralEventsOfOneEntityInOneBatch) {
 }
 
 TEST_F(MysqlSinkTest, RefusedValuesRejectOnlyTheirEvents) {
+  // One connection: the whole batch is one transaction, whose refusal makes
+  // even b's superseded first event go alone (and be refused).
+  sink_.mysql.connections = 1;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   const std::string long_id(70, 'x');  // longer than VARBINARY(64)
@@ -363,6 +370,160 @@ TEST_F(MysqlSinkTest, VerifyFindsEveryKindOfDifference) {
       EXPECT_EQ(d.detail.find("total"), std::string::npos) << d.detail;
     }
   }
+}
+
+// The version check as a model: the letter each event gets over a view
+// holding `view` (id -> "version deleted name"), which it updates.
+std::string ModelApply(const std::vector<ChangeEvent>& events, std::map<std::string, std::string>& view,
+                       std::map<std::string, uint64_t>& versions) {
+  std::string letters;
+  for (const ChangeEvent& e : events) {
+    const auto it = versions.find(e.entity_id);
+    if (it != versions.end() && e.version <= it->second) {
+      letters += 'S';
+      continue;
+    }
+    letters += 'A';
+    versions[e.entity_id] = e.version;
+    std::string name = "NULL";
+    if (!e.deleted) {
+      const auto json = nlohmann::json::parse(e.state);
+      if (json.contains("name")) name = json["name"].get<std::string>();
+    }
+    view[e.entity_id] = std::to_string(e.version) + (e.deleted ? " 1 " : " 0 ") + name + " NULL";
+  }
+  return letters;
+}
+
+// The sink's connections to the test database (the test's own excluded).
+int64_t SinkSessions(testing::TestDatabase& db, const std::string& where = "") {
+  return db.Scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '" + db.name() +
+                   "' AND ID <> CONNECTION_ID()" + where);
+}
+
+TEST_F(MysqlSinkTest, SeveralConnectionsKeepEveryOutcomeExact) {
+  sink_.mysql.connections = 4;
+  auto sink = MakeOpen();
+  ASSERT_TRUE(sink);
+  EXPECT_EQ(SinkSessions(*db_), 4);
+  constexpr int kIds = 60;
+  std::vector<std::string> ids;
+  for (int k = 0; k < kIds; ++k) ids.push_back("id" + std::to_string(k));
+  std::vector<size_t> per_lane(4);
+  for (const auto& id : ids) ++per_lane[LaneOf(id, 4)];
+  for (size_t lane = 0; lane < 4; ++lane) EXPECT_GT(per_lane[lane], 0u) << "lane " << lane;
+
+  // Several events per id in one batch: creations, updates, deletes,
+  // re-creations after a delete, repeats and older versions after newer ones.
+  std::vector<ChangeEvent> events;
+  for (uint64_t round = 1; round <= 5; ++round) {
+    for (int k = 0; k < kIds; ++k) {
+      const std::string name = "n" + std::to_string(k) + "v" + std::to_string(round);
+      if (k % 5 == 0 && round == 3) {
+        events.push_back(Del(ids[k], round));
+      } else if (k % 3 == 0 && round == 4) {
+        events.push_back(Put(ids[k], 2, R"({"name":"old"})"));  // stale: an older version
+      } else if (k % 7 == 0 && round == 5) {
+        events.push_back(Put(ids[k], 2, R"({"name":"back"})"));  // stale, even after a tombstone
+      } else {
+        events.push_back(Put(ids[k], round, R"({"name":")" + name + R"("})"));
+      }
+    }
+  }
+  std::map<std::string, std::string> view;
+  std::map<std::string, uint64_t> versions;
+  const std::string first_half(ModelApply({events.begin(), events.begin() + 100}, view, versions));
+  EXPECT_EQ(Letters(sink->Apply(std::span<const ChangeEvent>(events).subspan(0, 100))), first_half);
+  const std::string rest(ModelApply({events.begin() + 100, events.end()}, view, versions));
+  ASSERT_NE(rest.find('S'), std::string::npos);
+  EXPECT_EQ(Letters(sink->Apply(std::span<const ChangeEvent>(events).subspan(100))), rest);
+  for (const auto& id : ids) EXPECT_EQ(Row(id), view[id]) << id;
+  EXPECT_EQ(db_->Scalar("SELECT COUNT(*) FROM order_view"), kIds);
+  const auto tombstones = std::count_if(view.begin(), view.end(), [](const auto& kv) {
+    return kv.second.find(" 1 ") != std::string::npos;
+  });
+  EXPECT_GT(tombstones, 0);
+  EXPECT_EQ(db_->Scalar("SELECT COUNT(*) FROM order_view WHERE _deleted = 1"), tombstones);
+
+  // Everything again: all stale, no row touched.
+  const auto before = Rows();
+  EXPECT_EQ(Letters(sink->Apply(events)), std::string(events.size(), 'S'));
+  EXPECT_EQ(Rows(), before);
+}
+
+TEST_F(MysqlSinkTest, RefusedValueOnOneConnectionRejectsOnlyItsEvent) {
+  sink_.mysql.connections = 3;
+  auto sink = MakeOpen();
+  ASSERT_TRUE(sink);
+  std::vector<ChangeEvent> events;
+  std::string want;
+  constexpr int kBad = 17;
+  for (int k = 0; k < 30; ++k) {
+    const std::string id = "id" + std::to_string(k);
+    events.push_back(Put(id, 1, R"({"name":"a)" + std::to_string(k) + R"("})"));
+    want += 'A';
+    if (k == kBad) {
+      events.push_back(Put(id, 2, R"({"name":"much too long for eight"})"));
+      want += 'R';
+    }
+  }
+  std::vector<size_t> per_lane(3);
+  for (const auto& e : events) ++per_lane[LaneOf(e.entity_id, 3)];
+  for (size_t lane = 0; lane < 3; ++lane) EXPECT_GT(per_lane[lane], 0u) << "lane " << lane;
+  const ApplyResult r = sink->Apply(events);
+  ASSERT_EQ(Letters(r), want);
+  EXPECT_NE(r.results[kBad + 1].reason.find("name"), std::string::npos) << r.results[kBad + 1].reason;
+  EXPECT_EQ(db_->Scalar("SELECT COUNT(*) FROM order_view"), 30);
+  EXPECT_EQ(Row("id" + std::to_string(kBad)), "1 0 a" + std::to_string(kBad) + " NULL");
+  EXPECT_EQ(Row("id3"), "1 0 a3 NULL");
+}
+
+// One connection waits for a row lock while the others commit; then the
+// server goes away: the batch is unavailable, and its retry applies exactly
+// what the waiting connection had not, the rest being stale.
+TEST_F(MysqlSinkTest, CutWhileOneConnectionWaitsIsUnavailableAndTheRetryConverges) {
+  const sql::ConnectParams p = testing::MysqlParams();
+  testing::TcpProxy proxy(p.host, p.port);
+  global_.mysql.port = proxy.port();
+  sink_.mysql.connections = 4;
+  auto sink = MakeOpen();
+  ASSERT_TRUE(sink);
+  ASSERT_EQ(Letters(sink->Apply(std::vector{Put("id0", 1, R"({"name":"first"})")})), "A");
+
+  std::vector<ChangeEvent> events;
+  for (int k = 0; k < 40; ++k) {
+    events.push_back(Put("id" + std::to_string(k), 2, R"({"name":"v2"})"));
+  }
+  const size_t blocked_lane = LaneOf("id0", 4);
+  std::string retry_letters;
+  int64_t others = 0;
+  for (const auto& e : events) {
+    const bool blocked = LaneOf(e.entity_id, 4) == blocked_lane;
+    retry_letters += blocked ? 'A' : 'S';
+    others += blocked ? 0 : 1;
+  }
+  ASSERT_GT(others, 0);
+
+  Exec("BEGIN");
+  ASSERT_EQ(db_->Query("SELECT id FROM order_view WHERE id = 'id0' FOR UPDATE").size(), 1u);
+  auto applying = std::async(std::launch::async, [&] { return sink->Apply(events); });
+  // Until the other connections have committed and the blocked one waits.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline &&
+         (db_->Scalar("SELECT COUNT(*) FROM order_view WHERE _version = 2") < others ||
+          SinkSessions(*db_, " AND COMMAND = 'Query'") != 1)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(db_->Scalar("SELECT COUNT(*) FROM order_view WHERE _version = 2"), others);
+  proxy.SetEnabled(false);
+  const ApplyResult cut = applying.get();
+  EXPECT_EQ(cut.status.code(), StatusCode::kUnavailable) << cut.status.ToString();
+  EXPECT_TRUE(cut.results.empty());
+  Exec("ROLLBACK");
+
+  proxy.SetEnabled(true);
+  EXPECT_EQ(Letters(sink->Apply(events)), retry_letters);
+  for (const auto& e : events) EXPECT_EQ(Row(e.entity_id), "2 0 v2 NULL") << e.entity_id;
 }
 
 // Prints the drain rate of batches of 1000 (200,000 events over 100,000
