@@ -112,7 +112,7 @@ struct MysqlSinkConfig {
   std::vector<FieldMapping> columns; // at least one
   bool auto_create = true;           // create the table when missing
   // Connections a batch is applied over in parallel, each with its own ids.
-  uint32_t connections = 2;          // 1..64
+  uint32_t connections = 1;          // 1..64
 };
 
 // An Elasticsearch 7/8 or OpenSearch 1/2 index with one document per entity

@@ -561,7 +561,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "      owner: {pointer: /owner, type: TEXT}\n"
             "      balance: {pointer: /balance, type: TEXT}\n"
             "    auto_create: true\n"
-            "    connections: 2\n");
+            "    connections: 1\n");
 
   Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
