@@ -85,12 +85,13 @@ Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& c
     if (it == events.end()) return Internal("the union of event reads returned partition " + std::to_string(partition));
     it->second.push_back(FromRow(r, type, partition, 1));
   }
+  const auto by_event_id = [](const connectors::ChangeEvent& a, const connectors::ChangeEvent& b) {
+    return a.event_id < b.event_id;
+  };
   for (const auto& [partition, after] : from) {
     auto& list = events[partition];
     // Each part is ordered; a UNION ALL does not promise to keep that order.
-    if (!std::is_sorted(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.event_id < b.event_id; })) {
-      std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.event_id < b.event_id; });
-    }
+    if (!std::is_sorted(list.begin(), list.end(), by_event_id)) std::sort(list.begin(), list.end(), by_event_id);
     out[partition] = CutAtGap(std::move(list), after);
   }
   return out;

@@ -349,8 +349,10 @@ void SinkRunner::SaveOffsets() {
   last_flush_ = std::chrono::steady_clock::now();
 }
 
+size_t SinkRunner::ChunkMax() const { return std::max<uint32_t>(1, options_.sink.batch_max); }
+
 bool SinkRunner::ApplyWork(Work& work) {
-  const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
+  const size_t chunk_max = ChunkMax();
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   size_t done = 0;
   while (done < work.events.size()) {
@@ -487,7 +489,7 @@ void SinkRunner::ApplyLoop() {
       if (stopping_) break;
       if (!controls_.empty()) continue;
       // The first batch, then the next ones while everything fits in one chunk.
-      const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
+      const size_t chunk_max = ChunkMax();
       while (!queue_.empty()) {
         Batch& next = queue_.front();
         if (!work.events.empty() && work.events.size() + next.events.size() > chunk_max) break;

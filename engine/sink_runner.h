@@ -137,6 +137,8 @@ class SinkRunner {
   // Applies the work until it is acknowledged or the runner must stop;
   // false when the runner stops.
   bool ApplyWork(Work& work);
+  // Events per Apply(): the sink's batch_max, at least 1.
+  size_t ChunkMax() const;
   Status DeadLetter(const connectors::ChangeEvent& e, const std::string& reason);
   void SaveOffsets();
   void SetState(const std::string& state, const std::string& error);

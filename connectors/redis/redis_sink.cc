@@ -63,7 +63,7 @@ local out = {}
 local a = 5
 if fmt == 'j' then
   local n = #KEYS
-  local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}
+  local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}  -- vkeys: the value keys, one per event
   for e = 1, n do
     local v = ARGV[a]
     if string.byte(v, 1) == 45 then
@@ -504,8 +504,10 @@ class RedisSink final : public Sink {
     keys_.AppendKey(arena_, e.entity_id);
     AddArena(off);
     if (!hash_) {
+      off = arena_.size();
       if (e.deleted) arena_ += '-';
-      AppendNumber(e.version, e.deleted ? arena_.size() - 1 : arena_.size());
+      AppendDigits(e.version);
+      AddArena(off);
       if (e.deleted || AddJsonValue(e, reason)) return true;
       args_.resize(args_mark);
       arena_.resize(arena_mark);
@@ -537,14 +539,17 @@ class RedisSink final : public Sink {
     return true;
   }
 
-  // Appends n in decimal to the arena, and the arena from `from` (default:
-  // just the number) as one argument.
-  void AppendNumber(uint64_t n, size_t from = SIZE_MAX) {
+  // Appends n in decimal to the arena.
+  void AppendDigits(uint64_t n) {
     char digits[24];
     auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
     (void)ec;  // 24 chars always hold a uint64_t
-    const size_t off = std::min(from, arena_.size());
     arena_.append(digits, end);
+  }
+  // Appends n in decimal to the arena as one argument.
+  void AppendNumber(uint64_t n) {
+    const size_t off = arena_.size();
+    AppendDigits(n);
     AddArena(off);
   }
 
