@@ -10,12 +10,16 @@
 #include <csignal>
 #include <thread>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
+#ifdef SLUICE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
 
 #include "config/config.h"
 #include "connectors/plugin/plugin_host.h"
@@ -38,6 +42,29 @@ namespace po = boost::program_options;
 
 namespace sluice::cli {
 namespace {
+
+// The allocator that serves this binary's malloc, for `sluice version`
+// (CMake's SLUICE_JEMALLOC links jemalloc into the programs). Checked, not
+// assumed: a malloc must show up in jemalloc's count of this thread's bytes.
+std::string AllocatorName() {
+#ifdef SLUICE_JEMALLOC
+  const char* version = "?";
+  size_t size = sizeof version;
+  mallctl("version", &version, &size, nullptr, 0);
+  const std::string name = std::string("jemalloc ") + version;
+  uint64_t before = 0;
+  uint64_t after = 0;
+  size = sizeof before;
+  if (mallctl("thread.allocated", &before, &size, nullptr, 0) != 0) return name + " (its counters are off)";
+  void* volatile probe = std::malloc(4096);
+  size = sizeof after;
+  mallctl("thread.allocated", &after, &size, nullptr, 0);
+  std::free(probe);
+  return after > before ? name : "the C library's malloc (" + name + " is linked but does not serve malloc)";
+#else
+  return "the C library's malloc";
+#endif
+}
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
@@ -668,7 +695,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   try {
     if (cmd == "version" || cmd == "--version") {
-      std::cout << "sluice 0.1.0\n";
+      std::cout << "sluice 0.1.0\nallocator: " << AllocatorName() << "\n";
       return kExitOk;
     }
     if (cmd == "config") {
