@@ -1,5 +1,6 @@
 #include "bench/bench_common.h"
 
+#include <errno.h>  // program_invocation_short_name
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,6 +154,7 @@ CpuWatch::Sample CpuWatch::Take() const {
   s.system = v[2] + v[5] + v[6];
   s.idle = v[3];
   s.iowait = v[4];
+  s.steal = v[7];
   for (uint64_t x : v) s.total += x;
   return s;
 }
@@ -193,10 +195,14 @@ std::vector<std::pair<std::string, std::string>> CpuWatch::Compare(const Sample&
   }
   // Everything else that ran meanwhile (other people's builds, the kernel's
   // threads), in % of one core: it competes with the processes measured.
+  // Steal (time the hypervisor gave our virtual CPUs to other guests) is
+  // reported apart: it is nobody's work in this machine.
   uint64_t watched_ticks = 0;
   for (size_t i = 0; i < watched_.size(); ++i) watched_ticks += b.process_ticks[i] - a.process_ticks[i];
-  const uint64_t busy = (b.total - b.idle - b.iowait) - (a.total - a.idle - a.iowait);
+  const uint64_t busy =
+      (b.total - b.idle - b.iowait - b.steal) - (a.total - a.idle - a.iowait - a.steal);
   out.emplace_back("other_cpu", fixed(busy > watched_ticks ? percent(busy - watched_ticks) : 0.0, 0));
+  out.emplace_back("steal_cpu", fixed(percent(b.steal - a.steal), 0));
   const double total = static_cast<double>(b.total - a.total);
   auto share = [&](uint64_t x, uint64_t y) {
     return fixed(total > 0 ? 100.0 * static_cast<double>(y - x) / total : 0.0, 0);
@@ -205,6 +211,7 @@ std::vector<std::pair<std::string, std::string>> CpuWatch::Compare(const Sample&
   out.emplace_back("machine_system", share(a.system, b.system));
   out.emplace_back("machine_iowait", share(a.iowait, b.iowait));
   out.emplace_back("machine_idle", share(a.idle, b.idle));
+  out.emplace_back("machine_steal", share(a.steal, b.steal));
   return out;
 }
 
@@ -215,7 +222,7 @@ ProgressLine::ProgressLine(std::string label, std::function<std::string(double)>
     for (int tick = 1;; ++tick) {
       if (cv_.wait_until(lock, start + std::chrono::seconds(tick), [this] { return stop_; })) return;
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      std::cerr << "[writer_bench] " << label << " " << static_cast<int>(elapsed) << "s: " << what(elapsed) << "\n";
+      std::cerr << "[" << program_invocation_short_name << "] " << label << " " << static_cast<int>(elapsed) << "s: " << what(elapsed) << "\n";
     }
   });
 }

@@ -86,14 +86,16 @@ class CpuWatch {
     Clock::time_point at;
     std::vector<uint64_t> process_ticks;  // per watched process, utime+stime
     std::vector<std::vector<std::pair<pid_t, uint64_t>>> thread_ticks;  // per process: (tid, ticks)
-    uint64_t user = 0, system = 0, iowait = 0, idle = 0, total = 0;  // /proc/stat "cpu"
+    uint64_t user = 0, system = 0, iowait = 0, idle = 0, steal = 0, total = 0;  // /proc/stat "cpu"
   };
   Sample Take() const;
   // (name, value) pairs: for each process "<name>_cpu" (% of one core),
   // "<name>_us_per_op" (CPU microseconds per operation, when ops > 0) and
   // "<name>_threads" (the busiest threads' % of one core, "61/17/2"); then
-  // other_cpu (% of one core used by every process not watched) and
-  // machine_user/system/iowait/idle in % of all cores.
+  // other_cpu (% of one core used by every process not watched), steal_cpu
+  // (the same unit, for the hypervisor's steal) and
+  // machine_user/system/iowait/idle/steal in % of all cores (steal: time the
+  // hypervisor ran other guests on our virtual CPUs; not in other_cpu).
   std::vector<std::pair<std::string, std::string>> Compare(const Sample& a, const Sample& b, uint64_t ops) const;
 
  private:
