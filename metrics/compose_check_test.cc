@@ -2,18 +2,21 @@
 // JSON file parses, promtool accepts the scrape config and the rules and
 // passes the rules' unit tests, every sluice_ metric the rules and the
 // dashboard use is one the code exports, every exported metric is explained
-// in docs/operations.md, and the stack's sluice config is valid.
+// in docs/operations.md, the stack's sluice config is valid, and the image's
+// runtime stage installs every library the sluice binary links.
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -102,6 +105,46 @@ TEST(Compose, StackHasEveryServiceAndTheSluiceConfigIsValid) {
   // Prometheus scrapes the port sluice's metrics listener uses.
   const std::string prometheus = Read(kCompose / "prometheus" / "prometheus.yml");
   EXPECT_NE(prometheus.find("sluice:" + std::to_string(cfg->metrics.listen_port)), std::string::npos);
+}
+
+// The image's runtime stage must install the package of every shared
+// library the sluice binary links directly (readelf's NEEDED entries, their
+// packages from dpkg): a new dependency cannot be forgotten there.
+TEST(Compose, RuntimeImageInstallsThePackageOfEveryLibrarySluiceLinks) {
+  std::string elf;
+  ASSERT_EQ(RunCommand(std::string("readelf -d '") + SLUICE_BINARY + "'", &elf), 0) << elf;
+  const std::string docker = Read(kCompose / "Dockerfile");
+  const size_t last_from = docker.rfind("\nFROM ");
+  ASSERT_NE(last_from, std::string::npos) << "compose/Dockerfile has no runtime stage";
+  const std::string runtime = docker.substr(last_from);
+  // The C and C++ runtimes are in every Debian image.
+  const std::set<std::string> kInBase = {"libc6", "libstdc++6", "libgcc-s1"};
+  static const std::regex kNeeded(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+  std::vector<std::string> sonames;
+  std::string query = "dpkg -S";
+  for (auto it = std::sregex_iterator(elf.begin(), elf.end(), kNeeded); it != std::sregex_iterator(); ++it) {
+    sonames.push_back((*it)[1]);
+    query += " '*/" + sonames.back() + "'";
+  }
+  ASSERT_GE(sonames.size(), 5u) << elf;
+  std::string owners;
+  ASSERT_EQ(RunCommand(query, &owners), 0) << owners;
+  // Lines "package:arch: /path/to/soname".
+  std::map<std::string, std::string> package_of;
+  std::istringstream lines(owners);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(": /");
+    if (colon == std::string::npos) continue;
+    package_of[fs::path(line.substr(colon + 2)).filename().string()] = line.substr(0, line.find_first_of(":,"));
+  }
+  for (const std::string& soname : sonames) {
+    ASSERT_TRUE(package_of.count(soname) > 0) << "no package owns " << soname << ":\n" << owners;
+    const std::string& package = package_of[soname];
+    if (kInBase.count(package) > 0) continue;
+    const std::regex listed("(^|\\s)" + package + "(\\s|$)");
+    EXPECT_TRUE(std::regex_search(runtime, listed))
+        << "compose/Dockerfile's runtime stage does not install " << package << " (for " << soname << ")";
+  }
 }
 
 TEST(Compose, PromtoolAcceptsTheConfigAndTheRulesAndTheirTests) {
