@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -116,7 +116,11 @@ TEST(Compose, RuntimeImageInstallsThePackageOfEveryLibrarySluiceLinks) {
   const std::string docker = Read(kCompose / "Dockerfile");
   const size_t last_from = docker.rfind("\nFROM ");
   ASSERT_NE(last_from, std::string::npos) << "compose/Dockerfile has no runtime stage";
-  const std::string runtime = docker.substr(last_from);
+  // The runtime stage's words: package names are matched whole (they hold
+  // '.' and '+', so no pattern is built from them).
+  std::set<std::string> runtime_words;
+  std::istringstream runtime(docker.substr(last_from));
+  for (std::string word; runtime >> word;) runtime_words.insert(word);
   // The C and C++ runtimes are in every Debian image.
   const std::set<std::string> kInBase = {"libc6", "libstdc++6", "libgcc-s1"};
   static const std::regex kNeeded(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
@@ -141,8 +145,7 @@ TEST(Compose, RuntimeImageInstallsThePackageOfEveryLibrarySluiceLinks) {
     ASSERT_TRUE(package_of.count(soname) > 0) << "no package owns " << soname << ":\n" << owners;
     const std::string& package = package_of[soname];
     if (kInBase.count(package) > 0) continue;
-    const std::regex listed("(^|\\s)" + package + "(\\s|$)");
-    EXPECT_TRUE(std::regex_search(runtime, listed))
+    EXPECT_TRUE(runtime_words.count(package) > 0)
         << "compose/Dockerfile's runtime stage does not install " << package << " (for " << soname << ")";
   }
 }
