@@ -294,10 +294,15 @@ SinkState SinkStateOf(std::string_view name) {
 
 SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions) {
   const prometheus::Labels labels = {{"sink", sink}};
-  read_ = &r.Counter(kEngineRead).Add(labels);
+  // A scrape collects families in the order they were registered, one after
+  // the other while the engine runs. The outcomes are registered before
+  // `read` so that a scrape reads them first: an event is counted as read
+  // before it can be counted as settled, so every single scrape then shows
+  // applied + stale + dead_lettered <= read.
   applied_ = &r.Counter(kEngineApplied).Add(labels);
   stale_ = &r.Counter(kEngineStale).Add(labels);
   dead_lettered_ = &r.Counter(kEngineDeadLettered).Add(labels);
+  read_ = &r.Counter(kEngineRead).Add(labels);
   apply_events_ = &r.Histogram(kEngineApplyEvents).Add(labels, kSizeBuckets);
   apply_latency_ = &r.Histogram(kEngineApplyDuration).Add(labels, kLatencyBuckets);
   auto& retries = r.Counter(kEngineRetries);

@@ -210,6 +210,8 @@ SinkState SinkStateOf(std::string_view name);
 // Handles of one sink's pull loop. Per sink, once caught up:
 //   events_read = applied + stale + dead_lettered
 // (the difference is the events in flight between the reader and the sink).
+// Call Read() before handing the events to the sink's thread: then any one
+// scrape, even during a load, shows applied + stale + dead_lettered <= read.
 class SinkMetrics {
  public:
   SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -137,6 +138,35 @@ TEST(Metrics, SinkStateLagAndOutcomes) {
   EXPECT_EQ(Sample(text, R"(sluice_engine_lag_seconds{partition="1",sink="cache"})"), 1.5);
   EXPECT_EQ(Sample(text, R"(sluice_engine_lag_events{partition="0",sink="cache"})"), 0);
   EXPECT_EQ(Sample(text, R"(sluice_engine_retries_total{error_class="sink_unavailable",sink="cache"})"), 1);
+}
+
+// The engine counts an event as read before it can be settled; a scrape taken
+// while that goes on, one family after another, must still never show more
+// events settled than read.
+TEST(Metrics, EveryScrapeDuringALoadSettlesNoMoreThanItRead) {
+  Registry r;
+  SinkMetrics s(r, "cache", 1);
+  std::atomic<bool> done{false};
+  std::thread engine([&] {
+    for (uint64_t i = 0; !done; ++i) {
+      s.Read(3);
+      s.Applied(1, 1, i % 2);
+      s.Applied(0, 0, 1 - i % 2);
+    }
+  });
+  double last_read = 0;
+  for (int scrape = 0; scrape < 2000; ++scrape) {
+    const std::string text = r.Text();
+    const double read = Sample(text, R"(sluice_engine_events_read_total{sink="cache"})");
+    const double settled = Sample(text, R"(sluice_engine_events_applied_total{sink="cache"})") +
+                           Sample(text, R"(sluice_engine_events_stale_total{sink="cache"})") +
+                           Sample(text, R"(sluice_engine_events_dead_lettered_total{sink="cache"})");
+    ASSERT_LE(settled, read) << "scrape " << scrape;
+    last_read = read;
+  }
+  done = true;
+  engine.join();
+  EXPECT_GT(last_read, 0);  // the scrapes overlapped the counting
 }
 
 // A blocking GET on 127.0.0.1:port; returns "STATUS BODY" or "" on failure.
