@@ -56,8 +56,9 @@ modes:
   redis_raw   baseline: SET <key> <the same json value> for every event, pipelined
               (--pipeline per round trip), one hiredis connection, into --sink's key space
   mysql_raw   baseline: multi-row INSERT ... ON DUPLICATE KEY UPDATE of the same rows
-              (--rows-per-insert per statement, autocommit, one connection) into --sink's
-              table (re-created by the sink in its own shape)
+              (--rows-per-insert per statement, autocommit) over --threads connections,
+              each with whole partitions, into --sink's table (re-created by the sink in
+              its own shape)
   es_raw      baseline: the same documents as plain _bulk index actions (no version
               check), the sink's batch_max per request, one connection, into --sink's
               index (re-created as the sink creates it)
@@ -139,7 +140,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("label", po::value(&a.label), "a name for this run in the report (default: the mode)")
     ("entities", po::value(&a.entities)->default_value(100000), "entities of the backlog; lag: entities written")
     ("versions", po::value(&a.versions)->default_value(10), "versions per entity in the backlog")
-    ("threads", po::value(&a.threads)->default_value(2), "load: concurrent INSERT connections")
+    ("threads", po::value(&a.threads)->default_value(2), "load, mysql_raw: concurrent INSERT connections")
     ("rows-per-insert", po::value(&a.rows_per_insert)->default_value(1000), "load, mysql_raw: rows per statement")
     ("pipeline", po::value(&a.pipeline)->default_value(1000), "redis_raw: SETs per round trip")
     ("sluice", po::value(&a.sluice), "the sluice binary (drain; verification)")
@@ -361,11 +362,12 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "mysql_raw") {
     Backlog backlog(spec);
-    auto r = RawMysqlUpserts(*cfg, *sink, backlog, a.rows_per_insert);
+    auto r = RawMysqlUpserts(*cfg, *sink, backlog, a.rows_per_insert, a.threads);
     if (!r.ok()) {
       failed = r.status();
     } else {
       report.Add("rows_per_insert", static_cast<uint64_t>(a.rows_per_insert));
+      report.Add("connections", static_cast<uint64_t>(a.threads));
       add_write(*r);
       verified = VerifySink(a, sink->name, report, problems);
     }

@@ -246,7 +246,7 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& 
 }
 
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
-                                    const Backlog& backlog, uint32_t rows_per_insert) {
+                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads) {
   if (sink.type != "mysql") return InvalidArgument("sink " + sink.name + " is not a mysql sink");
   if (sink.mysql.columns.size() != 3 || sink.mysql.columns[0].pointer != "/owner" ||
       sink.mysql.columns[1].pointer != "/balance" || sink.mysql.columns[2].pointer != "/note") {
@@ -273,17 +273,24 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   rows_per_insert = std::max<uint32_t>(1, rows_per_insert);
   const BacklogSpec& spec = backlog.spec();
 
+  // One connection per thread; thread t upserts partitions t, t + threads, ...
+  // so that every entity's rows go over one connection, in order.
+  threads = std::max<uint32_t>(1, std::min(threads, spec.partitions));
+  std::vector<std::unique_ptr<sql::Connection>> conns;
+  conns.push_back(std::move(conn));
+  while (conns.size() < threads) {
+    ASSIGN_OR_RETURN(auto more, sql::Connection::Open(params));
+    conns.push_back(std::move(more));
+  }
+
   WriteResult r;
   std::atomic<uint64_t> done{0};
-  std::string q, owner, balance, note;
-  const auto start = Clock::now();
-  {
-    uint64_t last_done = 0;
-    double last_t = 0;
-    Progress progress("mysql raw upsert", [&](double t) {
-      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "rows");
-    });
-    for (uint32_t p = 0; p < spec.partitions; ++p) {
+  std::mutex failed_mu;
+  Status failed;
+  const auto upsert = [&](uint32_t t) {
+    sql::Connection& c = *conns[t];
+    std::string q, owner, balance, note;
+    for (uint32_t p = t; p < spec.partitions; p += threads) {
       const uint64_t n = backlog.PartitionEvents(p);
       for (uint64_t first = 1; first <= n; first += rows_per_insert) {
         const uint64_t last = std::min<uint64_t>(n, first + rows_per_insert - 1);
@@ -293,21 +300,38 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
           backlog.ViewColumns(e.entity, e.version, owner, balance, note);
           if (id > first) q += ',';
           q += '(';
-          conn->AppendQuoted(q, backlog.EntityId(e.entity));
+          c.AppendQuoted(q, backlog.EntityId(e.entity));
           q += ',' + std::to_string(e.version) + ",0,";
-          conn->AppendQuoted(q, owner);
+          c.AppendQuoted(q, owner);
           q += ',';
-          conn->AppendQuoted(q, balance);
+          c.AppendQuoted(q, balance);
           q += ',';
-          conn->AppendQuoted(q, note);
+          c.AppendQuoted(q, note);
           q += ')';
         }
         q += suffix;
-        RETURN_IF_ERROR(conn->Execute(q).status());
+        if (Status st = c.Execute(q).status(); !st.ok()) {
+          std::lock_guard lock(failed_mu);
+          if (failed.ok()) failed = st;
+          return;
+        }
         done.fetch_add(last - first + 1);
       }
     }
+  };
+  const auto start = Clock::now();
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    Progress progress("mysql raw upsert", [&](double t) {
+      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "rows");
+    });
+    std::vector<std::thread> others;
+    for (uint32_t t = 1; t < threads; ++t) others.emplace_back(upsert, t);
+    upsert(0);
+    for (auto& t : others) t.join();
   }
+  RETURN_IF_ERROR(failed);
   r.seconds = SecondsSince(start);
   r.events = done.load();
   r.applied = r.events;

@@ -13,7 +13,7 @@
 //                  hiredis connection, no version check
 //   RawMysqlUpserts baseline: the same rows as multi-row INSERT ... ON
 //                  DUPLICATE KEY UPDATE into a table shaped like the MySQL
-//                  sink's, one connection, autocommit
+//                  sink's, autocommit, over one or more connections
 //   ApplyDirect    the sink's own Apply() on the same events, in the engine's
 //                  order and chunking, without reading MySQL: what the sink
 //                  costs alone
@@ -117,9 +117,10 @@ struct WriteResult {
 Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& backlog, uint32_t pipeline);
 
 // Into `sink`'s table (dropped and re-created with the sink's shape):
-// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE.
+// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, over
+// `threads` connections at once, each with whole partitions.
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
-                                    const Backlog& backlog, uint32_t rows_per_insert);
+                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads);
 
 // sink.Apply() over the backlog: batches of engine.batch_max events per
 // partition, round-robin over partitions as the engine's reader goes, each
