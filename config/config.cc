@@ -722,6 +722,7 @@ class ConfigReader {
          [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
         {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
         {"connections", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
+        {"version_cache", kOptional, [&](const Field& f) { ReadUint(f, 0, 10000000, &m.version_cache); }},
     });
     ElasticsearchSinkConfig& es = sink->elasticsearch;
     AddSinkTypeKeys("elasticsearch", type, &keys, {
@@ -1833,6 +1834,7 @@ std::string Config::Redacted() const {
       out << YAML::EndMap;
       out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
       out << YAML::Key << "connections" << YAML::Value << m.connections;
+      out << YAML::Key << "version_cache" << YAML::Value << m.version_cache;
     } else if (sink.type == "kafka") {
       const KafkaSinkConfig& k = sink.kafka;
       out << YAML::Key << "brokers" << YAML::Value << k.brokers;

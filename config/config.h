@@ -113,6 +113,10 @@ struct MysqlSinkConfig {
   bool auto_create = true;           // create the table when missing
   // Connections a batch is applied over in parallel, each with its own ids.
   uint32_t connections = 1;          // 1..64
+  // Entities whose row version the sink remembers (0..10,000,000; 0: none).
+  // A remembered version lets an event that is newer skip the locking read
+  // of its row; the write's affected-row count confirms the guess.
+  uint32_t version_cache = 262144;
 };
 
 // An Elasticsearch 7/8 or OpenSearch 1/2 index with one document per entity

@@ -561,7 +561,8 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "      owner: {pointer: /owner, type: TEXT}\n"
             "      balance: {pointer: /balance, type: TEXT}\n"
             "    auto_create: true\n"
-            "    connections: 1\n");
+            "    connections: 1\n"
+            "    version_cache: 262144\n");
 
   Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -679,6 +680,7 @@ TEST(Sinks, ReadsEveryKeyInFileOrder) {
   EXPECT_EQ(table.mysql.table, "account_view");
   EXPECT_FALSE(table.mysql.auto_create);
   EXPECT_EQ(table.mysql.connections, 2u);
+  EXPECT_EQ(table.mysql.version_cache, 262144u);  // the default
   ASSERT_EQ(table.mysql.columns.size(), 5u);
   const std::vector<std::array<std::string, 3>> columns = {
       {"owner", "/owner/name", "TEXT"},
@@ -989,6 +991,15 @@ TEST(SinkErrors, OutOfRange) {
             "t.yaml:39:18: sinks[2].connections: must be an integer between 1 and 64, got \"0\"");
   EXPECT_EQ(Errors(SinksWith("connections: 2", "connections: 65")),
             "t.yaml:39:18: sinks[2].connections: must be an integer between 1 and 64, got \"65\"");
+  EXPECT_EQ(Errors(SinksWith("    connections: 2", "    connections: 2\n    version_cache: 10000001")),
+            "t.yaml:40:20: sinks[2].version_cache: must be an integer between 0 and 10000000, got \"10000001\"");
+  EXPECT_EQ(Errors(SinksWith("    connections: 2", "    connections: 2\n    version_cache: -1")),
+            "t.yaml:40:20: sinks[2].version_cache: must be an integer between 0 and 10000000, got \"-1\"");
+  {
+    Result<Config> off = LoadConfigFromString(SinksWith("    connections: 2", "    connections: 2\n    version_cache: 0"), kFile);
+    ASSERT_TRUE(off.ok()) << off.status().ToString();
+    EXPECT_EQ(off->sinks[2].mysql.version_cache, 0u);
+  }
   EXPECT_EQ(Errors(SinksWith("    connections: 2", "    connections: 2\n    ttl: 1m")),
             "t.yaml:40:5: sinks[2].ttl: only for redis sinks (this sink is type mysql)");
   EXPECT_EQ(Errors(SinksWith("ttl: 10m", "connections: 3")),

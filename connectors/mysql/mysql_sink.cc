@@ -1,6 +1,7 @@
 #include "connectors/mysql/mysql_sink.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -161,6 +162,46 @@ std::string Shown(const std::optional<std::string>& v) {
   return "'" + v->substr(0, kDetailValueBytes) + "...' (" + std::to_string(v->size()) + " bytes)";
 }
 
+// The row versions one lane of the sink last saw committed: id -> the
+// version its row held. Only a hint, never trusted to call an event stale:
+// an event newer than its hint skips the locking read, and the write's
+// affected-row count confirms that the row existed and took it (see
+// ApplyInTransaction). Bounded: when full it forgets everything.
+class VersionHints {
+ public:
+  explicit VersionHints(size_t capacity) : capacity_(capacity) {}
+
+  std::optional<uint64_t> Find(std::string_view id) const {
+    if (map_.empty()) return std::nullopt;
+    const auto it = map_.find(id);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Remember(std::string_view id, uint64_t version) {
+    if (capacity_ == 0) return;
+    const auto it = map_.find(id);
+    if (it != map_.end()) {
+      it->second = version;
+      return;
+    }
+    if (map_.size() >= capacity_) map_.clear();
+    map_.emplace(std::string(id), version);
+  }
+  void Forget(std::string_view id) {
+    if (const auto it = map_.find(id); it != map_.end()) map_.erase(it);
+  }
+  void Clear() { map_.clear(); }
+  bool enabled() const { return capacity_ > 0; }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  size_t capacity_;
+  std::unordered_map<std::string, uint64_t, Hash, std::equal_to<>> map_;
+};
+
 // One event of a batch. Its state is parsed only when the event is to be
 // written (stale and superseded events never need their columns), at most once.
 struct PreparedEvent {
@@ -186,6 +227,7 @@ class MysqlSink final : public Sink {
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
   Status PromoteRebuildShadow() override;
+  HintStats hint_stats() const { return {reads_skipped_.load(), wrong_guesses_.load()}; }
 
  private:
   // A shadow's first Open(): an empty copy of the live table's definition.
@@ -197,16 +239,16 @@ class MysqlSink final : public Sink {
   bool Extract(PreparedEvent& p, EventResult& result) const;
   // The connection of lane k: conn_ for lane 0, else lanes_[k - 1].
   std::unique_ptr<sql::Connection>& Lane(size_t k) { return k == 0 ? conn_ : lanes_[k - 1]; }
-  // Applies a lane's events on its connection, in transactions of at most
+  // Applies lane k's events on its connection, in transactions of at most
   // chunk_bytes_; a batch-level failure as Fail() gives it.
-  Status ApplyOnLane(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> events,
-                     std::span<EventResult> results);
+  Status ApplyOnLane(size_t lane, std::span<PreparedEvent> events, std::span<EventResult> results);
   // One transaction; on a data error, one transaction per event.
-  Status ApplyChunk(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
-                    std::span<EventResult> results);
+  Status ApplyChunk(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results);
   // Decides and writes `chunk` in one transaction; rolls back on failure.
-  Status ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
-                            std::span<EventResult> results);
+  // With `use_hints`, ids whose lane hint is older than their one event are
+  // not read; a wrong guess rolls back and decides again with every id read.
+  Status ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results,
+                            bool use_hints = true);
   // Ends the open transaction; drops the connection when that fails.
   static void Rollback(std::unique_ptr<sql::Connection>& conn);
   // "sink 'x' (db.t): doing: message" with the code the caller acts on.
@@ -225,6 +267,10 @@ class MysqlSink final : public Sink {
   std::unique_ptr<sql::Connection> conn_;
   // Lanes 1..connections-1; null after a failed rollback, reopened by EnsureOpen.
   std::vector<std::unique_ptr<sql::Connection>> lanes_;
+  // Per lane (0..connections-1), used only by that lane's thread.
+  std::vector<VersionHints> hints_;
+  std::atomic<uint64_t> reads_skipped_{0};
+  std::atomic<uint64_t> wrong_guesses_{0};
   bool open_ = false;
   // Set on a rebuild shadow: the live table it will replace, and whether its
   // fresh table has been made yet.
@@ -236,6 +282,8 @@ class MysqlSink final : public Sink {
 
 MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
     : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + cfg_.mysql.table) {
+  const size_t lanes = std::max<size_t>(1, cfg_.mysql.connections);
+  hints_.assign(lanes, VersionHints(cfg_.mysql.version_cache / lanes));
   const std::string table = sql::QuoteIdent(cfg_.mysql.table);
   std::vector<std::string> cols;
   for (const auto& c : cfg_.mysql.columns) cols.push_back(sql::QuoteIdent(c.name));
@@ -301,6 +349,8 @@ Status MysqlSink::Open() {
   }
   RETURN_IF_ERROR(CheckOrCreateTable());
   lanes_.resize(cfg_.mysql.connections - 1);
+  // A new session may find another server or a re-created table.
+  for (VersionHints& h : hints_) h.Clear();
   open_ = true;
   return EnsureOpen();
 }
@@ -477,7 +527,7 @@ ApplyResult MysqlSink::Apply(std::span<const ChangeEvent> events) {
   const auto run = [this, &work](size_t lane) {
     LaneWork& w = work[lane];
     w.results.resize(w.prepared.size());
-    w.status = ApplyOnLane(Lane(lane), w.prepared, w.results);
+    w.status = ApplyOnLane(lane, w.prepared, w.results);
   };
   {
     // The caller's thread takes the first lane with events, one thread each the others.
@@ -512,26 +562,24 @@ ApplyResult MysqlSink::Apply(std::span<const ChangeEvent> events) {
   return out;
 }
 
-Status MysqlSink::ApplyOnLane(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> events,
-                              std::span<EventResult> results) {
+Status MysqlSink::ApplyOnLane(size_t lane, std::span<PreparedEvent> events, std::span<EventResult> results) {
   size_t begin = 0;
   while (begin < events.size()) {
     size_t end = begin + 1;
     size_t bytes = events[begin].bytes;
     while (end < events.size() && bytes + events[end].bytes <= chunk_bytes_) bytes += events[end++].bytes;
-    RETURN_IF_ERROR(ApplyChunk(conn, events.subspan(begin, end - begin), results.subspan(begin, end - begin)));
+    RETURN_IF_ERROR(ApplyChunk(lane, events.subspan(begin, end - begin), results.subspan(begin, end - begin)));
     begin = end;
   }
   return Status::Ok();
 }
 
-Status MysqlSink::ApplyChunk(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
-                             std::span<EventResult> results) {
-  const Status batch = ApplyInTransaction(conn, chunk, results);
+Status MysqlSink::ApplyChunk(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results) {
+  const Status batch = ApplyInTransaction(lane, chunk, results);
   if (batch.ok()) return batch;
   if (!IsDataError(batch)) return Fail(batch, "applying a batch");
   for (size_t i = 0; i < chunk.size(); ++i) {
-    const Status one = ApplyInTransaction(conn, chunk.subspan(i, 1), results.subspan(i, 1));
+    const Status one = ApplyInTransaction(lane, chunk.subspan(i, 1), results.subspan(i, 1));
     if (one.ok()) continue;
     if (!IsDataError(one)) return Fail(one, "applying event " + std::to_string(chunk[i].event->event_id));
     results[i] = {Outcome::kRejected, one.message()};
@@ -548,8 +596,11 @@ void MysqlSink::Rollback(std::unique_ptr<sql::Connection>& conn) {
   }
 }
 
-Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std::span<PreparedEvent> chunk,
-                                     std::span<EventResult> results) {
+Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results,
+                                     bool use_hints) {
+  std::unique_ptr<sql::Connection>& conn = Lane(lane);
+  VersionHints& hints = hints_[lane];
+  use_hints = use_hints && hints.enabled();
   if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
   // Per distinct id: the version the view holds, then as decided so far,
   // and the index of the last applied event, the one written.
@@ -557,30 +608,54 @@ Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std
     std::optional<uint64_t> stored;
     std::optional<uint64_t> version;
     size_t winner = SIZE_MAX;
+    size_t events = 0;
+    uint64_t first_version = 0;
+    bool hinted = false;  // not read: `stored` is the lane's hint
   };
   std::unordered_map<std::string_view, IdState> ids;
   ids.reserve(chunk.size());
+  for (const PreparedEvent& p : chunk) {
+    if (p.rejected) continue;
+    IdState& id = ids[p.event->entity_id];
+    if (id.events++ == 0) id.first_version = p.event->version;
+  }
+  if (ids.empty()) return Status::Ok();
+
+  // An id with one event newer than its hint is not read: if its row still
+  // holds an older version, the guarded upsert changes it (2 affected rows);
+  // if not (someone wrote a newer one, or the row is gone) it counts 0 or 1,
+  // and the sum below tells. Several events of one id are always read: the
+  // sum could not tell which of them were stale.
   std::string sql;
   sql.reserve(select_prefix_.size() + 16 + chunk.size() * 8);
   sql += select_prefix_;
-  for (const PreparedEvent& p : chunk) {
-    if (p.rejected || !ids.try_emplace(p.event->entity_id).second) continue;
-    if (ids.size() > 1) sql += ',';
-    conn->AppendQuoted(sql, p.event->entity_id);
+  size_t to_read = 0;
+  for (auto& [key, id] : ids) {
+    if (use_hints && id.events == 1) {
+      if (const auto hint = hints.Find(key); hint && *hint < id.first_version) {
+        id.hinted = true;
+        id.stored = *hint;
+        reads_skipped_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+    }
+    if (to_read++ > 0) sql += ',';
+    conn->AppendQuoted(sql, key);
   }
-  if (ids.empty()) return Status::Ok();
   sql += ") FOR UPDATE";
 
   if (auto begun = conn->Execute("BEGIN"); !begun.ok()) return begun.status();
-  auto rows = conn->Query(sql);
-  if (!rows.ok()) {
-    Rollback(conn);
-    return rows.status();
-  }
-  for (const sql::Row& row : *rows) {
-    if (row.size() < 2 || !row[0]) continue;
-    // id is VARBINARY: only the exact bytes asked for come back.
-    if (auto it = ids.find(*row[0]); it != ids.end()) it->second.stored = ParseUint(row[1]);
+  if (to_read > 0) {
+    auto rows = conn->Query(sql);
+    if (!rows.ok()) {
+      Rollback(conn);
+      return rows.status();
+    }
+    for (const sql::Row& row : *rows) {
+      if (row.size() < 2 || !row[0]) continue;
+      // id is VARBINARY: only the exact bytes asked for come back.
+      if (auto it = ids.find(*row[0]); it != ids.end() && !it->second.hinted) it->second.stored = ParseUint(row[1]);
+    }
   }
 
   // Decide in event order; when an event to be written turns out to have an
@@ -612,8 +687,15 @@ Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std
       if (!Extract(chunk[w], results[w])) decided = false;
     }
   }
+  // Every id of the chunk, as committed: remembered once the commit is in.
+  const auto remember = [&] {
+    for (const auto& [key, id] : ids) {
+      if (id.version) hints.Remember(key, *id.version);
+    }
+  };
   if (winners.empty()) {
     Rollback(conn);
+    remember();
     return Status::Ok();
   }
   // In primary key order, like the locks.
@@ -628,8 +710,15 @@ Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std
   sql.clear();
   sql.reserve(bytes);
   sql += insert_prefix_;
+  // MySQL counts 1 affected row per insert and 2 per changed row; an
+  // unchanged row (a stale guess) counts 0, or 1 with CLIENT_FOUND_ROWS.
+  uint64_t expected_rows = 0;
+  bool any_hinted = false;
   for (size_t k = 0; k < winners.size(); ++k) {
     const PreparedEvent& p = chunk[winners[k]];
+    const IdState& id = ids.find(p.event->entity_id)->second;
+    expected_rows += id.stored ? 2 : 1;
+    any_hinted = any_hinted || id.hinted;
     if (k > 0) sql += ',';
     sql += '(';
     conn->AppendQuoted(sql, p.event->entity_id);
@@ -652,14 +741,29 @@ Status MysqlSink::ApplyInTransaction(std::unique_ptr<sql::Connection>& conn, std
     return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
                            " bytes, more than the server's max_allowed_packet allows");
   }
-  if (auto written = conn->Execute(sql); !written.ok()) {
+  auto written = conn->Execute(sql);
+  if (!written.ok()) {
     Rollback(conn);
     return written.status();
   }
+  // Read rows are locked, so their count is exact; a hinted row counts 2
+  // only when it existed and took the event, less otherwise. So the sum
+  // matches only when every guess was right.
+  if (any_hinted && *written != expected_rows) {
+    wrong_guesses_.fetch_add(1, std::memory_order_relaxed);
+    Rollback(conn);
+    if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
+    for (const auto& [key, id] : ids) {
+      if (id.hinted) hints.Forget(key);
+    }
+    return ApplyInTransaction(lane, chunk, results, false);
+  }
   if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
     Rollback(conn);
+    for (const auto& [key, id] : ids) hints.Forget(key);
     return committed.status();
   }
+  remember();
   return Status::Ok();
 }
 
@@ -767,6 +871,12 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
 
 size_t LaneOf(std::string_view id, size_t connections) {
   return connections <= 1 ? 0 : std::hash<std::string_view>{}(id) % connections;
+}
+
+std::optional<HintStats> HintStatsOf(const Sink& sink) {
+  const auto* mysql = dynamic_cast<const MysqlSink*>(&sink);
+  if (mysql == nullptr) return std::nullopt;
+  return mysql->hint_stats();
 }
 
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global) {

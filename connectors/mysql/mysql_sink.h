@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "connectors/sink.h"
@@ -47,6 +48,15 @@ namespace sluice::connectors::mysql {
 // global.mysql.database. InvalidArgument when the columns clash with the
 // sink's own columns or with each other.
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global);
+
+// What the sink's version hints saved (see mysql.version_cache in
+// docs/configuration.md), since the sink was made.
+struct HintStats {
+  uint64_t reads_skipped = 0;  // ids written without the locking read
+  uint64_t wrong_guesses = 0;  // transactions rolled back and decided again
+};
+// The hint statistics of a sink made by MakeMysqlSink; nullopt for any other sink.
+std::optional<HintStats> HintStatsOf(const Sink& sink);
 
 // The connection (0..connections-1) that applies the events of entity `id`:
 // every event of one id goes over the same connection, in batch order.
