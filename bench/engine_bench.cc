@@ -348,6 +348,10 @@ int Run(const Args& a) {
       report.Add("apply_s", r->busy_seconds, 2);
       report.Add("apply_rate", r->busy_seconds > 0 ? static_cast<double>(r->events) / r->busy_seconds : 0.0, 0);
       report.Add("applied", r->applied);
+      if (r->hint_reads_skipped >= 0) {
+        report.Add("hint_reads_skipped", static_cast<uint64_t>(r->hint_reads_skipped));
+        report.Add("hint_wrong_guesses", static_cast<uint64_t>(r->hint_wrong_guesses));
+      }
       verified = VerifySink(a, sink->name, report, problems);
     }
   } else if (a.mode == "redis_raw") {

@@ -12,6 +12,7 @@
 #include "bench/bench_common.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/mysql/mysql_sink.h"
 #include "connectors/redis/key_template.h"
 #include "connectors/sink.h"
 #include "core/partitioner.h"
@@ -428,6 +429,10 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
         }
       }
     }
+  }
+  if (const auto hints = connectors::mysql::HintStatsOf(*view)) {
+    r.hint_reads_skipped = static_cast<int64_t>(hints->reads_skipped);
+    r.hint_wrong_guesses = static_cast<int64_t>(hints->wrong_guesses);
   }
   view->Close();
   r.seconds = SecondsSince(start);

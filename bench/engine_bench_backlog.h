@@ -110,6 +110,9 @@ struct WriteResult {
   double busy_seconds = 0;   // ApplyDirect: time inside Apply() only
   uint64_t applied = 0, stale = 0, rejected = 0;  // ApplyDirect
   double redis_us_per_event = -1;  // redis: server time in EVALSHA / SET per event
+  // ApplyDirect on a mysql sink: ids written without the locking read, and
+  // transactions decided again after a wrong guess (-1: not a mysql sink).
+  int64_t hint_reads_skipped = -1, hint_wrong_guesses = -1;
   std::vector<std::string> problems;
 };
 

@@ -16,7 +16,11 @@
 // applied event of each entity with one multi-row upsert whose every
 // assignment is still guarded by `VALUES(_version) > _version`, so that a
 // concurrent writer (the push path) can never be overwritten by an older
-// version. When MySQL refuses a value (too long, out of range, CHECK), the
+// version. Ids with one event newer than the version the sink remembers
+// for them (mysql.version_cache) are not read; the upsert's affected-row
+// count confirms those guesses, and a wrong one rolls the transaction back
+// and decides the batch again with every id read (README.md, "Version
+// hints"). When MySQL refuses a value (too long, out of range, CHECK), the
 // batch is rolled back and replayed one event per transaction so that only
 // the offending events are rejected.
 //
