@@ -283,7 +283,7 @@ class MysqlSink final : public Sink {
 MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
     : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + cfg_.mysql.table) {
   const size_t lanes = std::max<size_t>(1, cfg_.mysql.connections);
-  hints_.assign(lanes, VersionHints(cfg_.mysql.version_cache / lanes));
+  hints_.assign(lanes, VersionHints((cfg_.mysql.version_cache + lanes - 1) / lanes));
   const std::string table = sql::QuoteIdent(cfg_.mysql.table);
   std::vector<std::string> cols;
   for (const auto& c : cfg_.mysql.columns) cols.push_back(sql::QuoteIdent(c.name));
@@ -462,9 +462,11 @@ Status MysqlSink::CheckOrCreateTable() {
 
 Status MysqlSink::EnsureOpen() {
   if (!open_ || !conn_ || !conn_->healthy()) return Open();
-  for (auto& lane : lanes_) {
+  for (size_t k = 0; k < lanes_.size(); ++k) {
+    auto& lane = lanes_[k];
     if (lane && lane->healthy()) continue;
     lane.reset();
+    hints_[k + 1].Clear();
     auto conn = sql::Connection::Open(params_);
     if (!conn.ok()) return conn.status().WithContext(Context());
     lane = std::move(conn).value();
@@ -702,61 +704,72 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   std::sort(winners.begin(), winners.end(),
             [&](size_t a, size_t b) { return chunk[a].event->entity_id < chunk[b].event->entity_id; });
 
-  size_t bytes = insert_prefix_.size() + upsert_suffix_.size();
-  for (const size_t w : winners) {
-    bytes += 2 * chunk[w].event->entity_id.size() + kValueOverheadBytes * (chunk[w].values.size() + 4);
-    for (const auto& v : chunk[w].values) bytes += v ? 2 * v->size() : 0;
-  }
-  sql.clear();
-  sql.reserve(bytes);
-  sql += insert_prefix_;
-  // MySQL counts 1 affected row per insert and 2 per changed row; an
-  // unchanged row (a stale guess) counts 0, or 1 with CLIENT_FOUND_ROWS.
-  uint64_t expected_rows = 0;
-  bool any_hinted = false;
-  for (size_t k = 0; k < winners.size(); ++k) {
-    const PreparedEvent& p = chunk[winners[k]];
-    const IdState& id = ids.find(p.event->entity_id)->second;
-    expected_rows += id.stored ? 2 : 1;
-    any_hinted = any_hinted || id.hinted;
-    if (k > 0) sql += ',';
-    sql += '(';
-    conn->AppendQuoted(sql, p.event->entity_id);
-    sql += ',';
-    AppendUint(sql, p.event->version);
-    sql += p.event->deleted ? ",1" : ",0";
-    for (const auto& v : p.values) {
+  // Two statements at most: the rows that were read, then the hinted ones.
+  // The hinted rows are kept apart because only their affected-row count
+  // proves anything: a read row the SELECT did not find is not locked (READ
+  // COMMITTED takes no gap locks), so a concurrent insert may change its
+  // count either way.
+  const auto partition = std::stable_partition(
+      winners.begin(), winners.end(), [&](size_t w) { return !ids.find(chunk[w].event->entity_id)->second.hinted; });
+  const std::span<const size_t> read_rows(winners.begin(), partition);
+  const std::span<const size_t> hinted_rows(partition, winners.end());
+  const auto upsert = [&](std::span<const size_t> rows) -> Result<uint64_t> {
+    size_t bytes = insert_prefix_.size() + upsert_suffix_.size();
+    for (const size_t w : rows) {
+      bytes += 2 * chunk[w].event->entity_id.size() + kValueOverheadBytes * (chunk[w].values.size() + 4);
+      for (const auto& v : chunk[w].values) bytes += v ? 2 * v->size() : 0;
+    }
+    sql.clear();
+    sql.reserve(bytes);
+    sql += insert_prefix_;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const PreparedEvent& p = chunk[rows[k]];
+      if (k > 0) sql += ',';
+      sql += '(';
+      conn->AppendQuoted(sql, p.event->entity_id);
       sql += ',';
-      if (v) {
-        conn->AppendQuoted(sql, *v);
-      } else {
-        sql += "NULL";
+      AppendUint(sql, p.event->version);
+      sql += p.event->deleted ? ",1" : ",0";
+      for (const auto& v : p.values) {
+        sql += ',';
+        if (v) {
+          conn->AppendQuoted(sql, *v);
+        } else {
+          sql += "NULL";
+        }
       }
+      sql += ')';
     }
-    sql += ')';
-  }
-  sql += upsert_suffix_;
-  if (sql.size() > max_statement_bytes_) {
-    Rollback(conn);
-    return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
-                           " bytes, more than the server's max_allowed_packet allows");
-  }
-  auto written = conn->Execute(sql);
-  if (!written.ok()) {
-    Rollback(conn);
-    return written.status();
-  }
-  // Read rows are locked, so their count is exact; a hinted row counts 2
-  // only when it existed and took the event, less otherwise. So the sum
-  // matches only when every guess was right.
-  if (any_hinted && *written != expected_rows) {
-    wrong_guesses_.fetch_add(1, std::memory_order_relaxed);
-    Rollback(conn);
-    if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
-    for (const auto& [key, id] : ids) {
-      if (id.hinted) hints.Forget(key);
+    sql += upsert_suffix_;
+    if (sql.size() > max_statement_bytes_) {
+      return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
+                             " bytes, more than the server's max_allowed_packet allows");
     }
-    return ApplyInTransaction(lane, chunk, results, false);
+    return conn->Execute(sql);
+  };
+  for (const bool hinted : {false, true}) {
+    const std::span<const size_t> rows = hinted ? hinted_rows : read_rows;
+    if (rows.empty()) continue;
+    auto written = upsert(rows);
+    if (!written.ok()) {
+      Rollback(conn);
+      return written.status();
+    }
+    if (!hinted) continue;
+    // A hinted row exists (the sink saw it committed), and the row lock of
+    // the upsert makes its count exact: 2 when it still held an older
+    // version and took the event; 0 (1 with CLIENT_FOUND_ROWS) when someone
+    // wrote a newer version; 1 when the row was deleted. So the sum is 2 per
+    // row only when every guess was right.
+    if (*written != 2 * rows.size()) {
+      wrong_guesses_.fetch_add(1, std::memory_order_relaxed);
+      Rollback(conn);
+      if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
+      for (const auto& [key, id] : ids) {
+        if (id.hinted) hints.Forget(key);
+      }
+      return ApplyInTransaction(lane, chunk, results, false);
+    }
   }
   if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
     Rollback(conn);

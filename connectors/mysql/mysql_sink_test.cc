@@ -275,6 +275,49 @@ TEST_F(MysqlSinkTest, AWrongHintIsRolledBackAndDecidedAgainByReading) {
   EXPECT_EQ(HintStatsOf(*sink)->wrong_guesses, 4u);
 }
 
+// Hints per connection, hinted deletes, and a chunk that mixes hinted rows
+// with rows that must be read.
+TEST_F(MysqlSinkTest, HintsOnSeveralConnectionsWithDeletesAndMixedChunks) {
+  sink_.mysql.connections = 3;
+  auto sink = MakeOpen();
+  ASSERT_TRUE(sink);
+  auto other = MakeOpen();
+  ASSERT_TRUE(other);
+  std::vector<ChangeEvent> v1, v2;
+  for (int i = 0; i < 30; ++i) {
+    v1.push_back(Put("k" + std::to_string(i), 1, R"({"name":"one"})"));
+    v2.push_back(i % 3 == 0 ? Del("k" + std::to_string(i), 2) : Put("k" + std::to_string(i), 2, R"({"name":"two"})"));
+  }
+  EXPECT_EQ(Letters(sink->Apply(v1)), std::string(30, 'A'));
+  EXPECT_EQ(Letters(sink->Apply(v2)), std::string(30, 'A'));
+  EXPECT_EQ(HintStatsOf(*sink)->reads_skipped, 30u);
+  EXPECT_EQ(Row("k0"), "2 1 NULL NULL");  // a hinted delete leaves its tombstone
+  EXPECT_EQ(Row("k1"), "2 0 two NULL");
+
+  // Someone else writes k1 and k2 ahead; k4 appears in the chunk twice (read);
+  // n1 is new (read, missing); the rest are hinted.
+  EXPECT_EQ(Letters(other->Apply(std::vector{Put("k1", 7, R"({"name":"k1"})"), Del("k2", 7)})), "AA");
+  std::vector<ChangeEvent> v3;
+  std::string want;
+  for (int i = 0; i < 30; ++i) {
+    v3.push_back(Put("k" + std::to_string(i), 3, R"({"name":"three"})"));
+    want += i == 1 || i == 2 ? 'S' : 'A';
+  }
+  v3.push_back(Put("k4", 4, R"({"name":"four"})"));
+  v3.push_back(Put("n1", 1, R"({"name":"new"})"));
+  want += "AA";
+  const uint64_t skipped = HintStatsOf(*sink)->reads_skipped;
+  EXPECT_EQ(Letters(sink->Apply(v3)), want);
+  EXPECT_EQ(HintStatsOf(*sink)->reads_skipped, skipped + 29);  // all but k4 and n1 (k1, k2 guessed wrong)
+  EXPECT_GE(HintStatsOf(*sink)->wrong_guesses, 1u);             // the lanes of k1 and k2
+  EXPECT_EQ(Row("k0"), "3 0 three NULL");  // re-created over its tombstone
+  EXPECT_EQ(Row("k1"), "7 0 k1 NULL");
+  EXPECT_EQ(Row("k2"), "7 1 NULL NULL");
+  EXPECT_EQ(Row("k4"), "4 0 four NULL");
+  EXPECT_EQ(Row("n1"), "1 0 new NULL");
+  EXPECT_EQ(Row("k29"), "3 0 three NULL");
+}
+
 TEST_F(MysqlSinkTest, RefusedValuesRejectOnlyTheirEvents) {
   // One connection: the whole batch is one transaction, whose refusal makes
   // even b's superseded first event go alone (and be refused).
