@@ -626,8 +626,8 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   // An id with one event newer than its hint is not read: if its row still
   // holds an older version, the guarded upsert changes it (2 affected rows);
   // if not (someone wrote a newer one, or the row is gone) it counts 0 or 1,
-  // and the sum below tells. Several events of one id are always read: the
-  // sum could not tell which of them were stale.
+  // and the hinted rows' own upsert below tells. Several events of one id
+  // are always read: a count could not tell which of them were stale.
   std::string sql;
   sql.reserve(select_prefix_.size() + 16 + chunk.size() * 8);
   sql += select_prefix_;
