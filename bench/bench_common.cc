@@ -127,6 +127,21 @@ LatencySummary Summarize(std::vector<uint64_t> ns) {
   return s;
 }
 
+bool ParseWatch(const std::vector<std::string>& items, std::vector<std::pair<std::string, pid_t>>* out,
+                std::string* error) {
+  for (const auto& item : items) {
+    const size_t eq = item.find('=');
+    char* end = nullptr;
+    const long pid = eq == std::string::npos ? 0 : std::strtol(item.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || *end != '\0' || pid <= 0) {
+      *error = "--watch wants NAME=PID, got " + item;
+      return false;
+    }
+    out->emplace_back(item.substr(0, eq), static_cast<pid_t>(pid));
+  }
+  return true;
+}
+
 void CpuWatch::Watch(std::string name, pid_t pid) { watched_.emplace_back(std::move(name), pid); }
 
 CpuWatch::Sample CpuWatch::Take() const {

@@ -76,6 +76,11 @@ struct LatencySummary {
 };
 LatencySummary Summarize(std::vector<uint64_t> latencies_ns);
 
+// The NAME=PID items of a benchmark's repeatable --watch option, in order.
+// On a malformed item: false, with the reason in *error.
+bool ParseWatch(const std::vector<std::string>& items, std::vector<std::pair<std::string, pid_t>>* out,
+                std::string* error);
+
 // CPU time of named processes and of the whole machine, from /proc. Take a
 // sample before and after the timed part; Compare() gives, for each process,
 // the share of one core it used in between, and the machine's split.

@@ -100,19 +100,6 @@ struct Usage {
   std::string message;
 };
 
-std::vector<std::pair<std::string, pid_t>> ParseWatch(const std::vector<std::string>& items) {
-  std::vector<std::pair<std::string, pid_t>> out;
-  for (const auto& item : items) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) throw Usage{"--watch wants NAME=PID, got " + item};
-    char* end = nullptr;
-    const long pid = std::strtol(item.c_str() + eq + 1, &end, 10);
-    if (*end != '\0' || pid <= 0) throw Usage{"--watch wants NAME=PID, got " + item};
-    out.emplace_back(item.substr(0, eq), static_cast<pid_t>(pid));
-  }
-  return out;
-}
-
 // host:port from http://host:port[/].
 void ParseUrl(const std::string& url, LagOptions& lag) {
   std::string rest = url;
@@ -195,7 +182,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     a.lag.entities = vm["entities"].defaulted() ? 10000 : a.entities;
   }
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
-  a.watch = ParseWatch(watch);
+  if (std::string error; !ParseWatch(watch, &a.watch, &error)) throw Usage{error};
   a.lag.watch = a.watch;
   a.lag.watch.insert(a.lag.watch.begin(), {"engine_bench", getpid()});
   a.lag.run_id = a.run_id;

@@ -5,9 +5,11 @@
 //
 //   load   the backlog of engine_bench (bench/engine_bench_backlog.h) straight
 //          into the event tables of a fresh, `sluice init`ed database
-//   drain  starts `sluice sync --config FILE` (FILE holds ONE kafka sink, no
-//          offsets yet) and times it from the process start until the sum of
-//          the topic's high watermarks reaches the backlog's event count;
+//   drain  creates the sink's topic (empty, as the baseline's), starts
+//          `sluice sync --config FILE` (FILE holds ONE kafka sink, no offsets
+//          yet) and times it from the process start until the sum of the
+//          topic's high watermarks reaches the backlog's event count (also
+//          reported: when the first record was in the topic);
 //          samples VmRSS (peak) and the CPU split; stops it (SIGTERM, exit 0
 //          expected); then reads the whole topic back and checks one record
 //          per event: per key the versions 1..V in order, none repeated
@@ -60,6 +62,7 @@ struct Args {
   uint32_t load_threads = 2, rows_per_insert = 1000;
   double timeout_s = 600;
   bool kv = false;
+  std::vector<std::pair<std::string, pid_t>> watch;  // --watch NAME=PID: their CPU too
 };
 
 uint64_t ProcStatusKib(pid_t pid, const std::string& field) {
@@ -96,6 +99,31 @@ Result<uint64_t> SumHighWatermarks(rd_kafka_t* rk, const std::string& topic, int
     sum += static_cast<uint64_t>(w.high);
   }
   return sum;
+}
+
+// Creates `topic` with the sink's partition count (or the backlog's) and
+// waits until the broker knows it: done before either timed run starts, so
+// that neither measures the broker creating a topic. Empty string if done.
+std::string CreateEmptyTopic(rd_kafka_t* rk, const config::SinkConfig& sink, const std::string& topic,
+                             const Backlog& b, int32_t* partitions_out) {
+  if (kafka::TopicPartitionCount(rk, topic, kTimeout).ok()) {
+    return "topic " + topic + " already exists: each run starts from a new, empty topic";
+  }
+  const int32_t partitions = static_cast<int32_t>(sink.kafka.partitions != 0 ? sink.kafka.partitions : b.spec().partitions);
+  if (Status st = kafka::CreateTopic(rk, topic, partitions, 1, kTimeout); !st.ok()) return st.message();
+  for (int i = 0; i < 200; ++i) {
+    auto n = kafka::TopicPartitionCount(rk, topic, kTimeout);
+    if (n.ok() && *n == partitions) {
+      bool answer = true;
+      for (int32_t t = 0; t < partitions && answer; ++t) answer = kafka::QueryWatermarks(rk, topic, t, kTimeout).ok();
+      if (answer) {
+        *partitions_out = partitions;
+        return "";
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "topic " + topic + " was created but its partitions do not answer";
 }
 
 // Reads the whole topic: one record per backlog event, per key versions
@@ -164,8 +192,9 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
     std::cerr << rk.status().message() << "\n";
     return kExitFailure;
   }
-  if (kafka::TopicPartitionCount(rk->get(), topic, kTimeout).ok()) {
-    std::cerr << "topic " << topic << " already exists: a drain starts from an empty topic\n";
+  int32_t partitions = 0;
+  if (const std::string problem = CreateEmptyTopic(rk->get(), sink, topic, b, &partitions); !problem.empty()) {
+    std::cerr << problem << "\n";
     return kExitFailure;
   }
   CpuWatch cpu;
@@ -181,9 +210,10 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
     _exit(127);
   }
   cpu.Watch("sluice", pid);
+  for (const auto& [name, watched] : a.watch) cpu.Watch(name, watched);
   const auto before = cpu.Take();
   uint64_t delivered = 0, rss_peak = 0;
-  int32_t partitions = 0;
+  double first_record_s = -1;
   bool exited = false;
   std::vector<std::string> problems;
   {
@@ -206,14 +236,8 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
         rss_peak = std::max(rss_peak, ProcStatusKib(pid, "VmRSS"));
         last_rss = Clock::now();
       }
-      if (partitions == 0) {
-        auto n = kafka::TopicPartitionCount(rk->get(), topic, kTimeout);
-        if (n.ok()) partitions = *n;
-      }
-      if (partitions > 0) {
-        auto sum = SumHighWatermarks(rk->get(), topic, partitions);
-        if (sum.ok()) delivered = *sum;
-      }
+      if (auto sum = SumHighWatermarks(rk->get(), topic, partitions); sum.ok()) delivered = *sum;
+      if (delivered > 0 && first_record_s < 0) first_record_s = Elapsed(start);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
@@ -232,6 +256,7 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   if (problems.empty()) CheckTopic(sink, topic, b, problems, records);
 
   return Finish(a, b, seconds, records, cpu.Compare(before, after, b.total_events()), problems, [&](Report& r) {
+    r.Add("first_record_s", first_record_s, 2);
     r.Add("rss_peak_mib", static_cast<double>(rss_peak) / 1024.0, 1);
     r.Add("hwm_mib", static_cast<double>(hwm) / 1024.0, 1);
     r.Add("exit", static_cast<uint64_t>(exit_code < 0 ? 255 : exit_code));
@@ -269,13 +294,10 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
     std::cerr << errstr << "\n";
     return kExitFailure;
   }
-  const int32_t partitions = static_cast<int32_t>(sink.kafka.partitions != 0 ? sink.kafka.partitions : b.spec().partitions);
-  if (Status st = kafka::CreateTopic(rk.get(), topic, partitions, 1, kTimeout); !st.ok()) {
-    std::cerr << st.message() << "\n";
+  int32_t partitions = 0;
+  if (const std::string problem = CreateEmptyTopic(rk.get(), sink, topic, b, &partitions); !problem.empty()) {
+    std::cerr << problem << "\n";
     return kExitFailure;
-  }
-  for (int i = 0; i < 100 && !kafka::TopicPartitionCount(rk.get(), topic, kTimeout).ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   // Values are built inside the timed loop, as the sink builds them: the
   // baseline differs from the sink only by the engine (MySQL reads, offsets)
@@ -283,6 +305,7 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   std::vector<std::string> problems;
   CpuWatch cpu;
   cpu.Watch("kafka_bench", getpid());
+  for (const auto& [name, watched] : a.watch) cpu.Watch(name, watched);
   const auto before = cpu.Take();
   const auto start = Clock::now();
   uint64_t queued = 0;
@@ -292,10 +315,12 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
              std::to_string(static_cast<int>(t)) + " s";
     });
     const int64_t now_us = NowMicros();
+    std::string value;
     for (uint32_t p = 0; p < b.spec().partitions; ++p) {
       for (uint64_t id = 1; id <= b.PartitionEvents(p); ++id) {
         const ChangeEvent e = b.ChangeEventAt(p, id, now_us);
-        const std::string value = kafka::EncodeValue(e, sink.kafka.format);
+        value.clear();  // one buffer for every record, as the sink has
+        kafka::AppendValue(value, e, sink.kafka.format);
         const std::string version = std::to_string(e.version), event_id = std::to_string(e.event_id),
                           partition = std::to_string(p);
         for (;;) {
@@ -333,6 +358,7 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
 int Main(int argc, char** argv) {
   Args a;
   std::string format = "text";
+  std::vector<std::string> watch;
   po::options_description opts(
       "kafka_bench: drain a backlog into Kafka with the kafka sink, and the plain-producer baseline\n\n"
       "usage: kafka_bench --mode load|drain|raw --config FILE [options]\n\n"
@@ -352,7 +378,8 @@ int Main(int argc, char** argv) {
       "sluice", po::value(&a.sluice), "drain: the sluice binary")(
       "log", po::value(&a.log_path)->default_value("/tmp/kafka_bench_sync.log"), "drain: sluice sync's log")(
       "timeout", po::value(&a.timeout_s)->default_value(a.timeout_s), "seconds before giving up")(
-      "format", po::value(&format)->default_value(format), "text or kv (one key=value line)");
+      "format", po::value(&format)->default_value(format), "text or kv (one key=value line)")(
+      "watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -366,6 +393,10 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   a.kv = format == "kv";
+  if (std::string error; !ParseWatch(watch, &a.watch, &error)) {
+    std::cerr << "kafka_bench: " << error << "\n";
+    return kExitUsage;
+  }
   if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw") || a.config_path.empty() || a.run_id.empty() ||
       (a.mode == "drain" && a.sluice.empty()) || (format != "kv" && format != "text")) {
     std::cerr << "kafka_bench: need --mode load|drain|raw, --config, --run-id (and --sluice for drain); see --help\n";

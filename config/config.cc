@@ -762,6 +762,7 @@ class ConfigReader {
          }},
         {"properties", kOptional, [&](const Field& f) { ReadKafkaProperties(f, &k); }},
     });
+    if (type == "kafka") sink->batch_max = kKafkaBatchMaxDefault;  // `batch_max` below overrides it
     PluginOptions plugin_options;
     if (IsPluginSinkType(type)) {
       keys.push_back({kAnyOtherKey, Presence::kOptional,

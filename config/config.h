@@ -191,12 +191,17 @@ struct PluginConfig {
   std::string origin;  // "file:line:col" of the entry, for messages
 };
 
+inline constexpr uint32_t kKafkaBatchMaxDefault = 20000;
+
 struct SinkConfig {
   std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
   std::string type;    // "redis" | "mysql"
   std::string entity;  // an entity type of `entities`
   OnError on_error = OnError::kDeadLetter;
-  uint32_t batch_max = 1000;  // events per Apply call, 1..100000
+  // Events per Apply call, 1..100000. Kafka sinks default to
+  // kKafkaBatchMaxDefault instead: each Apply waits for its records'
+  // delivery reports, so a larger call pays that round trip less often.
+  uint32_t batch_max = 1000;
   PushConfig push;
   RedisSinkConfig redis;  // when type == "redis"
   MysqlSinkConfig mysql;  // when type == "mysql"

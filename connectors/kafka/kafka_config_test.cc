@@ -46,6 +46,16 @@ TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->sinks[0].kafka.format, KafkaSinkConfig::Format::kJson);
   EXPECT_FALSE(c->sinks[0].kafka.create_topic);
+  // A kafka sink's own default; other sinks keep 1000, and a given value wins.
+  EXPECT_EQ(c->sinks[0].batch_max, kKafkaBatchMaxDefault);
+  EXPECT_NE(c->Redacted().find("batch_max: 20000"), std::string::npos) << c->Redacted();
+  auto given = Load("    brokers: 127.0.0.1:19092\n    topic: t\n    batch_max: 500\n");
+  ASSERT_TRUE(given.ok()) << given.status().message();
+  EXPECT_EQ(given->sinks[0].batch_max, 500u);
+  auto redis = LoadConfigFromString("storage:\n  mysql: {host: 127.0.0.1}\nentities:\n  account: {partitions: 4}\n"
+                                    "sinks:\n  - {name: r, type: redis, entity: account}\n", "r.yaml");
+  ASSERT_TRUE(redis.ok()) << redis.status().message();
+  EXPECT_EQ(redis->sinks[0].batch_max, 1000u);
   // format is also a redis key; a kafka sink reads it as its own.
   EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    format: hash\n").find("must be json or protobuf"),
             std::string::npos);

@@ -330,7 +330,9 @@ class KafkaSink final : public Sink {
   // itself (too large), kUnavailable when its queue stays full.
   Status Produce(const ChangeEvent& e, int32_t tp, size_t index, const std::string& positions,
                  Clock::time_point deadline) {
-    const std::string value = EncodeValue(e, config_.kafka.format);
+    std::string& value = value_buffer_;  // reused: librdkafka copies it (RD_KAFKA_MSG_F_COPY)
+    value.clear();
+    AppendValue(value, e, config_.kafka.format);
     const std::string version = std::to_string(e.version);
     const std::string event_id = std::to_string(e.event_id);
     const std::string partition = std::to_string(e.partition);
@@ -443,6 +445,7 @@ class KafkaSink final : public Sink {
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
   std::vector<Pending> pending_;  // per event of the Apply in progress
+  std::string value_buffer_;      // the record value being produced
   size_t outstanding_ = 0;
 };
 

@@ -35,9 +35,22 @@ void AppendString(std::string& out, std::string_view s) {
   out += '"';
 }
 
+template <typename Int>
+void AppendNumber(std::string& out, Int v) {
+  char digits[24];
+  const auto r = std::to_chars(std::begin(digits), std::end(digits), v);
+  out.append(digits, r.ptr);
+}
+
 }  // namespace
 
 std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format format) {
+  std::string out;
+  AppendValue(out, e, format);
+  return out;
+}
+
+void AppendValue(std::string& out, const ChangeEvent& e, config::KafkaSinkConfig::Format format) {
   if (format == config::KafkaSinkConfig::Format::kProtobuf) {
     sluice::v1::ChangeEvent m;
     m.set_entity_type(e.entity_type);
@@ -50,28 +63,31 @@ std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format fo
     m.set_command_name(e.command_name);
     m.set_command_id(e.command_id);
     m.set_committed_at_us(e.committed_at_us);
-    return m.SerializeAsString();
+    m.AppendToString(&out);
+    return;
   }
   // The state is already JSON text from main storage: spliced in, not re-parsed.
-  std::string out;
-  out.reserve(160 + e.entity_id.size() + e.state.size());
+  out.reserve(out.size() + 160 + e.entity_id.size() + e.state.size());
   out += "{\"type\":";
   AppendString(out, e.entity_type);
   out += ",\"id\":";
   AppendString(out, e.entity_id);
-  out += ",\"version\":" + std::to_string(e.version);
+  out += ",\"version\":";
+  AppendNumber(out, e.version);
   out += e.deleted ? ",\"deleted\":true" : ",\"deleted\":false";
   out += ",\"state\":";
   out += e.deleted || e.state.empty() ? std::string_view("null") : std::string_view(e.state);
-  out += ",\"partition\":" + std::to_string(e.partition);
-  out += ",\"event_id\":" + std::to_string(e.event_id);
+  out += ",\"partition\":";
+  AppendNumber(out, e.partition);
+  out += ",\"event_id\":";
+  AppendNumber(out, e.event_id);
   out += ",\"command\":";
   AppendString(out, e.command_name);
   out += ",\"command_id\":";
   AppendString(out, e.command_id);
-  out += ",\"committed_at_us\":" + std::to_string(e.committed_at_us);
+  out += ",\"committed_at_us\":";
+  AppendNumber(out, e.committed_at_us);
   out += '}';
-  return out;
 }
 
 Result<ChangeEvent> DecodeValue(std::string_view value, config::KafkaSinkConfig::Format format) {

@@ -39,6 +39,9 @@ std::string TopicName(std::string_view topic_template, std::string_view entity_t
 
 // The record value of an event in a format.
 std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format format);
+// The same, appended to `out`: a producer that reuses one buffer for every
+// record allocates nothing per record here.
+void AppendValue(std::string& out, const ChangeEvent& e, config::KafkaSinkConfig::Format format);
 
 // Decodes a record value back into an event (entity_type, entity_id, version,
 // deleted, state, partition, event_id, command_name, command_id,
