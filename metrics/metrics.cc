@@ -26,6 +26,7 @@ constexpr std::string_view kWriterBatchEvents = "sluice_writer_batch_events";
 constexpr std::string_view kWriterConflicts = "sluice_writer_conflicts_total";
 constexpr std::string_view kWriterPushed = "sluice_writer_push_events_total";
 constexpr std::string_view kWriterPushDuration = "sluice_writer_push_duration_seconds";
+constexpr std::string_view kWriterPushWait = "sluice_writer_push_wait_seconds";
 constexpr std::string_view kWriterPushFailures = "sluice_writer_push_failures_total";
 constexpr std::string_view kEngineRead = "sluice_engine_events_read_total";
 constexpr std::string_view kEngineApplied = "sluice_engine_events_applied_total";
@@ -74,6 +75,9 @@ const std::vector<MetricInfo> kMetricList = {
      "Duplicate-key conflicts that made a batch reload and re-plan, by entity type and unique key."},
     {kWriterPushed, "counter", "Events the writer pushed to a point view right after commit, by sink."},
     {kWriterPushDuration, "histogram", "Seconds per push to a point view (success or failure), by sink."},
+    {kWriterPushWait, "histogram",
+     "Seconds a committed batch waited for its sink's pusher thread to start applying it, by sink "
+     "(the first part of sluice_writer_push_duration_seconds)."},
     {kWriterPushFailures, "counter",
      "Pushes that failed or timed out, by sink and reason; the pull path applies those events later."},
     {kEngineRead, "counter", "Events the engine read from main storage for a sink."},
@@ -227,6 +231,7 @@ std::string_view PushFailureName(PushFailure f) {
 PushMetrics::PushMetrics(Registry& r, const std::string& sink) {
   pushed_ = &r.Counter(kWriterPushed).Add({{"sink", sink}});
   latency_ = &r.Histogram(kWriterPushDuration).Add({{"sink", sink}}, kLatencyBuckets);
+  wait_ = &r.Histogram(kWriterPushWait).Add({{"sink", sink}}, kLatencyBuckets);
   auto& failures = r.Counter(kWriterPushFailures);
   for (size_t i = 0; i < kPushFailures; ++i) {
     failures_[i] =

@@ -156,6 +156,8 @@ class PushMetrics {
     pushed_->Increment(static_cast<double>(events));
     latency_->Observe(seconds);
   }
+  // The pusher thread started applying a batch `seconds` after its commit.
+  void Started(double seconds) { wait_->Observe(seconds); }
   // A push that failed (or timed out) after `seconds`.
   void Failed(PushFailure why, double seconds) {
     failures_[static_cast<size_t>(why)]->Increment();
@@ -165,6 +167,7 @@ class PushMetrics {
  private:
   prometheus::Counter* pushed_;
   prometheus::Histogram* latency_;
+  prometheus::Histogram* wait_;
   std::array<prometheus::Counter*, kPushFailures> failures_{};
 };
 

@@ -114,6 +114,11 @@ TEST(Metrics, PushResultsBySinkAndReason) {
   EXPECT_EQ(Sample(text, R"(sluice_writer_push_failures_total{reason="timeout",sink="cache"})"), 1);
   EXPECT_EQ(Sample(text, R"(sluice_writer_push_failures_total{reason="unavailable",sink="cache"})"), 0);
   EXPECT_EQ(Sample(text, R"(sluice_writer_push_duration_seconds_count{sink="cache"})"), 2);
+  EXPECT_EQ(Sample(text, R"(sluice_writer_push_wait_seconds_count{sink="cache"})"), 0);
+  w.ForPush("cache").Started(0.0004);
+  const std::string after = r.Text();
+  EXPECT_EQ(Sample(after, R"(sluice_writer_push_wait_seconds_count{sink="cache"})"), 1);
+  EXPECT_EQ(Sample(after, R"(sluice_writer_push_wait_seconds_bucket{sink="cache",le="0.0005"})"), 1);
 }
 
 TEST(Metrics, SinkStateLagAndOutcomes) {

@@ -113,6 +113,10 @@ void Pusher::Run() {
       queue_.clear();
       queued_events_ = 0;
     }
+    if (options_.metrics != nullptr) {
+      const Clock::time_point started = Clock::now();
+      for (const auto& t : batch) options_.metrics->Started(std::chrono::duration<double>(started - t->submitted).count());
+    }
     std::vector<PushOutcome> outcomes = Apply(batch);
     const Clock::time_point now = Clock::now();
     {

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -97,8 +99,10 @@ std::shared_ptr<const std::vector<ChangeEvent>> Events(std::vector<std::pair<std
 }
 
 std::unique_ptr<Pusher> MakePusher(Script* s, size_t max_pending = 20000,
-                                   std::chrono::milliseconds backoff = std::chrono::milliseconds(200)) {
+                                   std::chrono::milliseconds backoff = std::chrono::milliseconds(200),
+                                   metrics::PushMetrics* push_metrics = nullptr) {
   Pusher::Options o;
+  o.metrics = push_metrics;
   o.sink.name = "fake";
   o.sink.push.enabled = true;
   o.sink.push.mode = config::PushConfig::Mode::kSync;
@@ -160,6 +164,32 @@ TEST(Pusher, BatchesQueuedBehindASlowPushAreAppliedTogether) {
   p->Stop();
   std::lock_guard lock(s.mu);
   EXPECT_EQ(s.apply_sizes, (std::vector<size_t>{1, 3}));
+}
+
+// The value after `series ` in the exposition text, or -1.
+double SeriesValue(const std::string& text, const std::string& series) {
+  const size_t at = text.find(series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 1));
+}
+
+TEST(Pusher, TheWaitHistogramTimesEachBatchUntilThePusherTakesIt) {
+  metrics::Registry registry;
+  metrics::WriterMetrics writer_metrics(registry);
+  Script s;
+  s.hold = true;
+  auto p = MakePusher(&s, 20000, 200ms, &writer_metrics.ForPush("fake"));
+  auto first = p->Submit(Events({{"a", 1}}), Pusher::Clock::now() + 10s);
+  s.AwaitEntered(1);  // the pusher holds the first batch
+  auto second = p->Submit(Events({{"b", 1}}), Pusher::Clock::now() + 10s);
+  std::this_thread::sleep_for(30ms);  // the second batch cannot be taken before Release
+  s.Release();
+  EXPECT_EQ(p->Wait(*second)[0], PushOutcome::kUpdated);
+  p->Stop();
+  const std::string text = registry.Text();
+  EXPECT_EQ(SeriesValue(text, R"(sluice_writer_push_wait_seconds_count{sink="fake"})"), 2) << text;
+  // The second batch waited behind the first at least as long as the test held it.
+  EXPECT_GE(SeriesValue(text, R"(sluice_writer_push_wait_seconds_sum{sink="fake"})"), 0.030) << text;
+  EXPECT_EQ(SeriesValue(text, R"(sluice_writer_push_duration_seconds_count{sink="fake"})"), 2) << text;
 }
 
 TEST(Pusher, AFullQueueFailsAtOnce) {
