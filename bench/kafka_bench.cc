@@ -256,7 +256,11 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   if (problems.empty()) CheckTopic(sink, topic, b, problems, records);
 
   return Finish(a, b, seconds, records, cpu.Compare(before, after, b.total_events()), problems, [&](Report& r) {
-    r.Add("first_record_s", first_record_s, 2);
+    if (first_record_s >= 0) {
+      r.Add("first_record_s", first_record_s, 2);
+    } else {
+      r.Add("first_record_s", "-");  // no record ever arrived
+    }
     r.Add("rss_peak_mib", static_cast<double>(rss_peak) / 1024.0, 1);
     r.Add("hwm_mib", static_cast<double>(hwm) / 1024.0, 1);
     r.Add("exit", static_cast<uint64_t>(exit_code < 0 ? 255 : exit_code));

@@ -76,8 +76,8 @@ const std::vector<MetricInfo> kMetricList = {
     {kWriterPushed, "counter", "Events the writer pushed to a point view right after commit, by sink."},
     {kWriterPushDuration, "histogram", "Seconds per push to a point view (success or failure), by sink."},
     {kWriterPushWait, "histogram",
-     "Seconds a committed batch waited for its sink's pusher thread to start applying it, by sink "
-     "(the first part of sluice_writer_push_duration_seconds)."},
+     "Seconds from a batch's commit until its sink's pusher thread took it, by sink; batches refused at "
+     "once (queue full, view down) are not in it."},
     {kWriterPushFailures, "counter",
      "Pushes that failed or timed out, by sink and reason; the pull path applies those events later."},
     {kEngineRead, "counter", "Events the engine read from main storage for a sink."},

@@ -50,6 +50,28 @@ TEST(KafkaRecordValue, JsonRoundTripsEveryField) {
   EXPECT_EQ(back->committed_at_us, e.committed_at_us);
 }
 
+TEST(KafkaRecordValue, JsonBytesAreExactAndAppendValueAppends) {
+  ChangeEvent e = Sample();
+  e.entity_id = "acc-42";
+  e.committed_at_us = -5;  // before 1970: a sign, no wrap-around
+  const std::string expected =
+      R"({"type":"account","id":"acc-42","version":9,"deleted":false,"state":{"balance":10,"owner":{"name":"ann"}},)"
+      R"("partition":7,"event_id":123456789012,"command":"deposit","command_id":"cmd-1","committed_at_us":-5})";
+  EXPECT_EQ(EncodeValue(e, Format::kJson), expected);
+  e.deleted = true;
+  EXPECT_NE(EncodeValue(e, Format::kJson).find(R"("deleted":true,"state":null,)"), std::string::npos);
+  e.deleted = false;
+  e.state.clear();
+  EXPECT_NE(EncodeValue(e, Format::kJson).find(R"("state":null,)"), std::string::npos);
+  // Appended after what the buffer holds, in both formats.
+  e = Sample();
+  for (Format f : {Format::kJson, Format::kProtobuf}) {
+    std::string buffer = "prefix";
+    AppendValue(buffer, e, f);
+    EXPECT_EQ(buffer, "prefix" + EncodeValue(e, f));
+  }
+}
+
 TEST(KafkaRecordValue, JsonStringsAreEscapedWhereNeeded) {
   ChangeEvent e = Sample();
   for (const std::string& id : {std::string("plain-id_1"), std::string("tab\there"), std::string("back\\slash"),
