@@ -21,6 +21,7 @@
 #include <regex>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -163,9 +164,11 @@ std::optional<uint64_t> ParseDecimal(std::string_view s) {
   return v;
 }
 
-std::string FormatDuration(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms == 0) return "0s";
+std::string FormatDuration(std::chrono::microseconds d) {
+  const auto us = d.count();
+  if (us == 0) return "0s";
+  if (us % 1000 != 0) return std::to_string(us) + "us";
+  const auto ms = us / 1000;
   if (ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
   if (ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
@@ -559,7 +562,22 @@ class ConfigReader {
          }},
         {"handler_memory", kOptional,
          [&](const Field& f) { ReadByteSize(f, uint64_t{1} << 20, uint64_t{1} << 30, &w->handler_memory); }},
+        {"push_thread_slice", kOptional, [&](const Field& f) { ReadThreadSlice(f, &w->push_thread_slice); }},
     });
+  }
+
+  // 0 (the kernel's default) or the range Linux accepts for a custom slice.
+  void ReadThreadSlice(const Field& f, std::chrono::microseconds* out) {
+    using std::chrono::microseconds;
+    microseconds v{-1};
+    ReadDuration(f, microseconds(0), microseconds(std::chrono::hours(1)), &v);  // the syntax; the range below
+    if (v.count() < 0) return;
+    if (v.count() != 0 && (v.count() < kMinThreadSliceUs || v.count() > kMaxThreadSliceUs)) {
+      return Expected(f, "0s (the kernel's default) or between " + FormatDuration(microseconds(kMinThreadSliceUs)) +
+                             " and " + FormatDuration(microseconds(kMaxThreadSliceUs)),
+                      f.value.Scalar());
+    }
+    *out = v;
   }
 
   void ReadAdmin(const Field& at, AdminConfig* a) {
@@ -1492,34 +1510,41 @@ class ConfigReader {
     ReadDuration(f, kMinTimeout, kMaxTimeout, out);
   }
 
-  // "500ms", "2s", "1m", "24h".
-  void ReadDuration(const Field& f, std::chrono::milliseconds min, std::chrono::milliseconds max,
-                    std::chrono::milliseconds* out) {
-    constexpr std::string_view kExpected = "a duration such as 500ms, 2s, 1m or 24h";
-    const auto text = PlainScalar(f, kExpected);
+  // "500ms", "2s", "1m", "24h"; "100us" where `Duration` is finer than a millisecond.
+  template <typename Duration>
+  void ReadDuration(const Field& f, std::type_identity_t<Duration> min, std::type_identity_t<Duration> max,
+                    Duration* out) {
+    constexpr bool kMicros = std::is_same_v<Duration, std::chrono::microseconds>;
+    static_assert(kMicros || std::is_same_v<Duration, std::chrono::milliseconds>);
+    const std::string_view expected =
+        kMicros ? "a duration such as 100us, 2ms or 1s" : "a duration such as 500ms, 2s, 1m or 24h";
+    const auto text = PlainScalar(f, expected);
     if (!text) return;
     const std::string_view s = *text;
     const size_t digits = s.find_first_not_of("0123456789");
-    if (digits == 0 || digits == std::string_view::npos) return Expected(f, kExpected, s);
+    if (digits == 0 || digits == std::string_view::npos) return Expected(f, expected, s);
     const std::string_view unit = s.substr(digits);
-    uint64_t scale = 0;
-    if (unit == "ms") {
+    uint64_t scale = 0;  // microseconds per unit
+    if (unit == "us" && kMicros) {
       scale = 1;
-    } else if (unit == "s") {
+    } else if (unit == "ms") {
       scale = 1000;
+    } else if (unit == "s") {
+      scale = 1000000;
     } else if (unit == "m") {
-      scale = 60000;
+      scale = 60000000;
     } else if (unit == "h") {
-      scale = 3600000;
+      scale = 3600000000;
     } else {
-      return Expected(f, kExpected, s);
+      return Expected(f, expected, s);
     }
     const auto n = ParseDecimal(s.substr(0, digits));
-    const uint64_t max_ms = static_cast<uint64_t>(max.count());
-    if (!n || *n > max_ms / scale || *n * scale < static_cast<uint64_t>(min.count())) {
+    const auto max_us = static_cast<uint64_t>(std::chrono::microseconds(max).count());
+    const auto min_us = static_cast<uint64_t>(std::chrono::microseconds(min).count());
+    if (!n || *n > max_us / scale || *n * scale < min_us) {
       return Expected(f, "between " + FormatDuration(min) + " and " + FormatDuration(max), s);
     }
-    *out = std::chrono::milliseconds(static_cast<int64_t>(*n * scale));
+    *out = std::chrono::duration_cast<Duration>(std::chrono::microseconds(static_cast<int64_t>(*n * scale)));
   }
 
   // A byte count, or a number with a binary unit: "1048576", "512KiB", "1MiB".
@@ -1741,6 +1766,7 @@ std::string Config::Redacted() const {
   out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
   out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
   out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
+  out << YAML::Key << "push_thread_slice" << YAML::Value << FormatDuration(writer.push_thread_slice);
   out << YAML::EndMap;
 
   if (admin.enabled) {

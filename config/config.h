@@ -58,7 +58,13 @@ struct WriterConfig {
   // Limits of one JavaScript handler call (docs/handlers.md).
   std::chrono::milliseconds handler_timeout{50};  // 1ms..60s
   uint64_t handler_memory = uint64_t{16} << 20;   // the heap of one partition's handlers, 1MiB..1GiB
+  // The time slice the scheduler gives each pusher thread (core/thread_slice.h):
+  // short, so that a pusher woken by a commit runs at once on a busy machine.
+  // 0: the kernel's default. Otherwise kMinThreadSliceUs..kMaxThreadSliceUs.
+  std::chrono::microseconds push_thread_slice{100};
 };
+inline constexpr int64_t kMinThreadSliceUs = 100;     // Linux clamps a custom slice to 100us..100ms
+inline constexpr int64_t kMaxThreadSliceUs = 100000;
 
 // The admin endpoint of `serve` and `sync` (operator commands: pause,
 // resume, rewind, rebuild). Off unless the `admin` section is present.

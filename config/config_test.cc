@@ -145,6 +145,7 @@ TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
   EXPECT_EQ(r->writer.max_body_bytes, writer_defaults.max_body_bytes);
   EXPECT_EQ(r->writer.read_threads, writer_defaults.read_threads);
   EXPECT_EQ(r->writer.allow_weak_durability, writer_defaults.allow_weak_durability);
+  EXPECT_EQ(r->writer.push_thread_slice, std::chrono::microseconds(100));
 }
 
 TEST(LoadConfig, ReadsEveryKey) {
@@ -304,6 +305,31 @@ TEST(LoadConfigErrors, BadDuration) {
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 0s")),
             "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 1h, got \"0s\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 1h")), "");
+  // Microseconds only where the setting is finer than a millisecond.
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 1500us")),
+            "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s, 1m or "
+            "24h, got \"1500us\"");
+}
+
+TEST(LoadConfig, PushThreadSliceTakesMicroseconds) {
+  auto slice = [](const std::string& v) {
+    Result<Config> r = LoadConfigFromString(std::string(kValid) + "writer: {push_thread_slice: " + v + "}\n", kFile);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->writer.push_thread_slice.count() : -1;
+  };
+  EXPECT_EQ(slice("250us"), 250);
+  EXPECT_EQ(slice("2ms"), 2000);
+  EXPECT_EQ(slice("100ms"), 100000);
+  EXPECT_EQ(slice("0s"), 0);  // the kernel's default
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 50us}\n"),
+            "t.yaml:10:29: writer.push_thread_slice: must be 0s (the kernel's default) or between "
+            "100us and 100ms, got \"50us\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 101ms}\n"),
+            "t.yaml:10:29: writer.push_thread_slice: must be 0s (the kernel's default) or between "
+            "100us and 100ms, got \"101ms\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 100}\n"),
+            "t.yaml:10:29: writer.push_thread_slice: must be a duration such as 100us, 2ms or 1s, "
+            "got \"100\"");
 }
 
 TEST(LoadConfigErrors, BadListenAddress) {
@@ -534,6 +560,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  allow_weak_durability: false\n"
             "  handler_timeout: 50ms\n"
             "  handler_memory: 16777216\n"
+            "  push_thread_slice: 100us\n"
             "engine:\n"
             "  offset_flush_interval: 1s\n"
             "  batch_max: 5000\n"

@@ -67,6 +67,8 @@ class Pusher {
     std::chrono::milliseconds reopen_backoff_max{2000};
     // sluice_writer_push_* of this sink; null: not exported.
     metrics::PushMetrics* metrics = nullptr;
+    // The pusher thread's time slice (core/thread_slice.h); 0: the kernel's default.
+    std::chrono::microseconds thread_slice{0};
   };
 
   struct Ticket {

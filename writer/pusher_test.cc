@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/thread_slice.h"
+
 namespace sluice::writer {
 namespace {
 
@@ -27,6 +29,7 @@ struct Script {
   int opens = 0;
   int entered = 0;  // Apply calls begun
   std::vector<size_t> apply_sizes;
+  std::chrono::nanoseconds slice{-1};  // the applying thread's time slice, as the kernel reports it
   // Blocks until Apply has been entered n times.
   void AwaitEntered(int n) {
     std::unique_lock lock(mu);
@@ -57,6 +60,7 @@ class FakeSink : public connectors::Sink {
     s_->cv.notify_all();
     s_->cv.wait(lock, [&] { return !s_->hold; });
     s_->apply_sizes.push_back(events.size());
+    if (const auto slice = CurrentThreadSlice(); slice.ok()) s_->slice = slice.value();
     connectors::ApplyResult r;
     if (s_->unavailable) {
       r.status = Unavailable("server went away");
@@ -100,9 +104,11 @@ std::shared_ptr<const std::vector<ChangeEvent>> Events(std::vector<std::pair<std
 
 std::unique_ptr<Pusher> MakePusher(Script* s, size_t max_pending = 20000,
                                    std::chrono::milliseconds backoff = std::chrono::milliseconds(200),
-                                   metrics::PushMetrics* push_metrics = nullptr) {
+                                   metrics::PushMetrics* push_metrics = nullptr,
+                                   std::chrono::microseconds thread_slice = 0us) {
   Pusher::Options o;
   o.metrics = push_metrics;
+  o.thread_slice = thread_slice;
   o.sink.name = "fake";
   o.sink.push.enabled = true;
   o.sink.push.mode = config::PushConfig::Mode::kSync;
@@ -261,6 +267,24 @@ TEST(Pusher, StopFailsWhatIsStillQueued) {
   EXPECT_TRUE(queued->finished);
   EXPECT_EQ(queued->outcomes[0], PushOutcome::kFailed);
   EXPECT_EQ(first->outcomes[0], PushOutcome::kUpdated);
+}
+
+TEST(Pusher, ThePusherThreadRunsWithTheConfiguredSlice) {
+  Script with_slice, without;
+  auto p = MakePusher(&with_slice, 20000, 200ms, nullptr, 300us);
+  auto q = MakePusher(&without);
+  p->Wait(*p->Submit(Events({{"a", 1}}), Pusher::Clock::now() + 10s));
+  q->Wait(*q->Submit(Events({{"a", 1}}), Pusher::Clock::now() + 10s));
+  p->Stop();
+  q->Stop();
+  ASSERT_GE(with_slice.slice.count(), 0) << "the sink was not applied to";
+  ASSERT_GE(without.slice.count(), 0);
+  if (without.slice.count() == 0) {  // a kernel before 6.12: no slices reported, the request ignored
+    EXPECT_EQ(with_slice.slice.count(), 0);
+    return;
+  }
+  EXPECT_EQ(with_slice.slice, 300us);
+  EXPECT_NE(without.slice, 300us);
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
         if (!sink.push.enabled || sink.entity != name) continue;
         Pusher::Options po;
         po.sink = sink;
+        po.thread_slice = config_.writer.push_thread_slice;
         po.where = "sink '" + sink.name + "' (" + name + " partition " + std::to_string(p) + ")";
         po.metrics = &metrics_.ForPush(sink.name);
         o.pushers.push_back(std::make_unique<Pusher>(
