@@ -569,15 +569,15 @@ class ConfigReader {
   // 0 (the kernel's default) or the range Linux accepts for a custom slice.
   void ReadThreadSlice(const Field& f, std::chrono::microseconds* out) {
     using std::chrono::microseconds;
-    microseconds v{-1};
-    ReadDuration(f, microseconds(0), microseconds(std::chrono::hours(1)), &v);  // the syntax; the range below
-    if (v.count() < 0) return;
-    if (v.count() != 0 && (v.count() < kMinThreadSliceUs || v.count() > kMaxThreadSliceUs)) {
+    const std::optional<DurationText> d = ParseDurationText<microseconds>(f);
+    if (!d) return;
+    const std::optional<uint64_t> us = d->Micros(static_cast<uint64_t>(kMaxThreadSliceUs));
+    if (!us || (*us != 0 && *us < static_cast<uint64_t>(kMinThreadSliceUs))) {
       return Expected(f, "0s (the kernel's default) or between " + FormatDuration(microseconds(kMinThreadSliceUs)) +
                              " and " + FormatDuration(microseconds(kMaxThreadSliceUs)),
-                      f.value.Scalar());
+                      d->text);
     }
-    *out = v;
+    *out = microseconds(static_cast<int64_t>(*us));
   }
 
   void ReadAdmin(const Field& at, AdminConfig* a) {
@@ -1510,21 +1510,37 @@ class ConfigReader {
     ReadDuration(f, kMinTimeout, kMaxTimeout, out);
   }
 
-  // "500ms", "2s", "1m", "24h"; "100us" where `Duration` is finer than a millisecond.
+  // A duration's text split into its number and unit, before any range check.
+  struct DurationText {
+    std::string text;
+    std::optional<uint64_t> count;  // empty: too many digits for 64 bits
+    uint64_t scale;                 // microseconds per unit
+
+    // The duration in microseconds when it is at most `max_us`.
+    std::optional<uint64_t> Micros(uint64_t max_us) const {
+      if (!count || *count > max_us / scale) return std::nullopt;
+      return *count * scale;
+    }
+  };
+
+  // Reports a syntax error (and returns nothing) unless the field is a
+  // number followed by a unit that `Duration` can hold.
   template <typename Duration>
-  void ReadDuration(const Field& f, std::type_identity_t<Duration> min, std::type_identity_t<Duration> max,
-                    Duration* out) {
+  std::optional<DurationText> ParseDurationText(const Field& f) {
     constexpr bool kMicros = std::is_same_v<Duration, std::chrono::microseconds>;
     static_assert(kMicros || std::is_same_v<Duration, std::chrono::milliseconds>);
     const std::string_view expected =
         kMicros ? "a duration such as 100us, 2ms or 1s" : "a duration such as 500ms, 2s, 1m or 24h";
     const auto text = PlainScalar(f, expected);
-    if (!text) return;
+    if (!text) return std::nullopt;
     const std::string_view s = *text;
     const size_t digits = s.find_first_not_of("0123456789");
-    if (digits == 0 || digits == std::string_view::npos) return Expected(f, expected, s);
+    if (digits == 0 || digits == std::string_view::npos) {
+      Expected(f, expected, s);
+      return std::nullopt;
+    }
     const std::string_view unit = s.substr(digits);
-    uint64_t scale = 0;  // microseconds per unit
+    uint64_t scale = 0;
     if (unit == "us" && kMicros) {
       scale = 1;
     } else if (unit == "ms") {
@@ -1536,15 +1552,25 @@ class ConfigReader {
     } else if (unit == "h") {
       scale = 3600000000;
     } else {
-      return Expected(f, expected, s);
+      Expected(f, expected, s);
+      return std::nullopt;
     }
-    const auto n = ParseDecimal(s.substr(0, digits));
-    const auto max_us = static_cast<uint64_t>(std::chrono::microseconds(max).count());
+    return DurationText{std::string(s), ParseDecimal(s.substr(0, digits)), scale};
+  }
+
+  // "500ms", "2s", "1m", "24h"; "100us" where `Duration` is finer than a millisecond.
+  template <typename Duration>
+  void ReadDuration(const Field& f, std::type_identity_t<Duration> min, std::type_identity_t<Duration> max,
+                    Duration* out) {
     const auto min_us = static_cast<uint64_t>(std::chrono::microseconds(min).count());
-    if (!n || *n > max_us / scale || *n * scale < min_us) {
-      return Expected(f, "between " + FormatDuration(min) + " and " + FormatDuration(max), s);
+    const auto max_us = static_cast<uint64_t>(std::chrono::microseconds(max).count());
+    const std::optional<DurationText> d = ParseDurationText<Duration>(f);
+    if (!d) return;
+    const std::optional<uint64_t> us = d->Micros(max_us);
+    if (!us || *us < min_us) {
+      return Expected(f, "between " + FormatDuration(min) + " and " + FormatDuration(max), d->text);
     }
-    *out = std::chrono::duration_cast<Duration>(std::chrono::microseconds(static_cast<int64_t>(*n * scale)));
+    *out = std::chrono::duration_cast<Duration>(std::chrono::microseconds(static_cast<int64_t>(*us)));
   }
 
   // A byte count, or a number with a binary unit: "1048576", "512KiB", "1MiB".

@@ -327,6 +327,13 @@ TEST(LoadConfig, PushThreadSliceTakesMicroseconds) {
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 101ms}\n"),
             "t.yaml:10:29: writer.push_thread_slice: must be 0s (the kernel's default) or between "
             "100us and 100ms, got \"101ms\"");
+  // Far out of range, or past 64 bits: still the setting's own range.
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 2h}\n"),
+            "t.yaml:10:29: writer.push_thread_slice: must be 0s (the kernel's default) or between "
+            "100us and 100ms, got \"2h\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 99999999999999999999us}\n"),
+            "t.yaml:10:29: writer.push_thread_slice: must be 0s (the kernel's default) or between "
+            "100us and 100ms, got \"99999999999999999999us\"");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 100}\n"),
             "t.yaml:10:29: writer.push_thread_slice: must be a duration such as 100us, 2ms or 1s, "
             "got \"100\"");

@@ -29,8 +29,31 @@ struct SchedAttr {
 };
 static_assert(sizeof(SchedAttr) == 56);
 
-int GetAttr(SchedAttr* attr) {
-  return static_cast<int>(::syscall(SYS_sched_getattr, 0, attr, sizeof(*attr), 0));
+int GetAttr(pid_t tid, SchedAttr* attr) {
+  return static_cast<int>(::syscall(SYS_sched_getattr, tid, attr, sizeof(*attr), 0));
+}
+
+// SCHED_FLAG_RESET_ON_FORK from <linux/sched.h>: threads and processes the
+// calling thread starts get the kernel's default slice, not its own.
+constexpr uint64_t kResetOnFork = 0x01;
+
+bool FairPolicy(uint32_t policy) { return policy == SCHED_OTHER || policy == SCHED_BATCH; }
+
+std::string PolicyName(uint32_t policy) {
+  switch (policy) {
+    case SCHED_FIFO:
+      return "SCHED_FIFO";
+    case SCHED_RR:
+      return "SCHED_RR";
+    case SCHED_IDLE:
+      return "SCHED_IDLE";
+    case 6:
+      return "SCHED_DEADLINE";
+    case 7:
+      return "SCHED_EXT";
+    default:
+      return "policy " + std::to_string(policy);
+  }
 }
 
 Status Errno(const char* what) {
@@ -43,21 +66,27 @@ Status Errno(const char* what) {
 Result<std::chrono::nanoseconds> SetCurrentThreadSlice(std::chrono::microseconds slice) {
   if (slice.count() <= 0) return InvalidArgument("thread slice must be positive");
   SchedAttr attr{};
-  if (GetAttr(&attr) != 0) return Errno("sched_getattr");
-  if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) return std::chrono::nanoseconds(0);
+  if (GetAttr(0, &attr) != 0) return Errno("sched_getattr");
+  if (!FairPolicy(attr.sched_policy)) {
+    return FailedPrecondition("the thread runs under " + PolicyName(attr.sched_policy) +
+                              "; a custom slice applies only to SCHED_OTHER and SCHED_BATCH");
+  }
   // Only the slice changes: the policy and nice value are written back as
-  // they were, which needs no privilege.
+  // they were, which needs no privilege. Threads started from this one (a
+  // plugin sink's, say) do not inherit the slice.
   attr.size = sizeof(attr);
-  attr.sched_flags = 0;
+  attr.sched_flags = kResetOnFork;
   attr.sched_runtime = static_cast<uint64_t>(std::chrono::nanoseconds(slice).count());
   if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) return Errno("sched_setattr");
   return CurrentThreadSlice();
 }
 
-Result<std::chrono::nanoseconds> CurrentThreadSlice() {
+Result<std::chrono::nanoseconds> CurrentThreadSlice() { return ThreadSlice(0); }
+
+Result<std::chrono::nanoseconds> ThreadSlice(pid_t tid) {
   SchedAttr attr{};
-  if (GetAttr(&attr) != 0) return Errno("sched_getattr");
-  if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) return std::chrono::nanoseconds(0);
+  if (GetAttr(tid, &attr) != 0) return Errno("sched_getattr");
+  if (!FairPolicy(attr.sched_policy)) return std::chrono::nanoseconds(0);
   return std::chrono::nanoseconds(static_cast<int64_t>(attr.sched_runtime));
 }
 

@@ -10,6 +10,8 @@
 //       deadline plus normal latency, and Redis catches up after it returns
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <regex>
@@ -19,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_slice.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::testing {
@@ -311,6 +314,41 @@ TEST(Push, RedisHangingDoesNotHoldCommandsPastThePushDeadline) {
   EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
   auto st = StatusJson(s.path);
   EXPECT_EQ(SinkTotal(st, "cache", "dead_lettered"), 0u);
+}
+
+// writer.push_thread_slice reaches every pusher thread, and only those: one
+// thread per push sink and partition, named sluice-push.
+TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  const Result<std::chrono::nanoseconds> own = ThreadSlice(0);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  if (own.value().count() == 0) GTEST_SKIP() << "this kernel reports no slices (Linux 6.12 and later do)";
+  auto s = MakePushStack("push_slice", 3, RedisPort(), "    push: true\n", "");
+  s.cfg.extra_writer_yaml = "  push_thread_slice: 300us\n";
+  s.path = s.cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", s.path}, &out), 0) << out;
+  auto writer = StartMode(s, "writer");
+  ASSERT_TRUE(writer->running());
+
+  int pushers = 0;
+  const std::string tasks = "/proc/" + std::to_string(writer->pid()) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    const Result<std::chrono::nanoseconds> slice = ThreadSlice(tid);
+    ASSERT_TRUE(slice.ok()) << name << ": " << slice.status().ToString();
+    if (name == "sluice-push") {  // the name operators see in top -H
+      ++pushers;
+      EXPECT_EQ(slice.value(), 300us) << "pusher thread " << tid;
+    } else {
+      EXPECT_NE(slice.value(), 300us) << "thread " << tid << " (" << name << ") is not a pusher";
+    }
+  }
+  EXPECT_EQ(pushers, 2 * 3) << "one pusher per push sink and partition";
 }
 
 }  // namespace

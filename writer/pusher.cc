@@ -1,5 +1,7 @@
 #include "writer/pusher.h"
 
+#include <pthread.h>
+
 #include <span>
 
 #include "core/failpoint.h"
@@ -96,13 +98,15 @@ std::vector<PushOutcome> Pusher::Wait(const Ticket& ticket) {
 }
 
 void Pusher::Run() {
+  // Shown by top -H, ps -L and /proc/<pid>/task/<tid>/comm (at most 15 bytes).
+  pthread_setname_np(pthread_self(), kThreadName);
   if (options_.thread_slice.count() > 0) {
     // Without it a push waits longer for a CPU on a busy machine; nothing else changes.
     const Result<std::chrono::nanoseconds> slice = SetCurrentThreadSlice(options_.thread_slice);
     if (!slice.ok()) {
       LogRateLimited(LogLevel::kWarn, "writer.push.slice",
-                     "writer: push to " + options_.where + ": the kernel refused writer.push_thread_slice (" +
-                         slice.status().message() + "); the pusher keeps the default slice");
+                     "writer: push to " + options_.where + ": writer.push_thread_slice not applied (" +
+                         slice.status().message() + "); the pusher keeps its scheduling as it was");
     } else if (slice.value().count() == 0) {
       LogRateLimited(LogLevel::kInfo, "writer.push.slice",
                      "writer: writer.push_thread_slice has no effect on this kernel (it needs Linux 6.12 or later)");

@@ -134,6 +134,7 @@ class SluiceProcess {
   void Kill();        // SIGKILL, then reap
   int Terminate();    // SIGTERM, then reap; the exit code
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   uint16_t port() const { return port_; }
   std::string Log() const;
 
