@@ -3,6 +3,7 @@
 #include "connectors/sink.h"
 #include "core/failpoint.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -47,7 +48,10 @@ Status ViewRebuild::Start() {
   shadow_ = std::make_unique<engine::SinkRunner>(std::move(o), std::move(shadow_sink));
   started_ = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(shadow_->Start());
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("sluice-rebuild");
+    Run();
+  });
   return Status::Ok();
 }
 

@@ -34,7 +34,8 @@ int GetAttr(pid_t tid, SchedAttr* attr) {
 }
 
 // SCHED_FLAG_RESET_ON_FORK from <linux/sched.h>: threads and processes the
-// calling thread starts get the kernel's default slice, not its own.
+// thread starts get the kernel's default scheduling, not its own. Only a
+// privileged thread may clear it, so it is written back as it was.
 constexpr uint64_t kResetOnFork = 0x01;
 
 bool FairPolicy(uint32_t policy) { return policy == SCHED_OTHER || policy == SCHED_BATCH; }
@@ -71,11 +72,12 @@ Result<std::chrono::nanoseconds> SetCurrentThreadSlice(std::chrono::microseconds
     return FailedPrecondition("the thread runs under " + PolicyName(attr.sched_policy) +
                               "; a custom slice applies only to SCHED_OTHER and SCHED_BATCH");
   }
-  // Only the slice changes: the policy and nice value are written back as
-  // they were, which needs no privilege. Threads started from this one (a
-  // plugin sink's, say) do not inherit the slice.
+  // Only the slice changes: the policy, nice value and reset-on-fork flag
+  // are written back as they were, which needs no privilege. Threads this
+  // one starts afterwards inherit the slice (the MySQL sink's lane threads
+  // do a push's work too), unless the flag was set.
   attr.size = sizeof(attr);
-  attr.sched_flags = kResetOnFork;
+  attr.sched_flags &= kResetOnFork;
   attr.sched_runtime = static_cast<uint64_t>(std::chrono::nanoseconds(slice).count());
   if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) return Errno("sched_setattr");
   return CurrentThreadSlice();

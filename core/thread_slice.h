@@ -19,8 +19,9 @@ namespace sluice {
 // it runs sooner instead of waiting for their slices to end. It gets no
 // more CPU than before, only sooner and in smaller pieces; no privilege is
 // needed, and the thread's policy and nice value stay as they are. The
-// kernel clamps the slice to 100 us .. 100 ms. Threads and processes the
-// thread starts afterwards get the default slice again.
+// kernel clamps the slice to 100 us .. 100 ms. Threads the thread starts
+// afterwards inherit the slice, as they inherit the rest of its scheduling
+// (unless it has SCHED_RESET_ON_FORK, which is kept as it is).
 //
 // Returns the slice the kernel reports afterwards: 0 when it does not
 // report one, which is what kernels before 6.12 do (they accept the call and

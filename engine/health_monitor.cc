@@ -2,6 +2,7 @@
 
 #include "core/json.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "engine/sync_engine.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -16,7 +17,10 @@ HealthMonitor::~HealthMonitor() { Stop(); }
 
 void HealthMonitor::Start() {
   Check();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("sluice-health");
+    Run();
+  });
 }
 
 void HealthMonitor::Stop() {

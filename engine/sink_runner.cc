@@ -6,6 +6,7 @@
 #include "core/backoff.h"
 #include "core/failpoint.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "engine/event_reader.h"
 
 namespace sluice::engine {
@@ -38,8 +39,14 @@ Status SinkRunner::Start() {
     for (auto& [p, pp] : progress_) pp.state = "paused";
   }
   last_flush_ = std::chrono::steady_clock::now();
-  reader_ = std::thread([this] { ReadLoop(); });
-  applier_ = std::thread([this] { ApplyLoop(); });
+  reader_ = std::thread([this] {
+    SetCurrentThreadName("sluice-pull");
+    ReadLoop();
+  });
+  applier_ = std::thread([this] {
+    SetCurrentThreadName("sluice-apply");
+    ApplyLoop();
+  });
   return Status::Ok();
 }
 

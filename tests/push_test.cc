@@ -317,7 +317,8 @@ TEST(Push, RedisHangingDoesNotHoldCommandsPastThePushDeadline) {
 }
 
 // writer.push_thread_slice reaches every pusher thread, and only those: one
-// thread per push sink and partition, named sluice-push.
+// thread per push sink and partition, named sluice-push. The writer's other
+// threads are named for their roles.
 TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
@@ -333,11 +334,13 @@ TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
   ASSERT_TRUE(writer->running());
 
   int pushers = 0;
+  std::map<std::string, int> names;
   const std::string tasks = "/proc/" + std::to_string(writer->pid()) + "/task";
   for (const auto& task : std::filesystem::directory_iterator(tasks)) {
     std::ifstream comm(task.path() / "comm");
     std::string name;
     std::getline(comm, name);
+    ++names[name];
     const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
     const Result<std::chrono::nanoseconds> slice = ThreadSlice(tid);
     ASSERT_TRUE(slice.ok()) << name << ": " << slice.status().ToString();
@@ -349,6 +352,10 @@ TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
     }
   }
   EXPECT_EQ(pushers, 2 * 3) << "one pusher per push sink and partition";
+  // The other threads carry their roles' names too (docs/operations.md).
+  EXPECT_EQ(names["sluice-commit"], 3) << "one partition worker per partition";
+  EXPECT_EQ(names["sluice-http"], 2) << "writer.io_threads";
+  EXPECT_EQ(names["sluice-read"], 4) << "writer.read_threads";
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include "core/log.h"
+#include "core/thread_name.h"
 
 namespace sluice::writer {
 
@@ -181,7 +182,10 @@ Status HttpServer::Start() {
   impl_->bound_port = acc.local_endpoint().port();
   impl_->Accept();
   for (uint32_t i = 0; i < impl_->options.io_threads; ++i) {
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      SetCurrentThreadName("sluice-http");
+      impl_->ioc.run();
+    });
   }
   return Status::Ok();
 }

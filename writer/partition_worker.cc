@@ -4,6 +4,7 @@
 
 #include "core/failpoint.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "sql/schema.h"
 #include "writer/commands.h"
 
@@ -54,7 +55,10 @@ PartitionWorker::~PartitionWorker() { Stop(); }
 
 void PartitionWorker::Start() {
   for (auto& pusher : options_.pushers) pusher->Start();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("sluice-commit");
+    Run();
+  });
 }
 
 void PartitionWorker::Stop() {

@@ -1,11 +1,10 @@
 #include "writer/pusher.h"
 
-#include <pthread.h>
-
 #include <span>
 
 #include "core/failpoint.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "core/thread_slice.h"
 
 namespace sluice::writer {
@@ -98,8 +97,7 @@ std::vector<PushOutcome> Pusher::Wait(const Ticket& ticket) {
 }
 
 void Pusher::Run() {
-  // Shown by top -H, ps -L and /proc/<pid>/task/<tid>/comm (at most 15 bytes).
-  pthread_setname_np(pthread_self(), kThreadName);
+  SetCurrentThreadName(kThreadName);
   if (options_.thread_slice.count() > 0) {
     // Without it a push waits longer for a CPU on a busy machine; nothing else changes.
     const Result<std::chrono::nanoseconds> slice = SetCurrentThreadSlice(options_.thread_slice);

@@ -1,5 +1,7 @@
 #include "writer/reader_pool.h"
 
+#include "core/thread_name.h"
+
 namespace sluice::writer {
 
 ReaderPool::ReaderPool(sql::ConnectParams mysql, uint32_t threads, size_t max_queue)
@@ -8,7 +10,12 @@ ReaderPool::ReaderPool(sql::ConnectParams mysql, uint32_t threads, size_t max_qu
 ReaderPool::~ReaderPool() { Stop(); }
 
 void ReaderPool::Start() {
-  for (uint32_t i = 0; i < thread_count_; ++i) threads_.emplace_back([this] { Run(); });
+  for (uint32_t i = 0; i < thread_count_; ++i) {
+    threads_.emplace_back([this] {
+      SetCurrentThreadName("sluice-read");
+      Run();
+    });
+  }
 }
 
 void ReaderPool::Stop() {
