@@ -1,11 +1,13 @@
 #include "writer/http_server.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -26,19 +28,33 @@ constexpr uint32_t kHeaderLimit = 16 * 1024;
 
 }  // namespace
 
+// One io_context per io thread, each run by its thread alone: a connection
+// lives on one thread from accept to close, so its handlers need no strand
+// and no lock, and a worker's reply is posted straight to that thread. (One
+// shared io_context with a strand per connection cost the HTTP threads about
+// a fifth more CPU per request in type-erased executor copies, shared_ptr
+// counts and mutexes: docs/BENCHMARKS.md.) New connections go to the
+// threads in turn.
 struct HttpServer::Impl {
-  // Declared before ioc: sessions destroyed with the io_context still count down `open`.
+  // Declared before the contexts: sessions destroyed with them still count down `open`.
   HttpServerOptions options;
   HttpHandler handler;
   std::atomic<uint64_t> open{0};
   std::atomic<bool> stopped{false};
   uint16_t bound_port = 0;
-  net::io_context ioc;
+  std::vector<std::unique_ptr<net::io_context>> contexts;  // [0] also runs the acceptor
+  // Keep each thread's run() going while its context has no connection yet.
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> idle_guards;
+  size_t next_context = 0;                                 // the acceptor's handler only
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
 
-  Impl(HttpServerOptions o, HttpHandler h)
-      : options(std::move(o)), handler(std::move(h)), ioc(static_cast<int>(options.io_threads)) {}
+  Impl(HttpServerOptions o, HttpHandler h) : options(std::move(o)), handler(std::move(h)) {
+    for (uint32_t i = 0; i < std::max<uint32_t>(options.io_threads, 1); ++i) {
+      contexts.push_back(std::make_unique<net::io_context>(1));
+      idle_guards.push_back(net::make_work_guard(*contexts.back()));
+    }
+  }
 
   void Accept();
 };
@@ -150,7 +166,9 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  net::io_context& target = *contexts[next_context];
+  next_context = (next_context + 1) % contexts.size();
+  acceptor->async_accept(target, [this](beast::error_code ec, tcp::socket socket) {
     if (stopped.load()) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
@@ -173,7 +191,7 @@ Status HttpServer::Start() {
   if (ec) return InvalidArgument("cannot listen on '" + impl_->options.host + "': not an IP address");
   const tcp::endpoint endpoint(address, impl_->options.port);
   const std::string where = impl_->options.host + ":" + std::to_string(impl_->options.port);
-  auto& acc = impl_->acceptor.emplace(net::make_strand(impl_->ioc));
+  auto& acc = impl_->acceptor.emplace(*impl_->contexts[0]);
   acc.open(endpoint.protocol(), ec);
   if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acc.bind(endpoint, ec);
@@ -181,10 +199,10 @@ Status HttpServer::Start() {
   if (ec) return FailedPrecondition("cannot listen on " + where + ": " + ec.message());
   impl_->bound_port = acc.local_endpoint().port();
   impl_->Accept();
-  for (uint32_t i = 0; i < impl_->options.io_threads; ++i) {
-    impl_->threads.emplace_back([this] {
+  for (auto& context : impl_->contexts) {
+    impl_->threads.emplace_back([&ioc = *context] {
       SetCurrentThreadName("sluice-http");
-      impl_->ioc.run();
+      ioc.run();
     });
   }
   return Status::Ok();
@@ -192,11 +210,11 @@ Status HttpServer::Start() {
 
 void HttpServer::Stop() {
   if (impl_->stopped.exchange(true)) return;
-  net::post(impl_->ioc, [this] {
+  net::post(*impl_->contexts[0], [this] {
     beast::error_code ignored;
     if (impl_->acceptor) impl_->acceptor->close(ignored);
   });
-  impl_->ioc.stop();
+  for (auto& context : impl_->contexts) context->stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
 }

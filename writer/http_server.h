@@ -4,11 +4,12 @@
 // Each connection reads one request at a time and hands it to the handler
 // with a Responder. The handler may answer at once or later from any thread
 // (a partition worker, a reader thread); the write is posted back to the
-// connection's strand. A body over the limit gets 413 and the connection is
+// connection's event-loop thread. A body over the limit gets 413 and the connection is
 // closed; malformed HTTP gets 400 and the connection is closed.
 //
-// Threads: Start() runs io_threads event-loop threads; Stop() may be called
-// from any thread once; the handler runs on an event-loop thread.
+// Threads: Start() runs io_threads event-loop threads, each with its own
+// connections; Stop() may be called from any thread once; the handler runs
+// on the connection's event-loop thread.
 #pragma once
 
 #include <atomic>
