@@ -48,10 +48,7 @@ Status ViewRebuild::Start() {
   shadow_ = std::make_unique<engine::SinkRunner>(std::move(o), std::move(shadow_sink));
   started_ = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(shadow_->Start());
-  thread_ = std::thread([this] {
-    SetCurrentThreadName("sluice-rebuild");
-    Run();
-  });
+  thread_ = StartNamedThread("sluice-rebuild", [this] { Run(); });
   return Status::Ok();
 }
 

@@ -4,6 +4,8 @@
 
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 namespace sluice {
 
@@ -12,5 +14,14 @@ void SetCurrentThreadName(std::string_view name);
 
 // The calling thread's name ("" if it cannot be read).
 std::string CurrentThreadName();
+
+// Starts a thread that names itself `name`, then runs `body`.
+template <typename F>
+std::thread StartNamedThread(std::string name, F body) {
+  return std::thread([name = std::move(name), body = std::move(body)]() mutable {
+    SetCurrentThreadName(name);
+    body();
+  });
+}
 
 }  // namespace sluice

@@ -19,12 +19,14 @@ std::string CommOfThisThread() {
   return name;
 }
 
-TEST(ThreadName, TheKernelShowsTheName) {
-  std::thread([] {
-    SetCurrentThreadName("sluice-test");
-    EXPECT_EQ(CurrentThreadName(), "sluice-test");
-    EXPECT_EQ(CommOfThisThread(), "sluice-test");
+TEST(ThreadName, AStartedThreadCarriesItsNameBeforeItsBodyRuns) {
+  std::string seen, comm;
+  StartNamedThread("sluice-test", [&] {
+    seen = CurrentThreadName();
+    comm = CommOfThisThread();
   }).join();
+  EXPECT_EQ(seen, "sluice-test");
+  EXPECT_EQ(comm, "sluice-test");
 }
 
 TEST(ThreadName, ALongNameKeepsItsFirstFifteenBytes) {

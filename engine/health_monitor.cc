@@ -17,10 +17,7 @@ HealthMonitor::~HealthMonitor() { Stop(); }
 
 void HealthMonitor::Start() {
   Check();
-  thread_ = std::thread([this] {
-    SetCurrentThreadName("sluice-health");
-    Run();
-  });
+  thread_ = StartNamedThread("sluice-health", [this] { Run(); });
 }
 
 void HealthMonitor::Stop() {

@@ -39,14 +39,8 @@ Status SinkRunner::Start() {
     for (auto& [p, pp] : progress_) pp.state = "paused";
   }
   last_flush_ = std::chrono::steady_clock::now();
-  reader_ = std::thread([this] {
-    SetCurrentThreadName("sluice-pull");
-    ReadLoop();
-  });
-  applier_ = std::thread([this] {
-    SetCurrentThreadName("sluice-apply");
-    ApplyLoop();
-  });
+  reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
+  applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
   return Status::Ok();
 }
 

@@ -200,10 +200,7 @@ Status HttpServer::Start() {
   impl_->bound_port = acc.local_endpoint().port();
   impl_->Accept();
   for (auto& context : impl_->contexts) {
-    impl_->threads.emplace_back([&ioc = *context] {
-      SetCurrentThreadName("sluice-http");
-      ioc.run();
-    });
+    impl_->threads.push_back(StartNamedThread("sluice-http", [&ioc = *context] { ioc.run(); }));
   }
   return Status::Ok();
 }

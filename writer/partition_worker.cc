@@ -55,10 +55,7 @@ PartitionWorker::~PartitionWorker() { Stop(); }
 
 void PartitionWorker::Start() {
   for (auto& pusher : options_.pushers) pusher->Start();
-  thread_ = std::thread([this] {
-    SetCurrentThreadName("sluice-commit");
-    Run();
-  });
+  thread_ = StartNamedThread("sluice-commit", [this] { Run(); });
 }
 
 void PartitionWorker::Stop() {

@@ -29,7 +29,7 @@ Pusher::Pusher(Options options, SinkFactory factory)
 
 Pusher::~Pusher() { Stop(); }
 
-void Pusher::Start() { thread_ = std::thread([this] { Run(); }); }
+void Pusher::Start() { thread_ = StartNamedThread("sluice-push", [this] { Run(); }); }
 
 void Pusher::Stop() {
   {
@@ -97,7 +97,6 @@ std::vector<PushOutcome> Pusher::Wait(const Ticket& ticket) {
 }
 
 void Pusher::Run() {
-  SetCurrentThreadName(kThreadName);
   if (options_.thread_slice.count() > 0) {
     // Without it a push waits longer for a CPU on a busy machine; nothing else changes.
     const Result<std::chrono::nanoseconds> slice = SetCurrentThreadSlice(options_.thread_slice);

@@ -58,8 +58,6 @@ class Pusher {
  public:
   using Clock = std::chrono::steady_clock;
   using SinkFactory = std::function<Result<std::unique_ptr<connectors::Sink>>()>;
-  // The name every pusher thread carries (top -H, /proc/<pid>/task/<tid>/comm).
-  static constexpr char kThreadName[] = "sluice-push";
 
   struct Options {
     config::SinkConfig sink;          // push.enabled; name, mode and timeout are used

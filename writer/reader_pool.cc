@@ -10,12 +10,7 @@ ReaderPool::ReaderPool(sql::ConnectParams mysql, uint32_t threads, size_t max_qu
 ReaderPool::~ReaderPool() { Stop(); }
 
 void ReaderPool::Start() {
-  for (uint32_t i = 0; i < thread_count_; ++i) {
-    threads_.emplace_back([this] {
-      SetCurrentThreadName("sluice-read");
-      Run();
-    });
-  }
+  for (uint32_t i = 0; i < thread_count_; ++i) threads_.push_back(StartNamedThread("sluice-read", [this] { Run(); }));
 }
 
 void ReaderPool::Stop() {
