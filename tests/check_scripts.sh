@@ -6,7 +6,7 @@
 set -uo pipefail
 root="${1:?usage: check_scripts.sh REPOSITORY_ROOT}"
 scripts=(scripts/bootstrap scripts/demo scripts/services scripts/test .ci/run
-  bench/run_engine_bench bench/run_kafka_bench bench/run_push_bench bench/run_writer_bench bench/thread_cpu)
+  bench/run_engine_bench bench/run_kafka_bench bench/run_push_bench bench/run_writer_bench bench/thread_cpu bench/machine_stops)
 failed=0
 for s in "${scripts[@]}"; do
   f="${root}/${s}"
