@@ -5,6 +5,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "core/json.h"
+
 namespace sluice::admin {
 
 namespace beast = boost::beast;
@@ -59,7 +61,7 @@ Result<AdminReply> AdminClient::Call(const std::string& method, const std::strin
     stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
     AdminReply reply;
     reply.status = static_cast<int>(res.result_int());
-    reply.body = Json::parse(res.body(), nullptr, false);
+    reply.body = ParseJsonOrDiscarded(res.body());
     if (reply.body.is_discarded()) reply.body = nullptr;
     return reply;
   } catch (const std::exception& e) {

@@ -15,7 +15,7 @@ using writer::HttpResponse;
 HttpResponse Reply(int status, const Json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = body.dump() + "\n";
+  r.body = CanonicalJson(body) + "\n";
   return r;
 }
 

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/names.h"
 
 namespace sluice::config {
@@ -548,6 +549,8 @@ class ConfigReader {
         {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &w->batch_max); }},
         {"max_body_bytes", kOptional,
          [&](const Field& f) { ReadByteSize(f, 1, kMaxBodyBytesLimit, &w->max_body_bytes); }},
+        {"max_json_depth", kOptional,
+         [&](const Field& f) { ReadUint(f, 1, kMaxJsonDepthCap, &w->max_json_depth); }},
         {"io_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &w->io_threads); }},
         {"read_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 256, &w->read_threads); }},
         {"entity_cache_entries", kOptional,
@@ -1093,7 +1096,7 @@ class ConfigReader {
     if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, &text); err != 0) {
       return Problem(f.mark, f.path, "cannot read " + Quote(p.string()) + ": " + ErrnoText(err));
     }
-    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json parsed = ParseJsonOrDiscarded(text);
     if (parsed.is_discarded() || !parsed.is_object()) {
       return Problem(f.mark, f.path, Quote(p.string()) + " must hold one JSON object");
     }
@@ -1783,6 +1786,7 @@ std::string Config::Redacted() const {
   out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(writer.batch_max);
   out << YAML::Key << "max_body_bytes" << YAML::Value
       << static_cast<unsigned long long>(writer.max_body_bytes);
+  out << YAML::Key << "max_json_depth" << YAML::Value << static_cast<unsigned>(writer.max_json_depth);
   out << YAML::Key << "io_threads" << YAML::Value << static_cast<unsigned>(writer.io_threads);
   out << YAML::Key << "read_threads" << YAML::Value << static_cast<unsigned>(writer.read_threads);
   out << YAML::Key << "entity_cache_entries" << YAML::Value
@@ -1911,7 +1915,7 @@ std::string Config::Redacted() const {
       }
     } else if (!sink.type.empty()) {
       // A plugin's sink: its options as they were given (JSON is valid YAML).
-      auto options = nlohmann::json::parse(sink.plugin.options_json, nullptr, false);
+      auto options = ParseJsonOrDiscarded(sink.plugin.options_json);
       for (auto& [key, value] : options.items()) {
         const bool hide = key == "url" && (sink.plugin.url_from_secret ||
                                            (value.is_string() && RedisUrlHasPassword(value.get<std::string>())));

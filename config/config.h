@@ -48,6 +48,7 @@ struct WriterConfig {
   uint16_t listen_port = 8080;
   uint32_t batch_max = 1000;              // commands per INSERT/COMMIT, 1..100000
   uint64_t max_body_bytes = 1 << 20;      // larger request bodies get 413
+  uint32_t max_json_depth = 100;          // deeper request bodies get 400, 1..1000 (core/json.h)
   uint32_t io_threads = 2;                // HTTP event-loop threads, 1..64
   uint32_t read_threads = 4;              // threads serving GETs from MySQL, 1..256
   uint32_t entity_cache_entries = 100000; // per partition: entities and recent command ids

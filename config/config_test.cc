@@ -560,6 +560,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  listen: 127.0.0.1:8080\n"
             "  batch_max: 1000\n"
             "  max_body_bytes: 1048576\n"
+            "  max_json_depth: 100\n"
             "  io_threads: 2\n"
             "  read_threads: 4\n"
             "  entity_cache_entries: 100000\n"

@@ -16,6 +16,53 @@ TEST(Json, ParseRejectsMalformed) {
   EXPECT_FALSE(ParseJson("\"\xff\"").ok());  // invalid UTF-8
 }
 
+// A number outside a double's range threw out_of_range.406 from the error
+// path of the old parser and aborted the process.
+TEST(Json, ParseRefusesNumbersOutsideADouble) {
+  for (const char* text : {R"({"x":1e400})", "-1e400", "[1,2,1E+999]", "123e99999999999999999999"}) {
+    auto r = ParseJson(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("number overflow"), std::string::npos) << r.status().message();
+  }
+  // Large integers that still fit a double are numbers, not errors.
+  EXPECT_TRUE(ParseJson("123456789012345678901234567890").ok());
+  EXPECT_TRUE(ParseJson("1e308").ok());
+}
+
+TEST(Json, ParseBoundsNestingDepth) {
+  const auto nested = [](size_t depth, char open, char close) {
+    return std::string(depth, open) + std::string(depth, close);
+  };
+  EXPECT_TRUE(ParseJson(nested(100, '[', ']'), 100).ok());
+  auto deep = ParseJson(nested(101, '[', ']'), 100);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("deeper than 100"), std::string::npos) << deep.status().message();
+  std::string objects;
+  for (int i = 0; i < 5; ++i) objects += R"({"a":)";
+  objects += "1";
+  for (int i = 0; i < 5; ++i) objects += "}";
+  EXPECT_TRUE(ParseJson(objects, 5).ok());
+  EXPECT_FALSE(ParseJson(objects, 4).ok());
+  // 60,000 unclosed brackets (the body that overflowed the stack): an error,
+  // found at the cap without building 60,000 levels.
+  auto hostile = ParseJson(std::string(60000, '['));
+  ASSERT_FALSE(hostile.ok());
+  EXPECT_NE(hostile.status().message().find("deeper than 1000"), std::string::npos);
+  // The cap holds whatever the caller asks for.
+  EXPECT_FALSE(ParseJson(nested(kMaxJsonDepthCap + 1, '[', ']'), 1u << 30).ok());
+  auto at_cap = ParseJson(nested(kMaxJsonDepthCap, '[', ']'));
+  ASSERT_TRUE(at_cap.ok());
+  EXPECT_EQ(JsonDepth(*at_cap), kMaxJsonDepthCap);
+  EXPECT_EQ(CanonicalJson(*at_cap), nested(kMaxJsonDepthCap, '[', ']'));
+}
+
+TEST(Json, DepthCountsContainers) {
+  EXPECT_EQ(JsonDepth(Json(1)), 0u);
+  EXPECT_EQ(JsonDepth(Json::array()), 1u);
+  EXPECT_EQ(JsonDepth(*ParseJson(R"({"a":[1,{"b":[]}],"c":2})")), 4u);
+}
+
 TEST(Json, CanonicalFormSortsKeys) {
   auto a = ParseJson(R"({ "b" : 1, "a" : [true, null] })");
   auto b = ParseJson(R"({"a":[true,null],"b":1})");

@@ -133,7 +133,7 @@ void HealthMonitor::Check() {
   }
   doc["ready"] = ready;
   std::lock_guard lock(mu_);
-  report_ = metrics::Readiness{ready, doc.dump()};
+  report_ = metrics::Readiness{ready, CanonicalJson(doc)};
 }
 
 }  // namespace sluice::engine

@@ -83,7 +83,7 @@ Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
     if (!json && !last_error.empty()) out << "  " << s.name << " last error: " << last_error << "\n";
     doc["sinks"].push_back(std::move(js));
   }
-  if (json) out << doc.dump(2) << "\n";
+  if (json) out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@ JsLimits LimitsFrom(const config::WriterConfig& writer) {
   JsLimits limits;
   limits.timeout = writer.handler_timeout;
   limits.memory_bytes = static_cast<size_t>(writer.handler_memory);
+  limits.max_json_depth = writer.max_json_depth;
   return limits;
 }
 

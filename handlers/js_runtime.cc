@@ -22,8 +22,25 @@ int64_t ThreadCpuNanos() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+int64_t MonotonicNanos() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 // Per-heap bookkeeping: Duktape hands it to the allocator and to the
 // execution-timeout check as the heap's udata.
+//
+// The timeout is checked from three places, so that it holds whatever a
+// handler calls: the bytecode executor (every 1Ki instructions, a patch of
+// ours in handlers/CMakeLists.txt), the regular expression matcher (every
+// 64Ki steps, also ours) and the allocator (every 16th allocation, which is
+// what native functions that build strings or arrays keep doing; every
+// large one). Reading
+// the thread's CPU clock costs a system call (about 0.5-1 us here), so
+// Expired() reads it only when the wall clock (vDSO, about 30 ns) shows that
+// enough time has passed for the budget to be used up: CPU time never runs
+// faster than wall time.
 struct Guard {
   size_t used = 0;
   size_t limit = 0;
@@ -31,13 +48,41 @@ struct Guard {
   bool armed = false;      // a call (or the file's top level) is running
   bool timed_out = false;  // the deadline passed since the last Arm()
   int64_t deadline_ns = 0;  // in ThreadCpuNanos() of the armed thread
+  int64_t next_cpu_read_ns = 0;  // in MonotonicNanos(): no need to read the CPU clock before
+  uint32_t allocations = 0;
 
   void Arm(std::chrono::milliseconds timeout) {
     refused = false;
     timed_out = false;
     deadline_ns = ThreadCpuNanos() + std::chrono::nanoseconds(timeout).count();
+    next_cpu_read_ns = 0;
     armed = true;
   }
+
+  // True once the armed call has used its CPU budget (and from then on).
+  bool Expired() {
+    if (!armed) return false;
+    if (timed_out) return true;
+    const int64_t wall = MonotonicNanos();
+    if (wall < next_cpu_read_ns) return false;
+    const int64_t left = deadline_ns - ThreadCpuNanos();
+    if (left <= 0) {
+      timed_out = true;
+      return true;
+    }
+    next_cpu_read_ns = wall + left;
+    return false;
+  }
+
+  // Called on every allocation: refuses them all once the call timed out.
+  // Large blocks are checked each time: a handler that doubles a string
+  // makes few allocations, each costly to fill.
+  bool AllocationExpired(size_t size) {
+    if (!armed) return false;
+    if (timed_out) return true;
+    return ((++allocations & 15) == 0 || size >= kLargeAllocation) && Expired();
+  }
+  static constexpr size_t kLargeAllocation = 64 * 1024;
 };
 
 // Every block carries its size in front so that frees and reallocs can be
@@ -47,6 +92,7 @@ constexpr size_t kHeader = 16;
 void* GuardedAlloc(void* udata, duk_size_t size) {
   auto* g = static_cast<Guard*>(udata);
   if (size == 0) return nullptr;
+  if (g->AllocationExpired(size)) return nullptr;
   if (g->used + size > g->limit) {
     g->refused = true;
     return nullptr;
@@ -78,6 +124,7 @@ void* GuardedRealloc(void* udata, void* ptr, duk_size_t size) {
   auto* p = static_cast<unsigned char*>(ptr) - kHeader;
   size_t old = 0;
   std::memcpy(&old, p, sizeof old);
+  if (size > old && g->AllocationExpired(size)) return nullptr;
   if (size > old && g->used + (size - old) > g->limit) {
     g->refused = true;
     return nullptr;
@@ -166,8 +213,9 @@ struct CallArgs {
   bool returned;  // the handler returned (an error after this is in encoding)
 };
 
-// The nesting JSON.parse accepts in Duktape (DUK_USE_JSON_DEC_RECLIMIT).
-constexpr int kMaxJsonDepth = 1000;
+// The nesting JSON.parse accepts in Duktape (DUK_USE_JSON_DEC_RECLIMIT), and
+// the most ParseJson ever builds.
+constexpr int kMaxJsonDepth = static_cast<int>(kMaxJsonDepthCap);
 
 // Pushes v as the value JSON.parse would make of its text, without the text:
 // the same doubles (a number's text round-trips to the same double), the same
@@ -252,11 +300,7 @@ duk_ret_t FreezeGlobalUnsafe(duk_context* ctx, void*) {
 
 extern "C" int sluice_duk_exec_timeout_check(void* udata) {
   auto* g = static_cast<sluice::handlers::Guard*>(udata);
-  if (g == nullptr || !g->armed) return 0;
-  if (g->timed_out) return 1;
-  if (sluice::handlers::ThreadCpuNanos() < g->deadline_ns) return 0;
-  g->timed_out = true;
-  return 1;
+  return g != nullptr && g->Expired() ? 1 : 0;
 }
 
 extern "C" double sluice_duk_date_now(void) { return sluice::handlers::t_now_ms; }
@@ -400,13 +444,21 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
   duk_size_t response_len = 0;
   const char* new_state = duk_get_lstring(ctx, -2, &state_len);
   const char* response = duk_get_lstring(ctx, -1, &response_len);
-  auto parsed_state = ParseJson(std::string_view(new_state ? new_state : "null", new_state ? state_len : 4));
-  auto parsed_response = ParseJson(std::string_view(response ? response : "null", response ? response_len : 4));
+  auto parsed_state = ParseJson(std::string_view(new_state ? new_state : "null", new_state ? state_len : 4),
+                                 limits_.max_json_depth);
+  auto parsed_response = ParseJson(std::string_view(response ? response : "null", response ? response_len : 4),
+                                    limits_.max_json_depth);
   duk_pop_2(ctx);
   if (!parsed_state.ok() || !parsed_response.ok() || !parsed_state->is_object()) {
     out.kind = JsOutcome::Kind::kInvalidResult;
     out.message = "the handler of '" + std::string(name) + "' left a state that is not a JSON object";
-    if (!parsed_response.ok()) out.message = "the handler of '" + std::string(name) + "' returned a value that is not JSON";
+    if (!parsed_state.ok()) {
+      out.message = "the handler of '" + std::string(name) + "' left a state that is not valid: " +
+                    parsed_state.status().message();
+    } else if (!parsed_response.ok()) {
+      out.message = "the handler of '" + std::string(name) + "' returned a value that is not valid: " +
+                    parsed_response.status().message();
+    }
     return out;
   }
   out.kind = JsOutcome::Kind::kApplied;

@@ -43,6 +43,7 @@ namespace sluice::handlers {
 struct JsLimits {
   std::chrono::milliseconds timeout{50};  // CPU time per call, and for the file's top level
   size_t memory_bytes = size_t{16} << 20;  // the whole heap, built-ins included
+  uint32_t max_json_depth = 100;            // of the state and response a call returns (core/json.h)
 };
 
 // The third argument of every handler call.

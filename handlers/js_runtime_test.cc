@@ -1,5 +1,9 @@
 #include "handlers/js_runtime.h"
 
+#include <time.h>
+
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 namespace sluice::handlers {
@@ -167,6 +171,45 @@ TEST(JsRuntime, MemoryHogIsStoppedAndTheRuntimeCarriesOn) {
   EXPECT_EQ(out.state["balance"], 3);
 }
 
+int64_t ThreadCpuNanosForTest() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// handler_timeout holds whatever a runaway handler calls: loops over native
+// functions (which run no bytecode, so the executor's own check came too
+// late: 3.45 s of CPU against 50 ms), allocation-heavy loops (456 s), and
+// a regular expression that backtracks for ever (no bytecode at all). The
+// CPU the call takes, rebuilding the heap included, is what the other
+// entities of the partition wait for: at most about twice the limit.
+TEST(JsRuntime, RunawayHandlersStopWithinTwiceTheirCpuLimit) {
+  JsLimits limits;
+  limits.timeout = std::chrono::milliseconds(50);
+  limits.memory_bytes = size_t{512} << 20;  // the timeout, not the heap, must stop them
+  auto rt = MustCreate(std::string(kAccount) +
+                           "function joins() { for (;;) new Array(1000).join('x'); }\n"
+                           "function pushes() { var a = []; for (;;) a.push(new Array(100000).join('x')); }\n"
+                           "function caught() { for (;;) { try { new Array(100000).join('x'); } catch (e) {} } }\n"
+                           "function regex() { return /^(a+)+$/.test('a'.repeat(40) + '!'); }\n"
+                           "function sorts() { var a = []; for (var i = 0; i < 300000; i++) a.push(i * 7919 % 300007);"
+                           " for (;;) { a.sort(); a.reverse(); } }\n"
+                           "function grows() { var s = 'x'; for (;;) { s = s + s; if (s.length > (1 << 26)) s = 'x'; } }\n",
+                       limits);
+  ASSERT_NE(rt, nullptr);
+  for (const char* name : {"joins", "pushes", "caught", "regex", "sorts", "grows"}) {
+    const int64_t before = ThreadCpuNanosForTest();
+    JsOutcome out = rt->Call(name, Json::object(), Json::object(), Ctx());
+    const double used_ms = static_cast<double>(ThreadCpuNanosForTest() - before) / 1e6;
+    EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << name << ": " << out.message;
+    EXPECT_LE(used_ms, 2 * 50.0) << name << " used " << used_ms << " ms of CPU against a 50 ms limit";
+    std::printf("%s: %.1f ms of CPU\n", name, used_ms);
+    // And the runtime carries on.
+    out = rt->Call("deposit", Json::object(), Json{{"amount", 1}}, Ctx());
+    ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << name << ": " << out.message;
+  }
+}
+
 TEST(JsRuntime, UnserialisableResultIsReported) {
   auto rt = MustCreate("function cyc(s) { s.self = s; }\nfunction wipe(s) { s.a = 1; return {r: function () {}}; }");
   ASSERT_NE(rt, nullptr);
@@ -176,6 +219,30 @@ TEST(JsRuntime, UnserialisableResultIsReported) {
   out = rt->Call("wipe", Json::object(), Json::object(), Ctx());
   ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
   EXPECT_EQ(out.response, Json::object());
+}
+
+// A handler can nest the state one level deeper per command; what it leaves
+// is held to max_json_depth like a request body, so stored states stay
+// within what every later parse accepts.
+TEST(JsRuntime, ResultDeeperThanMaxJsonDepthIsInvalid) {
+  JsLimits limits = SmallLimits();
+  limits.max_json_depth = 10;
+  auto rt = MustCreate("function wrap(s) { s.inner = {x: s.inner || null}; }\n"
+                       "function deep() { var r = 1; for (var i = 0; i < 10; i++) r = [r]; return r; }\n",
+                       limits);
+  ASSERT_NE(rt, nullptr);
+  Json state = Json::object();
+  for (int depth = 2; depth <= 10; ++depth) {
+    JsOutcome out = rt->Call("wrap", state, Json::object(), Ctx());
+    ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << "depth " << depth << ": " << out.message;
+    state = out.state;
+    EXPECT_EQ(JsonDepth(state), static_cast<uint32_t>(depth));
+  }
+  JsOutcome out = rt->Call("wrap", state, Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kInvalidResult) << out.message;
+  EXPECT_NE(out.message.find("deeper than 10"), std::string::npos) << out.message;
+  out = rt->Call("deep", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;  // exactly 10 levels
 }
 
 TEST(JsRuntime, SyntaxErrorNamesFileAndLine) {

@@ -259,7 +259,9 @@ TEST_F(JsHandlersTest, RunawayHandlersAreStoppedAndThePartitionCarriesOn) {
   const std::string js = WriteTemp("runaway.js",
                                     "function add(s, r) { s.n = (s.n || 0) + 1; return {n: s.n}; }\n"
                                     "function spin(s) { s.n = -1; for (;;) {} }\n"
-                                    "function hog(s) { s.n = -2; var a = []; for (;;) a.push(new Array(1000).join('x') + a.length); }\n");
+                                    "function hog(s) { s.n = -2; var a = []; for (;;) a.push('x'.repeat(100000) + a.length); }\n"
+                                    "function joins(s) { s.n = -3; for (;;) new Array(1000).join('x'); }\n"
+                                    "function regex(s) { s.n = -4; return /^(a+)+$/.test('a'.repeat(40) + '!'); }\n");
   auto writer = StartWriter(WriteConfig(cfg, {{"account", js}}), cfg.port);
   ASSERT_TRUE(writer->running());
   HttpClient c(cfg.port);
@@ -270,6 +272,13 @@ TEST_F(JsHandlersTest, RunawayHandlersAreStoppedAndThePartitionCarriesOn) {
   auto hog = c.Post(CommandPath("r", "hog"), "{}");
   EXPECT_EQ(hog.status, 500);
   EXPECT_EQ(Json::parse(hog.body)["error"]["code"], "handler_out_of_memory") << hog.body;
+  // Loops over native calls and a backtracking regular expression run little
+  // or no bytecode; the timeout stops them all the same.
+  for (const char* name : {"joins", "regex"}) {
+    auto r = c.Post(CommandPath("r", name), "{}");
+    EXPECT_EQ(r.status, 500) << name;
+    EXPECT_EQ(Json::parse(r.body)["error"]["code"], "handler_timeout") << name << ": " << r.body;
+  }
 
   // Runaways and ordinary commands at once: every `add` lands, no runaway does.
   constexpr int kClients = 8;

@@ -174,5 +174,59 @@ TEST_F(WriterApiTest, HoldsTwoThousandKeepAliveConnections) {
   EXPECT_EQ(TotalEvents(*db_), kConnections);
 }
 
+// Bodies that once aborted or crashed the whole process: a number a double
+// cannot hold (out_of_range.406 escaped the parser) and deep nesting (the
+// recursive walks over the parsed value overflowed the stack). Each must be a
+// 400 with a JSON error, write nothing, and leave the process serving.
+TEST(WriterHostileBodies, Get400AndTheProcessStaysUp) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("hostile");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 2}};
+  cfg.port = FreePort();
+  cfg.extra_writer_yaml = "  max_body_bytes: 1MiB\n  max_json_depth: 20\n";
+  SluiceProcess writer({"serve", "--config", cfg.Write()}, cfg.port);
+  std::string why;
+  ASSERT_TRUE(writer.Start(&why)) << why;
+  HttpClient client(cfg.port);
+
+  const auto nested = [](int depth) {
+    std::string s;
+    for (int i = 0; i < depth; ++i) s += R"({"a":)";
+    s += "1";
+    s += std::string(static_cast<size_t>(depth), '}');
+    return s;
+  };
+  struct Case {
+    std::string name;
+    std::string body;
+  };
+  const std::vector<Case> hostile = {
+      {"number overflow", R"({"x":1e400})"},
+      {"negative overflow", R"({"x":[-1E+99999]})"},
+      {"60,000 unclosed brackets", std::string(60000, '[')},
+      {"120 KB of closed brackets", std::string(60000, '[') + std::string(60000, ']')},
+      {"objects one level deeper than max_json_depth", nested(21)},
+  };
+  const std::string path = "/v1/entities/account/victim/commands/patch";
+  for (const Case& c : hostile) {
+    for (const std::string command : {"patch", "create", "put"}) {
+      const HttpReply r = client.Post("/v1/entities/account/victim/commands/" + command, c.body);
+      EXPECT_EQ(r.status, 400) << c.name << " (" << command << "): " << r.body << r.error;
+      const Json body = Json::parse(r.body, nullptr, false);
+      ASSERT_TRUE(body.is_object()) << c.name << ": the reply is not JSON: " << r.body;
+      EXPECT_EQ(body["error"]["code"], "malformed_json") << c.name;
+      ASSERT_TRUE(writer.running()) << c.name;
+      ASSERT_EQ(client.Get("/healthz").status, 200) << c.name << ": the process stopped serving\n" << writer.Log();
+    }
+  }
+  EXPECT_EQ(TotalEvents(db), 0) << "a refused body wrote an event";
+  // At the limit the body is a document like any other.
+  const HttpReply ok = client.Post(path, nested(20));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(TotalEvents(db), 1);
+}
+
 }  // namespace
 }  // namespace sluice::testing

@@ -230,7 +230,7 @@ void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder resp
   if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
     cmd.request = Json::object();
   } else {
-    auto parsed = ParseJson(req.body);
+    auto parsed = ParseJson(req.body, config_.writer.max_json_depth);
     if (!parsed.ok()) return SendError(respond, 400, "malformed_json", parsed.status().message());
     cmd.request = std::move(parsed).value();
   }

@@ -40,7 +40,7 @@ std::string AppendBulkItem(const ChangeEvent& event, std::string& body) {
     // NDJSON needs the source on one line; stored states are compact, so
     // this is rare.
     if (may_hold_marker || state.find_first_of("\r\n") != std::string_view::npos) {
-      Json parsed = Json::parse(state, nullptr, /*allow_exceptions=*/false);
+      Json parsed = ParseJsonOrDiscarded(state);
       if (parsed.is_discarded() || !parsed.is_object()) return "the entity state is not valid JSON";
       if (parsed.contains(kTombstoneField)) {
         return "the entity state has the member \"" + std::string(kTombstoneField) +
@@ -64,7 +64,7 @@ std::string AppendBulkItem(const ChangeEvent& event, std::string& body) {
 }
 
 Result<std::vector<BulkItem>> ParseBulkResponse(std::string_view body, size_t expected) {
-  const Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const Json doc = ParseJsonOrDiscarded(body);
   if (doc.is_discarded() || !doc.is_object()) {
     return Internal("the _bulk response is not a JSON object: " + Truncated(std::string(body.substr(0, 200))));
   }
@@ -110,7 +110,7 @@ ItemClass ClassifyItem(const BulkItem& item) {
 }
 
 std::string ErrorText(std::string_view body) {
-  const Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const Json doc = ParseJsonOrDiscarded(body);
   if (!doc.is_discarded() && doc.is_object()) {
     if (const auto error = doc.find("error"); error != doc.end()) return Truncated(ErrorOf(*error));
   }

@@ -155,7 +155,7 @@ class ElasticsearchSink final : public Sink {
       ASSIGN_OR_RETURN(HttpResponse r,
                        Send("POST", index_path_ + "/_mget?filter_path=docs.found,docs._version,docs._source", body));
       if (r.status != 200) return HttpError(r, "_mget");
-      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      const Json doc = ParseJsonOrDiscarded(r.body);
       const Json* docs = doc.is_object() && doc.contains("docs") ? &doc["docs"] : nullptr;
       if (docs == nullptr || !docs->is_array() || docs->size() != end - begin) {
         return Internal(where_ + ": the _mget response does not hold one document per id");
@@ -196,7 +196,7 @@ class ElasticsearchSink final : public Sink {
     for (const std::string& old : live.indices) {
       ASSIGN_OR_RETURN(HttpResponse r, Send("GET", PathTo("/", old) + "/_alias"));
       if (r.status != 200) return HttpError(r, "reading the aliases of " + old);
-      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      const Json doc = ParseJsonOrDiscarded(r.body);
       if (doc.is_object() && doc.contains(old) && doc[old].contains("aliases") && doc[old]["aliases"].is_object()) {
         for (const auto& [alias, definition] : doc[old]["aliases"].items()) {
           if (alias == shadow_of_) continue;
@@ -225,7 +225,7 @@ class ElasticsearchSink final : public Sink {
     LiveName live;
     ASSIGN_OR_RETURN(HttpResponse r, Send("GET", PathTo("/_alias/", shadow_of_)));
     if (r.status == 200) {
-      const Json doc = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      const Json doc = ParseJsonOrDiscarded(r.body);
       if (!doc.is_object()) return Internal(where_ + ": the answer to GET /_alias/" + shadow_of_ + " is not JSON");
       live.alias = true;
       for (const auto& [index, aliases] : doc.items()) live.indices.push_back(index);
@@ -287,7 +287,7 @@ class ElasticsearchSink final : public Sink {
   Result<std::string> CreateIndexBody() const {
     Json body = Json::object();
     if (!es_.mapping_json.empty()) {
-      body = Json::parse(es_.mapping_json, nullptr, /*allow_exceptions=*/false);
+      body = ParseJsonOrDiscarded(es_.mapping_json);
       if (body.is_discarded() || !body.is_object()) {
         return FailedPrecondition(where_ + ": " + es_.mapping_path + " does not hold a JSON object");
       }
@@ -333,7 +333,7 @@ class ElasticsearchSink final : public Sink {
                                  std::to_string(s.version)});
       return true;
     }
-    const Json state = Json::parse(s.state, nullptr, /*allow_exceptions=*/false);
+    const Json state = ParseJsonOrDiscarded(s.state);
     if (state.is_discarded() || state != *source) {
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
                              "version " + std::to_string(version) + " in the view differs from storage"});
@@ -350,7 +350,7 @@ class ElasticsearchSink final : public Sink {
     const std::string query = R"({"query":)" + std::string(kLiveQuery) + "}";
     ASSIGN_OR_RETURN(HttpResponse counted, Send("POST", index_path_ + "/_count", query));
     if (counted.status != 200) return HttpError(counted, "_count");
-    const Json count = Json::parse(counted.body, nullptr, /*allow_exceptions=*/false);
+    const Json count = ParseJsonOrDiscarded(counted.body);
     if (!count.is_object() || !count.contains("count") || !count["count"].is_number_unsigned()) {
       return Internal(where_ + ": the _count response has no count");
     }
@@ -367,7 +367,7 @@ class ElasticsearchSink final : public Sink {
         st = HttpError(page, "scrolling the index");
         break;
       }
-      const Json doc = Json::parse(page.body, nullptr, /*allow_exceptions=*/false);
+      const Json doc = ParseJsonOrDiscarded(page.body);
       if (!doc.is_object()) {
         st = Internal(where_ + ": a scroll response is not JSON");
         break;

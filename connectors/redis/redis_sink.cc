@@ -901,7 +901,7 @@ class RedisSink final : public Sink {
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id, "key '" + key + "' is not a string"});
       return;
     }
-    Json view = Json::parse(reply.str, reply.str + reply.len, nullptr, /*allow_exceptions=*/false);
+    Json view = ParseJsonOrDiscarded(std::string_view(reply.str, reply.len));
     if (view.is_discarded() || !view.is_object()) {
       differences.push_back(
           {Difference::Kind::kContentMismatch, s.entity_id, "key '" + key + "' does not hold a JSON object"});

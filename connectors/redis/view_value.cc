@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "connectors/sink.h"
+#include "core/json.h"
 
 namespace sluice::connectors::redis {
 namespace {
@@ -33,7 +34,7 @@ bool AppendVersionedJson(std::string& out, std::string_view state, uint64_t vers
 
 bool HasVersionMember(std::string_view state) {
   if (state.find("\"_version\"") == std::string_view::npos) return false;
-  Json parsed = Json::parse(state.begin(), state.end(), nullptr, /*allow_exceptions=*/false);
+  Json parsed = ParseJsonOrDiscarded(state);
   return parsed.is_object() && parsed.contains(kVersionMember);
 }
 
