@@ -210,8 +210,8 @@ CommandMetrics::CommandMetrics(Registry& r, const std::string& type, const std::
 
 WriterTypeMetrics::WriterTypeMetrics(Registry& r, const std::string& type) {
   batch_events_ = &r.Histogram(kWriterBatchEvents).Add({{"type", type}}, kSizeBuckets);
-  static constexpr std::array<std::string_view, kConflictKeys> kKeys = {"PRIMARY", "uk_entity_version",
-                                                                          "uk_entity_command", "other"};
+  static constexpr std::array<std::string_view, kConflictKeys> kKeys = {
+      "PRIMARY", "uk_entity_version", "uk_entity_command", "stale_refusal", "other"};
   auto& conflicts = r.Counter(kWriterConflicts);
   for (size_t i = 0; i < kConflictKeys; ++i) {
     conflicts_[i] = &conflicts.Add({{"type", type}, {"key", std::string(kKeys[i])}});

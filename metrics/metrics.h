@@ -105,8 +105,11 @@ std::string_view CommandOutcomeName(CommandOutcome o);
 CommandOutcome OutcomeOfStatus(int http_status, bool replayed);
 
 // The unique key a duplicate-key conflict named (DESIGN 3.3 step 6).
-enum class ConflictKey : uint8_t { kPrimary, kEntityVersion, kEntityCommand, kOther };
-inline constexpr size_t kConflictKeys = 4;
+// kStaleRefusal is not a duplicate key: a command about to be refused (409,
+// 422, ...) on a cached entity found it older than storage, so the batch was
+// re-planned on the stored version (DESIGN I4; label "stale_refusal").
+enum class ConflictKey : uint8_t { kPrimary, kEntityVersion, kEntityCommand, kStaleRefusal, kOther };
+inline constexpr size_t kConflictKeys = 5;
 // "PRIMARY", "uk_entity_version", "uk_entity_command", other -> kOther.
 ConflictKey ConflictKeyOf(std::string_view mysql_key_name);
 

@@ -306,6 +306,66 @@ TEST_F(JsHandlersTest, RunawayHandlersAreStoppedAndThePartitionCarriesOn) {
   ExpectDenseVersions(db);
 }
 
+// Two writer processes on one database (DESIGN I4): a refusal, whether a
+// handler's rejection or a 409, may only come from the entity's current
+// version. Writer A caches x at balance 0; writer B deposits; A must then
+// see the deposit instead of answering "insufficient funds" from its cache,
+// and must accept an If-Match of the version a GET just returned.
+TEST_F(JsHandlersTest, TwoWritersRefuseOnlyOnCurrentState) {
+  TestDatabase db("jstwo");
+  SluiceConfig cfg = AccountConfig(db, 1);
+  const std::string config_a = WriteConfig(cfg, {{"account", AccountJs()}});
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", config_a}, &out), 0) << out;
+  const uint16_t port_a = cfg.port;
+  cfg.port = FreePort();
+  const std::string config_b = WriteConfig(cfg, {{"account", AccountJs()}});
+  SluiceProcess writer_a({"writer", "--config", config_a}, port_a);
+  SluiceProcess writer_b({"writer", "--config", config_b}, cfg.port);
+  std::string why;
+  ASSERT_TRUE(writer_a.Start(&why)) << why;
+  ASSERT_TRUE(writer_b.Start(&why)) << why;
+  HttpClient a(port_a), b(cfg.port);
+  const auto version_of = [](const HttpReply& r) { return Json::parse(r.body)["version"].get<int>(); };
+
+  ASSERT_EQ(a.Post(CommandPath("x", "open"), R"({"owner":"ann"})").status, 200);
+  ASSERT_EQ(a.Post(CommandPath("x", "deposit"), R"({"amount":100})").status, 200);
+  ASSERT_EQ(a.Post(CommandPath("x", "withdraw"), R"({"amount":100})").status, 200);  // A caches balance 0, v3
+  auto deposit = b.Post(CommandPath("x", "deposit"), R"({"amount":50})");
+  ASSERT_EQ(deposit.status, 200) << deposit.body;
+  ASSERT_EQ(version_of(deposit), 4);
+  auto withdraw = a.Post(CommandPath("x", "withdraw"), R"({"amount":30})");
+  EXPECT_EQ(withdraw.status, 200) << "writer A refused on its cached state: " << withdraw.body;
+  if (withdraw.status == 200) {
+    EXPECT_EQ(Json::parse(withdraw.body)["response"]["balance"], 20) << withdraw.body;
+  }
+
+  // If-Match with the version a GET (on the other writer) just returned.
+  ASSERT_EQ(b.Post(CommandPath("x", "deposit"), R"({"amount":5})").status, 200);
+  auto got = b.Get("/v1/entities/account/x");
+  ASSERT_EQ(got.status, 200);
+  const int current = version_of(got);
+  auto guarded = a.Post(CommandPath("x", "deposit"), R"({"amount":1})", {{"If-Match", "\"" + std::to_string(current) + "\""}});
+  EXPECT_EQ(guarded.status, 200) << "writer A answered 409 from its cache: " << guarded.body;
+  // A stale If-Match is still refused, now with the stored version.
+  auto stale = a.Post(CommandPath("x", "deposit"), R"({"amount":1})", {{"If-Match", "\"" + std::to_string(current) + "\""}});
+  EXPECT_EQ(stale.status, 409) << stale.body;
+  EXPECT_EQ(Json::parse(stale.body)["error"]["current_version"], current + 1) << stale.body;
+
+  // Built-in commands too: A caches y as existing, B deletes it, A's create
+  // must not be refused as already_exists (and, the other way, A's delete of
+  // an entity B created must not be a 404).
+  ASSERT_EQ(a.Post("/v1/entities/account/y/commands/create", R"({"v":1})").status, 200);
+  ASSERT_EQ(b.Post("/v1/entities/account/y/commands/delete", "").status, 200);
+  auto recreate = a.Post("/v1/entities/account/y/commands/create", R"({"v":2})");
+  EXPECT_EQ(recreate.status, 200) << recreate.body;
+  ASSERT_EQ(a.Post("/v1/entities/account/z/commands/delete", "").status, 404);  // A caches z as missing
+  ASSERT_EQ(b.Post("/v1/entities/account/z/commands/create", R"({"v":1})").status, 200);
+  auto del = a.Post("/v1/entities/account/z/commands/delete", "");
+  EXPECT_EQ(del.status, 200) << del.body;
+  ExpectDenseVersions(db);
+}
+
 // A syntax error stops `sluice config check` and the writer's start-up,
 // naming the JavaScript file and line.
 TEST_F(JsHandlersTest, SyntaxErrorFailsStartupWithFileAndLine) {

@@ -132,11 +132,12 @@ Status PartitionWorker::LoadHead() {
   return Status::Ok();
 }
 
-Status PartitionWorker::LoadEntities(const std::deque<Command>& batch) {
+Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded) {
   std::unordered_set<std::string> missing;
   for (const auto& c : batch) {
     if (entities_.Find(c.entity_id) == nullptr) missing.insert(c.entity_id);
   }
+  *loaded = missing;
   if (missing.empty()) return Status::Ok();
   std::string in;
   for (const auto& id : missing) {
@@ -162,6 +163,27 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch) {
   }
   for (const auto& id : missing) entities_.Put(id, EntityState{});
   return Status::Ok();
+}
+
+Result<size_t> PartitionWorker::DropStaleEntities(const std::unordered_map<std::string, uint64_t>& versions) {
+  if (versions.empty()) return size_t{0};
+  std::string in;
+  for (const auto& [id, version] : versions) {
+    if (!in.empty()) in += ',';
+    conn_->AppendQuoted(in, id);
+  }
+  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT entity_id, MAX(version) FROM " + sql::QuoteIdent(table_) +
+                                           " WHERE entity_id IN (" + in + ") GROUP BY entity_id"));
+  std::unordered_map<std::string, uint64_t> stored;
+  for (const auto& row : rows) stored[row.at(0).value_or("")] = std::stoull(row.at(1).value_or("0"));
+  size_t stale = 0;
+  for (const auto& [id, version] : versions) {
+    const auto it = stored.find(id);
+    if ((it == stored.end() ? 0 : it->second) == version) continue;
+    entities_.Erase(id);
+    ++stale;
+  }
+  return stale;
 }
 
 void PartitionWorker::DropCaches(const std::deque<Command>& batch) {
@@ -240,11 +262,13 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
   for (uint32_t attempt = 0; attempt <= options_.conflict_retries; ++attempt) {
     Status st = EnsureConnected();
     if (st.ok() && !head_) st = LoadHead();
-    if (st.ok()) st = LoadEntities(batch);
+    std::unordered_set<std::string> loaded;
+    if (st.ok()) st = LoadEntities(batch, &loaded);
     if (!st.ok()) return fail_all(st);
 
     // Plan: run every pending command against the state the earlier ones leave.
     std::unordered_map<std::string, EntityState> overlay;
+    std::unordered_map<std::string, uint64_t> base_version;  // per entity: the version the plan started from
     std::unordered_map<std::string, size_t> first_with_key;
     std::vector<size_t> writes;
     std::vector<size_t> rejected;
@@ -280,6 +304,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       if (ov == overlay.end()) {
         const EntityState* cached = entities_.Find(c.entity_id);
         ov = overlay.emplace(c.entity_id, cached ? *cached : EntityState{}).first;
+        base_version.emplace(c.entity_id, ov->second.version);
       }
       EntityState& entity = ov->second;
       if (c.expected_version && *c.expected_version != entity.version) {
@@ -342,9 +367,27 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       entity.exists = !out.deleted;
       entity.state = std::move(out.new_state);
     }
+    std::erase_if(rejected, [&](size_t i) { return i >= n; });
+    // A refusal decided on a cached entity stands only once storage confirms
+    // that version (DESIGN I4): another writer may have moved the entity, and
+    // a 409 or a handler's rejection of stale state would be a wrong answer.
+    // Entities read from storage for this plan need no second look.
+    std::unordered_map<std::string, uint64_t> unconfirmed;
+    for (size_t i : rejected) {
+      const std::string& id = batch[i].entity_id;
+      if (!loaded.count(id)) unconfirmed.emplace(id, base_version.at(id));
+    }
+    if (!unconfirmed.empty()) {
+      auto stale = DropStaleEntities(unconfirmed);
+      if (!stale.ok()) return fail_all(stale.status());
+      if (*stale > 0) {
+        stats_.stale_refusals += *stale;
+        if (options_.metrics) options_.metrics->Conflict(metrics::ConflictKey::kStaleRefusal);
+        continue;  // re-plan on the stored versions
+      }
+    }
     // Rejections of commands that may have been applied before (a retry whose
     // first reply was lost): the stored event answers those instead.
-    std::erase_if(rejected, [&](size_t i) { return i >= n; });
     if (st = AnswerFromStorage(batch, plan, done, rejected); !st.ok()) return fail_all(st);
 
     if (!writes.empty()) {

@@ -32,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/json.h"
@@ -98,6 +99,7 @@ class PartitionWorker {
     uint64_t conflicts_primary = 0;   // another writer took the event_id
     uint64_t conflicts_version = 0;   // the cached entity was stale
     uint64_t conflicts_command = 0;   // a retry raced its original
+    uint64_t stale_refusals = 0;      // a refusal found its cached entity stale and was re-planned
     uint64_t unavailable = 0;      // batches answered 503
   };
   const Stats& stats() const { return stats_; }
@@ -119,7 +121,12 @@ class PartitionWorker {
   void ProcessBatch(std::deque<Command>& batch);
   Status EnsureConnected();
   Status LoadHead();
-  Status LoadEntities(const std::deque<Command>& batch);
+  // `loaded` gets the ids read from storage (the others came from the cache).
+  Status LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded);
+  // DESIGN I4 for refusals: the stored version of each entity in `versions`
+  // (id -> the version the plan started from). Drops from the cache every
+  // entity whose stored version differs and returns how many did.
+  Result<size_t> DropStaleEntities(const std::unordered_map<std::string, uint64_t>& versions);
   // Answers the commands `which` of the batch that are already stored (same
   // entity and command id) from their event rows, and marks them done.
   Status AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan, std::vector<char>& done,

@@ -129,6 +129,7 @@ void WriterService::Stop() {
       total.conflicts_primary += s.conflicts_primary;
       total.conflicts_version += s.conflicts_version;
       total.conflicts_command += s.conflicts_command;
+      total.stale_refusals += s.stale_refusals;
       total.unavailable += s.unavailable;
     }
   }
@@ -136,7 +137,8 @@ void WriterService::Stop() {
                            std::to_string(total.batches) + " batches; duplicate-key conflicts: PRIMARY=" +
                            std::to_string(total.conflicts_primary) + " uk_entity_version=" +
                            std::to_string(total.conflicts_version) + " uk_entity_command=" +
-                           std::to_string(total.conflicts_command) + "; batches refused as unavailable: " +
+                           std::to_string(total.conflicts_command) + "; refusals re-planned on a stale cache: " +
+                           std::to_string(total.stale_refusals) + "; batches refused as unavailable: " +
                            std::to_string(total.unavailable));
   // Per push sink, over every partition.
   std::map<std::string, std::array<uint64_t, 6>> push;
