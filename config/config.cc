@@ -31,6 +31,16 @@
 #include "core/names.h"
 
 namespace sluice::config {
+
+std::string_view DurabilityBarrierName(DurabilityBarrier b) {
+  switch (b) {
+    case DurabilityBarrier::kAuto: return "auto";
+    case DurabilityBarrier::kLsn: return "lsn";
+    case DurabilityBarrier::kCommit: return "commit";
+    case DurabilityBarrier::kOff: return "off";
+  }
+  return "auto";
+}
 namespace {
 
 constexpr std::string_view kRedacted = "<redacted>";
@@ -634,7 +644,22 @@ class ConfigReader {
          }},
         {"inflight_batches", kOptional,
          [&](const Field& f) { ReadUint(f, 1, 64, &e->inflight_batches); }},
+        {"durability_barrier", kOptional, [&](const Field& f) { ReadDurabilityBarrier(f, &e->durability_barrier); }},
     });
+  }
+
+  void ReadDurabilityBarrier(const Field& f, DurabilityBarrier* out) {
+    constexpr std::string_view kExpected = "auto, lsn, commit or off";
+    const auto text = PlainScalar(f, kExpected);
+    if (!text) return;
+    for (const DurabilityBarrier b :
+         {DurabilityBarrier::kAuto, DurabilityBarrier::kLsn, DurabilityBarrier::kCommit, DurabilityBarrier::kOff}) {
+      if (*text == DurabilityBarrierName(b)) {
+        *out = b;
+        return;
+      }
+    }
+    Expected(f, kExpected, *text);
   }
 
   // ---- sinks ----
@@ -1818,6 +1843,7 @@ std::string Config::Redacted() const {
       << FormatDuration(engine.retry_backoff_max);
   out << YAML::Key << "inflight_batches" << YAML::Value
       << static_cast<unsigned>(engine.inflight_batches);
+  out << YAML::Key << "durability_barrier" << YAML::Value << std::string(DurabilityBarrierName(engine.durability_barrier));
   out << YAML::EndMap;
 
   if (metrics.enabled) {

@@ -84,12 +84,23 @@ struct MetricsConfig {
   uint16_t listen_port = 9464;             // 0: any free port
 };
 
+// How the engine makes sure it never hands a sink an event that a crash of
+// the MySQL server could still roll back (DESIGN I5, docs/storage.md).
+enum class DurabilityBarrier {
+  kAuto,    // kLsn where the server reports Innodb_lsn_flushed (MariaDB), else kCommit
+  kLsn,     // wait until the server's flushed log sequence number passes the one current after the read
+  kCommit,  // commit a one-row write of its own, whose flush covers every commit the read saw
+  kOff,     // none: a crash of the MySQL server can leave views ahead of storage
+};
+std::string_view DurabilityBarrierName(DurabilityBarrier b);
+
 struct EngineConfig {
   std::chrono::milliseconds offset_flush_interval{1000};  // offsets written this often (and on clean stop)
   uint32_t batch_max = 5000;                   // events read per query, 1..100000
   std::chrono::milliseconds idle_poll_max{50};  // longest sleep of an idle partition reader, 1ms..10s
   std::chrono::milliseconds retry_backoff_max{5000};  // cap of the backoff while a sink is unavailable
   uint32_t inflight_batches = 4;               // read-ahead batches per sink (memory bound), 1..64
+  DurabilityBarrier durability_barrier = DurabilityBarrier::kAuto;
 };
 
 // A column (MySQL sink) or hash field (Redis sink) filled from the entity state.

@@ -575,6 +575,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  idle_poll_max: 50ms\n"
             "  retry_backoff_max: 5s\n"
             "  inflight_batches: 4\n"
+            "  durability_barrier: auto\n"
             "sinks:\n"
             "  - name: account_cache\n"
             "    type: redis\n"
@@ -742,6 +743,7 @@ TEST(Sinks, EngineAndSinksAreOptional) {
   EXPECT_EQ(r->engine.idle_poll_max, defaults.idle_poll_max);
   EXPECT_EQ(r->engine.retry_backoff_max, defaults.retry_backoff_max);
   EXPECT_EQ(r->engine.inflight_batches, defaults.inflight_batches);
+  EXPECT_EQ(r->engine.durability_barrier, DurabilityBarrier::kAuto);
   EXPECT_TRUE(r->sinks.empty());
   EXPECT_NE(r->Redacted().find("sinks: []\n"), std::string::npos) << r->Redacted();
 }
@@ -753,9 +755,11 @@ TEST(Sinks, ReadsEngineKeys) {
   idle_poll_max: 10s
   retry_backoff_max: 10m
   inflight_batches: 64
+  durability_barrier: commit
 )",
                                           kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->engine.durability_barrier, DurabilityBarrier::kCommit);
   EXPECT_EQ(r->engine.offset_flush_interval, std::chrono::milliseconds(10));
   EXPECT_EQ(r->engine.batch_max, 100000u);
   EXPECT_EQ(r->engine.idle_poll_max, std::chrono::seconds(10));
@@ -1049,6 +1053,7 @@ TEST(SinkErrors, EngineValuesOutOfRange) {
   retry_backoff_max: 11m
   inflight_batches: 65
   idle_pol_max: 2s
+  durability_barrier: fsync
 )"),
             "t.yaml:11:26: engine.offset_flush_interval: must be between 10ms and 1m, got "
             "\"5ms\"\n"
@@ -1057,7 +1062,8 @@ TEST(SinkErrors, EngineValuesOutOfRange) {
             "t.yaml:14:22: engine.retry_backoff_max: must be between 10ms and 10m, got \"11m\"\n"
             "t.yaml:15:21: engine.inflight_batches: must be an integer between 1 and 64, got "
             "\"65\"\n"
-            "t.yaml:16:3: engine.idle_pol_max: unknown key (did you mean \"idle_poll_max\"?)");
+            "t.yaml:16:3: engine.idle_pol_max: unknown key (did you mean \"idle_poll_max\"?)\n"
+            "t.yaml:17:23: engine.durability_barrier: must be auto, lsn, commit or off, got \"fsync\"");
 }
 
 TEST(SinkErrors, EveryProblemIsReportedTogetherInFileOrder) {

@@ -47,6 +47,7 @@
 
 #include "config/config.h"
 #include "connectors/sink.h"
+#include "engine/durability_barrier.h"
 #include "metrics/metrics.h"
 #include "offsets/offset_store.h"
 #include "sql/connection.h"
@@ -64,6 +65,10 @@ struct SinkRunnerOptions {
   // The sink name dead letters are filed under; empty: sink.name. A rebuild's
   // shadow runner files them under the live sink it will replace.
   std::string dead_letter_sink;
+  // What every read passes before its events are queued (DESIGN I5), shared
+  // by the runners of one process; null: the runner makes its own from
+  // mysql and engine.durability_barrier.
+  std::shared_ptr<DurabilityBarrier> barrier;
 };
 
 class SinkRunner {
@@ -156,6 +161,7 @@ class SinkRunner {
 
   const SinkRunnerOptions options_;
   std::unique_ptr<connectors::Sink> sink_;
+  const std::shared_ptr<DurabilityBarrier> barrier_;
   const std::shared_ptr<metrics::SinkMetrics> metrics_;  // never null
 
   mutable std::mutex mu_;

@@ -11,6 +11,8 @@ SyncEngine::SyncEngine(config::Config config, metrics::Registry* registry)
 SyncEngine::~SyncEngine() { Stop(); }
 
 Status SyncEngine::Start() {
+  // One barrier for every sink: their reads share its rounds.
+  auto barrier = std::make_shared<DurabilityBarrier>(sql::ParamsFrom(config_.mysql), config_.engine.durability_barrier);
   for (const auto& sink_cfg : config_.sinks) {
     ASSIGN_OR_RETURN(auto sink, connectors::MakeSink(sink_cfg, config_));
     SinkRunnerOptions o;
@@ -18,6 +20,7 @@ Status SyncEngine::Start() {
     o.partitions = config_.entities.at(sink_cfg.entity).partitions;
     o.mysql = sql::ParamsFrom(config_.mysql);
     o.engine = config_.engine;
+    o.barrier = barrier;
     o.metrics = std::make_shared<metrics::SinkMetrics>(registry_, sink_cfg.name, o.partitions);
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
   }

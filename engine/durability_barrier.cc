@@ -1,0 +1,168 @@
+#include "engine/durability_barrier.h"
+
+#include <algorithm>
+#include <charconv>
+#include <thread>
+
+namespace sluice::engine {
+namespace {
+
+constexpr char kBarrierTable[] = "sluice_durability_barrier";
+
+struct Lsns {
+  uint64_t current = 0;
+  uint64_t flushed = 0;
+  bool has_current = false;
+  bool has_flushed = false;
+};
+
+Result<Lsns> ReadLsns(sql::Connection& conn) {
+  ASSIGN_OR_RETURN(auto rows, conn.Query("SHOW GLOBAL STATUS LIKE 'Innodb_lsn\\_%'"));
+  Lsns out;
+  for (const auto& row : rows) {
+    if (row.size() < 2 || !row[0] || !row[1]) continue;
+    uint64_t v = 0;
+    const std::string& text = *row[1];
+    if (std::from_chars(text.data(), text.data() + text.size(), v).ec != std::errc()) continue;
+    if (*row[0] == "Innodb_lsn_current") {
+      out.current = v;
+      out.has_current = true;
+    } else if (*row[0] == "Innodb_lsn_flushed") {
+      out.flushed = v;
+      out.has_flushed = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+DurabilityBarrier::DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode)
+    : mysql_(std::move(mysql)), mode_(mode) {}
+
+DurabilityBarrier::~DurabilityBarrier() = default;
+
+std::string DurabilityBarrier::mode() const {
+  std::lock_guard lock(mu_);
+  return std::string(config::DurabilityBarrierName(mode_));
+}
+
+DurabilityBarrier::Counters DurabilityBarrier::counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+Status DurabilityBarrier::Wait() {
+  std::unique_lock lock(mu_);
+  ++counters_.waits;
+  if (mode_ == config::DurabilityBarrier::kOff) return Status::Ok();
+  const uint64_t ticket = ++next_ticket_;
+  while (covered_ < ticket) {
+    if (running_) {
+      cv_.wait(lock);
+      continue;
+    }
+    // Lead a round: it covers every ticket handed out so far, since each was
+    // taken after its read returned, and the round starts after that.
+    running_ = true;
+    const uint64_t upto = next_ticket_;
+    lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
+    Status st = RunRound();
+    const auto took = std::chrono::steady_clock::now() - start;
+    lock.lock();
+    running_ = false;
+    ++counters_.rounds;
+    counters_.round_time += std::chrono::duration_cast<std::chrono::nanoseconds>(took);
+    if (st.ok()) covered_ = std::max(covered_, upto);
+    cv_.notify_all();
+    // The waiters behind a failed round try again themselves.
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status DurabilityBarrier::Connect() {
+  if (conn_ && conn_->healthy()) return Status::Ok();
+  conn_.reset();
+  ASSIGN_OR_RETURN(conn_, sql::Connection::Open(mysql_));
+  config::DurabilityBarrier mode;
+  {
+    std::lock_guard lock(mu_);
+    mode = mode_;
+  }
+  if (mode == config::DurabilityBarrier::kAuto || mode == config::DurabilityBarrier::kLsn) {
+    ASSIGN_OR_RETURN(Lsns lsns, ReadLsns(*conn_));
+    const bool lsn_ok = lsns.has_current && lsns.has_flushed;
+    if (mode == config::DurabilityBarrier::kLsn && !lsn_ok) {
+      conn_.reset();
+      return FailedPrecondition(
+          "engine.durability_barrier is lsn, but the MySQL server does not report Innodb_lsn_current and "
+          "Innodb_lsn_flushed (MariaDB does); use commit or auto");
+    }
+    mode = lsn_ok ? config::DurabilityBarrier::kLsn : config::DurabilityBarrier::kCommit;
+  }
+  if (mode == config::DurabilityBarrier::kCommit) {
+    Status st = conn_->Execute(std::string("CREATE TABLE IF NOT EXISTS ") + kBarrierTable +
+                               " (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB")
+                    .status();
+    if (st.ok()) {
+      st = conn_->Execute(std::string("INSERT IGNORE INTO ") + kBarrierTable + " (id, n) VALUES (1, 0)").status();
+    }
+    if (!st.ok()) {
+      conn_.reset();
+      return st;
+    }
+  }
+  std::lock_guard lock(mu_);
+  mode_ = mode;
+  return Status::Ok();
+}
+
+Status DurabilityBarrier::RunRound() {
+  RETURN_IF_ERROR(Connect());
+  config::DurabilityBarrier mode;
+  {
+    std::lock_guard lock(mu_);
+    mode = mode_;
+  }
+  return mode == config::DurabilityBarrier::kLsn ? LsnRound() : CommitRound();
+}
+
+Status DurabilityBarrier::LsnRound() {
+  ASSIGN_OR_RETURN(Lsns first, ReadLsns(*conn_));
+  const uint64_t target = first.current;
+  if (first.flushed >= target) return Status::Ok();
+  // The writers' commits flush the log; a group commit is a millisecond or
+  // two away. Poll gently: 100 us, doubling to 2 ms.
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  auto pause = std::chrono::microseconds(100);
+  for (;;) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    ASSIGN_OR_RETURN(auto rows, conn_->Query("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_flushed'"));
+    {
+      std::lock_guard lock(mu_);
+      ++counters_.lsn_polls;
+    }
+    uint64_t flushed = 0;
+    if (!rows.empty() && rows[0].size() >= 2 && rows[0][1]) {
+      const std::string& text = *rows[0][1];
+      (void)std::from_chars(text.data(), text.data() + text.size(), flushed);
+    }
+    if (flushed >= target) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Unavailable("the MySQL server's redo log was not flushed past LSN " + std::to_string(target) +
+                         " within " + std::to_string(kTimeout.count()) + "s (flushed: " + std::to_string(flushed) +
+                         "); events read are held back until it is");
+    }
+  }
+}
+
+Status DurabilityBarrier::CommitRound() {
+  // Autocommit: the statement is its own transaction, and it returns once
+  // the log is flushed past its commit (innodb_flush_log_at_trx_commit=1).
+  return conn_->Execute(std::string("UPDATE ") + kBarrierTable + " SET n = n + 1 WHERE id = 1").status();
+}
+
+}  // namespace sluice::engine

@@ -1,0 +1,94 @@
+// DurabilityBarrier: the engine never hands a sink an event that a crash of
+// the MySQL server could still roll back (DESIGN I5, docs/storage.md).
+//
+// InnoDB makes a commit visible to other sessions before its redo log is on
+// disk; with innodb_flush_log_at_trx_commit=1 the committing client waits for
+// the flush, but a reader may already have seen the rows. If mariadbd dies in
+// between, recovery rolls the commit back, the writer reuses its event_ids for
+// other commands, and a view that applied the lost events keeps them for ever.
+// So a reader calls Wait() after its SELECT returned and before it queues what
+// it read: Wait() returns once the redo log is durable past every commit that
+// SELECT could have seen.
+//
+// Two ways, chosen by engine.durability_barrier:
+//   lsn     one query reads the server's current log sequence number (LSN);
+//           every commit a finished read saw has a smaller one. Then it waits
+//           until Innodb_lsn_flushed passes it: the writers' own commits
+//           flush the log, so this is usually one group commit away and
+//           costs no write. MariaDB reports both numbers; MySQL does not.
+//   commit  commits a one-row UPDATE of its own (table
+//           sluice_durability_barrier, created on first use). Its commit gets
+//           a later LSN than anything the read saw, and returns only once the
+//           log is flushed up to it. Works on every MySQL and MariaDB, for
+//           the price of a write and a flush per round.
+//   auto    lsn where the server reports Innodb_lsn_flushed, else commit.
+//   off     Wait() returns at once.
+//
+// Rounds are shared (group commit): while one caller runs a round, the others
+// wait, and the next round covers every caller that arrived meanwhile, so a
+// process with many sinks and partitions pays about one round at a time.
+//
+// Threads: Wait() from any thread; one caller at a time runs the round on the
+// barrier's own connection.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/config.h"
+#include "core/status.h"
+#include "sql/connection.h"
+
+namespace sluice::engine {
+
+class DurabilityBarrier {
+ public:
+  DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode);
+  ~DurabilityBarrier();
+  DurabilityBarrier(const DurabilityBarrier&) = delete;
+  DurabilityBarrier& operator=(const DurabilityBarrier&) = delete;
+
+  // Blocks until every commit visible to a read that returned before this
+  // call is durable. Unavailable when the server cannot be reached or the
+  // log does not get there within `timeout`; the caller must then not hand
+  // on what it read (read it again later).
+  [[nodiscard]] Status Wait();
+
+  // The mode rounds use: what was configured, or what auto chose once it
+  // could ask the server ("auto" until then).
+  std::string mode() const;
+
+  // Rounds run and the time spent in them, for tests and benchmarks.
+  struct Counters {
+    uint64_t waits = 0;       // calls of Wait()
+    uint64_t rounds = 0;      // rounds run (at most one per wait; fewer when waits share one)
+    uint64_t lsn_polls = 0;   // lsn mode: queries of Innodb_lsn_flushed after the first
+    std::chrono::nanoseconds round_time{0};
+  };
+  Counters counters() const;
+
+  // The longest a round waits for the log to be flushed (lsn mode).
+  static constexpr std::chrono::seconds kTimeout{10};
+
+ private:
+  Status RunRound();
+  Status Connect();
+  Status LsnRound();
+  Status CommitRound();
+
+  const sql::ConnectParams mysql_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  config::DurabilityBarrier mode_;  // kAuto until resolved on the first connection
+  uint64_t next_ticket_ = 0;        // last ticket handed out
+  uint64_t covered_ = 0;            // every ticket up to this one is durable
+  bool running_ = false;            // a caller runs a round
+  Counters counters_;
+  std::unique_ptr<sql::Connection> conn_;  // only the caller running a round touches it
+};
+
+}  // namespace sluice::engine
