@@ -25,16 +25,17 @@
 //                   reply the longest. A connection whose request is with the
 //                   handler is never evicted; when every connection is, the
 //                   newcomer gets 503 and is closed.
-// The loops check the timeouts a few times per shortest timeout (at least
-// every second), so a connection lives at most about a tenth longer than
-// its timeout. Idle connections cost no thread, only a socket and a small
-// buffer.
+// Each loop checks the timeouts every tenth of the shortest timeout (between
+// 10 ms and 1 s), so a connection outlives its timeout by at most that.
+// Idle connections cost no thread, only a socket and a small buffer.
 //
 // Threads: Start() runs io_threads event-loop threads, each with its own
-// connections (accept hands new ones to the loop with the fewest); the
-// limits and the eviction order hold per loop, the connection count across
-// the server. Stop() may be called from any thread once; the handler, the
-// accept and close callbacks run on the event-loop threads.
+// connections from accept to close. Accept hands a new connection to a loop
+// below its share of max_connections (the one with the fewest), or, when
+// all are full, to the loop with the most connections it may evict; the
+// newcomer evicts within that loop. The count against max_connections is
+// the server's. Stop() may be called from any thread once; the handler,
+// the accept and close callbacks run on the event-loop threads.
 #pragma once
 
 #include <chrono>
