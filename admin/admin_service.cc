@@ -9,21 +9,18 @@
 namespace sluice::admin {
 namespace {
 
-using writer::HttpRequest;
-using writer::HttpResponse;
-
-HttpResponse Reply(int status, const Json& body) {
-  HttpResponse r;
+http::Response Reply(int status, const Json& body) {
+  http::Response r;
   r.status = status;
   r.body = CanonicalJson(body) + "\n";
   return r;
 }
 
-HttpResponse Error(int status, std::string_view code, const std::string& message) {
+http::Response Error(int status, std::string_view code, const std::string& message) {
   return Reply(status, Json{{"error", {{"code", code}, {"message", message}}}});
 }
 
-HttpResponse ErrorFrom(const Status& st) {
+http::Response ErrorFrom(const Status& st) {
   switch (st.code()) {
     case StatusCode::kInvalidArgument: return Error(400, "invalid_argument", st.message());
     case StatusCode::kNotFound: return Error(404, "not_found", st.message());
@@ -66,21 +63,28 @@ Json ProgressJson(const RebuildProgress& p) {
 
 }  // namespace
 
-AdminService::AdminService(const config::Config& config, engine::SyncEngine& engine)
-    : config_(config), engine_(engine) {}
+AdminService::AdminService(const config::Config& config, engine::SyncEngine& engine, metrics::Registry* registry)
+    : config_(config),
+      engine_(engine),
+      http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "admin") {}
 
 AdminService::~AdminService() { Stop(); }
 
 Status AdminService::Start() {
-  writer::HttpServerOptions o;
+  http::ServerOptions o;
   o.host = config_.admin.listen_host;
   o.port = config_.admin.listen_port;
   o.io_threads = 1;
+  o.thread_name = "sluice-admin";
   o.max_body_bytes = 64 << 10;
-  server_ = std::make_unique<writer::HttpServer>(
-      o, [this](HttpRequest&& req, writer::Responder respond) { respond(Handle(req)); });
-  return server_->Start().WithContext("admin endpoint " + config_.admin.listen_host + ":" +
-                                      std::to_string(config_.admin.listen_port));
+  o.max_header_bytes = 8 << 10;
+  const config::ListenerLimits& l = config_.admin.limits;
+  o.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+  http_metrics_.Attach(o);
+  server_ = std::make_unique<http::Server>(
+      o, [this](http::Request&& req, http::Responder respond) { respond(Handle(req)); });
+  return server_->Start().WithContext("admin endpoint " +
+                                      config::FormatListenAddress(config_.admin.listen_host, config_.admin.listen_port));
 }
 
 void AdminService::Stop() {
@@ -100,7 +104,7 @@ bool AdminService::Rebuilding(const std::string& sink) const {
   return it != rebuilds_.end() && !it->second->progress().finished();
 }
 
-HttpResponse AdminService::Handle(const HttpRequest& req) {
+http::Response AdminService::Handle(const http::Request& req) {
   const auto seg = PathSegments(req.target);
   if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "status") {
     if (req.method != "GET") return Error(405, "method_not_allowed", "use GET for /v1/status");
@@ -125,12 +129,13 @@ HttpResponse AdminService::Handle(const HttpRequest& req) {
                    "(a secret such as \"${env:SLUICE_ADMIN_TOKEN}\") and restart it");
     }
     constexpr std::string_view kBearer = "Bearer ";
-    if (req.authorization.size() <= kBearer.size() || req.authorization.compare(0, kBearer.size(), kBearer) != 0) {
-      HttpResponse r = Error(401, "unauthorized", "changes need the header Authorization: Bearer <admin.token>");
+    const std::string_view authorization = req.Header("Authorization").value_or("");
+    if (authorization.size() <= kBearer.size() || authorization.compare(0, kBearer.size(), kBearer) != 0) {
+      http::Response r = Error(401, "unauthorized", "changes need the header Authorization: Bearer <admin.token>");
       r.headers.emplace_back("WWW-Authenticate", "Bearer");
       return r;
     }
-    if (!SameSecret(std::string_view(req.authorization).substr(kBearer.size()), config_.admin.token)) {
+    if (!SameSecret(authorization.substr(kBearer.size()), config_.admin.token)) {
       return Error(403, "forbidden", "the bearer token is not this process's admin.token");
     }
     return Change(sink, action, req.body);
@@ -138,7 +143,7 @@ HttpResponse AdminService::Handle(const HttpRequest& req) {
   return Error(404, "not_found", "no route " + req.target);
 }
 
-HttpResponse AdminService::Status_() {
+http::Response AdminService::Status_() {
   Json sinks = Json::array();
   for (const auto& runner : engine_.runners()) {
     const auto t = runner->totals();
@@ -158,7 +163,7 @@ HttpResponse AdminService::Status_() {
   return Reply(200, Json{{"sinks", sinks}});
 }
 
-HttpResponse AdminService::Change(const std::string& sink, const std::string& action, const std::string& body) {
+http::Response AdminService::Change(const std::string& sink, const std::string& action, const std::string& body) {
   engine::SinkRunner* runner = nullptr;
   for (const auto& r : engine_.runners()) {
     if (r->name() == sink) runner = r.get();
@@ -184,7 +189,7 @@ HttpResponse AdminService::Change(const std::string& sink, const std::string& ac
   return Reply(200, Json{{"sink", sink}, {"state", t.state}, {"paused", t.paused}});
 }
 
-HttpResponse AdminService::Rewind(engine::SinkRunner& runner, const std::string& body) {
+http::Response AdminService::Rewind(engine::SinkRunner& runner, const std::string& body) {
   auto parsed = ParseJson(body.empty() ? "{}" : body);
   if (!parsed.ok() || !parsed->is_object()) {
     return Error(400, "invalid_argument", "the body must be a JSON object such as {\"to\": 0, \"partition\": 1}");
@@ -230,7 +235,7 @@ HttpResponse AdminService::Rewind(engine::SinkRunner& runner, const std::string&
   return Reply(200, Json{{"sink", runner.name()}, {"partitions", parts}});
 }
 
-HttpResponse AdminService::StartRebuild(const config::SinkConfig& sink, engine::SinkRunner& runner) {
+http::Response AdminService::StartRebuild(const config::SinkConfig& sink, engine::SinkRunner& runner) {
   auto rebuild = std::make_unique<ViewRebuild>(config_, sink, runner);
   if (Status st = rebuild->Start(); !st.ok()) return ErrorFrom(st);
   Log(LogLevel::kInfo, "admin: rebuild of sink " + sink.name + " started");
@@ -239,7 +244,7 @@ HttpResponse AdminService::StartRebuild(const config::SinkConfig& sink, engine::
   return RebuildProgressReply(sink.name, 202);
 }
 
-HttpResponse AdminService::RebuildProgressReply(const std::string& sink, int status) {
+http::Response AdminService::RebuildProgressReply(const std::string& sink, int status) {
   return Reply(status, ProgressJson(rebuilds_.at(sink)->progress()));
 }
 

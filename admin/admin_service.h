@@ -27,14 +27,16 @@
 #include "admin/view_rebuild.h"
 #include "config/config.h"
 #include "engine/sync_engine.h"
-#include "writer/http_server.h"
+#include "http/server.h"
+#include "metrics/metrics.h"
 
 namespace sluice::admin {
 
 class AdminService {
  public:
-  // `engine` must outlive the service and be started.
-  AdminService(const config::Config& config, engine::SyncEngine& engine);
+  // `engine` must outlive the service and be started. registry: where the
+  // endpoint's connection counts go (null: nowhere); it must outlive the service.
+  AdminService(const config::Config& config, engine::SyncEngine& engine, metrics::Registry* registry = nullptr);
   ~AdminService();  // calls Stop()
 
   // Binds admin.listen and serves.
@@ -44,20 +46,21 @@ class AdminService {
   uint16_t port() const;
 
   // One request, without the network (the HTTP handler calls it; so can tests).
-  writer::HttpResponse Handle(const writer::HttpRequest& request);
+  http::Response Handle(const http::Request& request);
 
  private:
-  writer::HttpResponse Status_();
-  writer::HttpResponse Change(const std::string& sink, const std::string& action, const std::string& body);
-  writer::HttpResponse Rewind(engine::SinkRunner& runner, const std::string& body);
-  writer::HttpResponse StartRebuild(const config::SinkConfig& sink, engine::SinkRunner& runner);
-  writer::HttpResponse RebuildProgressReply(const std::string& sink, int status);
+  http::Response Status_();
+  http::Response Change(const std::string& sink, const std::string& action, const std::string& body);
+  http::Response Rewind(engine::SinkRunner& runner, const std::string& body);
+  http::Response StartRebuild(const config::SinkConfig& sink, engine::SinkRunner& runner);
+  http::Response RebuildProgressReply(const std::string& sink, int status);
   // Under mu_: a rebuild of `sink` that has not finished.
   bool Rebuilding(const std::string& sink) const;
 
   const config::Config& config_;
   engine::SyncEngine& engine_;
-  std::unique_ptr<writer::HttpServer> server_;
+  metrics::HttpListenerMetrics http_metrics_;
+  std::unique_ptr<http::Server> server_;
 
   std::mutex change_mu_;   // one change at a time
   mutable std::mutex mu_;  // rebuilds_

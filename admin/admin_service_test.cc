@@ -14,15 +14,15 @@ config::Config MakeConfig(const std::string& token) {
   return c;
 }
 
-writer::HttpRequest Request(const std::string& method, const std::string& target, const std::string& auth = "") {
-  writer::HttpRequest r;
+http::Request Request(const std::string& method, const std::string& target, const std::string& auth = "") {
+  http::Request r;
   r.method = method;
   r.target = target;
-  r.authorization = auth;
+  if (!auth.empty()) r.headers.emplace_back("Authorization", auth);
   return r;
 }
 
-std::string Code(const writer::HttpResponse& r) {
+std::string Code(const http::Response& r) {
   auto j = Json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.contains("error")) return "";
   return j["error"]["code"].get<std::string>();

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -32,6 +34,7 @@
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "handlers/handler_files.h"
+#include "http/server.h"
 #include "core/log.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -242,13 +245,26 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
                                         : "Runs the sync engine alone: pulls every partition into the configured sinks.\nThe schema must exist (`sluice init`).\n";
   po::options_description desc("usage: sluice " + name + " --config FILE\n\n" + what +
                                "Stops cleanly on SIGINT or SIGTERM (queued commands are finished, offsets saved).\n\noptions");
+  const config::Process process = name == "serve"    ? config::Process::kServe
+                                  : name == "writer" ? config::Process::kWriter
+                                                     : config::Process::kSync;
+  const std::string metrics_key = name == "serve" ? "metrics.listen" : "metrics." + name + "_listen";
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "no-init", "do not create missing tables (serve only)")(
-      "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
+      "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash")(
+      "metrics-listen", po::value<std::string>(),
+      ("HOST:PORT of this process's metrics listener, instead of " + metrics_key +
+       " (opens it even without a metrics section)").c_str());
   auto vm = Parse(desc, nullptr, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
+  }
+  std::optional<std::pair<std::string, uint16_t>> metrics_listen;
+  if (vm.count("metrics-listen")) {
+    auto parsed = config::ParseListenAddress(vm["metrics-listen"].as<std::string>());
+    if (!parsed.ok()) throw Usage{"--metrics-listen " + parsed.status().message()};
+    metrics_listen = std::move(parsed).value();
   }
   auto cfg = ConfigFrom(vm, name);
   if (!cfg) return kExitFailure;
@@ -278,7 +294,7 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
     return kExitFailure;
   }
-  // Everything below counts into one registry, served on metrics.listen;
+  // Everything below counts into one registry, served on this process's metrics listener;
   // plugins count through the host's callbacks, collected at each scrape.
   metrics::Registry registry;
   registry.AddCollector(&connectors::plugin::PluginMetricFamilies);
@@ -291,19 +307,27 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     }
   }
   // Lag per sink and partition, and what /readyz answers (DESIGN 7).
-  auto monitor = std::make_unique<engine::HealthMonitor>(*cfg, sync.get(), registry);
+  auto monitor = std::make_unique<engine::HealthMonitor>(*cfg, sync.get(), with_writer, registry);
   monitor->Start();
+  // This process's own metrics listener, so that writer and sync can run side by side from one file.
+  metrics::HttpListenerMetrics metrics_listener(registry, "metrics");
   std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (cfg->metrics.enabled) {
-    auto started = metrics::MetricsServer::Start(cfg->metrics.listen_host, cfg->metrics.listen_port, registry,
-                                                 [&monitor] { return monitor->Readiness(); });
+  if (cfg->metrics.enabled || metrics_listen) {
+    http::ServerOptions o;
+    std::tie(o.host, o.port) = metrics_listen ? *metrics_listen : cfg->metrics.ListenOf(process);
+    const config::ListenerLimits& l = cfg->metrics.limits;
+    o.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+    metrics_listener.Attach(o);
+    const std::string host = o.host;
+    auto started = metrics::MetricsServer::Start(std::move(o), registry, monitor->Routes());
     if (!started.ok()) {
-      std::cerr << "sluice " << name << ": " << started.status().message() << " (metrics.listen)\n";
+      std::cerr << "sluice " << name << ": " << started.status().message() << " ("
+                << (metrics_listen ? "--metrics-listen" : metrics_key) << ")\n";
       return kExitFailure;
     }
     metrics_server = std::move(started).value();
-    std::printf("sluice %s: metrics on http://%s:%u/metrics (also /healthz, /readyz)\n", name.c_str(),
-                cfg->metrics.listen_host.c_str(), metrics_server->port());
+    std::printf("sluice %s: metrics on http://%s/metrics (also /healthz, /readyz)\n", name.c_str(),
+                config::FormatListenAddress(host, metrics_server->port()).c_str());
   }
   std::unique_ptr<writer::WriterService> service;
   if (with_writer) {
@@ -311,7 +335,8 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     service = std::make_unique<writer::WriterService>(*cfg, wake ? std::function<void()>([wake] { wake->Wake(); })
                                                                  : std::function<void()>(),
                                                  &registry);
-    service->SetReadiness([&monitor] { return monitor->Readiness(); });
+    // The writer's listener is ready when it can serve commands, whatever its views' state.
+    service->SetReadiness([&monitor] { return monitor->WriterReadiness(); });
     if (Status s = service->Start(); !s.ok()) {
       std::cerr << "sluice " << name << ": " << s.message() << "\n";
       return kExitFailure;
@@ -335,7 +360,7 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
   }
   std::unique_ptr<admin::AdminService> admin_service;
   if (sync && cfg->admin.enabled) {
-    admin_service = std::make_unique<admin::AdminService>(*cfg, *sync);
+    admin_service = std::make_unique<admin::AdminService>(*cfg, *sync, &registry);
     if (Status s = admin_service->Start(); !s.ok()) {
       std::cerr << "sluice " << name << ": " << s.message() << " (admin.listen)\n";
       return kExitFailure;

@@ -243,6 +243,39 @@ bool IsValidHostName(std::string_view h) {
   });
 }
 
+// "host:port" or "[ipv6]:port"; false when it is neither.
+bool ParseHostPort(std::string_view s, std::string* host, uint16_t* port) {
+  std::string_view h;
+  std::string_view p;
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find("]:");
+    if (close == std::string_view::npos) return false;
+    h = s.substr(1, close - 1);
+    p = s.substr(close + 2);
+    const bool ipv6 = !h.empty() && h.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
+    if (!ipv6) return false;
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos) return false;
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+    if (!IsValidHostName(h)) return false;
+  }
+  const auto n = p.size() <= 5 ? ParseDecimal(p) : std::nullopt;
+  if (!n || *n > 65535) return false;
+  *host = std::string(h);
+  *port = static_cast<uint16_t>(*n);
+  return true;
+}
+
+// Two listen addresses one process cannot both bind: the same port (not 0)
+// on the same host, or on a wildcard host.
+bool SameListenAddress(const std::string& h1, uint16_t p1, const std::string& h2, uint16_t p2) {
+  if (p1 == 0 || p1 != p2) return false;
+  auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::" || h == "0:0:0:0:0:0:0:0"; };
+  return h1 == h2 || wildcard(h1) || wildcard(h2);
+}
+
 bool IsIpv6Literal(std::string_view h) {
   return !h.empty() && h.find(':') != std::string_view::npos &&
          h.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
@@ -407,7 +440,7 @@ class ConfigReader {
     });
     // Sinks refer to other sections, which may come later in the file.
     CheckSinkReferences(*config);
-    CheckMetricsListen(*config);
+    CheckListenAddresses(*config);
   }
 
  private:
@@ -553,9 +586,9 @@ class ConfigReader {
 
   void ReadWriter(const Field& at, WriterConfig* w) {
     constexpr auto kOptional = Presence::kOptional;
-    ExpectKeys(at, {
+    std::vector<KeySpec> keys = {
         {"listen", kOptional,
-         [&](const Field& f) { ReadListen(f, &w->listen_host, &w->listen_port); }},
+         [&](const Field& f) { ReadListenKey(f, &w->listen_host, &w->listen_port); }},
         {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &w->batch_max); }},
         {"max_body_bytes", kOptional,
          [&](const Field& f) { ReadByteSize(f, 1, kMaxBodyBytesLimit, &w->max_body_bytes); }},
@@ -576,7 +609,9 @@ class ConfigReader {
         {"handler_memory", kOptional,
          [&](const Field& f) { ReadByteSize(f, uint64_t{1} << 20, uint64_t{1} << 30, &w->handler_memory); }},
         {"push_thread_slice", kOptional, [&](const Field& f) { ReadThreadSlice(f, &w->push_thread_slice); }},
-    });
+    };
+    for (KeySpec& k : LimitKeys(&w->limits)) keys.push_back(std::move(k));
+    ExpectKeys(at, keys);
   }
 
   // 0 (the kernel's default) or the range Linux accepts for a custom slice.
@@ -595,34 +630,76 @@ class ConfigReader {
 
   void ReadAdmin(const Field& at, AdminConfig* a) {
     a->enabled = true;
-    ExpectKeys(at, {
+    std::vector<KeySpec> keys = {
         {"listen", Presence::kOptional,
-         [&](const Field& f) { ReadListen(f, &a->listen_host, &a->listen_port); }},
+         [&](const Field& f) { ReadListenKey(f, &a->listen_host, &a->listen_port); }},
         {"token", Presence::kOptional, [&](const Field& f) { ReadSecret(f, &a->token); }},
-    });
+    };
+    for (KeySpec& k : LimitKeys(&a->limits)) keys.push_back(std::move(k));
+    ExpectKeys(at, keys);
   }
 
-  // metrics: {listen: host:port}; must not take the writer's address.
+  // metrics: one address per process (listen for serve; writer_listen and
+  // sync_listen, which default to it) and the listener's limits.
   void ReadMetrics(const Field& at, Config* config) {
     MetricsConfig& m = config->metrics;
     m.enabled = true;
-    ExpectKeys(at, {
-        {"listen", Presence::kOptional,
-         [&](const Field& f) {
-           ReadListen(f, &m.listen_host, &m.listen_port);
-           metrics_listen_ = f;
-         }},
-    });
+    constexpr auto kOptional = Presence::kOptional;
+    std::vector<KeySpec> keys = {
+        {"listen", kOptional, [&](const Field& f) { ReadListenKey(f, &m.listen_host, &m.listen_port); }},
+        {"writer_listen", kOptional,
+         [&](const Field& f) { ReadListenKey(f, &m.writer_listen_host, &m.writer_listen_port); }},
+        {"sync_listen", kOptional,
+         [&](const Field& f) { ReadListenKey(f, &m.sync_listen_host, &m.sync_listen_port); }},
+    };
+    for (KeySpec& k : LimitKeys(&m.limits)) keys.push_back(std::move(k));
+    ExpectKeys(at, keys);
+    if (!listen_keys_.count("metrics.writer_listen")) {
+      m.writer_listen_host = m.listen_host;
+      m.writer_listen_port = m.listen_port;
+    }
+    if (!listen_keys_.count("metrics.sync_listen")) {
+      m.sync_listen_host = m.listen_host;
+      m.sync_listen_port = m.listen_port;
+    }
   }
 
-  // After the whole file: the metrics listener and the writer need two addresses.
-  void CheckMetricsListen(const Config& config) {
+  // After the whole file: the listeners one process opens need distinct
+  // addresses. serve opens writer.listen, admin.listen and metrics.listen;
+  // writer opens writer.listen and metrics.writer_listen; sync opens
+  // admin.listen and metrics.sync_listen. A clash is reported at the key
+  // given in the file (the later one of the pair when both are).
+  void CheckListenAddresses(const Config& config) {
+    struct Listener {
+      std::string path;
+      bool open;  // the section is present (the writer's always is)
+      const std::string& host;
+      uint16_t port;
+    };
+    const Listener writer{"writer.listen", true, config.writer.listen_host, config.writer.listen_port};
+    const Listener admin{"admin.listen", config.admin.enabled, config.admin.listen_host, config.admin.listen_port};
     const MetricsConfig& m = config.metrics;
-    if (!metrics_listen_ || m.listen_port == 0 || m.listen_port != config.writer.listen_port) return;
-    if (m.listen_host != config.writer.listen_host) return;
-    Problem(metrics_listen_->mark, metrics_listen_->path,
-            "must differ from writer.listen (both are " + m.listen_host + ":" +
-                std::to_string(m.listen_port) + ")");
+    const Listener metrics{"metrics.listen", m.enabled, m.listen_host, m.listen_port};
+    const Listener metrics_writer{"metrics.writer_listen", m.enabled, m.writer_listen_host, m.writer_listen_port};
+    const Listener metrics_sync{"metrics.sync_listen", m.enabled, m.sync_listen_host, m.sync_listen_port};
+    auto check = [&](const Listener& a, const Listener& b, std::string_view process) {
+      if (!a.open || !b.open || !SameListenAddress(a.host, a.port, b.host, b.port)) return;
+      const auto given_a = listen_keys_.find(a.path);
+      const auto given_b = listen_keys_.find(b.path);
+      const auto at = given_b != listen_keys_.end() ? given_b : given_a;
+      if (at == listen_keys_.end()) return;  // two defaults never clash
+      const std::string& other = at == given_b ? a.path : b.path;
+      const std::string a_text = FormatListenAddress(a.host, a.port);
+      const std::string b_text = FormatListenAddress(b.host, b.port);
+      Problem(at->second.mark, at->second.path,
+              "must differ from " + other + ", which `sluice " + std::string(process) + "` also opens (" +
+                  (a_text == b_text ? "both are " + a_text : a_text + " and " + b_text + " share the port") + ")");
+    };
+    check(writer, metrics, "serve");
+    check(writer, admin, "serve");
+    check(admin, metrics, "serve");
+    if (listen_keys_.count(metrics_writer.path)) check(writer, metrics_writer, "writer");
+    if (listen_keys_.count(metrics_sync.path)) check(admin, metrics_sync, "sync");
   }
 
   void ReadEngine(const Field& at, EngineConfig* e) {
@@ -1633,29 +1710,32 @@ class ConfigReader {
     constexpr std::string_view kExpected = "host:port with a port between 0 and 65535";
     const auto text = PlainScalar(f, kExpected);
     if (!text) return;
-    const std::string_view s = *text;
-    std::string_view h;
-    std::string_view p;
-    if (!s.empty() && s.front() == '[') {
-      const size_t close = s.find("]:");
-      if (close == std::string_view::npos) return Expected(f, kExpected, s);
-      h = s.substr(1, close - 1);
-      p = s.substr(close + 2);
-      const bool ipv6 = !h.empty() && h.find_first_not_of("0123456789abcdefABCDEF:.") ==
-                                          std::string_view::npos;
-      if (!ipv6) return Expected(f, kExpected, s);
-    } else {
-      const size_t colon = s.rfind(':');
-      if (colon == std::string_view::npos) return Expected(f, kExpected, s);
-      h = s.substr(0, colon);
-      p = s.substr(colon + 1);
-      if (!IsValidHostName(h)) return Expected(f, kExpected, s);
-    }
-    const auto n = p.size() <= 5 ? ParseDecimal(p) : std::nullopt;
-    if (!n || *n > 65535) return Expected(f, kExpected, s);
-    *host = std::string(h);
-    *port = static_cast<uint16_t>(*n);
+    if (!ParseHostPort(*text, host, port)) return Expected(f, kExpected, *text);
   }
+
+  // A listen key given in the file, for the checks after the whole file.
+  void ReadListenKey(const Field& f, std::string* host, uint16_t* port) {
+    ReadListen(f, host, port);
+    listen_keys_.insert_or_assign(f.path, f);
+  }
+
+  // The limit keys every HTTP listener section accepts.
+  std::vector<KeySpec> LimitKeys(ListenerLimits* l) {
+    using std::chrono::hours;
+    using std::chrono::milliseconds;
+    constexpr auto kOptional = Presence::kOptional;
+    auto timeout = [this](std::chrono::milliseconds* out) {
+      return [this, out](const Field& f) { ReadDuration(f, milliseconds(100), hours(1), out); };
+    };
+    return {
+        {"max_connections", kOptional, [this, l](const Field& f) { ReadUint(f, 1, 1000000, &l->max_connections); }},
+        {"header_timeout", kOptional, timeout(&l->header_timeout)},
+        {"body_timeout", kOptional, timeout(&l->body_timeout)},
+        {"idle_timeout", kOptional, timeout(&l->idle_timeout)},
+        {"write_timeout", kOptional, timeout(&l->write_timeout)},
+    };
+  }
+
 
   // A secret field: a literal, or a whole-value "${env:NAME}" / "${file:PATH}".
   // No message here may include the value. Returns whether *out was set, and
@@ -1741,7 +1821,7 @@ class ConfigReader {
   std::optional<std::vector<std::string>> entity_names_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
-  std::optional<Field> metrics_listen_;  // metrics.listen, when given
+  std::map<std::string, Field> listen_keys_;  // the listen keys given, by path ("metrics.listen")
   bool plugins_declared_ = false;  // the file has a plugins section
 };
 
@@ -1776,7 +1856,37 @@ Result<Config> Load(const std::string& text, const std::string& path) {
   return config;
 }
 
+// The limit keys of a listener section.
+void EmitLimits(YAML::Emitter& out, const ListenerLimits& l) {
+  out << YAML::Key << "max_connections" << YAML::Value << static_cast<unsigned>(l.max_connections);
+  out << YAML::Key << "header_timeout" << YAML::Value << FormatDuration(l.header_timeout);
+  out << YAML::Key << "body_timeout" << YAML::Value << FormatDuration(l.body_timeout);
+  out << YAML::Key << "idle_timeout" << YAML::Value << FormatDuration(l.idle_timeout);
+  out << YAML::Key << "write_timeout" << YAML::Value << FormatDuration(l.write_timeout);
+}
+
 }  // namespace
+
+std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const {
+  switch (process) {
+    case Process::kWriter: return {writer_listen_host, writer_listen_port};
+    case Process::kSync: return {sync_listen_host, sync_listen_port};
+    case Process::kServe: break;
+  }
+  return {listen_host, listen_port};
+}
+
+Result<std::pair<std::string, uint16_t>> ParseListenAddress(std::string_view text) {
+  std::pair<std::string, uint16_t> out;
+  if (!ParseHostPort(text, &out.first, &out.second)) {
+    return InvalidArgument("must be host:port with a port between 0 and 65535, got " + Quote(text));
+  }
+  return out;
+}
+
+std::string FormatListenAddress(const std::string& host, uint16_t port) {
+  return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+}
 
 std::string Config::Redacted() const {
   YAML::Emitter out;
@@ -1822,6 +1932,7 @@ std::string Config::Redacted() const {
   out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
   out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
   out << YAML::Key << "push_thread_slice" << YAML::Value << FormatDuration(writer.push_thread_slice);
+  EmitLimits(out, writer.limits);
   out << YAML::EndMap;
 
   if (admin.enabled) {
@@ -1831,6 +1942,7 @@ std::string Config::Redacted() const {
     out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "listen" << YAML::Value << admin_host + ":" + std::to_string(admin.listen_port);
     if (!admin.token.empty()) out << YAML::Key << "token" << YAML::Value << std::string(kRedacted);
+    EmitLimits(out, admin.limits);
     out << YAML::EndMap;
   }
 
@@ -1852,6 +1964,11 @@ std::string Config::Redacted() const {
                                          : "[" + metrics.listen_host + "]";
     out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "listen" << YAML::Value << metrics_host + ":" + std::to_string(metrics.listen_port);
+    out << YAML::Key << "writer_listen" << YAML::Value
+        << FormatListenAddress(metrics.writer_listen_host, metrics.writer_listen_port);
+    out << YAML::Key << "sync_listen" << YAML::Value
+        << FormatListenAddress(metrics.sync_listen_host, metrics.sync_listen_port);
+    EmitLimits(out, metrics.limits);
     out << YAML::EndMap;
   }
 

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -43,9 +44,24 @@ struct EntityTypeConfig {
   std::string handlers_origin;  // "file:line:col" of the handlers key, for messages
 };
 
+// Limits of one HTTP listener (http/server.h), so that slow or idle
+// clients cannot starve it: the keys max_connections, header_timeout,
+// body_timeout, idle_timeout and write_timeout of the writer, admin and
+// metrics sections.
+struct ListenerLimits {
+  uint32_t max_connections = 64;                   // 1..1000000; a newcomer over it evicts the longest-idle one
+  std::chrono::milliseconds header_timeout{10000};  // the whole request header within it
+  std::chrono::milliseconds body_timeout{30000};    // the whole body within it, after the header
+  std::chrono::milliseconds idle_timeout{60000};    // a kept-alive connection without a request
+  std::chrono::milliseconds write_timeout{30000};   // the whole reply taken by the client within it
+};
+
 struct WriterConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8080;
+  // The API keeps thousands of keep-alive connections (DESIGN 3.4).
+  ListenerLimits limits{10000, std::chrono::seconds(10), std::chrono::seconds(30), std::chrono::seconds(300),
+                        std::chrono::seconds(30)};
   uint32_t batch_max = 1000;              // commands per INSERT/COMMIT, 1..100000
   uint64_t max_body_bytes = 1 << 20;      // larger request bodies get 413
   uint32_t max_json_depth = 100;          // deeper request bodies get 400, 1..1000 (core/json.h)
@@ -74,14 +90,31 @@ struct AdminConfig {
   std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t listen_port = 9470;
   std::string token;  // secret: the bearer token changes need; empty: changes refused
+  ListenerLimits limits;
 };
+
+// The process a listener belongs to: `sluice serve`, `sluice writer` or
+// `sluice sync`, each of which may run from the same file.
+enum class Process : uint8_t { kServe, kWriter, kSync };
 
 // The metrics listener: /metrics (Prometheus text), /healthz and /readyz
 // (docs/operations.md). Off unless the `metrics` section is present.
+// Each process has its own address, so that `sluice writer` and `sluice
+// sync` can run side by side from one file.
 struct MetricsConfig {
   bool enabled = false;                    // the section is present
-  std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
+  std::string listen_host = "127.0.0.1";  // `sluice serve`; loopback unless told otherwise
   uint16_t listen_port = 9464;             // 0: any free port
+  // `sluice writer` and `sluice sync` (metrics.writer_listen, metrics.sync_listen);
+  // when not given, the same as listen.
+  std::string writer_listen_host = "127.0.0.1";
+  uint16_t writer_listen_port = 9464;
+  std::string sync_listen_host = "127.0.0.1";
+  uint16_t sync_listen_port = 9464;
+  ListenerLimits limits;
+
+  // The host and port `process` listens on.
+  std::pair<std::string, uint16_t> ListenOf(Process process) const;
 };
 
 // How the engine makes sure it never hands a sink an event that a crash of
@@ -244,6 +277,13 @@ struct Config {
   // The configuration as YAML with every secret shown as "<redacted>".
   std::string Redacted() const;
 };
+
+// Parses "host:port" or "[ipv6]:port" (port 0..65535) as the listen keys
+// do; InvalidArgument saying what is wrong otherwise.
+Result<std::pair<std::string, uint16_t>> ParseListenAddress(std::string_view text);
+
+// "host:port", with an IPv6 host in brackets.
+std::string FormatListenAddress(const std::string& host, uint16_t port);
 
 // Reads, validates and resolves path. On failure, InvalidArgument whose
 // message holds one "FILE:LINE:COL: problem" line per problem.

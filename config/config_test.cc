@@ -569,6 +569,11 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  handler_timeout: 50ms\n"
             "  handler_memory: 16777216\n"
             "  push_thread_slice: 100us\n"
+            "  max_connections: 10000\n"
+            "  header_timeout: 10s\n"
+            "  body_timeout: 30s\n"
+            "  idle_timeout: 5m\n"
+            "  write_timeout: 30s\n"
             "engine:\n"
             "  offset_flush_interval: 1s\n"
             "  batch_max: 5000\n"
@@ -1238,9 +1243,107 @@ TEST(Metrics, Errors) {
   EXPECT_EQ(Errors(std::string(kValid) + "metrics: {lisen: 127.0.0.1:1}\n"),
             "t.yaml:10:11: metrics.lisen: unknown key (did you mean \"listen\"?)");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {listen: 127.0.0.1:8080}\nmetrics: {listen: 127.0.0.1:8080}\n"),
-            "t.yaml:11:19: metrics.listen: must differ from writer.listen (both are 127.0.0.1:8080)");
+            "t.yaml:11:19: metrics.listen: must differ from writer.listen, which `sluice serve` also opens "
+            "(both are 127.0.0.1:8080)");
   // Port 0 picks a free port for each, so two zeros never clash.
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {listen: 127.0.0.1:0}\nmetrics: {listen: 127.0.0.1:0}\n"), "");
+  // A wildcard host takes the port on every address.
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {listen: 0.0.0.0:8080}\n"),
+            "t.yaml:10:19: metrics.listen: must differ from writer.listen, which `sluice serve` also opens "
+            "(127.0.0.1:8080 and 0.0.0.0:8080 share the port)");
+  // Each process's own pairs: writer opens writer.listen and metrics.writer_listen ...
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {writer_listen: 127.0.0.1:8080}\n"),
+            "t.yaml:10:26: metrics.writer_listen: must differ from writer.listen, which `sluice writer` also "
+            "opens (both are 127.0.0.1:8080)");
+  // ... sync opens admin.listen and metrics.sync_listen; serve opens admin.listen and writer.listen.
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {listen: 127.0.0.1:9000}\nmetrics: {listen: 127.0.0.1:9001, "
+                                         "sync_listen: 127.0.0.1:9000}\n"),
+            "t.yaml:11:48: metrics.sync_listen: must differ from admin.listen, which `sluice sync` also opens "
+            "(both are 127.0.0.1:9000)");
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {listen: 127.0.0.1:8080}\n"),
+            "t.yaml:10:17: admin.listen: must differ from writer.listen, which `sluice serve` also opens "
+            "(both are 127.0.0.1:8080)");
+  // writer and sync may share an address: they may run on two machines.
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {writer_listen: 127.0.0.1:9100, sync_listen: 127.0.0.1:9100}\n"),
+            "");
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {sync_listen: here}\n").substr(0, 35),
+            "t.yaml:10:24: metrics.sync_listen: ");
+}
+
+TEST(Metrics, EachProcessHasItsOwnAddressDefaultingToListen) {
+  Result<Config> defaults = LoadConfigFromString(std::string(kValid) + "metrics: {listen: 127.0.0.1:9100}\n", kFile);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  for (Process p : {Process::kServe, Process::kWriter, Process::kSync}) {
+    EXPECT_EQ(defaults->metrics.ListenOf(p), (std::pair<std::string, uint16_t>{"127.0.0.1", 9100}));
+  }
+  Result<Config> r = LoadConfigFromString(
+      std::string(kValid) +
+          "metrics:\n  writer_listen: \"[::1]:9101\"\n  sync_listen: 0.0.0.0:9102\n  listen: 127.0.0.1:9100\n",
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->metrics.ListenOf(Process::kServe), (std::pair<std::string, uint16_t>{"127.0.0.1", 9100}));
+  EXPECT_EQ(r->metrics.ListenOf(Process::kWriter), (std::pair<std::string, uint16_t>{"::1", 9101}));
+  EXPECT_EQ(r->metrics.ListenOf(Process::kSync), (std::pair<std::string, uint16_t>{"0.0.0.0", 9102}));
+  const std::string redacted = r->Redacted();
+  EXPECT_NE(redacted.find("  writer_listen: \"[::1]:9101\"\n  sync_listen: 0.0.0.0:9102\n"), std::string::npos)
+      << redacted;
+  Result<Config> again = LoadConfigFromString(redacted, kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << redacted;
+  EXPECT_EQ(again->metrics.ListenOf(Process::kWriter), r->metrics.ListenOf(Process::kWriter));
+  EXPECT_EQ(again->metrics.ListenOf(Process::kSync), r->metrics.ListenOf(Process::kSync));
+
+  EXPECT_EQ(ParseListenAddress("[::1]:80").value(), (std::pair<std::string, uint16_t>{"::1", 80}));
+  EXPECT_FALSE(ParseListenAddress("127.0.0.1").ok());
+  EXPECT_FALSE(ParseListenAddress("127.0.0.1:65536").ok());
+  EXPECT_EQ(FormatListenAddress("::1", 80), "[::1]:80");
+}
+
+// ---- listener limits (writer, admin, metrics) ----
+
+TEST(Listeners, LimitsHaveDefaultsPerListenerAndAreRead) {
+  Result<Config> d = LoadConfigFromString(std::string(kValid) + "admin: {}\nmetrics: {}\n", kFile);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  using std::chrono::seconds;
+  EXPECT_EQ(d->writer.limits.max_connections, 10000u);
+  EXPECT_EQ(d->writer.limits.header_timeout, seconds(10));
+  EXPECT_EQ(d->writer.limits.body_timeout, seconds(30));
+  EXPECT_EQ(d->writer.limits.idle_timeout, seconds(300));
+  EXPECT_EQ(d->writer.limits.write_timeout, seconds(30));
+  for (const ListenerLimits* l : {&d->admin.limits, &d->metrics.limits}) {
+    EXPECT_EQ(l->max_connections, 64u);
+    EXPECT_EQ(l->header_timeout, seconds(10));
+    EXPECT_EQ(l->body_timeout, seconds(30));
+    EXPECT_EQ(l->idle_timeout, seconds(60));
+    EXPECT_EQ(l->write_timeout, seconds(30));
+  }
+  Result<Config> r = LoadConfigFromString(
+      std::string(kValid) +
+          "writer: {max_connections: 5, header_timeout: 1s, body_timeout: 2s, idle_timeout: 3s, write_timeout: 4s}\n"
+          "admin: {max_connections: 6, header_timeout: 500ms}\n"
+          "metrics: {max_connections: 7, idle_timeout: 1m}\n",
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->writer.limits.max_connections, 5u);
+  EXPECT_EQ(r->writer.limits.header_timeout, seconds(1));
+  EXPECT_EQ(r->writer.limits.body_timeout, seconds(2));
+  EXPECT_EQ(r->writer.limits.idle_timeout, seconds(3));
+  EXPECT_EQ(r->writer.limits.write_timeout, seconds(4));
+  EXPECT_EQ(r->admin.limits.max_connections, 6u);
+  EXPECT_EQ(r->admin.limits.header_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(r->metrics.limits.max_connections, 7u);
+  EXPECT_EQ(r->metrics.limits.idle_timeout, seconds(60));
+  Result<Config> again = LoadConfigFromString(r->Redacted(), kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->writer.limits.write_timeout, seconds(4));
+  EXPECT_EQ(again->admin.limits.header_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(again->metrics.limits.max_connections, 7u);
+
+  EXPECT_EQ(Errors(std::string(kValid) + "writer: {max_connections: 0}\n"),
+            "t.yaml:10:27: writer.max_connections: must be an integer between 1 and 1000000, got \"0\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "metrics: {header_timeout: 10ms}\n"),
+            "t.yaml:10:27: metrics.header_timeout: must be between 100ms and 1h, got \"10ms\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "admin: {idle_timout: 1s}\n"),
+            "t.yaml:10:9: admin.idle_timout: unknown key (did you mean \"idle_timeout\"?)");
 }
 
 TEST(Push, ReadsPushSettingsAndPrintsThem) {

@@ -1,5 +1,7 @@
 #include "engine/health_monitor.h"
 
+#include <set>
+
 #include "core/json.h"
 #include "core/log.h"
 #include "core/thread_name.h"
@@ -9,9 +11,13 @@
 
 namespace sluice::engine {
 
-HealthMonitor::HealthMonitor(config::Config config, const SyncEngine* engine, metrics::Registry& registry,
-                             std::chrono::milliseconds interval)
-    : config_(std::move(config)), engine_(engine), interval_(interval), storage_metrics_(registry) {}
+HealthMonitor::HealthMonitor(config::Config config, const SyncEngine* engine, bool writer,
+                             metrics::Registry& registry, std::chrono::milliseconds interval)
+    : config_(std::move(config)),
+      engine_(engine),
+      writer_(writer),
+      interval_(interval),
+      storage_metrics_(registry) {}
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
@@ -29,9 +35,40 @@ void HealthMonitor::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-metrics::Readiness HealthMonitor::Readiness() const {
+metrics::Readiness HealthMonitor::Report(bool ready) const {
+  // report_ is a JSON object: "ready" goes first.
+  std::string json = ready ? R"({"ready":true,)" : R"({"ready":false,)";
   std::lock_guard lock(mu_);
-  return report_;
+  json.append(report_, 1);
+  return metrics::Readiness{ready, std::move(json)};
+}
+
+metrics::Readiness HealthMonitor::WriterReadiness() const {
+  bool ready;
+  {
+    std::lock_guard lock(mu_);
+    ready = writer_ && writer_ready_;
+  }
+  return Report(ready);
+}
+
+metrics::Readiness HealthMonitor::SinksReadiness() const {
+  bool ready;
+  {
+    std::lock_guard lock(mu_);
+    ready = engine_ != nullptr && sinks_ready_;
+  }
+  return Report(ready);
+}
+
+metrics::Readiness HealthMonitor::Readiness() const { return writer_ ? WriterReadiness() : SinksReadiness(); }
+
+metrics::ReadinessRoutes HealthMonitor::Routes() const {
+  metrics::ReadinessRoutes routes;
+  routes.process = [this] { return Readiness(); };
+  if (writer_) routes.checks.emplace_back("writer", [this] { return WriterReadiness(); });
+  if (engine_ != nullptr) routes.checks.emplace_back("sinks", [this] { return SinksReadiness(); });
+  return routes;
 }
 
 void HealthMonitor::Run() {
@@ -88,11 +125,23 @@ void HealthMonitor::Check() {
   }
 
   Json doc = Json::object();
-  bool ready = storage.ok();
   doc["storage"] = {{"reachable", storage.ok()}};
   if (!storage.ok()) doc["storage"]["error"] = storage.message();
-  doc["sinks"] = Json::array();
+  Json checks = Json::object();
+  bool writer_ready = false;
+  if (writer_) {
+    const Status schema = storage.ok() ? CheckEventTables() : Unavailable("main storage is unreachable");
+    writer_ready = storage.ok() && schema.ok();
+    doc["schema"] = {{"ok", schema.ok()}};
+    if (!schema.ok()) {
+      doc["schema"]["error"] = schema.message();
+      if (storage.ok()) LogRateLimited(LogLevel::kWarn, "engine.health.schema", "health: " + schema.message());
+    }
+    checks["writer"] = writer_ready;
+  }
+  bool ready = storage.ok();
   if (engine_ != nullptr) {
+    doc["sinks"] = Json::array();
     const auto& sinks = config_.sinks;
     for (const auto& runner : engine_->runners()) {
       const SinkRunner::Totals t = runner->totals();
@@ -130,10 +179,30 @@ void HealthMonitor::Check() {
       }
       doc["sinks"].push_back(std::move(js));
     }
+    checks["sinks"] = ready;
   }
-  doc["ready"] = ready;
+  doc["checks"] = std::move(checks);
   std::lock_guard lock(mu_);
-  report_ = metrics::Readiness{ready, CanonicalJson(doc)};
+  writer_ready_ = writer_ready;
+  sinks_ready_ = ready;
+  report_ = CanonicalJson(doc);  // never throws, whatever bytes an error message holds
+}
+
+Status HealthMonitor::CheckEventTables() {
+  ASSIGN_OR_RETURN(auto rows,
+                   conn_->Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=DATABASE()"));
+  std::set<std::string> tables;
+  for (const auto& row : rows) tables.insert(row.at(0).value_or(""));
+  for (const auto& [type, entity] : config_.entities) {
+    for (uint32_t p = 0; p < entity.partitions; ++p) {
+      const std::string table = sql::EventTableName(type, p);
+      if (!tables.count(table)) {
+        return FailedPrecondition("event table " + table + " is missing: commands on " + type +
+                                  " cannot be stored; run `sluice init --config FILE`");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace sluice::engine

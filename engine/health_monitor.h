@@ -7,15 +7,28 @@
 //   sluice_engine_lag_events   head - offset
 //   sluice_engine_lag_seconds  now - committed_at of event offset+1 (MySQL's clock)
 // and per sink sluice_engine_sink_state/_healthy, and sluice_storage_up.
-// Without an engine (`sluice writer`) it only checks that storage answers.
+// In a process with a writer it also checks that every event table the
+// writer's commands need exists.
 //
-// The readiness report (/readyz) is built from the last check, so serving it
-// costs no query: ready when storage answered and every sink is running (or
-// paused by an operator); otherwise 503 with the reason per sink.
+// Readiness is built from the last check, so serving it costs no query.
+// There are two checks, each about one job:
+//   writer  main storage answered and every event table is there: the
+//           process can serve commands, whatever state its views are in
+//   sinks   main storage answered and every sink is running (or paused by
+//           an operator): the sync engine is doing its job
+// A process is ready when the check of its own job passes: the writer's for
+// `serve` and `writer` (a view down must not take the write API out of a
+// load balancer: the engine catches the view up later, and nothing is lost),
+// the sinks' for `sync`. Every report carries both checks' verdicts and
+// what they saw, e.g.
+//   {"ready":true,"checks":{"sinks":false,"writer":true},
+//    "schema":{"ok":true},"storage":{"reachable":true},
+//    "sinks":[{"name":"cache","state":"backoff","healthy":false,"lag_events":12,
+//              "last_error":"connection refused"}]}
 //
 // Lifecycle: construct, Start() (runs the first check before returning),
-// Stop() (or destroy). Readiness() from any thread. The engine must outlive
-// the monitor.
+// Stop() (or destroy). The readiness calls from any thread. The engine must
+// outlive the monitor.
 #pragma once
 
 #include <chrono>
@@ -38,8 +51,9 @@ class SyncEngine;
 
 class HealthMonitor {
  public:
-  // engine: null for a writer-only process.
-  HealthMonitor(config::Config config, const SyncEngine* engine, metrics::Registry& registry,
+  // engine: null without a sync engine (`sluice writer`). writer: the
+  // process serves commands (`serve`, `writer`).
+  HealthMonitor(config::Config config, const SyncEngine* engine, bool writer, metrics::Registry& registry,
                 std::chrono::milliseconds interval = std::chrono::seconds(1));
   ~HealthMonitor();  // calls Stop()
   HealthMonitor(const HealthMonitor&) = delete;
@@ -48,27 +62,42 @@ class HealthMonitor {
   void Start();
   void Stop();
 
-  // The last check's verdict and JSON body, e.g.
-  // {"ready":false,"storage":{"reachable":true},
-  //  "sinks":[{"name":"cache","state":"backoff","healthy":false,"lag_events":12,
-  //            "last_error":"connection refused"}]}
+  // The process's readiness: the writer check with a writer, else the sinks check.
   metrics::Readiness Readiness() const;
+  // One check alone (the writer's is not ready without a writer, the
+  // sinks' not without an engine).
+  metrics::Readiness WriterReadiness() const;
+  metrics::Readiness SinksReadiness() const;
+  // The metrics listener's readiness routes: /readyz and a /readyz/<check>
+  // per check this process runs ("writer", "sinks"). The monitor must
+  // outlive them.
+  metrics::ReadinessRoutes Routes() const;
 
  private:
   void Run();
   void Check();
+  // FailedPrecondition naming the first event table the configured types
+  // need that the database lacks.
+  Status CheckEventTables();
   // Heads of every partition of `type`, or the failure.
   Result<std::vector<uint64_t>> Heads(const std::string& type, uint32_t partitions);
 
+  // The last report with `ready` set to `ready`.
+  metrics::Readiness Report(bool ready) const;
+
   const config::Config config_;
   const SyncEngine* const engine_;
+  const bool writer_;
   const std::chrono::milliseconds interval_;
   metrics::StorageMetrics storage_metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  metrics::Readiness report_{false, R"({"ready":false,"reason":"starting"})"};
+  // The last check: each check's verdict, and the report without "ready".
+  bool writer_ready_ = false;
+  bool sinks_ready_ = false;
+  std::string report_ = R"({"reason":"starting"})";
   std::thread thread_;
 
   std::unique_ptr<sql::Connection> conn_;  // monitor thread (and Start) only

@@ -42,6 +42,8 @@ constexpr std::string_view kEngineLagSeconds = "sluice_engine_lag_seconds";
 constexpr std::string_view kEngineSinkHealthy = "sluice_engine_sink_healthy";
 constexpr std::string_view kEngineSinkState = "sluice_engine_sink_state";
 constexpr std::string_view kStorageUp = "sluice_storage_up";
+constexpr std::string_view kHttpConnections = "sluice_http_connections_total";
+constexpr std::string_view kHttpConnectionsClosed = "sluice_http_connections_closed_total";
 
 std::string_view HelpOf(std::string_view name) {
   for (const MetricInfo& m : kMetricList) {
@@ -95,6 +97,10 @@ const std::vector<MetricInfo> kMetricList = {
     {kEngineSinkHealthy, "gauge", "1 while a sink is running (or paused by an operator), 0 while it backs off or is stopped."},
     {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, paused, stopped), 0 for the others."},
     {kStorageUp, "gauge", "1 when the last health check reached main storage (MySQL), 0 otherwise."},
+    {kHttpConnections, "counter", "Connections an HTTP listener accepted, by listener (writer, admin, metrics)."},
+    {kHttpConnectionsClosed, "counter",
+     "Connections an HTTP listener closed (or its client did), by listener and reason: client, server, "
+     "idle_timeout, header_timeout, body_timeout, write_timeout, evicted, refused."},
 };
 
 std::vector<std::string> ExportedSeriesNames() {
@@ -343,5 +349,19 @@ void SinkMetrics::SetLag(uint32_t partition, uint64_t events, double seconds) {
 }
 
 StorageMetrics::StorageMetrics(Registry& r) { up_ = &r.Gauge(kStorageUp).Add({}); }
+
+HttpListenerMetrics::HttpListenerMetrics(Registry& r, const std::string& listener) {
+  accepted_ = &r.Counter(kHttpConnections).Add({{"listener", listener}});
+  auto& closed = r.Counter(kHttpConnectionsClosed);
+  for (size_t i = 0; i < http::kCloseReasons; ++i) {
+    const auto reason = static_cast<http::CloseReason>(i);
+    closed_[i] = &closed.Add({{"listener", listener}, {"reason", std::string(http::CloseReasonName(reason))}});
+  }
+}
+
+void HttpListenerMetrics::Attach(http::ServerOptions& options) {
+  options.on_accept = [this] { Accepted(); };
+  options.on_close = [this](http::CloseReason reason) { Closed(reason); };
+}
 
 }  // namespace sluice::metrics

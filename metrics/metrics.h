@@ -30,6 +30,8 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include "http/server.h"
+
 namespace sluice::metrics {
 
 // A metric this code exports: its name (without the _bucket/_sum/_count
@@ -256,6 +258,25 @@ class SinkMetrics {
   std::array<prometheus::Gauge*, kSinkStates> state_{};
   std::vector<prometheus::Gauge*> lag_events_;   // by partition
   std::vector<prometheus::Gauge*> lag_seconds_;  // by partition
+};
+
+// ---- HTTP listeners ----
+
+// Handles of one HTTP listener ("writer", "admin" or "metrics"): connections
+// accepted, and closed by reason (http::CloseReason). Accepted minus closed
+// is the connections open.
+class HttpListenerMetrics {
+ public:
+  HttpListenerMetrics(Registry& r, const std::string& listener);
+  void Accepted() { accepted_->Increment(); }
+  void Closed(http::CloseReason reason) { closed_[static_cast<size_t>(reason)]->Increment(); }
+  // Sets options.on_accept and on_close to count here; this object must
+  // outlive the server.
+  void Attach(http::ServerOptions& options);
+
+ private:
+  prometheus::Counter* accepted_;
+  std::array<prometheus::Counter*, http::kCloseReasons> closed_{};
 };
 
 // Main storage as the health monitor last saw it (1 reachable, 0 not).

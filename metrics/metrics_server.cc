@@ -1,100 +1,84 @@
 #include "metrics/metrics_server.h"
 
-#include <CivetServer.h>
-#include <civetweb.h>
-#include <prometheus/exposer.h>
-
-#include <cstring>
 #include <exception>
-#include <map>
-#include <mutex>
+#include <string_view>
 
 namespace sluice::metrics {
 namespace {
 
-// Readiness callbacks by listening port: civetweb's hooks are plain function
-// pointers without a pointer back to our server object.
-std::mutex& HooksMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<int, std::shared_ptr<ReadinessFn>>& Hooks() {
-  static std::map<int, std::shared_ptr<ReadinessFn>> hooks;
-  return hooks;
-}
-
-int Reply(mg_connection* conn, int status, const char* reason, const std::string& body) {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            status, reason, body.size());
-  mg_write(conn, body.data(), body.size());
-  return status;
-}
-
-// Answers /healthz and /readyz; 0 lets the exposer handle everything else.
-int BeginRequest(mg_connection* conn) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  if (info == nullptr || info->local_uri == nullptr) return 0;
-  const bool health = std::strcmp(info->local_uri, "/healthz") == 0;
-  const bool ready = std::strcmp(info->local_uri, "/readyz") == 0;
-  if (!health && !ready) return 0;
-  if (std::strcmp(info->request_method, "GET") != 0 && std::strcmp(info->request_method, "HEAD") != 0) {
-    return Reply(conn, 405, "Method Not Allowed",
-                 R"({"error":{"code":"method_not_allowed","message":"use GET"}})");
-  }
-  if (health) return Reply(conn, 200, "OK", R"({"status":"ok"})");
-  std::shared_ptr<ReadinessFn> fn;
-  {
-    std::lock_guard lock(HooksMutex());
-    auto it = Hooks().find(info->server_port);
-    if (it != Hooks().end()) fn = it->second;
-  }
-  if (!fn) return Reply(conn, 503, "Service Unavailable", R"({"ready":false,"reason":"starting"})");
+http::Response ReadinessReply(const ReadinessFn& fn) {
   Readiness r;
   try {
-    r = (*fn)();
-  } catch (...) {
-    return Reply(conn, 503, "Service Unavailable", R"({"ready":false,"reason":"readiness check failed"})");
+    r = fn();
+  } catch (const std::exception& e) {
+    return http::JsonError(503, "readiness_check_failed", e.what());
   }
-  return r.ready ? Reply(conn, 200, "OK", r.json) : Reply(conn, 503, "Service Unavailable", r.json);
+  http::Response reply;
+  reply.status = r.ready ? 200 : 503;
+  reply.body = std::move(r.json);
+  reply.headers.emplace_back("Cache-Control", "no-store");
+  return reply;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, uint16_t port,
-                                                            const Registry& registry, ReadinessFn readiness) {
-  const std::string address =
-      (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
-  std::unique_ptr<MetricsServer> server(new MetricsServer());
-  static const CivetCallbacks kCallbacks = [] {
-    CivetCallbacks c;  // its constructor clears every callback
-    c.begin_request = &BeginRequest;
-    return c;
-  }();
-  try {
-    server->exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", address, "num_threads", "2"}, &kCallbacks);
-  } catch (const std::exception& e) {
-    return Unavailable("metrics: cannot listen on " + address + ": " + e.what());
-  }
-  const std::vector<int> ports = server->exposer_->GetListeningPorts();
-  if (ports.empty()) return Unavailable("metrics: cannot listen on " + address);
-  server->port_ = static_cast<uint16_t>(ports.front());
-  for (const auto& collectable : registry.collectables()) server->exposer_->RegisterCollectable(collectable);
-  {
-    std::lock_guard lock(HooksMutex());
-    Hooks()[server->port_] = std::make_shared<ReadinessFn>(std::move(readiness));
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(http::ServerOptions options, const Registry& registry,
+                                                            ReadinessRoutes readiness) {
+  std::unique_ptr<MetricsServer> server(new MetricsServer(registry, std::move(readiness)));
+  options.io_threads = 1;
+  options.thread_name = "sluice-metrics";
+  options.max_body_bytes = 4 << 10;
+  options.max_header_bytes = 8 << 10;
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  MetricsServer* self = server.get();
+  server->server_ = std::make_unique<http::Server>(
+      std::move(options), [self](http::Request&& req, http::Responder respond) { respond(self->Handle(req)); });
+  if (Status st = server->server_->Start(); !st.ok()) {
+    return Unavailable("metrics: " + st.message());
   }
   return server;
 }
 
-MetricsServer::~MetricsServer() {
-  {
-    std::lock_guard lock(HooksMutex());
-    Hooks().erase(port_);
+MetricsServer::~MetricsServer() { server_->Stop(); }
+
+http::Response MetricsServer::Handle(const http::Request& req) const {
+  std::string_view path = req.target;
+  path = path.substr(0, path.find('?'));
+  const bool known = path == "/metrics" || path == "/healthz" || path == "/readyz" || path.starts_with("/readyz/");
+  if (!known) {
+    return http::JsonError(404, "not_found",
+                           "no route " + std::string(path) + " (routes: /metrics, /healthz, /readyz, /readyz/<check>)");
   }
-  exposer_.reset();  // joins civetweb's threads
+  if (req.method != "GET" && req.method != "HEAD") {
+    http::Response r = http::JsonError(405, "method_not_allowed", "use GET");
+    r.headers.emplace_back("Allow", "GET, HEAD");
+    return r;
+  }
+  if (path == "/metrics") {
+    http::Response r;
+    try {
+      r.body = registry_.Text();
+    } catch (const std::exception& e) {
+      return http::JsonError(500, "internal", std::string("collecting the metrics failed: ") + e.what());
+    }
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return r;
+  }
+  if (path == "/healthz") {
+    http::Response r;
+    r.body = R"({"status":"ok"})";
+    r.headers.emplace_back("Cache-Control", "no-store");
+    return r;
+  }
+  if (path == "/readyz") return ReadinessReply(readiness_.process);
+  const std::string_view name = path.substr(std::string_view("/readyz/").size());
+  std::string names;
+  for (const auto& [check, fn] : readiness_.checks) {
+    if (check == name) return ReadinessReply(fn);
+    names += (names.empty() ? "" : ", ") + check;
+  }
+  return http::JsonError(404, "unknown_check",
+                         "this process has no readiness check '" + std::string(name) + "' (checks: " + names + ")");
 }
 
 }  // namespace sluice::metrics

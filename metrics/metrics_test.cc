@@ -48,6 +48,7 @@ void BuildAll(Registry& r) {
   w.ForPush("cache").Succeeded(2, 0.0005);
   SinkMetrics s(r, "cache", 2);
   StorageMetrics storage(r);
+  HttpListenerMetrics http(r, "metrics");
 }
 
 TEST(Metrics, EveryListedMetricIsExportedAndNothingElse) {
@@ -212,9 +213,15 @@ TEST(MetricsServer, ServesMetricsHealthAndReadiness) {
         {"sluice_plugin_lines_total", "Lines.", prometheus::MetricType::Counter, {m}}};
   });
   std::atomic<bool> ready{true};
-  auto server = MetricsServer::Start("127.0.0.1", 0, r, [&] {
+  HttpListenerMetrics listener(r, "metrics");
+  http::ServerOptions options;
+  listener.Attach(options);
+  ReadinessRoutes routes;
+  routes.process = [&] {
     return Readiness{ready.load(), ready ? R"({"ready":true})" : R"({"ready":false,"sinks":["cache"]})"};
-  });
+  };
+  routes.checks.emplace_back("sinks", [] { return Readiness{false, R"({"ready":false})"}; });
+  auto server = MetricsServer::Start(options, r, routes);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const uint16_t port = (*server)->port();
   ASSERT_NE(port, 0);
@@ -235,12 +242,52 @@ TEST(MetricsServer, ServesMetricsHealthAndReadiness) {
   EXPECT_EQ(status, 503);
   Get(port, "/nothing-here", &status);
   EXPECT_EQ(status, 404);
+  // One check alone; an unknown one names the checks there are.
+  EXPECT_EQ(Get(port, "/readyz/sinks", &status), R"({"ready":false})");
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(Get(port, "/readyz/writer", &status).find("(checks: sinks)"), std::string::npos);
+  EXPECT_EQ(status, 404);
+  // Every request above came on its own connection, each closed by the client.
+  const std::string text = r.Text();
+  EXPECT_GE(Sample(text, R"(sluice_http_connections_total{listener="metrics"})"), 7);
 
   // A second server cannot take the same port, and says so.
-  auto clash = MetricsServer::Start("127.0.0.1", port, r, [] { return Readiness{true, "{}"}; });
+  http::ServerOptions same;
+  same.port = port;
+  auto clash = MetricsServer::Start(same, r, ReadinessRoutes{});
   ASSERT_FALSE(clash.ok());
   EXPECT_EQ(clash.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(clash.status().message().find(std::to_string(port)), std::string::npos);
+}
+
+TEST(MetricsServer, RoutesAndMethods) {
+  Registry r;
+  ReadinessRoutes routes;
+  routes.process = [] { return Readiness{true, R"({"ready":true})"}; };
+  routes.checks.emplace_back("writer", [] { return Readiness{true, R"({"ready":true,"check":"writer"})"}; });
+  auto server = MetricsServer::Start(http::ServerOptions{}, r, routes);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto call = [&](const std::string& method, const std::string& target) {
+    http::Request req;
+    req.method = method;
+    req.target = target;
+    return (*server)->Handle(req);
+  };
+  EXPECT_EQ(call("GET", "/readyz/writer?verbose").status, 200);
+  EXPECT_EQ(call("HEAD", "/healthz").status, 200);
+  EXPECT_EQ(call("GET", "/metrics").content_type, "text/plain; version=0.0.4; charset=utf-8");
+  const http::Response post = call("POST", "/metrics");
+  EXPECT_EQ(post.status, 405);
+  ASSERT_EQ(post.headers.size(), 1u);
+  EXPECT_EQ(post.headers[0].second, "GET, HEAD");
+  EXPECT_EQ(call("GET", "/v1/status").status, 404);
+  // A process without a readiness callback is not ready.
+  auto bare = MetricsServer::Start(http::ServerOptions{}, r, ReadinessRoutes{});
+  ASSERT_TRUE(bare.ok());
+  http::Request req;
+  req.method = "GET";
+  req.target = "/readyz";
+  EXPECT_EQ((*bare)->Handle(req).status, 503);
 }
 
 }  // namespace

@@ -4,9 +4,10 @@
 //       equal to the events in main storage, while `sluice verify` finds the
 //       views equal to main storage; the writer's applied commands equal the
 //       events stored; no gap was seen; /readyz is 200 on both listeners;
-//   (b) Redis cut (TCP proxy): its lag in events and seconds rises, /readyz
-//       says 503 and names the sink, the MySQL view keeps lag 0; Redis back:
-//       the lag returns to 0 and /readyz to 200;
+//   (b) Redis cut (TCP proxy): its lag in events and seconds rises,
+//       /readyz/sinks says 503 and names the sink while /readyz (the writer's
+//       job, on both listeners) stays 200, the MySQL view keeps lag 0; Redis
+//       back: the lag returns to 0 and /readyz/sinks to 200;
 //   (c) a plugin sink's own counters are on /metrics as sluice_plugin_<name>
 //       with labels plugin and sink, and agree with what it wrote.
 #include <atomic>
@@ -246,9 +247,15 @@ TEST(Metrics, RedisCutRaisesItsLagAndReadyzSaysSoUntilItIsBack) {
   ASSERT_TRUE(ScrapeUntil(s.metrics_port, 30s, [&](const std::string& t) {
     return Sum(t, "sluice_engine_lag_seconds", cache_lag) > lag_seconds_first;
   }, &text)) << text;
+  // The write API stays ready: a view down does not stop it serving commands.
   for (uint16_t port : {s.metrics_port, s.cfg.port}) {
     HttpClient c(port);
     HttpReply r = c.Get("/readyz");
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  {
+    HttpClient c(s.metrics_port);
+    HttpReply r = c.Get("/readyz/sinks");
     EXPECT_EQ(r.status, 503) << r.body;
     const Json j = Json::parse(r.body, nullptr, false);
     ASSERT_TRUE(j.is_object()) << r.body;
@@ -278,7 +285,7 @@ TEST(Metrics, RedisCutRaisesItsLagAndReadyzSaysSoUntilItIsBack) {
   HttpClient c(s.metrics_port);
   HttpReply r;
   for (int i = 0; i < 50; ++i) {
-    r = c.Get("/readyz");
+    r = c.Get("/readyz/sinks");
     if (r.status == 200) break;
     std::this_thread::sleep_for(100ms);
   }

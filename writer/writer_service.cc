@@ -21,8 +21,8 @@ constexpr uint64_t kMaxEventsLimit = 1000;
 // In the order of TypeState::builtin_metrics.
 constexpr std::array<std::string_view, 4> kBuiltinCommands = {"create", "put", "patch", "delete"};
 
-HttpResponse ToHttp(Reply r) {
-  HttpResponse h;
+http::Response ToHttp(Reply r) {
+  http::Response h;
   h.status = r.status;
   h.body = std::move(r.body);
   if (r.replayed) h.headers.emplace_back("Idempotent-Replayed", "true");
@@ -31,7 +31,7 @@ HttpResponse ToHttp(Reply r) {
   return h;
 }
 
-void SendError(const Responder& respond, int status, std::string_view code, std::string_view message) {
+void SendError(const http::Responder& respond, int status, std::string_view code, std::string_view message) {
   respond(ToHttp(ErrorReply(status, code, message)));
 }
 
@@ -56,7 +56,9 @@ std::string IsoTime(std::string t) {
 }  // namespace
 
 WriterService::WriterService(config::Config config, std::function<void()> on_commit, metrics::Registry* registry)
-    : config_(std::move(config)), metrics_(registry ? *registry : metrics::UnexportedRegistry()) {
+    : config_(std::move(config)),
+      metrics_(registry ? *registry : metrics::UnexportedRegistry()),
+      http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
@@ -93,12 +95,17 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
     }
   }
   readers_ = std::make_unique<ReaderPool>(params, config_.writer.read_threads, 100000);
-  HttpServerOptions h;
+  http::ServerOptions h;
   h.host = config_.writer.listen_host;
   h.port = config_.writer.listen_port;
   h.io_threads = config_.writer.io_threads;
+  h.thread_name = "sluice-http";
   h.max_body_bytes = config_.writer.max_body_bytes;
-  http_ = std::make_unique<HttpServer>(h, [this](HttpRequest&& req, Responder respond) {
+  h.max_header_bytes = 16 * 1024;
+  const config::ListenerLimits& l = config_.writer.limits;
+  h.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+  http_metrics_.Attach(h);
+  http_ = std::make_unique<http::Server>(h, [this](http::Request&& req, http::Responder respond) {
     Handle(std::move(req), std::move(respond));
   });
 }
@@ -168,7 +175,7 @@ void WriterService::Stop() {
 
 uint16_t WriterService::port() const { return http_->port(); }
 
-void WriterService::Handle(HttpRequest&& req, Responder respond) {
+void WriterService::Handle(http::Request&& req, http::Responder respond) {
   auto route = ParseRoute(req.method, req.target);
   if (!route.ok()) {
     const bool not_found = route.status().code() == StatusCode::kNotFound;
@@ -177,7 +184,7 @@ void WriterService::Handle(HttpRequest&& req, Responder respond) {
   }
   switch (route->kind) {
     case Route::Kind::kHealth: {
-      HttpResponse ok;
+      http::Response ok;
       ok.body = R"({"status":"ok"})";
       return respond(std::move(ok));
     }
@@ -188,7 +195,7 @@ void WriterService::Handle(HttpRequest&& req, Responder respond) {
   }
 }
 
-const WriterService::TypeState* WriterService::CheckEntity(const Route& route, const Responder& respond) const {
+const WriterService::TypeState* WriterService::CheckEntity(const Route& route, const http::Responder& respond) const {
   auto it = types_.find(route.type);
   if (it == types_.end()) {
     SendError(respond, 404, "unknown_entity_type", "no entity type '" + route.type + "' is configured");
@@ -202,7 +209,7 @@ const WriterService::TypeState* WriterService::CheckEntity(const Route& route, c
   return &it->second;
 }
 
-void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder respond) {
+void WriterService::HandleCommand(Route& route, http::Request& req, http::Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
   if (!IsBuiltinCommand(route.command) && !(type->handlers && type->handlers->HasCommand(route.command))) {
@@ -215,17 +222,17 @@ void WriterService::HandleCommand(Route& route, HttpRequest& req, Responder resp
                          known + ")");
   }
   Command cmd;
-  if (req.has_idempotency_key) {
-    if (!IsValidCommandId(req.idempotency_key)) {
+  if (const auto key = req.Header("Idempotency-Key")) {
+    if (!IsValidCommandId(*key)) {
       return SendError(respond, 400, "invalid_idempotency_key",
                        "Idempotency-Key must be 1 to 128 bytes of visible ASCII");
     }
-    cmd.command_id = std::move(req.idempotency_key);
+    cmd.command_id = std::string(*key);
   } else {
     cmd.command_id = GenerateCommandId();
   }
-  if (req.has_if_match) {
-    auto v = ParseIfMatch(req.if_match);
+  if (const auto if_match = req.Header("If-Match")) {
+    auto v = ParseIfMatch(*if_match);
     if (!v.ok()) return SendError(respond, 400, "invalid_if_match", v.status().message());
     cmd.expected_version = *v;
   }
@@ -260,8 +267,8 @@ metrics::CommandMetrics& WriterService::CommandMetricsOf(const TypeState& type, 
   return metrics_.ForCommand(type_name, command);
 }
 
-void WriterService::HandleReady(const Responder& respond) const {
-  HttpResponse r;
+void WriterService::HandleReady(const http::Responder& respond) const {
+  http::Response r;
   if (!readiness_) {
     r.status = 503;
     r.body = R"({"ready":false,"reason":"no readiness check is configured"})";
@@ -273,7 +280,7 @@ void WriterService::HandleReady(const Responder& respond) const {
   respond(std::move(r));
 }
 
-void WriterService::HandleGetEntity(const Route& route, Responder respond) {
+void WriterService::HandleGetEntity(const Route& route, http::Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
   const std::string table = sql::EventTableName(route.type, PartitionOf(route.entity_id, type->partitions));
@@ -294,7 +301,7 @@ void WriterService::HandleGetEntity(const Route& route, Responder respond) {
     if (row[2].value_or("0") != "0") {
       return SendError(respond, 404, "not_found", "the entity was deleted at version " + row[0].value_or("?"));
     }
-    HttpResponse ok;
+    http::Response ok;
     ok.body = R"({"type":)";
     AppendJsonString(ok.body, type_name);
     ok.body += R"(,"id":)";
@@ -308,7 +315,7 @@ void WriterService::HandleGetEntity(const Route& route, Responder respond) {
   }
 }
 
-void WriterService::HandleGetEvents(const Route& route, Responder respond) {
+void WriterService::HandleGetEvents(const Route& route, http::Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
   auto after = QueryUint(route, "after_version", 0);
@@ -343,7 +350,7 @@ void WriterService::HandleGetEvents(const Route& route, Responder respond) {
       }
       return SendError(respond, 500, "internal", rows.status().message());
     }
-    HttpResponse ok;
+    http::Response ok;
     std::string& b = ok.body;
     b = R"({"type":)";
     AppendJsonString(b, type_name);

@@ -19,7 +19,7 @@
 #include "metrics/metrics_server.h"
 #include "sql/connection.h"
 #include "writer/api.h"
-#include "writer/http_server.h"
+#include "http/server.h"
 #include "writer/partition_worker.h"
 #include "writer/reader_pool.h"
 
@@ -55,23 +55,24 @@ class WriterService {
     std::shared_ptr<const handlers::HandlerScript> handlers;  // null: built-in commands only
   };
 
-  void Handle(HttpRequest&& req, Responder respond);
-  void HandleCommand(Route& route, HttpRequest& req, Responder respond);
-  void HandleGetEntity(const Route& route, Responder respond);
-  void HandleGetEvents(const Route& route, Responder respond);
-  void HandleReady(const Responder& respond) const;
+  void Handle(http::Request&& req, http::Responder respond);
+  void HandleCommand(Route& route, http::Request& req, http::Responder respond);
+  void HandleGetEntity(const Route& route, http::Responder respond);
+  void HandleGetEvents(const Route& route, http::Responder respond);
+  void HandleReady(const http::Responder& respond) const;
   // The handles of one command of `type`, resolved once for built-in commands.
   metrics::CommandMetrics& CommandMetricsOf(const TypeState& type, const std::string& type_name,
                                             const std::string& command);
   // 404 unless the type is configured and the id valid; the type's state.
-  const TypeState* CheckEntity(const Route& route, const Responder& respond) const;
+  const TypeState* CheckEntity(const Route& route, const http::Responder& respond) const;
 
   const config::Config config_;
   metrics::WriterMetrics metrics_;
+  metrics::HttpListenerMetrics http_metrics_;  // the API listener's connections
   metrics::ReadinessFn readiness_;
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::Server> http_;
   bool started_ = false;
   Status handlers_status_;  // why the handler files did not load; Start() returns it
 };
