@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,15 +101,27 @@ struct Usage {
   std::string message;
 };
 
-// Parses argv[first..] against desc; throws Usage on a bad command line.
-po::variables_map Parse(const po::options_description& desc, const po::positional_options_description* pos,
-                        const std::vector<std::string>& args) {
+// Parses a command's arguments against `desc` (what its --help shows).
+// `positionals` names its positional arguments in order: each is read as a
+// string under that name and not listed by --help. Throws Usage on a bad
+// command line, including an argument that nothing takes.
+po::variables_map Parse(const po::options_description& desc, const std::vector<std::string>& args,
+                        const std::vector<std::string>& positionals = {}) {
+  constexpr const char* kStray = "stray-argument";
+  po::options_description hidden;
+  po::positional_options_description pos;
+  for (const std::string& name : positionals) {
+    hidden.add_options()(name.c_str(), po::value<std::string>());
+    pos.add(name.c_str(), 1);
+  }
+  hidden.add_options()(kStray, po::value<std::vector<std::string>>());
+  pos.add(kStray, -1);
+  po::options_description all;
+  all.add(desc).add(hidden);
   po::variables_map vm;
   try {
-    po::command_line_parser parser(args);
-    parser.options(desc);
-    if (pos) parser.positional(*pos);
-    po::store(parser.run(), vm);
+    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+    if (vm.count(kStray)) throw Usage{"unexpected argument '" + vm[kStray].as<std::vector<std::string>>().front() + "'"};
     po::notify(vm);
   } catch (const po::error& e) {
     throw Usage{e.what()};
@@ -147,12 +160,9 @@ std::vector<sql::EntityTypeSpec> Specs(const config::Config& cfg) {
 
 int ConfigCheck(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice config check FILE\n\nValidates FILE and prints every problem as FILE:LINE:COLUMN: message.\n\noptions");
-  desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the config file")(
-      "config", po::value<std::string>(), "the config file (same as FILE)")(
-      "print", "print the resolved config with secrets redacted");
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  auto vm = Parse(desc, &pos, args);
+  desc.add_options()("help,h", "show this help")("config", po::value<std::string>(), "the config file (same as FILE)")(
+      "print", "print the resolved config, secrets shown as their ${env:...}/${file:...} references or ***");
+  auto vm = Parse(desc, args, {"file"});
   if (vm.count("help")) {
     std::cout << desc << "\nExit codes: 0 valid, 1 invalid, 2 usage error.\n";
     return kExitOk;
@@ -194,7 +204,7 @@ Status RunInit(const config::Config& cfg, bool verbose) {
 int Init(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice init --config FILE\n\nCreates the database, the metadata tables and one event table per entity type and\npartition. Running it again changes nothing; a partition count that differs from\nthe existing tables is refused.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -242,10 +252,13 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
                                         : "Runs the sync engine alone: pulls every partition into the configured sinks.\nThe schema must exist (`sluice init`).\n";
   po::options_description desc("usage: sluice " + name + " --config FILE\n\n" + what +
                                "Stops cleanly on SIGINT or SIGTERM (queued commands are finished, offsets saved).\n\noptions");
-  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
-      "no-init", "do not create missing tables (serve only)")(
-      "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
-  auto vm = Parse(desc, nullptr, args);
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
+  // Each mode lists only the flags it acts on.
+  if (name == "serve") desc.add_options()("no-init", "do not create missing tables");
+  if (with_writer) {
+    desc.add_options()("allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
+  }
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -272,7 +285,7 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     }();
   }
   if (st.ok() && with_writer) {
-    st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability"));
+    st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability") > 0);
   }
   if (!st.ok()) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
@@ -359,7 +372,7 @@ int Status_(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters and the last error, read from MySQL (no running process needed).\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "json", "print one JSON document (for scripts)");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -377,7 +390,7 @@ int Verify(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice verify --config FILE [--sink NAME]\n\nCompares every view (or one) with main storage: missing, extra, version\nmismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "verify only this sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -396,12 +409,9 @@ int Verify(const std::vector<std::string>& args) {
 
 int DeadLetters(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice deadletters list|retry --config FILE [--sink NAME] [--all]\n\n  list   show the events sinks rejected (unresolved ones unless --all)\n  retry  re-apply unresolved dead letters; exit 1 while any stays unresolved\n\noptions");
-  desc.add_options()("help,h", "show this help")("action", po::value<std::string>(), "list or retry")(
-      "config,c", po::value<std::string>(), "the config file")("sink", po::value<std::string>(), "only this sink")(
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")("sink", po::value<std::string>(), "only this sink")(
       "all", "list: include resolved dead letters");
-  po::positional_options_description pos;
-  pos.add("action", 1);
-  auto vm = Parse(desc, &pos, args);
+  auto vm = Parse(desc, args, {"action"});
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -486,7 +496,7 @@ int PauseResume(const std::vector<std::string>& args, const std::string& name) {
                                "Exit codes: 0 done, 1 failure (unknown sink, no process, refused), 2 usage.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "the sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -518,7 +528,7 @@ int Rewind(const std::vector<std::string>& args) {
       "sink", po::value<std::string>(), "the sink")("to", po::value<std::string>(), "an event_id, or beginning (0)")(
       "partition", po::value<uint32_t>(), "only this partition")(
       "offline", "write sluice_offsets directly (no process may be running)");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -627,7 +637,7 @@ int Rebuild(const std::vector<std::string>& args) {
       "Exit codes: 0 rebuilt, 1 failure (unknown sink, no process, refused, rebuild failed), 2 usage.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "the sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -693,11 +703,18 @@ int Main(int argc, char** argv) {
   }
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  // Where a usage error points: the command's own help once the command is known.
+  std::string help = "sluice --help";
   try {
     if (cmd == "version" || cmd == "--version") {
+      if (!rest.empty()) throw Usage{"version takes no arguments, got '" + rest[0] + "'"};
       std::cout << "sluice 0.1.0\nallocator: " << AllocatorName() << "\n";
       return kExitOk;
     }
+    static const std::set<std::string> kCommands = {"init",   "serve", "writer", "sync",  "status", "verify",
+                                                    "deadletters", "pause", "resume", "rewind", "rebuild"};
+    if (kCommands.count(cmd)) help = "sluice " + cmd + " --help";
+    if (cmd == "config") help = "sluice config check --help";
     if (cmd == "config") {
       if (rest.empty() || rest[0] == "--help" || rest[0] == "-h") {
         std::cout << "usage: sluice config check FILE\n";
@@ -716,7 +733,7 @@ int Main(int argc, char** argv) {
     if (cmd == "rebuild") return Rebuild(rest);
     throw Usage{"unknown command '" + cmd + "'"};
   } catch (const Usage& u) {
-    std::cerr << "sluice: " << u.message << "\nRun `sluice --help` for usage.\n";
+    std::cerr << "sluice: " << u.message << "\nRun `" << help << "` for usage.\n";
     return kExitUsage;
   }
 }
