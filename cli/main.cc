@@ -82,8 +82,8 @@ commands:
   init --config FILE         create the database, metadata and event tables (idempotent)
   status --config FILE       offset, head, lag and state per sink and partition (--json)
   verify --config FILE       compare every view with main storage; exit 1 on any difference
-  deadletters list|retry --config FILE
-                             show or re-apply events a sink rejected
+  deadletters list|retry|discard --config FILE
+                             show, re-apply or give up on events a sink rejected
   pause|resume --config FILE --sink NAME
                              stop / restart applying a sink in the running process
   rewind --config FILE --sink NAME --to N|beginning [--partition P]
@@ -408,33 +408,55 @@ int Verify(const std::vector<std::string>& args) {
 }
 
 int DeadLetters(const std::vector<std::string>& args) {
-  po::options_description desc("usage: sluice deadletters list|retry --config FILE [--sink NAME] [--all]\n\n  list   show the events sinks rejected (unresolved ones unless --all)\n  retry  re-apply unresolved dead letters; exit 1 while any stays unresolved\n\noptions");
-  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")("sink", po::value<std::string>(), "only this sink")(
-      "all", "list: include resolved dead letters");
+  po::options_description desc(
+      "usage: sluice deadletters list|retry|discard --config FILE [--sink NAME] [--id N] [--all] [--json]\n\n"
+      "  list     show the events sinks rejected (unresolved ones unless --all); --json for scripts\n"
+      "  retry    re-apply unresolved dead letters: every one, a sink's (--sink), or one (--id);\n"
+      "           exit 1 while any of them stays unresolved\n"
+      "  discard  give up on dead letters without applying them: one (--id), or every unresolved\n"
+      "           one of a sink (--sink); one of the two is required. Nothing asks for confirmation\n"
+      "           and nothing is deleted: each is marked resolved as `discarded` (list --all shows\n"
+      "           it). The view lacks that version until the entity changes again or is rebuilt.\n\n"
+      "options");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "sink", po::value<std::string>(), "only this sink")("id", po::value<uint64_t>(), "retry, discard: only this dead letter")(
+      "all", "list: include resolved dead letters")("json", "list: print one JSON document (for scripts)");
   auto vm = Parse(desc, args, {"action"});
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
   }
   const std::string action = vm.count("action") ? vm["action"].as<std::string>() : "";
-  if (action != "list" && action != "retry") throw Usage{"deadletters needs list or retry"};
+  if (action != "list" && action != "retry" && action != "discard") {
+    throw Usage{action.empty() ? "deadletters needs list, retry or discard"
+                               : "deadletters: unknown action '" + action + "' (list, retry or discard)"};
+  }
+  if (action != "list" && (vm.count("all") || vm.count("json"))) throw Usage{"--all and --json are for deadletters list"};
+  if (action == "list" && vm.count("id")) throw Usage{"--id is for deadletters retry and discard"};
+  if (action == "discard" && !vm.count("id") && !vm.count("sink")) {
+    throw Usage{"deadletters discard needs --id N or --sink NAME (it never discards every sink's at once)"};
+  }
   auto cfg = ConfigFrom(vm, "deadletters");
   if (!cfg) return kExitFailure;
-  std::optional<std::string> sink;
-  if (vm.count("sink")) sink = vm["sink"].as<std::string>();
+  engine::DeadLetterFilter filter;
+  if (vm.count("sink")) filter.sink = vm["sink"].as<std::string>();
+  if (vm.count("id")) filter.id = vm["id"].as<uint64_t>();
   if (action == "list") {
-    if (Status st = engine::ListDeadLetters(*cfg, sink, vm.count("all") > 0, std::cout); !st.ok()) {
+    if (Status st = engine::ListDeadLetters(*cfg, filter.sink, vm.count("all") > 0, vm.count("json") > 0, std::cout);
+        !st.ok()) {
       std::cerr << "sluice deadletters: " << st.message() << "\n";
       return kExitFailure;
     }
     return kExitOk;
   }
-  auto left = engine::RetryDeadLetters(*cfg, sink, std::cout);
-  if (!left.ok()) {
-    std::cerr << "sluice deadletters: " << left.status().message() << "\n";
+  auto done = action == "retry" ? engine::RetryDeadLetters(*cfg, filter, std::cout)
+                                : engine::DiscardDeadLetters(*cfg, filter, std::cout);
+  if (!done.ok()) {
+    std::cerr << "sluice deadletters: " << done.status().message() << "\n";
     return kExitFailure;
   }
-  return *left == 0 ? kExitOk : kExitFailure;
+  // retry: how many are still unresolved; discard: how many were discarded.
+  return action == "retry" && *done > 0 ? kExitFailure : kExitOk;
 }
 
 // ---- operator commands that reach a running process (admin/) ----

@@ -68,8 +68,22 @@ TEST(CliTest, HelpListsOnlyTheCommandsOwnOptions) {
 
   ASSERT_EQ(testing::RunSluice({"deadletters", "--help"}, &deadletters), 0);
   EXPECT_EQ(deadletters.find("--action"), std::string::npos) << deadletters;
+  for (const char* word : {"list|retry|discard", "--id", "--json", "--sink", "--all"}) {
+    EXPECT_NE(deadletters.find(word), std::string::npos) << word << "\n" << deadletters;
+  }
   ASSERT_EQ(testing::RunSluice({"config", "check", "--help"}, &check), 0);
   EXPECT_EQ(check.find("--file"), std::string::npos) << check;
+}
+
+TEST(CliTest, DeadLetterActionsCheckTheirOptions) {
+  std::string out;
+  EXPECT_EQ(testing::RunSluice({"deadletters", "discard", "--config", "x.yaml"}, &out), 2);
+  EXPECT_NE(out.find("deadletters discard needs --id N or --sink NAME"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunSluice({"deadletters", "retry", "--config", "x.yaml", "--json"}, &out), 2);
+  EXPECT_NE(out.find("--all and --json are for deadletters list"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunSluice({"deadletters", "list", "--config", "x.yaml", "--id", "3"}, &out), 2);
+  EXPECT_EQ(testing::RunSluice({"deadletters", "drop", "--config", "x.yaml"}, &out), 2);
+  EXPECT_NE(out.find("unknown action 'drop' (list, retry or discard)"), std::string::npos) << out;
 }
 
 }  // namespace
