@@ -628,14 +628,21 @@ std::string ProgressLine(const Json& p) {
   const uint64_t replayed = p.value("replayed", uint64_t{0});
   const uint64_t total = p.value("total", uint64_t{0});
   const double rate = p.value("rate", 0.0);
+  const std::string sink = p.value("sink", std::string());
+  const std::string phase = p.value("phase", std::string());
   char line[256];
-  const double pct = total > 0 ? 100.0 * static_cast<double>(replayed) / static_cast<double>(total) : 100.0;
+  // With nothing to replay (yet) there is no fraction to show: never "0/0 (100.0%)".
+  if (total == 0) {
+    std::snprintf(line, sizeof line, "rebuild %s: %s; the entity type has no events yet, so there is nothing to replay",
+                  sink.c_str(), phase.c_str());
+    return line;
+  }
+  const double pct = 100.0 * static_cast<double>(replayed) / static_cast<double>(total);
   std::string eta = "?";
   if (rate > 0) eta = std::to_string(static_cast<uint64_t>(static_cast<double>(total - std::min(total, replayed)) / rate)) + "s";
-  std::snprintf(line, sizeof line, "rebuild %s: %s %llu/%llu events (%.1f%%), %.0f events/s, ETA %s",
-                p.value("sink", std::string()).c_str(), p.value("phase", std::string()).c_str(),
-                static_cast<unsigned long long>(replayed), static_cast<unsigned long long>(total), pct, rate,
-                eta.c_str());
+  std::snprintf(line, sizeof line, "rebuild %s: %s %llu/%llu events (%.1f%%), %.0f events/s, ETA %s", sink.c_str(),
+                phase.c_str(), static_cast<unsigned long long>(replayed), static_cast<unsigned long long>(total), pct,
+                rate, eta.c_str());
   return line;
 }
 

@@ -4,7 +4,9 @@
 //     `sluice init`, not only "Unknown database";
 //   - the `status` table stays aligned with elasticsearch sinks and long names;
 //   - dead letters: `list --json`, `retry --id N`, `discard --id N` and
-//     `discard --sink NAME`.
+//     `discard --sink NAME`;
+//   - `rebuild` of a view whose entity type has no events never prints
+//     "0/0 (100.0%)".
 #include <map>
 #include <sstream>
 #include <string>
@@ -200,6 +202,41 @@ TEST(Operator, DeadLettersListAsJsonRetryOneAndDiscard) {
   // The table form lists the same.
   ASSERT_EQ(RunSluice({"deadletters", "list", "--config", s->path, "--all"}, &out), 0) << out;
   EXPECT_NE(out.find("3 dead letter(s)"), std::string::npos) << out;
+}
+
+TEST(Operator, RebuildOfAViewWithNoEventsNeverShowsZeroOfZero) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("rebuildempty");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 2}};
+  cfg.port = FreePort();
+  ::setenv("SLUICE_TEST_ADMIN_TOKEN", ("tok-" + UniquePrefix("admin")).c_str(), 1);
+  cfg.extra_yaml = "sinks:\n  - {name: table, type: mysql, entity: account, table: account_view, columns: {o: /o}}\n"
+                   "admin:\n  listen: 127.0.0.1:" + std::to_string(FreePort()) +
+                   "\n  token: \"${env:SLUICE_TEST_ADMIN_TOKEN}\"\n";
+  const std::string path = cfg.Write();
+  auto serve = StartSluice("serve", path, cfg.port);
+  std::string out;
+  ASSERT_EQ(RunSluice({"rebuild", "--config", path, "--sink", "table"}, &out), 0) << out;
+  EXPECT_EQ(out.find("0/0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("100.0%"), std::string::npos) << out;
+  // Its first line, whatever phase the rebuild reached by then.
+  EXPECT_EQ(out.rfind("rebuild table: ", 0), 0u) << out;
+  EXPECT_NE(out.substr(0, out.find('\n')).find("; the entity type has no events yet, so there is nothing to replay"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
+
+  // With events, the first line already has the total (read before the reply).
+  HttpClient c(cfg.port);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(c.Post("/v1/entities/account/e" + std::to_string(i) + "/commands/create", R"({"o":1})").status, 200);
+  }
+  ASSERT_TRUE(WaitCaughtUp(path, 60s, &out)) << out;
+  ASSERT_EQ(RunSluice({"rebuild", "--config", path, "--sink", "table"}, &out), 0) << out;
+  EXPECT_EQ(out.find("0/0"), std::string::npos) << out;
+  EXPECT_NE(out.find("/20 events ("), std::string::npos) << out;
 }
 
 }  // namespace
