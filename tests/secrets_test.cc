@@ -7,7 +7,8 @@
 // sink's URL password, an Elasticsearch sink's password and api_key, a Kafka
 // sink's sasl.password and ssl.key.password, and, in configs that fail, an
 // Elasticsearch URL's user info and query token, a Kafka property given by
-// reference, and a plugin sink's url and api_token. Every output channel is
+// reference, and a plugin sink's url and api_token; and a MySQL password
+// the server refuses. Every output channel is
 // collected and searched for "s3cr3t": stdout and stderr of `config check`
 // (with and without --print), `init`, `status` (table and --json), `verify`,
 // `deadletters list` (table and --json), `pause`/`resume`, the log of
@@ -264,6 +265,7 @@ TEST(Secrets, NoMarkerReachesAnyOutputOfARunningProcess) {
 }
 
 TEST(Secrets, NoMarkerReachesTheErrorsOfAnInvalidConfig) {
+  SLUICE_REQUIRE_MYSQL();  // to refuse a password
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / (UniquePrefix("secrets") + "_bad");
   std::filesystem::create_directories(dir);
@@ -303,8 +305,23 @@ TEST(Secrets, NoMarkerReachesTheErrorsOfAnInvalidConfig) {
       " url: \"https://u:s3cr3t-plugin-url-6789@hooks.example/x?token=s3cr3t-plugin-q-bbbb\","
       " api_token: s3cr3t-plugin-tok-abab}\n";
   const std::string plugin_path = WriteFile(dir / "plugin.yaml", plugin);
+  // Valid, but MySQL refuses the password: the runtime errors must not show it either.
+  const auto mysql = MysqlParams();
+  const std::string refused =
+      "storage:\n  mysql: {host: " + mysql.host + ", port: " + std::to_string(mysql.port) + ", user: " + mysql.user +
+      ", password: s3cr3t-mysql-wrong-cccc, database: nowhere}\n"
+      "entities:\n  account: {partitions: 2}\n";
+  const std::string refused_path = WriteFile(dir / "refused.yaml", refused);
 
   Channels ch;
+  for (const std::string& path : {refused_path}) {
+    const std::string out = Show(ch, {"init", "--config", path});
+    EXPECT_NE(out.find("Access denied"), std::string::npos) << out;
+    Show(ch, {"serve", "--config", path});
+    Show(ch, {"status", "--config", path});
+    Show(ch, {"verify", "--config", path});
+    Show(ch, {"deadletters", "list", "--config", path});
+  }
   for (const std::string& path : {bad_path, plugin_path}) {
     const std::string out = Show(ch, {"config", "check", path});
     EXPECT_NE(out.find(path + ":"), std::string::npos) << out;  // it did report problems
