@@ -20,6 +20,13 @@ http::Response Error(int status, std::string_view code, const std::string& messa
   return Reply(status, Json{{"error", {{"code", code}, {"message", message}}}});
 }
 
+// 405 with the Allow header that lists the methods the path takes (RFC 9110).
+http::Response MethodNotAllowed(const std::string& allow, const std::string& method, const std::string& path) {
+  http::Response r = Error(405, "method_not_allowed", path + " takes " + allow + ", not " + method);
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
 http::Response ErrorFrom(const Status& st) {
   switch (st.code()) {
     case StatusCode::kInvalidArgument: return Error(400, "invalid_argument", st.message());
@@ -107,7 +114,7 @@ bool AdminService::Rebuilding(const std::string& sink) const {
 http::Response AdminService::Handle(const http::Request& req) {
   const auto seg = PathSegments(req.target);
   if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "status") {
-    if (req.method != "GET") return Error(405, "method_not_allowed", "use GET for /v1/status");
+    if (req.method != "GET") return MethodNotAllowed("GET", req.method, "/v1/status");
     return Status_();
   }
   if (seg.size() == 4 && seg[0] == "v1" && seg[1] == "sinks") {
@@ -121,7 +128,10 @@ http::Response AdminService::Handle(const http::Request& req) {
     if (action != "pause" && action != "resume" && action != "rewind" && action != "rebuild") {
       return Error(404, "not_found", "no route " + req.target + " (actions: pause, resume, rewind, rebuild)");
     }
-    if (req.method != "POST") return Error(405, "method_not_allowed", "use POST to " + action + " a sink");
+    if (req.method != "POST") {
+      return MethodNotAllowed(action == "rebuild" ? "GET, POST" : "POST", req.method,
+                              "/v1/sinks/" + sink + "/" + action);
+    }
     // Changes need the bearer token; with none configured, nobody may change anything.
     if (config_.admin.token.empty()) {
       return Error(403, "changes_disabled",

@@ -12,7 +12,8 @@
 // Reads are open; every POST needs "Authorization: Bearer <admin.token>":
 // 401 without it, 403 with another token, and 403 for everyone when no token
 // is configured (changes are then refused). Bodies are JSON; errors are
-// {"error": {"code": ..., "message": ...}} like the writer's.
+// {"error": {"code": ..., "message": ...}} like the writer's. Another method
+// on one of these paths is 405 with an Allow header naming the ones it takes.
 //
 // Threads: Start/Stop from the main thread. Requests run on the HTTP
 // server's threads; a change waits for the sink's applier thread to carry it

@@ -77,5 +77,32 @@ TEST(AdminService, ReadsAreOpenAndRoutesAreChecked) {
   EXPECT_EQ(admin.Handle(Request("GET", "/nothing")).status, 404);
 }
 
+// Allow names the methods the path takes.
+std::string Allow(const http::Response& r) {
+  for (const auto& [name, value] : r.headers) {
+    if (name == "Allow") return value;
+  }
+  return "(none)";
+}
+
+TEST(AdminService, WrongMethodIs405WithAllow) {
+  const config::Config c = MakeConfig("tok");
+  engine::SyncEngine engine(c);
+  AdminService admin(c, engine);
+  const auto status = admin.Handle(Request("DELETE", "/v1/status", "Bearer tok"));
+  EXPECT_EQ(status.status, 405);
+  EXPECT_EQ(Code(status), "method_not_allowed");
+  EXPECT_EQ(Allow(status), "GET");
+  for (const char* action : {"pause", "resume", "rewind"}) {
+    const auto r = admin.Handle(Request("GET", std::string("/v1/sinks/cache/") + action));
+    EXPECT_EQ(r.status, 405) << action;
+    EXPECT_EQ(Allow(r), "POST") << action;
+  }
+  const auto rebuild = admin.Handle(Request("PUT", "/v1/sinks/cache/rebuild", "Bearer tok"));
+  EXPECT_EQ(rebuild.status, 405);
+  EXPECT_EQ(Allow(rebuild), "GET, POST");
+  EXPECT_NE(rebuild.body.find("/v1/sinks/cache/rebuild takes GET, POST, not PUT"), std::string::npos) << rebuild.body;
+}
+
 }  // namespace
 }  // namespace sluice::admin

@@ -45,6 +45,13 @@ Status ViewRebuild::Start() {
   o.engine = config_.engine;
   offsets::OffsetStore store(o.mysql);
   RETURN_IF_ERROR(store.Delete(shadow_name_, sink_.entity).WithContext("clearing an earlier rebuild's progress"));
+  // The heads to replay up to, read before the reply to the caller so that
+  // its first progress already has the total.
+  ASSIGN_OR_RETURN(start_heads_, Heads());
+  {
+    std::lock_guard lock(mu_);
+    progress_.total = Sum(start_heads_);
+  }
   shadow_ = std::make_unique<engine::SinkRunner>(std::move(o), std::move(shadow_sink));
   started_ = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(shadow_->Start());
@@ -110,14 +117,7 @@ Status ViewRebuild::WaitShadowReaches(const std::map<uint32_t, uint64_t>& target
   }
 }
 
-Status ViewRebuild::Replay() {
-  ASSIGN_OR_RETURN(auto heads, Heads());
-  {
-    std::lock_guard lock(mu_);
-    progress_.total = Sum(heads);
-  }
-  return WaitShadowReaches(heads, true);
-}
+Status ViewRebuild::Replay() { return WaitShadowReaches(start_heads_, true); }
 
 Status ViewRebuild::SwitchOver() {
   SetPhase("switching");

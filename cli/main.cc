@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -84,8 +85,8 @@ commands:
   init --config FILE         create the database, metadata and event tables (idempotent)
   status --config FILE       offset, head, lag and state per sink and partition (--json)
   verify --config FILE       compare every view with main storage; exit 1 on any difference
-  deadletters list|retry --config FILE
-                             show or re-apply events a sink rejected
+  deadletters list|retry|discard --config FILE
+                             show, re-apply or give up on events a sink rejected
   pause|resume --config FILE --sink NAME
                              stop / restart applying a sink in the running process
   rewind --config FILE --sink NAME --to N|beginning [--partition P]
@@ -103,15 +104,27 @@ struct Usage {
   std::string message;
 };
 
-// Parses argv[first..] against desc; throws Usage on a bad command line.
-po::variables_map Parse(const po::options_description& desc, const po::positional_options_description* pos,
-                        const std::vector<std::string>& args) {
+// Parses a command's arguments against `desc` (what its --help shows).
+// `positionals` names its positional arguments in order: each is read as a
+// string under that name and not listed by --help. Throws Usage on a bad
+// command line, including an argument that nothing takes.
+po::variables_map Parse(const po::options_description& desc, const std::vector<std::string>& args,
+                        const std::vector<std::string>& positionals = {}) {
+  constexpr const char* kStray = "stray-argument";
+  po::options_description hidden;
+  po::positional_options_description pos;
+  for (const std::string& name : positionals) {
+    hidden.add_options()(name.c_str(), po::value<std::string>());
+    pos.add(name.c_str(), 1);
+  }
+  hidden.add_options()(kStray, po::value<std::vector<std::string>>());
+  pos.add(kStray, -1);
+  po::options_description all;
+  all.add(desc).add(hidden);
   po::variables_map vm;
   try {
-    po::command_line_parser parser(args);
-    parser.options(desc);
-    if (pos) parser.positional(*pos);
-    po::store(parser.run(), vm);
+    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+    if (vm.count(kStray)) throw Usage{"unexpected argument '" + vm[kStray].as<std::vector<std::string>>().front() + "'"};
     po::notify(vm);
   } catch (const po::error& e) {
     throw Usage{e.what()};
@@ -150,12 +163,9 @@ std::vector<sql::EntityTypeSpec> Specs(const config::Config& cfg) {
 
 int ConfigCheck(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice config check FILE\n\nValidates FILE and prints every problem as FILE:LINE:COLUMN: message.\n\noptions");
-  desc.add_options()("help,h", "show this help")("file", po::value<std::string>(), "the config file")(
-      "config", po::value<std::string>(), "the config file (same as FILE)")(
-      "print", "print the resolved config with secrets redacted");
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  auto vm = Parse(desc, &pos, args);
+  desc.add_options()("help,h", "show this help")("config", po::value<std::string>(), "the config file (same as FILE)")(
+      "print", "print the resolved config, secrets shown as their ${env:...}/${file:...} references or ***");
+  auto vm = Parse(desc, args, {"file"});
   if (vm.count("help")) {
     std::cout << desc << "\nExit codes: 0 valid, 1 invalid, 2 usage error.\n";
     return kExitOk;
@@ -197,7 +207,7 @@ Status RunInit(const config::Config& cfg, bool verbose) {
 int Init(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice init --config FILE\n\nCreates the database, the metadata tables and one event table per entity type and\npartition. Running it again changes nothing; a partition count that differs from\nthe existing tables is refused.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -249,13 +259,16 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
                                   : name == "writer" ? config::Process::kWriter
                                                      : config::Process::kSync;
   const std::string metrics_key = name == "serve" ? "metrics.listen" : "metrics." + name + "_listen";
-  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
-      "no-init", "do not create missing tables (serve only)")(
-      "allow-weak-durability", "start even when MySQL may lose committed transactions in a crash")(
-      "metrics-listen", po::value<std::string>(),
-      ("HOST:PORT of this process's metrics listener, instead of " + metrics_key +
-       " (opens it even without a metrics section)").c_str());
-  auto vm = Parse(desc, nullptr, args);
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
+  // Each mode lists only the flags it acts on.
+  if (name == "serve") desc.add_options()("no-init", "do not create missing tables");
+  if (with_writer) {
+    desc.add_options()("allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
+  }
+  desc.add_options()("metrics-listen", po::value<std::string>(),
+                     ("HOST:PORT of this process's metrics listener, instead of " + metrics_key +
+                      " (opens it even without a metrics section)").c_str());
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -288,7 +301,7 @@ int Run(const std::vector<std::string>& args, const std::string& name) {
     }();
   }
   if (st.ok() && with_writer) {
-    st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability"));
+    st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability") > 0);
   }
   if (!st.ok()) {
     std::cerr << "sluice " << name << ": " << st.message() << "\n";
@@ -384,7 +397,7 @@ int Status_(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters and the last error, read from MySQL (no running process needed).\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "json", "print one JSON document (for scripts)");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -402,7 +415,7 @@ int Verify(const std::vector<std::string>& args) {
   po::options_description desc("usage: sluice verify --config FILE [--sink NAME]\n\nCompares every view (or one) with main storage: missing, extra, version\nmismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "verify only this sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -420,36 +433,55 @@ int Verify(const std::vector<std::string>& args) {
 }
 
 int DeadLetters(const std::vector<std::string>& args) {
-  po::options_description desc("usage: sluice deadletters list|retry --config FILE [--sink NAME] [--all]\n\n  list   show the events sinks rejected (unresolved ones unless --all)\n  retry  re-apply unresolved dead letters; exit 1 while any stays unresolved\n\noptions");
-  desc.add_options()("help,h", "show this help")("action", po::value<std::string>(), "list or retry")(
-      "config,c", po::value<std::string>(), "the config file")("sink", po::value<std::string>(), "only this sink")(
-      "all", "list: include resolved dead letters");
-  po::positional_options_description pos;
-  pos.add("action", 1);
-  auto vm = Parse(desc, &pos, args);
+  po::options_description desc(
+      "usage: sluice deadletters list|retry|discard --config FILE [--sink NAME] [--id N] [--all] [--json]\n\n"
+      "  list     show the events sinks rejected (unresolved ones unless --all); --json for scripts\n"
+      "  retry    re-apply unresolved dead letters: every one, a sink's (--sink), or one (--id);\n"
+      "           exit 1 while any of them stays unresolved\n"
+      "  discard  give up on dead letters without applying them: one (--id), or every unresolved\n"
+      "           one of a sink (--sink); one of the two is required. Nothing asks for confirmation\n"
+      "           and nothing is deleted: each is marked resolved as `discarded` (list --all shows\n"
+      "           it). The view lacks that version until the entity changes again or is rebuilt.\n\n"
+      "options");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "sink", po::value<std::string>(), "only this sink")("id", po::value<uint64_t>(), "retry, discard: only this dead letter")(
+      "all", "list: include resolved dead letters")("json", "list: print one JSON document (for scripts)");
+  auto vm = Parse(desc, args, {"action"});
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
   }
   const std::string action = vm.count("action") ? vm["action"].as<std::string>() : "";
-  if (action != "list" && action != "retry") throw Usage{"deadletters needs list or retry"};
+  if (action != "list" && action != "retry" && action != "discard") {
+    throw Usage{action.empty() ? "deadletters needs list, retry or discard"
+                               : "deadletters: unknown action '" + action + "' (list, retry or discard)"};
+  }
+  if (action != "list" && (vm.count("all") || vm.count("json"))) throw Usage{"--all and --json are for deadletters list"};
+  if (action == "list" && vm.count("id")) throw Usage{"--id is for deadletters retry and discard"};
+  if (action == "discard" && !vm.count("id") && !vm.count("sink")) {
+    throw Usage{"deadletters discard needs --id N or --sink NAME (it never discards every sink's at once)"};
+  }
   auto cfg = ConfigFrom(vm, "deadletters");
   if (!cfg) return kExitFailure;
-  std::optional<std::string> sink;
-  if (vm.count("sink")) sink = vm["sink"].as<std::string>();
+  engine::DeadLetterFilter filter;
+  if (vm.count("sink")) filter.sink = vm["sink"].as<std::string>();
+  if (vm.count("id")) filter.id = vm["id"].as<uint64_t>();
   if (action == "list") {
-    if (Status st = engine::ListDeadLetters(*cfg, sink, vm.count("all") > 0, std::cout); !st.ok()) {
+    if (Status st = engine::ListDeadLetters(*cfg, filter.sink, vm.count("all") > 0, vm.count("json") > 0, std::cout);
+        !st.ok()) {
       std::cerr << "sluice deadletters: " << st.message() << "\n";
       return kExitFailure;
     }
     return kExitOk;
   }
-  auto left = engine::RetryDeadLetters(*cfg, sink, std::cout);
-  if (!left.ok()) {
-    std::cerr << "sluice deadletters: " << left.status().message() << "\n";
+  auto done = action == "retry" ? engine::RetryDeadLetters(*cfg, filter, std::cout)
+                                : engine::DiscardDeadLetters(*cfg, filter, std::cout);
+  if (!done.ok()) {
+    std::cerr << "sluice deadletters: " << done.status().message() << "\n";
     return kExitFailure;
   }
-  return *left == 0 ? kExitOk : kExitFailure;
+  // retry: how many are still unresolved; discard: how many were discarded.
+  return action == "retry" && *done > 0 ? kExitFailure : kExitOk;
 }
 
 // ---- operator commands that reach a running process (admin/) ----
@@ -511,7 +543,7 @@ int PauseResume(const std::vector<std::string>& args, const std::string& name) {
                                "Exit codes: 0 done, 1 failure (unknown sink, no process, refused), 2 usage.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "the sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -543,7 +575,7 @@ int Rewind(const std::vector<std::string>& args) {
       "sink", po::value<std::string>(), "the sink")("to", po::value<std::string>(), "an event_id, or beginning (0)")(
       "partition", po::value<uint32_t>(), "only this partition")(
       "offline", "write sluice_offsets directly (no process may be running)");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -621,14 +653,21 @@ std::string ProgressLine(const Json& p) {
   const uint64_t replayed = p.value("replayed", uint64_t{0});
   const uint64_t total = p.value("total", uint64_t{0});
   const double rate = p.value("rate", 0.0);
+  const std::string sink = p.value("sink", std::string());
+  const std::string phase = p.value("phase", std::string());
   char line[256];
-  const double pct = total > 0 ? 100.0 * static_cast<double>(replayed) / static_cast<double>(total) : 100.0;
+  // With nothing to replay (yet) there is no fraction to show: never "0/0 (100.0%)".
+  if (total == 0) {
+    std::snprintf(line, sizeof line, "rebuild %s: %s; the entity type has no events yet, so there is nothing to replay",
+                  sink.c_str(), phase.c_str());
+    return line;
+  }
+  const double pct = 100.0 * static_cast<double>(replayed) / static_cast<double>(total);
   std::string eta = "?";
   if (rate > 0) eta = std::to_string(static_cast<uint64_t>(static_cast<double>(total - std::min(total, replayed)) / rate)) + "s";
-  std::snprintf(line, sizeof line, "rebuild %s: %s %llu/%llu events (%.1f%%), %.0f events/s, ETA %s",
-                p.value("sink", std::string()).c_str(), p.value("phase", std::string()).c_str(),
-                static_cast<unsigned long long>(replayed), static_cast<unsigned long long>(total), pct, rate,
-                eta.c_str());
+  std::snprintf(line, sizeof line, "rebuild %s: %s %llu/%llu events (%.1f%%), %.0f events/s, ETA %s", sink.c_str(),
+                phase.c_str(), static_cast<unsigned long long>(replayed), static_cast<unsigned long long>(total), pct,
+                rate, eta.c_str());
   return line;
 }
 
@@ -652,7 +691,7 @@ int Rebuild(const std::vector<std::string>& args) {
       "Exit codes: 0 rebuilt, 1 failure (unknown sink, no process, refused, rebuild failed), 2 usage.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "sink", po::value<std::string>(), "the sink");
-  auto vm = Parse(desc, nullptr, args);
+  auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
     return kExitOk;
@@ -718,11 +757,18 @@ int Main(int argc, char** argv) {
   }
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  // Where a usage error points: the command's own help once the command is known.
+  std::string help = "sluice --help";
   try {
     if (cmd == "version" || cmd == "--version") {
+      if (!rest.empty()) throw Usage{"version takes no arguments, got '" + rest[0] + "'"};
       std::cout << "sluice 0.1.0\nallocator: " << AllocatorName() << "\n";
       return kExitOk;
     }
+    static const std::set<std::string> kCommands = {"init",   "serve", "writer", "sync",  "status", "verify",
+                                                    "deadletters", "pause", "resume", "rewind", "rebuild"};
+    if (kCommands.count(cmd)) help = "sluice " + cmd + " --help";
+    if (cmd == "config") help = "sluice config check --help";
     if (cmd == "config") {
       if (rest.empty() || rest[0] == "--help" || rest[0] == "-h") {
         std::cout << "usage: sluice config check FILE\n";
@@ -741,7 +787,7 @@ int Main(int argc, char** argv) {
     if (cmd == "rebuild") return Rebuild(rest);
     throw Usage{"unknown command '" + cmd + "'"};
   } catch (const Usage& u) {
-    std::cerr << "sluice: " << u.message << "\nRun `sluice --help` for usage.\n";
+    std::cerr << "sluice: " << u.message << "\nRun `" << help << "` for usage.\n";
     return kExitUsage;
   }
 }

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/redact.h"
 #include "core/json.h"
 #include "core/names.h"
 
@@ -43,7 +44,6 @@ std::string_view DurabilityBarrierName(DurabilityBarrier b) {
 }
 namespace {
 
-constexpr std::string_view kRedacted = "<redacted>";
 // Caps that keep a mistaken path (/dev/zero, a log file) from eating memory.
 constexpr size_t kMaxConfigFileBytes = 16u << 20;
 constexpr size_t kMaxSecretFileBytes = 64u << 10;
@@ -52,9 +52,9 @@ constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
 constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
-constexpr std::array<std::string_view, 5> kSecretFields = {"storage.mysql.password",
-                                                           "sinks[*].url", "admin.token",
-    "sinks[*].password", "sinks[*].api_key"};
+constexpr std::string_view kSecretFields =
+    "storage.mysql.password, admin.token, sinks[*].url, sinks[*].password, sinks[*].api_key, "
+    "sinks[*].properties.*, secret-named plugin options";
 constexpr size_t kMaxQuotedChars = 60;
 constexpr std::string_view kRedisUrlForm = "redis://[:password@]host[:port][/db]";
 
@@ -331,9 +331,6 @@ std::optional<std::string> RedisUrlProblem(std::string_view url) {
   return std::nullopt;
 }
 
-// Only a URL with user info ("redis://:pw@host") carries a password.
-bool RedisUrlHasPassword(std::string_view url) { return url.find('@') != std::string_view::npos; }
-
 // Problems in one file, printed as "FILE:LINE:COL: path: problem".
 class Problems {
  public:
@@ -417,6 +414,7 @@ class ConfigReader {
       : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)) {}
 
   void ReadRoot(const YAML::Node& doc, Config* config) {
+    secret_references_ = &config->secret_references;
     if (!doc.IsMap()) {
       Problem(doc.Mark(), "",
               "the configuration must be a mapping with storage and entities sections, got " +
@@ -896,10 +894,7 @@ class ConfigReader {
     if (create_options_key && !k.create_topic) {
       Problem(create_options_key->key.Mark(), create_options_key->path, "only with create_topic: true");
     }
-    if (IsPluginSinkType(type)) {
-      sink->plugin.options_json = plugin_options.values.dump();
-      sink->plugin.url_from_secret = plugin_options.url_from_secret;
-    }
+    if (IsPluginSinkType(type)) sink->plugin.options_json = plugin_options.values.dump();
 
     CheckPush(sink->type, sink->push, push_key, push_options_key);
 
@@ -1033,16 +1028,18 @@ class ConfigReader {
 
   struct PluginOptions {
     nlohmann::json values = nlohmann::json::object();
-    bool url_from_secret = false;
   };
 
   // One key of a plugin sink, for the plugin to check. `url` is secret-capable
-  // like every sink's url; no other option may hold a secret reference.
+  // like every sink's url, and so is an option whose name looks secret
+  // (api_token, password); no other option may hold a secret reference. A
+  // secret given inline keeps its YAML type (a token_ttl of 30 stays a number).
   void ReadPluginOption(const Field& f, PluginOptions* options) {
     const std::string& key = f.key.Scalar();
-    if (key == "url") {
-      std::string url;
-      if (ReadSecret(f, &url, &options->url_from_secret)) options->values[key] = url;
+    const bool reference = f.value.IsScalar() && HasSecretReference(f.value.Scalar());
+    if (key == "url" || (IsSecretName(key) && reference)) {
+      std::string value;
+      if (ReadSecret(f, &value)) options->values[key] = value;
       return;
     }
     if (auto value = YamlToJson(f)) options->values[key] = std::move(*value);
@@ -1147,15 +1144,14 @@ class ConfigReader {
       problem = "no spaces, query or fragment";
     }
     if (!problem.empty()) {
-      // A secret's value is never quoted back.
+      // Quoted without its credentials; a reference's value not at all.
       Problem(f.mark, f.path,
               "must be a URL of the form " + std::string(kForm) + ": " + std::string(problem) +
-                  (from_secret ? "" : ", got " + Quote(s)));
+                  (from_secret ? "" : ", got " + Quote(RedactUrl(s))));
       return;
     }
     while (!url.empty() && url.back() == '/') url.pop_back();
     es->url = std::move(url);
-    es->url_from_secret = from_secret;
   }
 
   // An index name template: lowercase, {type} the only placeholder, and
@@ -1234,15 +1230,13 @@ class ConfigReader {
   // A secret-capable field: the URL may carry a password.
   void ReadRedisUrl(const Field& f, RedisSinkConfig* r) {
     std::string url;
-    bool from_secret = false;
-    if (!ReadSecret(f, &url, &from_secret)) return;
+    if (!ReadSecret(f, &url)) return;
     if (const auto problem = RedisUrlProblem(url)) {
       Problem(f.mark, f.path,
               "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + *problem);
       return;
     }
     r->url = std::move(url);
-    r->url_from_secret = from_secret;
   }
 
   // A key template: {id} is required, {type} allowed, no other braces.
@@ -1359,17 +1353,25 @@ class ConfigReader {
         return;
       }
       std::string value;
-      bool secret = false;
-      if (!ReadSecret(f, &value, &secret)) return;
+      bool reference = false;
+      if (!ReadSecret(f, &value, &reference)) return;
       char errstr[512];
       if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-        // librdkafka's message may quote the value: keep secrets out of it.
-        Problem(f.mark, f.path, secret ? "librdkafka refuses this property (its value is secret)"
-                                       : "librdkafka refuses it: " + std::string(errstr));
+        // librdkafka quotes the value; a secret one is kept out of the message.
+        std::string why = errstr;
+        const bool secret = reference || IsSecretName(name);
+        if (secret && !value.empty()) {
+          const std::string quoted = "\"" + value + "\"";
+          for (size_t at; (at = why.find(quoted)) != std::string::npos;) {
+            why.replace(at, quoted.size(), "\"" + std::string(kRedactedValue) + "\"");
+          }
+        }
+        Problem(f.mark, f.path, secret && !value.empty() && why.find(value) != std::string::npos
+                                    ? "librdkafka refuses this property (its value is secret)"
+                                    : "librdkafka refuses it: " + why);
         return;
       }
       k->properties[name] = value;
-      if (secret) k->secret_properties.push_back(name);
     });
     rd_kafka_conf_destroy(conf);
   }
@@ -1537,12 +1539,7 @@ class ConfigReader {
     }
     const std::string& text = f.value.Scalar();
     if (HasSecretReference(text)) {
-      std::string fields;
-      for (std::string_view s : kSecretFields) {
-        if (!fields.empty()) fields += ", ";
-        fields += s;
-      }
-      Problem(f.mark, f.path, "secrets are only accepted in fields marked secret: " + fields);
+      Problem(f.mark, f.path, "secrets are only accepted in fields marked secret: " + std::string(kSecretFields));
       return std::nullopt;
     }
     return text;
@@ -1780,6 +1777,7 @@ class ConfigReader {
         return false;
       }
       *out = value;
+      RememberReference(f, text);
       return true;
     }
     if (inner.rfind("file:", 0) == 0) {
@@ -1800,10 +1798,16 @@ class ConfigReader {
         if (!contents.empty() && contents.back() == '\r') contents.pop_back();
       }
       *out = std::move(contents);
+      RememberReference(f, text);
       return true;
     }
     Problem(f.mark, f.path, "a value of the form ${...} must be ${env:NAME} or ${file:PATH}");
     return false;
+  }
+
+  // Redacted() shows a secret given as a reference as it was written.
+  void RememberReference(const Field& f, const std::string& reference) {
+    if (secret_references_ != nullptr) (*secret_references_)[f.path] = reference;
   }
 
   // What the checks after the whole file need to know about one sink.
@@ -1823,6 +1827,7 @@ class ConfigReader {
   std::vector<SinkRefs> sink_refs_;
   std::map<std::string, Field> listen_keys_;  // the listen keys given, by path ("metrics.listen")
   bool plugins_declared_ = false;  // the file has a plugins section
+  std::map<std::string, std::string>* secret_references_ = nullptr;  // Config::secret_references
 };
 
 Result<Config> Load(const std::string& text, const std::string& path) {
@@ -1889,6 +1894,12 @@ std::string FormatListenAddress(const std::string& host, uint16_t port) {
 }
 
 std::string Config::Redacted() const {
+  // The rule of config/redact.h: a secret given as a reference is shown as
+  // written, one given inline as ***, or, for a URL, without its credentials.
+  const auto secret = [this](const std::string& path, const std::string& value, bool url = false) {
+    if (const auto it = secret_references.find(path); it != secret_references.end()) return it->second;
+    return url ? RedactUrl(value) : std::string(kRedactedValue);
+  };
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
@@ -1897,8 +1908,9 @@ std::string Config::Redacted() const {
   out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(mysql.port);
   if (!mysql.socket.empty()) out << YAML::Key << "socket" << YAML::Value << mysql.socket;
   out << YAML::Key << "user" << YAML::Value << mysql.user;
-  // Always redacted, even when empty, so the output says nothing about it.
-  out << YAML::Key << "password" << YAML::Value << std::string(kRedacted);
+  // Always shown as *** (or its reference), even when empty, so the output says nothing about it.
+  out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted
+      << secret("storage.mysql.password", mysql.password);
   out << YAML::Key << "database" << YAML::Value << mysql.database;
   out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(mysql.connect_timeout);
   out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(mysql.io_timeout);
@@ -1941,7 +1953,9 @@ std::string Config::Redacted() const {
                                        : "[" + admin.listen_host + "]";
     out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "listen" << YAML::Value << admin_host + ":" + std::to_string(admin.listen_port);
-    if (!admin.token.empty()) out << YAML::Key << "token" << YAML::Value << std::string(kRedacted);
+    if (!admin.token.empty()) {
+      out << YAML::Key << "token" << YAML::Value << YAML::DoubleQuoted << secret("admin.token", admin.token);
+    }
     EmitLimits(out, admin.limits);
     out << YAML::EndMap;
   }
@@ -1975,7 +1989,9 @@ std::string Config::Redacted() const {
   out << YAML::Key << "sinks" << YAML::Value;
   if (sinks.empty()) out << YAML::Flow;
   out << YAML::BeginSeq;
-  for (const SinkConfig& sink : sinks) {
+  for (size_t index = 0; index < sinks.size(); ++index) {
+    const SinkConfig& sink = sinks[index];
+    const std::string at = "sinks[" + std::to_string(index) + "].";
     out << YAML::BeginMap;
     out << YAML::Key << "name" << YAML::Value << sink.name;
     out << YAML::Key << "type" << YAML::Value << sink.type;
@@ -1991,8 +2007,7 @@ std::string Config::Redacted() const {
     }
     if (sink.type == "redis") {
       const RedisSinkConfig& r = sink.redis;
-      const bool hide_url = r.url_from_secret || RedisUrlHasPassword(r.url);
-      out << YAML::Key << "url" << YAML::Value << (hide_url ? std::string(kRedacted) : r.url);
+      out << YAML::Key << "url" << YAML::Value << secret(at + "url", r.url, /*url=*/true);
       out << YAML::Key << "key" << YAML::Value << r.key;
       out << YAML::Key << "format" << YAML::Value
           << (r.format == RedisSinkConfig::Format::kHash ? "hash" : "json");
@@ -2007,17 +2022,18 @@ std::string Config::Redacted() const {
       out << YAML::Key << "tombstone_ttl" << YAML::Value << FormatDuration(r.tombstone_ttl);
     } else if (sink.type == "elasticsearch") {
       const ElasticsearchSinkConfig& es = sink.elasticsearch;
-      out << YAML::Key << "url" << YAML::Value
-          << (es.url_from_secret ? std::string(kRedacted) : es.url);
+      out << YAML::Key << "url" << YAML::Value << secret(at + "url", es.url, /*url=*/true);
       out << YAML::Key << "index" << YAML::Value << es.index;
       if (!es.mapping_path.empty()) out << YAML::Key << "mapping" << YAML::Value << es.mapping_path;
       if (!es.template_path.empty()) out << YAML::Key << "template" << YAML::Value << es.template_path;
       out << YAML::Key << "auto_create" << YAML::Value << es.auto_create;
       if (!es.username.empty()) {
         out << YAML::Key << "username" << YAML::Value << es.username;
-        out << YAML::Key << "password" << YAML::Value << std::string(kRedacted);
+        out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted << secret(at + "password", es.password);
       }
-      if (!es.api_key.empty()) out << YAML::Key << "api_key" << YAML::Value << std::string(kRedacted);
+      if (!es.api_key.empty()) {
+        out << YAML::Key << "api_key" << YAML::Value << YAML::DoubleQuoted << secret(at + "api_key", es.api_key);
+      }
       out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(es.connect_timeout);
       out << YAML::Key << "request_timeout" << YAML::Value << FormatDuration(es.request_timeout);
     } else if (sink.type == "mysql") {
@@ -2050,9 +2066,13 @@ std::string Config::Redacted() const {
       if (!k.properties.empty()) {
         out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
         for (const auto& [name, value] : k.properties) {
-          const bool secret = std::find(k.secret_properties.begin(), k.secret_properties.end(), name) !=
-                              k.secret_properties.end();
-          out << YAML::Key << name << YAML::Value << (secret ? std::string(kRedacted) : value);
+          const std::string path = at + "properties." + name;
+          out << YAML::Key << name << YAML::Value;
+          if (IsSecretName(name) || secret_references.count(path)) {
+            out << YAML::DoubleQuoted << secret(path, value);
+          } else {
+            out << value;
+          }
         }
         out << YAML::EndMap;
       }
@@ -2060,11 +2080,10 @@ std::string Config::Redacted() const {
       // A plugin's sink: its options as they were given (JSON is valid YAML).
       auto options = ParseJsonOrDiscarded(sink.plugin.options_json);
       for (auto& [key, value] : options.items()) {
-        const bool hide = key == "url" && (sink.plugin.url_from_secret ||
-                                           (value.is_string() && RedisUrlHasPassword(value.get<std::string>())));
         out << YAML::Key << key << YAML::Value;
-        if (hide) {
-          out << std::string(kRedacted);
+        if (key == "url" || IsSecretName(key)) {
+          out << YAML::DoubleQuoted
+              << secret(at + key, value.is_string() ? value.get<std::string>() : value.dump(), key == "url");
         } else if (value.is_string()) {
           // Quoted, so that "true" or "3" read back as strings.
           out << YAML::DoubleQuoted << value.get<std::string>();

@@ -2,9 +2,12 @@
 //
 // LoadConfig validates the whole file and reports every problem at once as
 // "FILE:LINE:COLUMN: message" (1-based line and column). Secrets are written
-// in the YAML as "${env:NAME}" (or "${file:/path}") and are accepted only in
-// fields marked secret (storage.mysql.password, sinks[*].url, admin.token); their resolved values
-// never appear in an error message or in Redacted() output.
+// inline or as "${env:NAME}" / "${file:/path}", which are accepted only in
+// fields marked secret: storage.mysql.password, admin.token, every sink's
+// url, an elasticsearch sink's password and api_key, a kafka sink's
+// properties, and a plugin sink's options whose names look secret
+// (config/redact.h). Their values never appear in an error message or in
+// Redacted() output: config/redact.h is the one rule for showing them.
 //
 // A Config is an immutable value once loaded; share it by const reference
 // from any thread.
@@ -152,9 +155,6 @@ struct RedisSinkConfig {
   std::vector<FieldMapping> fields;               // hash format: the fields; empty: every top-level member
   std::chrono::milliseconds ttl{0};               // 0: keys do not expire
   std::chrono::milliseconds tombstone_ttl{24 * 3600 * 1000};  // how long a delete is remembered
-  // The url came from ${env:...} or ${file:...}: Redacted() hides it (as it
-  // does any url with a password).
-  bool url_from_secret = false;
 };
 
 struct MysqlSinkConfig {
@@ -174,7 +174,6 @@ struct MysqlSinkConfig {
 // (connectors/elasticsearch, docs/sinks/elasticsearch.md).
 struct ElasticsearchSinkConfig {
   std::string url;             // http(s)://host[:port][/path prefix]; secret-capable
-  bool url_from_secret = false;  // Redacted() hides the url
   std::string index = "{type}";  // template: {type} is replaced by the entity type
   // Optional JSON bodies, read from the files named in the YAML: `mapping`
   // is the create-index body ({"settings": ..., "mappings": ...}) used when
@@ -204,9 +203,9 @@ struct KafkaSinkConfig {
   uint32_t replication_factor = 1;       // for create_topic
   std::chrono::milliseconds delivery_timeout{30000};  // a batch not delivered by then is retried
   // librdkafka properties passed through as they are (checked with
-  // librdkafka's own validation); values from ${env:...}/${file:...} are secret.
+  // librdkafka's own validation). Secret: those whose names look secret
+  // (IsSecretName) and those given as ${env:...}/${file:...}.
   std::map<std::string, std::string> properties;
-  std::vector<std::string> secret_properties;  // names whose values Redacted() hides
 };
 
 // The writer applies each committed batch to a push sink right away (DESIGN
@@ -230,9 +229,10 @@ bool SinkTypeCanPush(std::string_view type);
 // A sink whose type a plugin library provides: its own keys, for the plugin
 // to check when it creates the sink.
 struct PluginSinkConfig {
-  std::string options_json = "{}";  // JSON object of every key not common to all sinks
-  // Its `url` came from ${env:...} or ${file:...}: Redacted() hides it.
-  bool url_from_secret = false;
+  // JSON object of every key not common to all sinks. `url` and the options
+  // whose names look secret (IsSecretName) may be secret references; they
+  // are resolved here.
+  std::string options_json = "{}";
 };
 
 // A shared library listed under `plugins:` (see include/sluice/plugin.h).
@@ -273,8 +273,15 @@ struct Config {
   std::vector<SinkConfig> sinks;  // in file order
   std::vector<PluginConfig> plugins;  // in file order, existing regular files
   AdminConfig admin;
+  // How each secret field that was given as a reference was written, by its
+  // path in messages ("storage.mysql.password", "sinks[2].url",
+  // "sinks[3].properties.sasl.password") -> "${env:NAME}" or "${file:PATH}".
+  // Secrets written inline are not listed.
+  std::map<std::string, std::string> secret_references;
 
-  // The configuration as YAML with every secret shown as "<redacted>".
+  // The configuration as YAML, defaults included, by the rule of
+  // config/redact.h: each secret shown as the reference it was written as,
+  // or "***"; each URL without its credentials.
   std::string Redacted() const;
 };
 

@@ -363,10 +363,12 @@ TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
   ScopedEnv env("SLUICE_TEST_HOST", "db.internal");
   EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
             "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url, admin.token, sinks[*].password, sinks[*].api_key");
+            "storage.mysql.password, admin.token, sinks[*].url, sinks[*].password, sinks[*].api_key, "
+            "sinks[*].properties.*, secret-named plugin options");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
             "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
-            "storage.mysql.password, sinks[*].url, admin.token, sinks[*].password, sinks[*].api_key");
+            "storage.mysql.password, admin.token, sinks[*].url, sinks[*].password, sinks[*].api_key, "
+            "sinks[*].properties.*, secret-named plugin options");
 }
 
 TEST(LoadConfigErrors, MalformedSecretReference) {
@@ -520,7 +522,9 @@ TEST(Secrets, ValuesNeverAppearInErrorsOrRedactedOutput) {
     EXPECT_EQ(r->mysql.password, kSecret);
     const std::string redacted = r->Redacted();
     EXPECT_EQ(redacted.find(kSecret), std::string::npos) << redacted;
-    EXPECT_NE(redacted.find("password: <redacted>"), std::string::npos) << redacted;
+    // A reference is shown as written (the printout still resolves); an inline secret as ***.
+    const std::string shown = password == kSecret ? "\"***\"" : password[0] == '"' ? password : "\"" + password + "\"";
+    EXPECT_NE(redacted.find("password: " + shown + "\n"), std::string::npos) << redacted;
 
     // The same file with other problems: the message must not leak it either.
     const std::string bad = good + "writer: {batch_max: 0, listen: x}\nbogus: 1\n";
@@ -546,7 +550,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "    host: 127.0.0.1\n"
             "    port: 13306\n"
             "    user: sluice\n"
-            "    password: <redacted>\n"
+            "    password: \"${env:SLUICE_MYSQL_PASSWORD}\"\n"
             "    database: sluice_demo\n"
             "    connect_timeout: 2s\n"
             "    io_timeout: 10s\n"
@@ -685,7 +689,7 @@ TEST(Sinks, ReadsEveryKeyInFileOrder) {
   EXPECT_EQ(json.batch_max, 1000u);
   EXPECT_EQ(json.origin, "t.yaml:11:5");
   EXPECT_EQ(json.redis.url, "redis://127.0.0.1:16379/0");
-  EXPECT_FALSE(json.redis.url_from_secret);
+  EXPECT_TRUE(r->secret_references.empty());
   EXPECT_EQ(json.redis.key, "account:{id}");
   EXPECT_EQ(json.redis.format, RedisSinkConfig::Format::kJson);
   EXPECT_TRUE(json.redis.fields.empty());
@@ -1113,28 +1117,21 @@ TEST(Secrets, RedisUrlFromTheEnvironmentIsResolvedAndRedacted) {
       SinksWith("url: redis://127.0.0.1:16379/0", "url: \"${env:SLUICE_TEST_REDIS_URL}\""), kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->sinks[0].redis.url, url);
-  EXPECT_TRUE(r->sinks[0].redis.url_from_secret);
+  EXPECT_EQ(r->secret_references, (std::map<std::string, std::string>{{"sinks[0].url", "${env:SLUICE_TEST_REDIS_URL}"}}));
   const std::string redacted = r->Redacted();
   EXPECT_EQ(redacted.find(kPassword), std::string::npos) << redacted;
   EXPECT_EQ(redacted.find("cache:6379"), std::string::npos) << redacted;
-  // Both Redis sinks: the first from a secret, the second holds a password.
-  size_t hidden = 0;
-  for (size_t at = 0; (at = redacted.find("url: <redacted>\n", at)) != std::string::npos; ++at) {
-    ++hidden;
-  }
-  EXPECT_EQ(hidden, 2u) << redacted;
+  // The first Redis sink's url as written; the second one's without its password.
+  EXPECT_NE(redacted.find("    url: ${env:SLUICE_TEST_REDIS_URL}\n"), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("    url: redis://:***@cache.internal:6380/15\n"), std::string::npos) << redacted;
   EXPECT_EQ(redacted.find("p@ss:w/rd"), std::string::npos) << redacted;
 
-  // A secret without a password is hidden too; a literal one is shown.
-  ScopedEnv plain("SLUICE_TEST_REDIS_URL", "redis://cache:6379/1");
+  // A literal url without a password is shown as it is.
   r = LoadConfigFromString(
       std::string(kValid) + "sinks:\n"
-          "  - {name: a, type: redis, entity: account, url: \"${env:SLUICE_TEST_REDIS_URL}\"}\n"
           "  - {name: b, type: redis, entity: account, url: \"redis://cache:6379/2\"}\n",
       kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_NE(r->Redacted().find("url: <redacted>\n"), std::string::npos) << r->Redacted();
-  EXPECT_EQ(r->Redacted().find("cache:6379/1"), std::string::npos) << r->Redacted();
   EXPECT_NE(r->Redacted().find("url: redis://cache:6379/2\n"), std::string::npos) << r->Redacted();
 }
 
@@ -1156,7 +1153,7 @@ TEST(Secrets, BadRedisUrlFromASecretIsNotShown) {
 }
 
 TEST(Redacted, SinksLoadBack) {
-  // Without the password URL (Redacted() hides it), everything loads back.
+  // Everything loads back, the URL's password as ***.
   Result<Config> ok = LoadConfigFromString(
       SinksWith("url: \"redis://:p@ss:w/rd@cache.internal:6380/15\"",
                 "url: \"redis://[::1]:6380/15\"") +
@@ -1196,7 +1193,8 @@ TEST(Admin, OffUnlessPresentAndLoopbackByDefault) {
   EXPECT_EQ(r->admin.listen_port, 9470);
   EXPECT_EQ(r->admin.token, "s3cret-admin");
   const std::string redacted = r->Redacted();
-  EXPECT_NE(redacted.find("admin:\n  listen: 127.0.0.1:9470\n  token: <redacted>\n"), std::string::npos)
+  EXPECT_NE(redacted.find("admin:\n  listen: 127.0.0.1:9470\n  token: \"${env:SLUICE_TEST_ADMIN_TOKEN}\"\n"),
+            std::string::npos)
       << redacted;
   EXPECT_EQ(redacted.find("s3cret-admin"), std::string::npos);
 }
@@ -1457,14 +1455,21 @@ TEST(PluginErrors, CommonSinkKeysOfAPluginSinkAreStillChecked) {
             "t.yaml:11:45: sinks[0].on_error: must be dead_letter or stop, got \"maybe\"");
 }
 
-TEST(PluginErrors, SecretOnlyInThePluginSinksUrl) {
+TEST(PluginErrors, SecretsOnlyInThePluginSinksUrlAndSecretNamedOptions) {
   TempDir dir;
   const std::string lib = dir.Write("liba.so", "x").string();
   ScopedEnv env("SLUICE_TEST_PLUGIN_TOKEN", "tok-123");
+  Result<Config> ok = LoadConfigFromString(
+      WithPlugins("  - {name: hook, type: webhook, entity: account, token: \"${env:SLUICE_TEST_PLUGIN_TOKEN}\"}\n",
+                  "  - " + lib + "\n"),
+      kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->sinks[0].plugin.options_json, R"({"token":"tok-123"})");
+  EXPECT_NE(ok->Redacted().find("token: \"${env:SLUICE_TEST_PLUGIN_TOKEN}\""), std::string::npos) << ok->Redacted();
   const std::string errors =
-      Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, token: \"${env:SLUICE_TEST_PLUGIN_TOKEN}\"}\n",
+      Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, label: \"${env:SLUICE_TEST_PLUGIN_TOKEN}\"}\n",
                          "  - " + lib + "\n"));
-  const std::string expected = "t.yaml:11:57: sinks[0].token: secrets are only accepted in fields marked secret: ";
+  const std::string expected = "t.yaml:11:57: sinks[0].label: secrets are only accepted in fields marked secret: ";
   EXPECT_EQ(errors.substr(0, expected.size()), expected);
   EXPECT_EQ(errors.find("tok-123"), std::string::npos);
 }
@@ -1485,7 +1490,8 @@ TEST(PluginSinks, OwnKeysReachThePluginAsJsonAndPrintBack) {
                   "    label: \"true\"\n"
                   "    table: audit\n"
                   "    tags: [a, 2, {deep: ~}]\n"
-                  "    url: \"${env:SLUICE_TEST_PLUGIN_URL}\"\n",
+                  "    url: \"${env:SLUICE_TEST_PLUGIN_URL}\"\n"
+                  "    api_token: s3cret-tok\n",
                   "  - " + lib + "\n"),
       kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -1495,24 +1501,26 @@ TEST(PluginSinks, OwnKeysReachThePluginAsJsonAndPrintBack) {
   // Plain scalars are typed as YAML 1.2 reads them; quoted ones stay strings.
   // `table` belongs to mysql sinks but is this plugin's own option here.
   EXPECT_EQ(s.plugin.options_json,
-            R"({"fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,"table":"audit",)"
-            R"("tags":["a",2,{"deep":null}],"url":"https://user:secret-pw@hooks.example/abc"})");
-  EXPECT_TRUE(s.plugin.url_from_secret);
+            R"({"api_token":"s3cret-tok","fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,)"
+            R"("table":"audit","tags":["a",2,{"deep":null}],"url":"https://user:secret-pw@hooks.example/abc"})");
+  EXPECT_EQ(r->secret_references.at("sinks[0].url"), "${env:SLUICE_TEST_PLUGIN_URL}");
   ASSERT_EQ(r->plugins.size(), 1u);
   EXPECT_EQ(r->plugins[0].path, lib);
-  EXPECT_EQ(r->plugins[0].origin, "t.yaml:24:5");
+  EXPECT_EQ(r->plugins[0].origin, "t.yaml:25:5");
 
   const std::string printed = r->Redacted();
   EXPECT_EQ(printed.find("secret-pw"), std::string::npos) << printed;
-  EXPECT_NE(printed.find("url: <redacted>"), std::string::npos) << printed;
+  EXPECT_EQ(printed.find("s3cret-tok"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("url: \"${env:SLUICE_TEST_PLUGIN_URL}\""), std::string::npos) << printed;
+  EXPECT_NE(printed.find("api_token: \"***\""), std::string::npos) << printed;
   EXPECT_NE(printed.find("path: \"views/audit.jsonl\""), std::string::npos) << printed;
   EXPECT_NE(printed.find("plugins:\n  - " + lib), std::string::npos) << printed;
-  // What it prints loads back (with the secret replaced by its marker).
+  // What it prints loads back (the reference resolved again, the inline secret as ***).
   Result<Config> again = LoadConfigFromString(printed, kFile);
   ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << printed;
   EXPECT_EQ(again->sinks.at(0).plugin.options_json,
-            R"({"fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,"table":"audit",)"
-            R"("tags":["a",2,{"deep":null}],"url":"<redacted>"})");
+            R"({"api_token":"***","fsync":false,"keep":3,"label":"true","path":"views/audit.jsonl","ratio":0.5,)"
+            R"("table":"audit","tags":["a",2,{"deep":null}],"url":"https://user:secret-pw@hooks.example/abc"})");
 }
 
 }  // namespace

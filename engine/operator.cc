@@ -5,6 +5,7 @@
 
 #include "connectors/sink.h"
 #include "core/json.h"
+#include "core/text_table.h"
 #include "engine/event_reader.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
@@ -25,22 +26,71 @@ Status CheckSinkName(const config::Config& config, const std::optional<std::stri
   return Status::Ok();
 }
 
-std::string Pad(std::string s, size_t w) {
-  if (s.size() < w) s.append(w - s.size(), ' ');
-  return s;
+Status NotInitialised(const config::Config& config, const std::string& what) {
+  return FailedPrecondition(what + ": run `sluice init --config " + config.path +
+                            "` first (`sluice serve` also does it when it starts)");
+}
+
+// A connection to the configured database once it holds sluice's tables;
+// otherwise why not, saying to run `sluice init` when that is the fix.
+Result<std::unique_ptr<sql::Connection>> OpenStorage(const config::Config& config) {
+  const sql::ConnectParams params = sql::ParamsFrom(config.mysql);
+  auto conn = sql::Connection::Open(params);
+  if (!conn.ok()) {
+    // An unknown database and a refused login are both FailedPrecondition: tell them apart.
+    if (conn.status().code() != StatusCode::kFailedPrecondition) return conn.status();
+    sql::ConnectParams server_params = params;
+    server_params.database.clear();
+    auto server = sql::Connection::Open(server_params);
+    if (!server.ok()) return conn.status();
+    std::string q = "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=";
+    (*server)->AppendQuoted(q, config.mysql.database);
+    auto rows = (*server)->Query(q);
+    if (rows.ok() && !rows->empty() && rows->at(0).at(0).value_or("0") == "0") {
+      return NotInitialised(config, "the database " + config.mysql.database + " does not exist yet");
+    }
+    return conn.status();
+  }
+  std::vector<sql::EntityTypeSpec> specs;
+  for (const auto& [name, e] : config.entities) specs.push_back({name, e.partitions});
+  if (Status st = sql::CheckSchema(**conn, specs); !st.ok()) {
+    if (st.code() != StatusCode::kFailedPrecondition) return st;
+    std::string why = st.message();
+    // CheckSchema's own advice names no file; ours names this one.
+    if (const size_t at = why.find("; run `sluice init"); at != std::string::npos) why.erase(at);
+    return NotInitialised(config, "the database " + config.mysql.database + " is not set up for this config (" +
+                                      why + ")");
+  }
+  return conn;
+}
+
+// The dead letter `id`: its sink, whether it is resolved, and how.
+struct DeadLetterRow {
+  std::string sink;
+  std::string entity_id;
+  std::string version;
+  bool resolved = false;
+  std::string resolution;
+};
+
+Result<DeadLetterRow> FindDeadLetter(sql::Connection& conn, uint64_t id) {
+  ASSIGN_OR_RETURN(auto rows, conn.Query("SELECT sink, entity_id, version, resolved_at IS NOT NULL, "
+                                         "COALESCE(resolution,'') FROM sluice_dead_letters WHERE id=" +
+                                         std::to_string(id)));
+  if (rows.empty()) return NotFound("there is no dead letter " + std::to_string(id));
+  const auto& r = rows[0];
+  return DeadLetterRow{r[0].value_or(""), r[1].value_or(""), r[2].value_or(""), r[3].value_or("0") == "1",
+                       r[4].value_or("")};
 }
 
 }  // namespace
 
 Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
   Json doc = Json::object();
   doc["sinks"] = Json::array();
-  if (!json) {
-    out << Pad("SINK", 20) << Pad("TYPE", 7) << Pad("PART", 5) << Pad("OFFSET", 10) << Pad("HEAD", 10)
-        << Pad("LAG", 9) << Pad("LAG_S", 9) << Pad("STATE", 9) << Pad("APPLIED", 10) << Pad("STALE", 10) << "DEAD\n";
-  }
+  TextTable table({"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD"});
   for (const auto& s : config.sinks) {
     const uint32_t partitions = config.entities.at(s.entity).partitions;
     ASSIGN_OR_RETURN(auto progress, store.Load(s.name, s.entity));
@@ -67,29 +117,32 @@ Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
                                   {"stale", pp.stale},
                                   {"dead_lettered", pp.dead_lettered},
                                   {"last_error", pp.last_error}});
-      if (!json) {
-        char lag_text[32];
-        std::snprintf(lag_text, sizeof lag_text, "%.3f", lag_s);
-        out << Pad(s.name, 20) << Pad(s.type, 7) << Pad(std::to_string(p), 5) << Pad(std::to_string(pp.event_id), 10)
-            << Pad(std::to_string(head), 10) << Pad(std::to_string(lag), 9) << Pad(lag_text, 9) << Pad(state, 9)
-            << Pad(std::to_string(pp.applied), 10) << Pad(std::to_string(pp.stale), 10) << pp.dead_lettered << "\n";
-      }
+      char lag_text[32];
+      std::snprintf(lag_text, sizeof lag_text, "%.3f", lag_s);
+      table.AddRow({s.name, s.type, std::to_string(p), std::to_string(pp.event_id), std::to_string(head),
+                    std::to_string(lag), lag_text, state, std::to_string(pp.applied), std::to_string(pp.stale),
+                    std::to_string(pp.dead_lettered)});
     }
     // An operator's pause (sluice pause) is kept per partition; the sink is
     // paused when every partition says so.
     bool paused = partitions > 0;
     for (const auto& part : js["partitions"]) paused = paused && part["state"] == "paused";
     js["paused"] = paused;
-    if (!json && !last_error.empty()) out << "  " << s.name << " last error: " << last_error << "\n";
+    if (!last_error.empty()) table.AddNote("  " + s.name + " last error: " + last_error);
     doc["sinks"].push_back(std::move(js));
   }
-  if (json) out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  if (json) {
+    // Error texts come from servers and may hold bytes that are not UTF-8.
+    out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  } else {
+    table.Print(out);
+  }
   return Status::Ok();
 }
 
 Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink, std::ostream& out) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::map<std::string, std::vector<connectors::EntitySnapshot>> truth_by_type;
   uint64_t total = 0;
   for (const auto& s : config.sinks) {
@@ -122,40 +175,76 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
   return total;
 }
 
-Status ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink, bool all,
+Status ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink, bool all, bool json,
                        std::ostream& out) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::string q =
       "SELECT id, sink, entity_type, partition_id, event_id, entity_id, version, created_at, "
-      "COALESCE(resolution,''), error FROM sluice_dead_letters WHERE 1=1";
+      "COALESCE(resolution,''), error, resolved_at FROM sluice_dead_letters WHERE 1=1";
   if (sink) {
     q += " AND sink=";
     conn->AppendQuoted(q, *sink);
   }
   if (!all) q += " AND resolved_at IS NULL";
   ASSIGN_OR_RETURN(auto rows, conn->Query(q + " ORDER BY id"));
-  out << Pad("ID", 8) << Pad("SINK", 20) << Pad("TYPE", 12) << Pad("PART", 5) << Pad("EVENT", 10) << Pad("ENTITY", 20)
-      << Pad("VERSION", 8) << Pad("CREATED", 28) << Pad("RESOLVED", 10) << "ERROR\n";
-  for (const auto& r : rows) {
-    out << Pad(r[0].value_or(""), 8) << Pad(r[1].value_or(""), 20) << Pad(r[2].value_or(""), 12)
-        << Pad(r[3].value_or(""), 5) << Pad(r[4].value_or(""), 10) << Pad(r[5].value_or(""), 20)
-        << Pad(r[6].value_or(""), 8) << Pad(r[7].value_or(""), 28) << Pad(r[8].value_or(""), 10)
-        << r[9].value_or("") << "\n";
+  if (json) {
+    const auto number = [](const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); };
+    Json list = Json::array();
+    for (const auto& r : rows) {
+      list.push_back({{"id", number(r[0])},
+                      {"sink", r[1].value_or("")},
+                      {"entity_type", r[2].value_or("")},
+                      {"partition", number(r[3])},
+                      {"event_id", number(r[4])},
+                      {"entity_id", r[5].value_or("")},
+                      {"version", number(r[6])},
+                      {"created_at", r[7].value_or("")},
+                      {"resolved_at", r[10] ? Json(*r[10]) : Json(nullptr)},
+                      {"resolution", r[8] && !r[8]->empty() ? Json(*r[8]) : Json(nullptr)},
+                      {"error", r[9].value_or("")}});
+    }
+    out << Json{{"dead_letters", list}, {"count", rows.size()}}.dump(2, ' ', false, Json::error_handler_t::replace)
+        << "\n";
+    return Status::Ok();
   }
+  TextTable table({"ID", "SINK", "TYPE", "PART", "EVENT", "ENTITY", "VERSION", "CREATED", "RESOLVED", "ERROR"});
+  for (const auto& r : rows) {
+    table.AddRow({r[0].value_or(""), r[1].value_or(""), r[2].value_or(""), r[3].value_or(""), r[4].value_or(""),
+                  r[5].value_or(""), r[6].value_or(""), r[7].value_or(""), r[8].value_or(""), r[9].value_or("")});
+  }
+  table.Print(out);
   out << rows.size() << " dead letter(s)\n";
   return Status::Ok();
 }
 
-Result<uint64_t> RetryDeadLetters(const config::Config& config, const std::optional<std::string>& sink,
-                                  std::ostream& out) {
-  RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out) {
+  RETURN_IF_ERROR(CheckSinkName(config, filter.sink));
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  std::optional<std::string> only_sink = filter.sink;
+  if (filter.id) {
+    ASSIGN_OR_RETURN(const DeadLetterRow row, FindDeadLetter(*conn, *filter.id));
+    if (filter.sink && row.sink != *filter.sink) {
+      return InvalidArgument("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
+                             "', not '" + *filter.sink + "'");
+    }
+    if (row.resolved) {
+      out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id
+          << ") is already resolved (" << row.resolution << "); nothing to retry\n";
+      return 0;
+    }
+    if (!FindSink(config, row.sink)) {
+      return FailedPrecondition("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
+                                "', which " + config.path + " does not declare");
+    }
+    only_sink = row.sink;
+  }
   uint64_t unresolved = 0;
   for (const auto& s : config.sinks) {
-    if (sink && s.name != *sink) continue;
+    if (only_sink && s.name != *only_sink) continue;
     std::string q = "SELECT id, partition_id, event_id FROM sluice_dead_letters WHERE resolved_at IS NULL AND sink=";
     conn->AppendQuoted(q, s.name);
+    if (filter.id) q += " AND id=" + std::to_string(*filter.id);
     ASSIGN_OR_RETURN(auto rows, conn->Query(q + " ORDER BY partition_id, event_id"));
     if (rows.empty()) continue;
     ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
@@ -194,6 +283,43 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const std::optio
   }
   out << unresolved << " dead letter(s) still unresolved\n";
   return unresolved;
+}
+
+Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out) {
+  if (!filter.id && !filter.sink) return InvalidArgument("discard needs a dead letter id or a sink");
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  constexpr std::string_view kDiscard =
+      "UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='discarded' WHERE resolved_at IS NULL AND ";
+  if (filter.id) {
+    ASSIGN_OR_RETURN(const DeadLetterRow row, FindDeadLetter(*conn, *filter.id));
+    if (filter.sink && row.sink != *filter.sink) {
+      return InvalidArgument("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
+                             "', not '" + *filter.sink + "'");
+    }
+    if (row.resolved) {
+      out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id
+          << ") is already resolved (" << row.resolution << "); nothing to discard\n";
+      return 0;
+    }
+    ASSIGN_OR_RETURN(const uint64_t changed,
+                     conn->Execute(std::string(kDiscard) + "id=" + std::to_string(*filter.id)));
+    out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id << ", version "
+        << row.version << "): discarded\n";
+    return changed;
+  }
+  // A sink the config no longer declares may still have dead letters to clear.
+  std::string count = "SELECT COUNT(*) FROM sluice_dead_letters WHERE sink=";
+  conn->AppendQuoted(count, *filter.sink);
+  ASSIGN_OR_RETURN(auto rows, conn->Query(count));
+  if (!FindSink(config, *filter.sink) && rows.at(0).at(0).value_or("0") == "0") {
+    return CheckSinkName(config, filter.sink);
+  }
+  std::string q(kDiscard);
+  q += "sink=";
+  conn->AppendQuoted(q, *filter.sink);
+  ASSIGN_OR_RETURN(const uint64_t changed, conn->Execute(q));
+  out << changed << " dead letter(s) of sink " << *filter.sink << " discarded\n";
+  return changed;
 }
 
 }  // namespace sluice::engine

@@ -2,6 +2,9 @@
 // status and error code and writes nothing; reads; many keep-alive connections.
 #include <sys/resource.h>
 
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +89,20 @@ TEST_F(WriterApiTest, BadInputGetsItsStatusAndWritesNothing) {
                               {{"Idempotency-Key", "create-1"}}),
                 409, "idempotency_key_reused", n);
   ExpectRefused(client_->Get("/v2/nothing"), 404, "not_found", n);
+  // A path the API has, with another method: 405 and the method it takes (issue 18, item 11).
+  const std::vector<std::tuple<std::string, std::string, std::string>> wrong_methods = {
+      {"DELETE", "/v1/entities/account/acct-1", "GET"},
+      {"POST", "/v1/entities/account/acct-1/events", "GET"},
+      {"GET", "/v1/entities/account/acct-1/commands/patch", "POST"},
+      {"PUT", "/v1/entities/account/acct-1/commands/patch", "POST"},
+      {"POST", "/healthz", "GET"},
+      {"DELETE", "/readyz", "GET"}};
+  for (const auto& [method, path, allow] : wrong_methods) {
+    const HttpReply r =
+        client_->Send(method + " " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    ExpectRefused(r, 405, "method_not_allowed", n);
+    EXPECT_EQ(r.headers.count("allow") ? r.headers.at("allow") : "", allow) << method << " " << path;
+  }
   ExpectRefused(client_->Get("/v1/entities/account/acct-1/events?limit=0"), 400, "invalid_request", n);
   ExpectRefused(client_->Send("BROKEN\r\n\r\n"), 400, "malformed_http", n);
 

@@ -99,6 +99,18 @@ Result<Route> ParseRoute(std::string_view method, std::string_view target) {
   return NotFound("no such path for " + std::string(method) + ": " + std::string(path));
 }
 
+std::string_view AllowedMethod(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path == "/healthz" || path == "/readyz") return "GET";
+  const auto parts = Split(path, '/');
+  // "", "v1", "entities", type, id, ...
+  if (parts.size() < 5 || !parts[0].empty() || parts[1] != "v1" || parts[2] != "entities") return "";
+  if (parts.size() == 5) return "GET";
+  if (parts.size() == 6 && parts[5] == "events") return "GET";
+  if (parts.size() == 7 && parts[5] == "commands") return "POST";
+  return "";
+}
+
 Result<uint64_t> ParseIfMatch(std::string_view h) {
   while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
   while (!h.empty() && h.back() == ' ') h.remove_suffix(1);

@@ -23,9 +23,14 @@ struct Route {
 };
 
 // Splits and percent-decodes the request target. NotFound for paths the API
-// does not have, InvalidArgument for bad percent-encoding. Does not check
+// does not have and for another method on a path it has (AllowedMethod tells
+// the two apart), InvalidArgument for bad percent-encoding. Does not check
 // that the type or command exist.
 Result<Route> ParseRoute(std::string_view method, std::string_view target);
+
+// The method the API takes on the target's path ("GET" or "POST"; what a 405
+// reply's Allow header lists), or empty when the API has no such path.
+std::string_view AllowedMethod(std::string_view target);
 
 // Decodes %XX sequences; InvalidArgument on a bad sequence. '+' stays '+'.
 Result<std::string> PercentDecode(std::string_view s);

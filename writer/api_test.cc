@@ -42,6 +42,22 @@ TEST(Api, RejectsUnknownPathsAndBadEncoding) {
   EXPECT_FALSE(QueryUint(*r, "after_version", 0).ok());
 }
 
+TEST(Api, AllowedMethodSaysWhichMethodAKnownPathTakes) {
+  EXPECT_EQ(AllowedMethod("/healthz"), "GET");
+  EXPECT_EQ(AllowedMethod("/readyz?verbose=1"), "GET");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account/a1"), "GET");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account/a1/events?limit=2"), "GET");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account/a1/commands/patch"), "POST");
+  // Paths the API does not have: no method (404, not 405).
+  EXPECT_EQ(AllowedMethod("/v2/x"), "");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account"), "");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account/a1/commands"), "");
+  EXPECT_EQ(AllowedMethod("/v1/entities/account/a1/other/x"), "");
+  // A wrong method on a known path is NotFound from ParseRoute; AllowedMethod tells it apart.
+  EXPECT_EQ(ParseRoute("DELETE", "/v1/entities/a/b").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(AllowedMethod("/v1/entities/a/b"), "GET");
+}
+
 TEST(Api, IfMatchForms) {
   EXPECT_EQ(*ParseIfMatch("5"), 5u);
   EXPECT_EQ(*ParseIfMatch("\"12\""), 12u);

@@ -179,6 +179,12 @@ void WriterService::Handle(http::Request&& req, http::Responder respond) {
   auto route = ParseRoute(req.method, req.target);
   if (!route.ok()) {
     const bool not_found = route.status().code() == StatusCode::kNotFound;
+    if (const std::string_view allow = AllowedMethod(req.target); not_found && !allow.empty()) {
+      http::Response r = ToHttp(ErrorReply(405, "method_not_allowed",
+                                         "use " + std::string(allow) + " on this path, not " + req.method));
+      r.headers.emplace_back("Allow", std::string(allow));
+      return respond(std::move(r));
+    }
     return SendError(respond, not_found ? 404 : 400, not_found ? "not_found" : "invalid_request",
                      route.status().message());
   }

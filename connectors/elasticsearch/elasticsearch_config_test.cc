@@ -101,9 +101,13 @@ TEST(ElasticsearchConfigErrors, OneLinePerProblem) {
   EXPECT_EQ(Errors("    url: ftp://h\n"),
             "t.yaml:9:10: sinks[0].url: must be a URL of the form http(s)://host[:port][/path]: the scheme "
             "must be http or https, got \"ftp://h\"");
+  // The URL is quoted without its credentials (config/redact.h).
   EXPECT_EQ(Errors("    url: http://u:p@h:9200\n"),
             "t.yaml:9:10: sinks[0].url: must be a URL of the form http(s)://host[:port][/path]: put "
-            "credentials in username/password or api_key, not in the URL, got \"http://u:p@h:9200\"");
+            "credentials in username/password or api_key, not in the URL, got \"http://***:***@h:9200\"");
+  EXPECT_EQ(Errors("    url: http://h:9200/?token=t0k\n"),
+            "t.yaml:9:10: sinks[0].url: must be a URL of the form http(s)://host[:port][/path]: no spaces, "
+            "query or fragment, got \"http://h:9200/?token=***\"");
   EXPECT_EQ(Errors("    url: http://h\n    index: Accounts\n"),
             "t.yaml:10:12: sinks[0].index: must be an index name template such as \"{type}_view\" (lowercase; "
             "{type} is replaced), got \"Accounts\"");
