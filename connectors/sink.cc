@@ -10,8 +10,14 @@ std::string_view DifferenceKindName(Difference::Kind kind) {
     case Difference::Kind::kExtra: return "extra";
     case Difference::Kind::kVersionMismatch: return "version_mismatch";
     case Difference::Kind::kContentMismatch: return "content_mismatch";
+    case Difference::Kind::kPhantom: return "phantom";
+    case Difference::Kind::kDuplicate: return "duplicate";
   }
   return "unknown";
+}
+
+Status Sink::VerifyHistory(const std::vector<ChangeEvent>&, std::vector<Difference>&) {
+  return FailedPrecondition("sink " + name() + " has no record-by-record check; verify compares its latest rows");
 }
 
 Result<std::unique_ptr<Sink>> Sink::MakeRebuildShadow() const {

@@ -73,6 +73,7 @@ struct Capabilities {
   bool point_view = true;      // one row/key/document per entity
   bool can_push = false;       // the writer may push to it (issue: push path)
   bool keeps_offsets = false;  // stores its own offsets transactionally
+  bool verifies_history = false;  // `verify` calls VerifyHistory (a log), not Verify
 };
 
 // The latest truth about one entity, from main storage, for Verify().
@@ -84,7 +85,11 @@ struct EntitySnapshot {
 };
 
 struct Difference {
-  enum class Kind { kMissing, kExtra, kVersionMismatch, kContentMismatch };
+  // A log sink (VerifyHistory) also reports kPhantom (a record of an event
+  // storage does not have: e.g. an event a crash of the MySQL server rolled
+  // back after the sink got it) and kDuplicate (an event recorded twice); a
+  // record whose event storage has with other fields is kContentMismatch.
+  enum class Kind { kMissing, kExtra, kVersionMismatch, kContentMismatch, kPhantom, kDuplicate };
   Kind kind = Kind::kMissing;
   std::string entity_id;
   std::string detail;  // e.g. "view has version 3, storage has 5"
@@ -113,6 +118,15 @@ class Sink {
   // (version mismatch), or the same version with other content (content
   // mismatch). Deleted entities must be absent (their tombstones are fine).
   virtual Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) = 0;
+
+  // A sink that is a log (point_view false: a Kafka topic holds a record per
+  // event) is checked record by record instead: `history` is every event of
+  // the sink's type, in (partition, event_id) order. Each event must have
+  // exactly one record with the same entity, version, event_id, command and
+  // state (missing, duplicate, content_mismatch otherwise), and every record
+  // must be an event of `history` (phantom otherwise). Only sinks whose
+  // capabilities say verifies_history implement it.
+  virtual Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences);
 
   // ---- rebuild (DESIGN 4.4), optional ----
   // A sink whose view can be rebuilt beside the live one and then swapped in

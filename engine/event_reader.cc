@@ -1,6 +1,7 @@
 #include "engine/event_reader.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "sql/schema.h"
 
@@ -131,6 +132,32 @@ Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn,
     }
   }
   return out;
+}
+
+Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::Connection& conn, const std::string& type,
+                                                         uint32_t partitions) {
+  std::vector<connectors::ChangeEvent> all;
+  constexpr uint32_t kPage = 10000;
+  for (uint32_t p = 0; p < partitions; ++p) {
+    uint64_t after = 0;
+    for (;;) {
+      ASSIGN_OR_RETURN(ReadResult page, ReadEvents(conn, type, p, after, kPage));
+      if (page.events.empty()) break;
+      after = page.events.back().event_id;
+      const bool full = page.events.size() >= kPage;
+      std::move(page.events.begin(), page.events.end(), std::back_inserter(all));
+      // A gap (I3 forbids one) cuts the page; the events past it are still history.
+      if (!full && !page.gap) break;
+      if (page.gap) {
+        ASSIGN_OR_RETURN(auto rows, conn.Query("SELECT MIN(event_id) FROM " +
+                                               sql::QuoteIdent(sql::EventTableName(type, p)) +
+                                               " WHERE event_id > " + std::to_string(after)));
+        if (rows.empty() || !rows[0][0]) break;
+        after = std::stoull(*rows[0][0]) - 1;
+      }
+    }
+  }
+  return all;
 }
 
 }  // namespace sluice::engine

@@ -33,6 +33,11 @@ Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& c
 Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& conn, const std::string& type,
                                                             uint32_t partition, const std::vector<uint64_t>& ids);
 
+// Every event of the type, partition by partition in event_id order (what
+// `verify` checks a log sink against, record by record).
+Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::Connection& conn, const std::string& type,
+                                                         uint32_t partitions);
+
 // The latest event of every entity of the type (all partitions): the truth
 // that `verify` compares views with.
 Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn, const std::string& type,

@@ -147,19 +147,25 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
   uint64_t total = 0;
   for (const auto& s : config.sinks) {
     if (sink && s.name != *sink) continue;
+    ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
+    const bool log = view->capabilities().verifies_history;
     auto& truth = truth_by_type[s.entity];
-    if (truth.empty()) {
+    std::vector<connectors::ChangeEvent> history;
+    if (log) {
+      ASSIGN_OR_RETURN(history, ReadHistory(*conn, s.entity, config.entities.at(s.entity).partitions));
+    } else if (truth.empty()) {
       ASSIGN_OR_RETURN(truth, ReadTruth(*conn, s.entity, config.entities.at(s.entity).partitions));
     }
-    ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     std::vector<connectors::Difference> diffs;
-    Status st = view->Verify(truth, diffs);
+    Status st = log ? view->VerifyHistory(history, diffs) : view->Verify(truth, diffs);
     view->Close();
     RETURN_IF_ERROR(st.WithContext("sink " + s.name));
     std::map<std::string_view, uint64_t> by_kind;
     for (const auto& d : diffs) ++by_kind[connectors::DifferenceKindName(d.kind)];
-    out << s.name << ": " << truth.size() << " entities checked, " << diffs.size() << " differences";
+    out << s.name << ": "
+        << (log ? std::to_string(history.size()) + " events checked, " : std::to_string(truth.size()) + " entities checked, ")
+        << diffs.size() << " differences";
     for (const auto& [k, n] : by_kind) out << ", " << k << "=" << n;
     out << "\n";
     size_t shown = 0;

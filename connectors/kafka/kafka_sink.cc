@@ -43,6 +43,7 @@ class KafkaSink final : public Sink {
     c.point_view = false;  // a log of every event, not one row per entity
     c.can_push = false;
     c.keeps_offsets = false;
+    c.verifies_history = true;
     return c;
   }
 
@@ -277,6 +278,77 @@ class KafkaSink final : public Sink {
     }
     for (const auto& [id, l] : topic) {
       differences.push_back({Difference::Kind::kExtra, id, "in " + topic_ + " but not in storage"});
+    }
+    return Status::Ok();
+  }
+
+  Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override {
+    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
+    if (!consumer.ok()) return consumer.status();
+    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
+    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
+    // Every record by (entity, version), with where it is in the topic.
+    struct Record {
+      ChangeEvent event;
+      int32_t topic_partition = 0;
+      int64_t offset = 0;
+    };
+    std::map<std::pair<std::string, uint64_t>, std::vector<Record>> records;
+    Status decode_error = Status::Ok();
+    for (int32_t t = 0; t < *count; ++t) {
+      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
+      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
+        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
+        if (!e.ok()) {
+          if (decode_error.ok()) decode_error = e.status();
+          return;
+        }
+        auto key = std::make_pair(e->entity_id, e->version);
+        records[std::move(key)].push_back(Record{std::move(e).value(), t, m.offset});
+      }, kReadTimeout));
+    }
+    if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    const auto where = [this](const Record& r) {
+      return topic_ + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
+    };
+    const auto describe = [](const ChangeEvent& e) {
+      return "version " + std::to_string(e.version) + ", partition " + std::to_string(e.partition) + " event " +
+             std::to_string(e.event_id) + ", command " + e.command_name + " id " + e.command_id +
+             (e.deleted ? ", deleted" : "");
+    };
+    for (const ChangeEvent& e : history) {
+      auto it = records.find({e.entity_id, e.version});
+      if (it == records.end() || it->second.empty()) {
+        differences.push_back({Difference::Kind::kMissing, e.entity_id, "no record of " + describe(e)});
+        continue;
+      }
+      std::vector<Record>& found = it->second;
+      // The record of this event: the one with its event_id, else the first.
+      auto match = std::find_if(found.begin(), found.end(), [&](const Record& r) {
+        return r.event.partition == e.partition && r.event.event_id == e.event_id;
+      });
+      if (match == found.end()) match = found.begin();
+      const ChangeEvent& r = match->event;
+      if (r.partition != e.partition || r.event_id != e.event_id || r.command_id != e.command_id ||
+          r.command_name != e.command_name || r.deleted != e.deleted || (!e.deleted && !SameJson(r.state, e.state))) {
+        differences.push_back({Difference::Kind::kContentMismatch, e.entity_id,
+                               where(*match) + " holds " + describe(r) + (SameJson(r.state, e.state) ? "" : " with another state") +
+                                   "; storage has " + describe(e)});
+      }
+      for (const Record& extra : found) {
+        if (&extra == &*match) continue;
+        const bool same = extra.event.event_id == e.event_id && extra.event.command_id == e.command_id;
+        differences.push_back({same ? Difference::Kind::kDuplicate : Difference::Kind::kPhantom, e.entity_id,
+                               where(extra) + (same ? " repeats " : " is no event of storage: ") +
+                                   describe(extra.event)});
+      }
+      records.erase(it);
+    }
+    for (const auto& [key, left] : records) {
+      for (const Record& r : left) {
+        differences.push_back({Difference::Kind::kPhantom, key.first,
+                               where(r) + " is no event of storage: " + describe(r.event)});
+      }
     }
     return Status::Ok();
   }
