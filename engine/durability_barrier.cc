@@ -37,8 +37,9 @@ Result<Lsns> ReadLsns(sql::Connection& conn) {
 
 }  // namespace
 
-DurabilityBarrier::DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode)
-    : mysql_(std::move(mysql)), mode_(mode) {}
+DurabilityBarrier::DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode,
+                                     std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics)
+    : mysql_(std::move(mysql)), metrics_(std::move(metrics)), mode_(mode) {}
 
 DurabilityBarrier::~DurabilityBarrier() = default;
 
@@ -70,6 +71,7 @@ Status DurabilityBarrier::Wait() {
     const auto start = std::chrono::steady_clock::now();
     Status st = RunRound();
     const auto took = std::chrono::steady_clock::now() - start;
+    if (metrics_) metrics_->Round(std::chrono::duration<double>(took).count(), st.ok());
     lock.lock();
     running_ = false;
     ++counters_.rounds;

@@ -41,13 +41,16 @@
 
 #include "config/config.h"
 #include "core/status.h"
+#include "metrics/metrics.h"
 #include "sql/connection.h"
 
 namespace sluice::engine {
 
 class DurabilityBarrier {
  public:
-  DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode);
+  // metrics: where rounds are counted; null: nowhere.
+  DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode,
+                    std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics = nullptr);
   ~DurabilityBarrier();
   DurabilityBarrier(const DurabilityBarrier&) = delete;
   DurabilityBarrier& operator=(const DurabilityBarrier&) = delete;
@@ -81,6 +84,7 @@ class DurabilityBarrier {
   Status CommitRound();
 
   const sql::ConnectParams mysql_;
+  const std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   config::DurabilityBarrier mode_;  // kAuto until resolved on the first connection

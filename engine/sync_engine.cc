@@ -12,7 +12,8 @@ SyncEngine::~SyncEngine() { Stop(); }
 
 Status SyncEngine::Start() {
   // One barrier for every sink: their reads share its rounds.
-  auto barrier = std::make_shared<DurabilityBarrier>(sql::ParamsFrom(config_.mysql), config_.engine.durability_barrier);
+  auto barrier = std::make_shared<DurabilityBarrier>(sql::ParamsFrom(config_.mysql), config_.engine.durability_barrier,
+                                                     std::make_shared<metrics::DurabilityBarrierMetrics>(registry_));
   for (const auto& sink_cfg : config_.sinks) {
     ASSIGN_OR_RETURN(auto sink, connectors::MakeSink(sink_cfg, config_));
     SinkRunnerOptions o;

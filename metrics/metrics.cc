@@ -42,6 +42,8 @@ constexpr std::string_view kEngineLagSeconds = "sluice_engine_lag_seconds";
 constexpr std::string_view kEngineSinkHealthy = "sluice_engine_sink_healthy";
 constexpr std::string_view kEngineSinkState = "sluice_engine_sink_state";
 constexpr std::string_view kStorageUp = "sluice_storage_up";
+constexpr std::string_view kEngineBarrierDuration = "sluice_engine_durability_barrier_duration_seconds";
+constexpr std::string_view kEngineBarrierFailures = "sluice_engine_durability_barrier_failures_total";
 constexpr std::string_view kHttpConnections = "sluice_http_connections_total";
 constexpr std::string_view kHttpConnectionsClosed = "sluice_http_connections_closed_total";
 
@@ -97,6 +99,11 @@ const std::vector<MetricInfo> kMetricList = {
     {kEngineSinkHealthy, "gauge", "1 while a sink is running (or paused by an operator), 0 while it backs off or is stopped."},
     {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, paused, stopped), 0 for the others."},
     {kStorageUp, "gauge", "1 when the last health check reached main storage (MySQL), 0 otherwise."},
+    {kEngineBarrierDuration, "histogram",
+     "Seconds per durability barrier round: how long events read from storage waited until the MySQL redo "
+     "log was flushed past them; one round covers every read of the process that arrived before it."},
+    {kEngineBarrierFailures, "counter",
+     "Durability barrier rounds that failed (the server went away); the events read are read again."},
     {kHttpConnections, "counter", "Connections an HTTP listener accepted, by listener (writer, admin, metrics)."},
     {kHttpConnectionsClosed, "counter",
      "Connections an HTTP listener closed (or its client did), by listener and reason: client, server, "
@@ -349,6 +356,11 @@ void SinkMetrics::SetLag(uint32_t partition, uint64_t events, double seconds) {
 }
 
 StorageMetrics::StorageMetrics(Registry& r) { up_ = &r.Gauge(kStorageUp).Add({}); }
+
+DurabilityBarrierMetrics::DurabilityBarrierMetrics(Registry& r) {
+  duration_ = &r.Histogram(kEngineBarrierDuration).Add({}, kLatencyBuckets);
+  failures_ = &r.Counter(kEngineBarrierFailures).Add({});
+}
 
 HttpListenerMetrics::HttpListenerMetrics(Registry& r, const std::string& listener) {
   accepted_ = &r.Counter(kHttpConnections).Add({{"listener", listener}});

@@ -289,4 +289,19 @@ class StorageMetrics {
   prometheus::Gauge* up_;
 };
 
+// Handles of the engine's durability barrier (engine/durability_barrier.h).
+class DurabilityBarrierMetrics {
+ public:
+  explicit DurabilityBarrierMetrics(Registry& r);
+  // One round that took `seconds`; failed rounds are counted apart too.
+  void Round(double seconds, bool ok) {
+    duration_->Observe(seconds);
+    if (!ok) failures_->Increment();
+  }
+
+ private:
+  prometheus::Histogram* duration_;
+  prometheus::Counter* failures_;
+};
+
 }  // namespace sluice::metrics

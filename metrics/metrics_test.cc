@@ -49,6 +49,8 @@ void BuildAll(Registry& r) {
   SinkMetrics s(r, "cache", 2);
   StorageMetrics storage(r);
   HttpListenerMetrics http(r, "metrics");
+  DurabilityBarrierMetrics barrier(r);
+  barrier.Round(0.001, true);
 }
 
 TEST(Metrics, EveryListedMetricIsExportedAndNothingElse) {
