@@ -795,4 +795,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace sluice::cli
 
-int main(int argc, char** argv) { return sluice::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int code = sluice::cli::Main(argc, argv);
+  // Every sink is gone by now, on the failing paths too.
+  sluice::connectors::plugin::ShutdownPlugins();
+  return code;
+}

@@ -25,6 +25,37 @@ constexpr size_t kPluginFieldsEnd = offsetof(sluice_plugin, sink_types) + sizeof
 constexpr size_t kSinkTypeFieldsEnd = offsetof(sluice_sink_type, last_error) + sizeof(void*);
 // ABI 1.1's optional rebuild hooks: read only when struct_size covers them.
 constexpr size_t kSinkTypeRebuildEnd = offsetof(sluice_sink_type, promote_rebuild_shadow) + sizeof(void*);
+// ABI 1.2's strides of apply()'s arrays, likewise.
+constexpr size_t kSinkTypeStridesEnd = offsetof(sluice_sink_type, event_result_size) + sizeof(uint32_t);
+// sizeof(sluice_event) and sizeof(sluice_event_result) as ABI 1.0 and 1.1
+// declared them: the strides a plugin built for them walks apply()'s arrays
+// with (it declares none).
+constexpr size_t kEventSizeV1_1 = offsetof(sluice_event, committed_at_us) + sizeof(int64_t);
+constexpr size_t kEventResultSizeV1_1 = offsetof(sluice_event_result, reason) + sizeof(sluice_str);
+// The end of the fields of a scan row this host reads (all of ABI 1.0).
+constexpr size_t kRowFieldsEnd = offsetof(sluice_row, state) + sizeof(sluice_str);
+// A stride past this is a corrupt descriptor, not a bigger struct.
+constexpr size_t kMaxStride = 64 * 1024;
+
+// The strides a sink type's apply() walks its arrays with (ABI 1.2), or why
+// they are unusable.
+struct Strides {
+  size_t event = kEventSizeV1_1;
+  size_t result = kEventResultSizeV1_1;
+};
+Result<Strides> StridesOf(const sluice_sink_type& t) {
+  Strides s;
+  if (t.struct_size < kSinkTypeStridesEnd) return s;
+  if (t.event_size != 0) s.event = t.event_size;
+  if (t.event_result_size != 0) s.result = t.event_result_size;
+  if (s.event < kEventSizeV1_1 || s.event > kMaxStride || s.event % alignof(sluice_event) != 0 ||
+      s.result < kEventResultSizeV1_1 || s.result > kMaxStride || s.result % alignof(sluice_event_result) != 0) {
+    return FailedPrecondition("event_size " + std::to_string(t.event_size) + " or event_result_size " +
+                              std::to_string(t.event_result_size) +
+                              " is not a struct size (at least the ABI 1.0 size, a multiple of its alignment)");
+  }
+  return s;
+}
 
 // Sink type i of a descriptor. The array is laid out with the plugin's
 // sizeof(sluice_sink_type), which is smaller for a plugin built for ABI 1.0
@@ -51,6 +82,10 @@ struct Library {
   sluice_host_api api{};
   Status load_status;  // a failed load is remembered and reported again
   LoadedPluginInfo info;
+  bool initialized = false;  // init() succeeded: shutdown() is owed
+  // Under Host::life_mu: sink instances alive, and whether shutdown() ran.
+  int live_sinks = 0;
+  bool shut_down = false;
 };
 
 // What plugins reported through counter_add/gauge_set.
@@ -69,6 +104,11 @@ struct Host {
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Library>> libraries;  // by path
   std::map<std::string, TypeEntry> types;                      // by type name
+  bool ending = false;  // ShutdownPlugins() ran: no more loads or sinks
+  // Guards Library::live_sinks, shut_down and `ending` as sinks see it. Not
+  // mu: a sink may be destroyed while mu is held (CheckPlugins).
+  std::mutex life_mu;
+  bool shutdown_requested = false;
   std::mutex metrics_mu;
   std::map<MetricKey, uint64_t> counters;
   std::map<MetricKey, double> gauges;
@@ -216,6 +256,8 @@ Status Load(Library& lib, Host& host) {
         t.close == nullptr || t.destroy == nullptr || t.last_error == nullptr) {
       problems.push_back("sink type #" + std::to_string(i) + " '" + name +
                          "' is malformed (struct_size, or a required function is missing)");
+    } else if (auto strides = StridesOf(t); !strides.ok()) {
+      problems.push_back("sink type '" + name + "' is malformed: " + strides.status().message());
     } else if (!IsTypeName(name)) {
       problems.push_back("sink type name '" + name + "' must match [a-z][a-z0-9_]{0,31}");
     } else if (config::IsBuiltinSinkType(name)) {
@@ -239,6 +281,7 @@ Status Load(Library& lib, Host& host) {
   if (const int rc = d->init(&lib.api); rc != SLUICE_OK) {
     return FailedPrecondition(lib.label + ": plugin init failed: " + SafeText(d->last_error()));
   }
+  lib.initialized = true;
   for (size_t i = 0; i < d->sink_type_count; ++i) {
     const sluice_sink_type* t = SinkTypeAt(*d, i);
     host.types[t->type_name] = TypeEntry{&lib, t};
@@ -253,6 +296,10 @@ Result<const Library*> LoadLocked(Host& host, const std::string& raw_path, const
   const std::string path = (ec ? std::filesystem::path(raw_path) : p).lexically_normal().string();
   auto it = host.libraries.find(path);
   if (it == host.libraries.end()) {
+    if (host.ending) {
+      return FailedPrecondition((origin.empty() ? "" : origin + ": ") + "plugin library " + path +
+                                ": not loaded, the process has shut its plugins down");
+    }
     auto lib = std::make_unique<Library>();
     lib->path = path;
     lib->origin = origin;
@@ -285,15 +332,37 @@ Status FromPlugin(int rc, std::string message) {
   }
 }
 
-// A plugin's sink behind the internal Sink interface.
+// Calls a library's shutdown() (once), outside every host lock.
+void CallShutdown(Library& lib) {
+  if (lib.descriptor->shutdown != nullptr) lib.descriptor->shutdown();
+}
+
+// A plugin's sink behind the internal Sink interface. Counts itself among
+// its library's live sinks, so that shutdown() waits for the last one.
 class PluginSink final : public Sink {
  public:
   PluginSink(std::string name, TypeEntry entry, void* handle)
-      : name_(std::move(name)), entry_(entry), handle_(handle) {}
+      : name_(std::move(name)), entry_(entry), handle_(handle) {
+    // Checked when the library was loaded.
+    const auto strides = StridesOf(*entry_.type);
+    if (strides.ok()) strides_ = *strides;
+    Host& host = TheHost();
+    std::lock_guard lock(host.life_mu);
+    ++entry_.library->live_sinks;
+  }
 
   ~PluginSink() override {
     if (open_) entry_.type->close(handle_);
     entry_.type->destroy(handle_);
+    Host& host = TheHost();
+    bool last = false;
+    {
+      std::lock_guard lock(host.life_mu);
+      Library& lib = *entry_.library;
+      last = --lib.live_sinks == 0 && host.shutdown_requested && !lib.shut_down;
+      if (last) lib.shut_down = true;
+    }
+    if (last) CallShutdown(*entry_.library);
   }
 
   const std::string& name() const override { return name_; }
@@ -311,19 +380,28 @@ class PluginSink final : public Sink {
   }
 
   ApplyResult Apply(std::span<const ChangeEvent> events) override {
-    events_.clear();
-    events_.reserve(events.size());
-    for (const ChangeEvent& e : events) {
-      events_.push_back(sluice_event{sizeof(sluice_event), Str(e.entity_type), e.partition, e.event_id,
-                                     Str(e.entity_id), e.version, static_cast<uint8_t>(e.deleted ? 1 : 0),
-                                     Str(e.state), Str(e.command_name), Str(e.command_id), e.committed_at_us});
+    // Both arrays are laid out with the plugin's strides (ABI 1.2): each
+    // event gets the fields both sides know and zeroes past them; of each
+    // result only the fields both sides know are read.
+    const size_t event_bytes = std::min(strides_.event, sizeof(sluice_event));
+    const size_t result_bytes = std::min(strides_.result, sizeof(sluice_event_result));
+    std::byte* ev = Zeroed(events_, events.size() * strides_.event);
+    std::byte* res = Zeroed(results_, events.size() * strides_.result);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const ChangeEvent& e = events[i];
+      const sluice_event c{static_cast<uint32_t>(event_bytes), Str(e.entity_type), e.partition, e.event_id,
+                           Str(e.entity_id), e.version, static_cast<uint8_t>(e.deleted ? 1 : 0),
+                           Str(e.state), Str(e.command_name), Str(e.command_id), e.committed_at_us};
+      std::memcpy(ev + i * strides_.event, &c, event_bytes);
     }
-    results_.assign(events.size(), sluice_event_result{});
     ApplyResult out;
-    out.status = Call(entry_.type->apply(handle_, events_.data(), events_.size(), results_.data()));
+    out.status = Call(entry_.type->apply(handle_, reinterpret_cast<const sluice_event*>(ev), events.size(),
+                                         reinterpret_cast<sluice_event_result*>(res)));
     if (!out.status.ok()) return out;
     out.results.reserve(events.size());
-    for (const sluice_event_result& r : results_) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      sluice_event_result r{};
+      std::memcpy(&r, res + i * strides_.result, result_bytes);
       switch (r.outcome) {
         case SLUICE_APPLIED: out.results.push_back({Outcome::kApplied, ""}); break;
         case SLUICE_STALE: out.results.push_back({Outcome::kStale, ""}); break;
@@ -344,7 +422,8 @@ class PluginSink final : public Sink {
   }
 
   Status Flush() override {
-    if (entry_.type->flush == nullptr) return Status::Ok();
+    // A closed sink holds nothing to flush: close() may drop what it buffered.
+    if (entry_.type->flush == nullptr || !open_) return Status::Ok();
     return Call(entry_.type->flush(handle_));
   }
 
@@ -432,14 +511,26 @@ class PluginSink final : public Sink {
       return FailedPrecondition(Prefix() + "sink type '" + entry_.type->type_name +
                                 "' cannot list its rows (no scan function), so it cannot be verified");
     }
-    std::vector<EntitySnapshot> rows;
+    struct Scanned {
+      std::vector<EntitySnapshot> rows;
+      uint32_t bad_size = 0;  // a row too small for the fields read here: stop
+    } scanned;
     auto each = [](void* ctx, const sluice_row* row) -> int {
-      static_cast<std::vector<EntitySnapshot>*>(ctx)->push_back(
+      auto* out = static_cast<Scanned*>(ctx);
+      if (row == nullptr || row->struct_size < kRowFieldsEnd) {
+        out->bad_size = row == nullptr ? 1 : std::max<uint32_t>(row->struct_size, 1);
+        return 1;
+      }
+      out->rows.push_back(
           {std::string(View(row->entity_id)), row->version, row->deleted != 0, std::string(View(row->state))});
       return 0;
     };
-    RETURN_IF_ERROR(Call(entry_.type->scan(handle_, each, &rows)));
-    return rows;
+    RETURN_IF_ERROR(Call(entry_.type->scan(handle_, each, &scanned)));
+    if (scanned.bad_size != 0) {
+      return Internal(Prefix() + "scan reported a row whose struct_size " + std::to_string(scanned.bad_size) +
+                      " is smaller than sluice_row of ABI 1.0");
+    }
+    return std::move(scanned.rows);
   }
 
  private:
@@ -459,19 +550,31 @@ class PluginSink final : public Sink {
     return FromPlugin(rc, Prefix() + SafeText(entry_.type->last_error(handle_)));
   }
 
+  // The first `bytes` of `buffer` (grown as needed, aligned for any struct), zeroed.
+  static std::byte* Zeroed(std::vector<std::max_align_t>& buffer, size_t bytes) {
+    buffer.resize(std::max<size_t>(buffer.size(), (bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t)));
+    auto* p = reinterpret_cast<std::byte*>(buffer.data());
+    std::memset(p, 0, bytes);
+    return p;
+  }
+
   std::string name_;
   TypeEntry entry_;
   void* handle_;
+  Strides strides_;
   bool open_ = false;
   bool shadow_ = false;  // made by make_rebuild_shadow
-  std::vector<sluice_event> events_;
-  std::vector<sluice_event_result> results_;
+  std::vector<std::max_align_t> events_;   // apply()'s events, at the plugin's stride
+  std::vector<std::max_align_t> results_;  // apply()'s results, at the plugin's stride
 };
 
 // Creates a plugin sink under the host mutex (create() calls are serialised,
 // which keeps the plugin-wide last_error() meaningful).
 Result<std::unique_ptr<PluginSink>> CreateLocked(Host& host, const config::SinkConfig& sink,
                                                  const config::Config& global) {
+  if (host.ending) {
+    return FailedPrecondition(sink.origin + ": sink '" + sink.name + "': the process has shut its plugins down");
+  }
   auto it = host.types.find(sink.type);
   if (it == host.types.end()) {
     std::string known;
@@ -540,6 +643,34 @@ Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink) {
   auto* plugin_sink = dynamic_cast<PluginSink*>(&sink);
   if (plugin_sink == nullptr) return InvalidArgument("sink '" + sink.name() + "' is not a plugin sink");
   return plugin_sink->Scan();
+}
+
+void ShutdownPlugins() {
+  Host& host = TheHost();
+  std::vector<Library*> owed;
+  {
+    std::lock_guard lock(host.mu);
+    host.ending = true;
+    for (auto& [path, lib] : host.libraries) {
+      if (lib->initialized) owed.push_back(lib.get());
+    }
+  }
+  std::vector<Library*> now;
+  {
+    std::lock_guard lock(host.life_mu);
+    host.shutdown_requested = true;
+    for (Library* lib : owed) {
+      if (lib->shut_down) continue;
+      if (lib->live_sinks > 0) {
+        Log(LogLevel::kWarn, "plugin " + lib->info.name + ": " + std::to_string(lib->live_sinks) +
+                                 " sink(s) still alive at shutdown; its shutdown() waits for the last one");
+        continue;
+      }
+      lib->shut_down = true;
+      now.push_back(lib);
+    }
+  }
+  for (Library* lib : now) CallShutdown(*lib);
 }
 
 std::vector<prometheus::MetricFamily> PluginMetricFamilies() {

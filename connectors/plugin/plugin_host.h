@@ -5,7 +5,8 @@
 // (engine, verify, push).
 //
 // Libraries are loaded once per process (by path) and never unloaded: sink
-// instances and host callbacks may refer to them until exit. Every error
+// instances and host callbacks may refer to them until exit. ShutdownPlugins()
+// at the end of main() calls each plugin's shutdown() once. Every error
 // names the library and where the config listed it:
 //   file not found, not a loadable library (dlerror), no entry symbol,
 //   another ABI major version, a malformed descriptor, init failed (with the
@@ -63,6 +64,13 @@ Result<std::unique_ptr<Sink>> MakePluginSink(const config::SinkConfig& sink, con
 // included (for the conformance kit); an error for other sinks or when the
 // plugin has no scan function.
 Result<std::vector<EntitySnapshot>> ScanPluginSink(Sink& sink);
+
+// Calls shutdown() once for every loaded library whose init() succeeded:
+// now for a library none of whose sinks is alive, otherwise when its last
+// sink is destroyed (logged: a sink outliving main() is a bug). Afterwards no
+// library is loaded and no plugin sink is made (FailedPrecondition). For the
+// end of main(), once every sink is gone; calling it again does nothing.
+void ShutdownPlugins();
 
 // Counters and gauges the plugins reported through the host callbacks, as
 // Prometheus families sluice_plugin_<name> with labels plugin and sink, one

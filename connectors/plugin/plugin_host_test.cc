@@ -318,5 +318,148 @@ TEST(PluginSink, TypesWithoutRebuildHooksAreRefusedForRebuild) {
   }
 }
 
+// ---- apply()'s arrays across header versions (testdata/probe_plugin.cc) ----
+
+// What the probe answers for a rejected event: every field it received.
+std::string ProbeText(const ChangeEvent& e) {
+  return "type=" + e.entity_type + "|p=" + std::to_string(e.partition) + "|id=" + std::to_string(e.event_id) +
+         "|entity=" + e.entity_id + "|v=" + std::to_string(e.version) + "|del=" + (e.deleted ? "1" : "0") +
+         "|state=" + e.state + "|cmd=" + e.command_name + "|cmd_id=" + e.command_id +
+         "|at=" + std::to_string(e.committed_at_us);
+}
+
+ChangeEvent Full(std::string id, uint32_t partition, uint64_t event_id, uint64_t version, bool deleted,
+                 std::string state, std::string command, std::string command_id, int64_t at) {
+  ChangeEvent e;
+  e.entity_type = "account";
+  e.partition = partition;
+  e.event_id = event_id;
+  e.entity_id = std::move(id);
+  e.version = version;
+  e.deleted = deleted;
+  e.state = std::move(state);
+  e.command_name = std::move(command);
+  e.command_id = std::move(command_id);
+  e.committed_at_us = at;
+  return e;
+}
+
+struct ProbeBuild {
+  const char* library;
+  const char* type;
+  uint16_t abi_minor;
+};
+
+void PrintTo(const ProbeBuild& b, std::ostream* os) { *os << b.type; }
+
+class PluginAbiArrays : public ::testing::TestWithParam<ProbeBuild> {};
+
+TEST_P(PluginAbiArrays, EveryFieldArrivesAndEveryResultIsReadAtThePluginsStride) {
+  const ProbeBuild& build = GetParam();
+  auto info = LoadPluginLibrary(build.library);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  EXPECT_EQ(info->abi_minor, build.abi_minor);
+  TempDir dir;
+  const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                           "entities:\n  account: {partitions: 8}\n" + "sinks:\n  - {name: probe, type: " +
+                           build.type + ", entity: account}\n" + "plugins: [" + build.library + "]\n";
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto sink = MakeSink(cfg->sinks[0], *cfg);
+  ASSERT_TRUE(sink.ok()) << sink.status().message();
+  ASSERT_TRUE((*sink)->Open().ok());
+
+  // Rejected events come back with every field the plugin read: strings of
+  // all lengths (empty ones too), extreme numbers, a delete.
+  const std::vector<ChangeEvent> all_fields = {
+      Full("r1", 7, (uint64_t{1} << 40) + 1, 1, false, R"({"n":1})", "put", "c-1", 1'700'000'000'000'001),
+      Full("r22", 0, 2, uint64_t{1} << 62, true, "", "delete", "", -5),
+      Full("r" + std::string(63, 'x'), 3, 3, 3, false, "{\"s\":\"" + std::string(5000, 'y') + "\"}", "", "c",
+           INT64_MAX),
+      Full("r4", 4294967295u, UINT64_MAX, UINT64_MAX, false, "{}", std::string(300, 'z'), std::string(64, 'k'),
+           INT64_MIN),
+      Full("r5", 1, 5, 2, false, R"({"n":[1,2,3]})", "patch", "c-5", 0)};
+  auto r = (*sink)->Apply(all_fields);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.results.size(), all_fields.size());
+  for (size_t i = 0; i < all_fields.size(); ++i) {
+    EXPECT_EQ(r.results[i].outcome, Outcome::kRejected) << i;
+    EXPECT_EQ(r.results[i].reason, ProbeText(all_fields[i])) << i;
+  }
+
+  // Outcomes of every kind, each read from its own result.
+  std::vector<ChangeEvent> mixed;
+  for (const char* id : {"a1", "s1", "r9", "a2", "s2", "r10", "a3", "a4", "s3"}) {
+    mixed.push_back(Full(id, 2, mixed.size() + 10, mixed.size() + 1, false,
+                         R"({"n":)" + std::to_string(mixed.size()) + "}", "put", id, 42));
+  }
+  r = (*sink)->Apply(mixed);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.results.size(), mixed.size());
+  std::string outcomes;
+  for (const auto& er : r.results) {
+    outcomes += er.outcome == Outcome::kApplied ? 'A' : er.outcome == Outcome::kStale ? 'S' : 'R';
+  }
+  EXPECT_EQ(outcomes, "ASRASRAAS");
+  EXPECT_EQ(r.results[2].reason, ProbeText(mixed[2]));
+  EXPECT_EQ(r.results[5].reason, ProbeText(mixed[5]));
+
+  // Rows come back through scan whatever sizeof(sluice_row) the plugin has.
+  auto rows = ScanPluginSink(**sink);
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 4u);
+  EXPECT_EQ((*rows)[0].entity_id, "a1");
+  EXPECT_EQ((*rows)[0].version, 1u);
+  EXPECT_EQ((*rows)[3].entity_id, "a4");
+  EXPECT_EQ((*rows)[3].state, R"({"n":7})");
+  (*sink)->Close();
+}
+
+INSTANTIATE_TEST_SUITE_P(HeaderVersions, PluginAbiArrays,
+                         ::testing::Values(ProbeBuild{PROBE_PLUGIN, "probe", SLUICE_PLUGIN_ABI_MINOR},
+                                           ProbeBuild{PROBE_OLD_PLUGIN, "probe_old", 1},
+                                           ProbeBuild{PROBE_NEXT_PLUGIN, "probe_next", 3}),
+                         [](const auto& info) { return std::string(info.param.type); });
+
+// ---- shutdown() ----
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(line.substr(line.find(' ') + 1));  // drop the pid
+  return out;
+}
+
+TEST(PluginShutdown, CalledOnceAfterTheLastSinkIsDestroyed) {
+  TempDir dir;
+  const std::string calls = dir.path() + "/calls";
+  // In a child process: ShutdownPlugins() ends plugins for the whole process.
+  EXPECT_EXIT(
+      {
+        const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
+                                 "entities:\n  account: {partitions: 2}\n" +
+                                 "sinks:\n"
+                                 "  - {name: a, type: buffered_file, entity: account, path: a.view, calls: calls}\n"
+                                 "  - {name: b, type: buffered_file, entity: account, path: b.view}\n"
+                                 "plugins: [" + std::string(BUFFERED_PLUGIN) + "]\n";
+        auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+        if (!cfg.ok() || !CheckPlugins(*cfg).ok()) std::exit(2);
+        auto a = MakeSink(cfg->sinks[0], *cfg);
+        auto b = MakeSink(cfg->sinks[1], *cfg);
+        if (!a.ok() || !b.ok() || !(*a)->Open().ok()) std::exit(3);
+        a->reset();
+        ShutdownPlugins();  // b is still alive: its library's shutdown waits
+        std::ofstream(calls, std::ios::app) << "0 b still alive\n";
+        b->reset();         // the last sink: shutdown now
+        ShutdownPlugins();  // once only
+        const bool refused = !MakeSink(cfg->sinks[0], *cfg).ok() && !LoadPluginLibrary(JSONL_PLUGIN).ok();
+        std::exit(refused ? 0 : 4);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EQ(Lines(calls), (std::vector<std::string>{"init", "create a", "destroy a", "create b", "destroy b",
+                                                    "create a", "create b", "open a", "close a", "destroy a",
+                                                    "b still alive", "destroy b", "shutdown"}));
+}
+
 }  // namespace
 }  // namespace sluice::connectors::plugin

@@ -9,13 +9,30 @@
  * sluice_plugin_entry_fn. It returns a static descriptor (sluice_plugin) that
  * must be valid without any side effect. The host refuses the library when
  * the descriptor's abi_major differs from SLUICE_PLUGIN_ABI_MAJOR; a higher
- * abi_minor on either side is fine (fields are only ever appended, and every
- * struct starts with its own size so that each side reads only what both
- * know; an array of structs is laid out with the plugin's own sizeof, which
- * the host takes from the struct_size of its first element). Then the host
- * calls init() once with its callback table. This host
- * never unloads a library, so it does not call shutdown() today; a host
- * that unloads calls it once, after destroying every sink.
+ * abi_minor on either side is fine. Then the host calls init() once with its
+ * callback table. The host never unloads a library.
+ *
+ * Growing structs. Within a major version fields are only ever appended, and
+ * every struct passed alone starts with its own size (struct_size), so each
+ * side reads only the fields both know and treats the others as absent.
+ * Arrays of structs are walked with a stride both sides agree on:
+ *   - sluice_plugin.sink_types is laid out with the plugin's
+ *     sizeof(sluice_sink_type); the host takes it from the struct_size of
+ *     the first element.
+ *   - apply()'s events and results are laid out with the PLUGIN's
+ *     sizeof(sluice_event) and sizeof(sluice_event_result), which it declares
+ *     in sluice_sink_type.event_size and .event_result_size (ABI 1.2; a
+ *     plugin built for 1.0 or 1.1 gets their 1.1 sizes). So a plugin always
+ *     walks both arrays with its own sizeof. The host copies into each event
+ *     the fields both sides know, sets its struct_size to the bytes it
+ *     filled and zeroes the rest; it zeroes the results and reads back only
+ *     the fields both sides know.
+ *
+ * Shutdown. The host calls shutdown() once for each library whose init()
+ * succeeded, when the process is done with plugins: after every sink of the
+ * library has been closed and destroyed, at the end of every sluice command,
+ * the failing ones included (not after a crash or a kill). A sink still
+ * alive then (a bug) delays it until that sink is destroyed.
  *
  * Sinks. A plugin declares one or more sink types by name. For each sink of
  * such a `type:` in the YAML the host calls create() with the sink's options
@@ -23,6 +40,25 @@
  * push) as a JSON object, then open(), apply()... and finally close() and
  * destroy(). create() must only check and keep the options: the host also
  * calls it (then destroy()) from `sluice config check`.
+ *
+ * Durability (ABI 1.2; hosts before it never called flush). What
+ * apply() answers for an event is an acknowledgement: SLUICE_APPLIED means
+ * the view holds the event once the sink's next successful flush() returns
+ * (at once, for a sink that writes through); SLUICE_STALE means the view
+ * holds, or after this instance's next flush will hold, this version or a
+ * newer one; SLUICE_REJECTED is final (the host dead-letters the event before
+ * its offset moves). The host calls flush() before it saves offsets that
+ * pass events the sink acknowledged since its last successful flush: about
+ * once per engine.offset_flush_interval while events flow, before it pauses
+ * the sink, moves its offsets (rewind, rebuild) or closes it after a failed
+ * apply, and when it stops; `sluice deadletters retry` flushes before it
+ * marks a dead letter resolved. When flush() fails, or the process dies before
+ * it, the host applies those events again, to this instance after close()
+ * and open() or to a new one after a restart: so a sink must never answer
+ * SLUICE_STALE from a buffer that a failed flush or close() may have
+ * dropped, and open() must learn what the view holds from what is durable.
+ * The writer's push path (SLUICE_CAP_CAN_PUSH) never calls flush(): a sink
+ * that buffers should not declare it.
  *
  * Threads. init/shutdown and create run on one thread at a time. Each sink
  * instance is called by one thread at a time (possibly a different one from
@@ -49,7 +85,7 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define SLUICE_PLUGIN_ABI_MAJOR 1
-#define SLUICE_PLUGIN_ABI_MINOR 1
+#define SLUICE_PLUGIN_ABI_MINOR 2
 
 /* The one symbol the host looks up in a plugin library. */
 #define SLUICE_PLUGIN_ENTRY sluice_plugin_entry
@@ -108,9 +144,11 @@ typedef struct sluice_host_api {
   int64_t (*monotonic_us)(void* context);
 } sluice_host_api;
 
-/* One committed event. All strings are borrowed for the apply() call. */
+/* One committed event. All strings are borrowed for the apply() call.
+   apply() gets an array of them laid out with the plugin's
+   sizeof(sluice_event) (see "Growing structs" at the top). */
 typedef struct sluice_event {
-  uint32_t struct_size;    /* sizeof(sluice_event) as the host knows it */
+  uint32_t struct_size;    /* bytes the host filled; fields past them are zero */
   sluice_str entity_type;  /* e.g. "account" */
   uint32_t partition;      /* stable_hash(entity_id) % partitions */
   uint64_t event_id;       /* offset inside the partition */
@@ -131,7 +169,8 @@ typedef enum sluice_outcome {
 } sluice_outcome;
 
 /* Filled by the plugin, one per event; the host zeroes the array first
-   (so every event starts as SLUICE_APPLIED with no reason). */
+   (so every event starts as SLUICE_APPLIED with no reason). The array is
+   laid out with the plugin's sizeof(sluice_event_result). */
 typedef struct sluice_event_result {
   uint32_t outcome;  /* a sluice_outcome */
   sluice_str reason; /* SLUICE_REJECTED: plugin-owned text, valid until the next call */
@@ -183,7 +222,13 @@ typedef struct sluice_sink_type {
      SLUICE_OK: results[i] holds each event's outcome. SLUICE_UNAVAILABLE or
      SLUICE_MISCONFIGURED: the batch failed as a whole (results are ignored). */
   int (*apply)(void* sink, const sluice_event* events, size_t count, sluice_event_result* results);
-  /* Makes applied events durable where the sink buffers. May be NULL. */
+  /* Makes every event this instance acknowledged since its last successful
+     flush durable in the view (see "Durability" at the top). May be NULL:
+     then apply() is durable when it returns. SLUICE_OK, or a failure: the
+     host closes the sink and applies those events again after open()
+     (SLUICE_UNAVAILABLE: with backoff; SLUICE_MISCONFIGURED: once the
+     operator fixed it, the sink stops meanwhile). Never sleeps in a retry
+     loop. */
   int (*flush)(void* sink);
   /* A cheap round trip to the view's server. May be NULL (always healthy). */
   int (*health)(void* sink);
@@ -191,7 +236,9 @@ typedef struct sluice_sink_type {
      `sluice verify` and the conformance kit. May be NULL (verify then
      reports the sink as not verifiable). */
   int (*scan)(void* sink, sluice_row_fn fn, void* fn_context);
-  /* Disconnects; the sink may be opened again. */
+  /* Disconnects; the sink may be opened again. May drop what was not
+     flushed: the host flushes first when it stops cleanly, and otherwise
+     applies those events again. */
   void (*close)(void* sink);
   /* Frees the sink (after close). */
   void (*destroy)(void* sink);
@@ -218,6 +265,15 @@ typedef struct sluice_sink_type {
      does not) and drops the old view. The live sink instance must carry on
      writing (and scanning) the new view afterwards. */
   int (*promote_rebuild_shadow)(void* shadow);
+
+  /* ---- ABI 1.2: the strides of apply()'s arrays ----
+     sizeof(sluice_event) and sizeof(sluice_event_result) as the plugin was
+     built (the SDK fills them): the host lays out apply()'s events and
+     results with these strides. Each must be a multiple of the struct's
+     alignment and at least its ABI 1.0 size. 0, or a plugin built for ABI 1.0 or 1.1 (whose
+     struct_size ends before them): the 1.1 sizes. */
+  uint32_t event_size;
+  uint32_t event_result_size;
 } sluice_sink_type;
 
 /* The descriptor the entry function returns. */
@@ -230,7 +286,8 @@ typedef struct sluice_plugin {
   /* Called once after the version check. SLUICE_OK, or a failure whose
      message is last_error(). `host` stays valid until shutdown(). */
   int (*init)(const sluice_host_api* host);
-  /* Called once before the library is unloaded (see the top). May be NULL. */
+  /* Called once, after every sink of the library was destroyed (see
+     "Shutdown" at the top). `host` is not used afterwards. May be NULL. */
   void (*shutdown)(void);
   /* The message of the last failed init() or create(); never NULL. */
   const char* (*last_error)(void);

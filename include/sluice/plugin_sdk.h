@@ -9,6 +9,7 @@
 //     Status Open() override;                              // connect
 //     Status Apply(std::span<const Event> events,
 //                  std::span<EventResult> results) override;
+//     Status Flush() override;                             // optional: a sink that buffers
 //     Status Scan(const RowCallback& each) override;       // optional
 //     // Optional, for `sluice rebuild` (ABI 1.1): both or neither.
 //     Status MakeRebuildShadow(MySink& shadow) const;
@@ -23,7 +24,13 @@
 // every exception at the boundary (reported as SLUICE_INTERNAL).
 //
 // Build the plugin with -fvisibility=hidden (CMake: CXX_VISIBILITY_PRESET
-// hidden); SLUICE_PLUGIN exports only the entry symbol.
+// hidden) and link it with the version script <sluice/plugin.map>: the
+// visibility flag alone still exports the C++ standard library's template
+// instantiations (docs/connectors.md, "Build it").
+//
+// Apply()'s arrays: the SDK declares this build's sizeof(sluice_event) and
+// sizeof(sluice_event_result) in each sink type (ABI 1.2), so the host lays
+// them out for it whatever ABI minor either side was built with.
 //
 // Threads: as in plugin.h. One thread at a time calls a given Sink object;
 // the Host functions may be called from any thread.
@@ -32,6 +39,7 @@
 #include <sluice/plugin.h>
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -155,7 +163,15 @@ class Host {
 
 // The base class of a plugin sink. The SDK default-constructs it, then calls
 // Configure() (also from `sluice config check`: only check and keep the
-// options there), then Open(), Apply()..., Close().
+// options there), then Open(), Apply()..., Flush() now and then, Close().
+//
+// Durability: an outcome Apply() reports is an acknowledgement that holds
+// once the next Flush() returned ok (see "Durability" in plugin.h). A sink
+// that writes through keeps the default Flush(). A sink that buffers writes
+// its buffer in Flush(), may drop it in Close(), answers kStale only for
+// versions that are durable or in its buffer, and learns in Open() what the
+// view holds from what is durable: the host applies again whatever a failed
+// Flush() (or a crash) may have lost.
 //
 // Rebuild (optional): a class T that also defines
 //   Status MakeRebuildShadow(T& shadow) const;  // set up a default-constructed
@@ -170,6 +186,7 @@ class Sink {
   virtual Status Open() = 0;
   // results.size() == events.size(); see sluice_sink_type.apply.
   virtual Status Apply(std::span<const Event> events, std::span<EventResult> results) = 0;
+  // Makes what this instance acknowledged since the last Flush() durable.
   virtual Status Flush() { return Status::Ok(); }
   virtual Status Health() { return Status::Ok(); }
   virtual Status Scan(const RowCallback& /*each*/) {
@@ -317,9 +334,12 @@ struct Adapter {
   static const char* LastError(void* p) { return Self(p)->error.c_str(); }
 };
 
+// The end of the host callbacks ABI 1.0 has; a newer header may add more,
+// which an older host does not have (and the SDK does not call).
+inline constexpr size_t kHostApiFieldsEnd = offsetof(sluice_host_api, monotonic_us) + sizeof(void*);
+
 inline int Init(const sluice_host_api* host) {
-  if (host == nullptr || host->struct_size < sizeof(sluice_host_api) ||
-      host->abi_major != SLUICE_PLUGIN_ABI_MAJOR) {
+  if (host == nullptr || host->struct_size < kHostApiFieldsEnd || host->abi_major != SLUICE_PLUGIN_ABI_MAJOR) {
     PluginError() = "the host's callback table is missing or of another ABI version";
     return SLUICE_INTERNAL;
   }
@@ -340,7 +360,8 @@ constexpr sluice_sink_type SinkType(const char* type_name, uint32_t capabilities
   using A = internal::Adapter<T>;
   sluice_sink_type t{sizeof(sluice_sink_type), type_name, capabilities,
                      &A::Create, &A::Open, &A::Apply, &A::Flush, &A::Health, &A::Scan,
-                     &A::Close, &A::Destroy, &A::LastError, nullptr, nullptr};
+                     &A::Close, &A::Destroy, &A::LastError, nullptr, nullptr,
+                     sizeof(sluice_event), sizeof(sluice_event_result)};
   if constexpr (internal::Rebuildable<T>) {
     t.make_rebuild_shadow = &A::MakeRebuildShadow;
     t.promote_rebuild_shadow = &A::PromoteRebuildShadow;
