@@ -270,6 +270,13 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
         return result.status.WithContext("sink " + s.name);
       }
       const auto& er = result.results.at(0);
+      // Resolved only once durable: a sink that buffers holds it until a flush.
+      if (er.outcome != connectors::Outcome::kRejected) {
+        if (Status flushed = view->Flush(); !flushed.ok()) {
+          view->Close();
+          return flushed.WithContext("sink " + s.name);
+        }
+      }
       if (er.outcome == connectors::Outcome::kRejected) {
         std::string u = "UPDATE sluice_dead_letters SET error=";
         conn->AppendQuoted(u, er.reason.substr(0, 4000));

@@ -40,6 +40,7 @@ Status SinkRunner::Start() {
     state_ = "paused";
     for (auto& [p, pp] : progress_) pp.state = "paused";
   }
+  flushed_ = progress_;
   last_flush_ = std::chrono::steady_clock::now();
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
@@ -112,7 +113,8 @@ Status SinkRunner::Pause() {
       paused_ = true;
     }
     SetState("paused", "");
-    SaveOffsets();
+    // A failed flush is logged and goes back to the last one; the pause holds.
+    SaveOffsets().IgnoreError();
     return Status::Ok();
   });
 }
@@ -125,7 +127,7 @@ Status SinkRunner::Resume() {
       paused_ = false;
     }
     SetState("running", "");
-    SaveOffsets();
+    SaveOffsets().IgnoreError();  // paused: nothing was acknowledged since the pause's flush
     return Status::Ok();
   });
 }
@@ -138,22 +140,31 @@ Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
     }
   }
   Status st = RunOnApplier([this, offsets](connectors::Sink&) {
+    // Every partition's offset is saved below: the others' must not pass
+    // what the sink holds only in a buffer. A failed flush (logged) goes
+    // back to the last one, and the move applies on top of that.
+    FlushSink().IgnoreError();
     {
       std::lock_guard lock(mu_);
-      for (const auto& [p, off] : offsets) {
-        progress_[p].event_id = off;
-        ++epoch_[p];
-        reread_from_[p] = off;
-      }
-      std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
-      dirty_ = true;
+      MoveOffsetsLocked(offsets);
+      for (const auto& [p, off] : offsets) flushed_[p] = progress_[p];  // where the operator put it
     }
-    SaveOffsets();
+    SaveOffsets().IgnoreError();  // nothing is left to flush
     return Status::Ok();
   });
   queue_cv_.notify_all();  // room for the reader
   wake_cv_.notify_all();
   return st;
+}
+
+void SinkRunner::MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets) {
+  for (const auto& [p, off] : offsets) {
+    progress_[p].event_id = off;
+    ++epoch_[p];
+    reread_from_[p] = off;
+  }
+  std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
+  dirty_ = true;
 }
 
 bool SinkRunner::Outdated(uint32_t partition, uint64_t epoch) const {
@@ -346,7 +357,48 @@ Status SinkRunner::DeadLetter(const connectors::ChangeEvent& e, const std::strin
   return dl_conn_->Execute(q).status();
 }
 
-void SinkRunner::SaveOffsets() {
+Status SinkRunner::FlushSink() {
+  if (!unflushed_) return Status::Ok();
+  unflushed_ = false;
+  const Status st = sink_->Flush();
+  if (st.ok()) {
+    std::lock_guard lock(mu_);
+    flushed_ = progress_;
+    return st;
+  }
+  LogRateLimited(LogLevel::kWarn, "engine.flush." + options_.sink.name,
+                 "engine: sink " + options_.sink.name + ": flushing the sink failed; its events since the last "
+                 "flush are applied again: " + st.message());
+  // What it buffered since its last flush may be gone with the close: its
+  // offsets and counters go back there and those events are read again.
+  sink_open_ = false;
+  sink_->Close();
+  {
+    std::lock_guard lock(mu_);
+    std::map<uint32_t, uint64_t> back;
+    for (auto& [p, pp] : progress_) {
+      const offsets::PartitionProgress& f = flushed_[p];
+      if (pp.event_id != f.event_id) back[p] = f.event_id;
+      pp.applied = f.applied;
+      pp.stale = f.stale;
+      pp.dead_lettered = f.dead_lettered;
+    }
+    MoveOffsetsLocked(back);
+  }
+  queue_cv_.notify_all();  // room for the reader
+  wake_cv_.notify_all();
+  return st.WithContext("flushing the sink");
+}
+
+void SinkRunner::CloseSink() {
+  // A failed flush has closed the sink and gone back to the last flush.
+  if (!FlushSink().ok()) return;
+  sink_open_ = false;
+  sink_->Close();
+}
+
+Status SinkRunner::SaveOffsets() {
+  const Status flushed = FlushSink();
   std::map<uint32_t, offsets::PartitionProgress> snapshot;
   {
     std::lock_guard lock(mu_);
@@ -362,6 +414,7 @@ void SinkRunner::SaveOffsets() {
                    "engine: sink " + options_.sink.name + ": saving offsets failed: " + st.message());
   }
   last_flush_ = std::chrono::steady_clock::now();
+  return flushed;
 }
 
 size_t SinkRunner::ChunkMax() const { return std::max<uint32_t>(1, options_.sink.batch_max); }
@@ -440,9 +493,10 @@ bool SinkRunner::ApplyWork(Work& work) {
         LogRateLimited(LogLevel::kWarn, "engine.apply." + options_.sink.name,
                        "engine: sink " + options_.sink.name + " is unavailable, retrying with backoff: " +
                            st.message());
-        sink_open_ = false;
-        sink_->Close();
-        if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) SaveOffsets();
+        CloseSink();
+        if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
+          SaveOffsets().IgnoreError();  // CloseSink flushed, or went back to the last flush
+        }
         if (!ApplierSleep(backoff.Next())) return false;
         continue;  // the same chunk again; the version check makes a partial apply harmless
       }
@@ -470,6 +524,7 @@ bool SinkRunner::ApplyWork(Work& work) {
       }
       metrics_->Applied(applied, stale, dead);
       dirty_ = true;
+      unflushed_ = true;
       if (state_ != "running") {
         state_ = "running";
         last_error_.clear();
@@ -494,6 +549,7 @@ bool SinkRunner::ApplyWork(Work& work) {
 }
 
 void SinkRunner::ApplyLoop() {
+  Backoff flush_backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   for (;;) {
     if (!Checkpoint()) break;
     Work work;
@@ -523,10 +579,29 @@ void SinkRunner::ApplyLoop() {
       dirty = dirty_;
     }
     if (dirty && std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
-      SaveOffsets();
+      // A failed flush is handled like a failed Apply(): the sink is closed
+      // and its events since the last flush are applied again.
+      const Status st = SaveOffsets();
+      if (st.ok()) {
+        flush_backoff.Reset();
+      } else if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kAborted) {
+        {
+          std::lock_guard lock(mu_);
+          ++retries_;
+          metrics_->Retry(metrics::RetryClass::kSinkUnavailable);
+        }
+        SetState("backoff", st.message());
+        if (!ApplierSleep(flush_backoff.Next())) break;
+      } else {
+        SetState("stopped", st.message());
+        Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + st.message() +
+                                  " (fix the sink's configuration or server, then restart)");
+        break;
+      }
     }
   }
-  SaveOffsets();
+  // A failed flush here is logged, and the saved offsets stay at the last one.
+  SaveOffsets().IgnoreError();
   sink_->Close();
   // A stopped sink stops its reader too, and refuses controls.
   std::deque<std::shared_ptr<Control>> refused;

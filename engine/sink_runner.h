@@ -19,7 +19,13 @@
 //                   backoff, offset unchanged. Misconfigured, or a rejection
 //                   with on_error: stop: the runner stops and reports why.
 //                   Offsets (with counters and state) are saved every
-//                   engine.offset_flush_interval and on Stop().
+//                   engine.offset_flush_interval and on Stop(), each time
+//                   after Sink::Flush() made what the sink acknowledged
+//                   since the last flush durable (also before a pause, an
+//                   offset move, and closing the sink after a failure). A
+//                   failed flush: the saved offsets stay at the last flush,
+//                   the sink is closed and those events are read and applied
+//                   again, with backoff like an unavailable sink.
 //
 //   controls        Pause, Resume, SetOffsets and RunOnApplier (the admin
 //                   endpoint's operator commands) are queued for the applier
@@ -145,7 +151,19 @@ class SinkRunner {
   // Events per Apply(): the sink's batch_max, at least 1.
   size_t ChunkMax() const;
   Status DeadLetter(const connectors::ChangeEvent& e, const std::string& reason);
-  void SaveOffsets();
+  // Applier thread: makes what the sink acknowledged since its last flush
+  // durable (Sink::Flush). On failure the sink is closed and every partition
+  // goes back to the last flush (flushed_), to be read and applied again.
+  Status FlushSink();
+  // Applier thread: FlushSink(), then writes the offsets, which so never
+  // pass what the sink made durable. Returns the flush's failure, for the
+  // caller to back off or stop as after a failed Apply().
+  Status SaveOffsets();
+  // Applier thread: closes the sink after a failed Apply(), flushing first.
+  void CloseSink();
+  // Under mu_: moves the offsets of the given partitions and restarts their
+  // reading there; batches read from the old positions are dropped.
+  void MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets);
   void SetState(const std::string& state, const std::string& error);
   // Sleeps up to d unless stopping; false when stopping.
   bool SleepUnlessStopping(std::chrono::milliseconds d);
@@ -186,6 +204,11 @@ class SinkRunner {
   std::unique_ptr<offsets::OffsetStore> store_;
   std::unique_ptr<sql::Connection> dl_conn_;  // applier thread: dead letters
   bool sink_open_ = false;
+  // Applier thread: progress_ as of the sink's last successful Flush() (or
+  // as loaded); saved offsets never pass it. unflushed_: the sink has
+  // acknowledged events since (only while it is open).
+  std::map<uint32_t, offsets::PartitionProgress> flushed_;
+  bool unflushed_ = false;
   std::chrono::steady_clock::time_point last_flush_;
   bool dirty_ = false;
 

@@ -1,6 +1,8 @@
 // engine::SinkRunner against a real MariaDB with a recording sink: short
 // batches of several partitions go to the sink in one Apply(), and each
-// partition's offset still moves by exactly what the sink acknowledged.
+// partition's offset still moves by exactly what the sink acknowledged. The
+// sink buffers what it acknowledges until Flush(), like a batching sink: the
+// saved offsets never pass what it flushed.
 #include "engine/sink_runner.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "offsets/offset_store.h"
 #include "sql/schema.h"
 #include "tests/support/test_support.h"
 
@@ -30,6 +33,12 @@ struct Script {
   std::set<std::pair<uint32_t, uint64_t>> reject;                 // events to reject
   bool unavailable = false;
   int unavailable_calls = 0;
+  // Acknowledged events wait in `buffered` until Flush() moves them to
+  // `durable`; Close() drops them.
+  std::set<std::pair<uint32_t, uint64_t>> buffered, durable;
+  std::map<std::pair<uint32_t, uint64_t>, int> applies;  // per event: successful Apply() calls
+  bool fail_flush = false;
+  int flushes = 0, failed_flushes = 0;
 };
 
 class RecordingSink : public connectors::Sink {
@@ -49,6 +58,8 @@ class RecordingSink : public connectors::Sink {
     auto& call = s_->calls.emplace_back();
     for (const auto& e : events) {
       call.emplace_back(e.partition, e.event_id);
+      s_->buffered.insert({e.partition, e.event_id});
+      ++s_->applies[{e.partition, e.event_id}];
       connectors::EventResult er;
       if (s_->reject.count({e.partition, e.event_id})) {
         er.outcome = Outcome::kRejected;
@@ -58,8 +69,22 @@ class RecordingSink : public connectors::Sink {
     }
     return r;
   }
+  Status Flush() override {
+    std::lock_guard lock(s_->mu);
+    ++s_->flushes;
+    if (s_->fail_flush) {
+      ++s_->failed_flushes;
+      return Unavailable("the remote store refused the buffered batch");
+    }
+    s_->durable.insert(s_->buffered.begin(), s_->buffered.end());
+    s_->buffered.clear();
+    return Status::Ok();
+  }
   Status Health() override { return Status::Ok(); }
-  void Close() override {}
+  void Close() override {
+    std::lock_guard lock(s_->mu);
+    s_->buffered.clear();
+  }
   Status Verify(const std::vector<connectors::EntitySnapshot>&, std::vector<connectors::Difference>&) override {
     return Status::Ok();
   }
@@ -97,8 +122,10 @@ class SinkRunnerTest : public ::testing::Test {
     ASSERT_TRUE(done.ok()) << done.status().ToString();
   }
 
-  void Start(config::OnError on_error = config::OnError::kDeadLetter) {
+  void Start(config::OnError on_error = config::OnError::kDeadLetter,
+             std::chrono::milliseconds offset_flush_interval = std::chrono::seconds(1)) {
     engine::SinkRunnerOptions o;
+    o.engine.offset_flush_interval = offset_flush_interval;
     o.sink.name = "rec";
     o.sink.type = "recording";
     o.sink.entity = "account";
@@ -121,6 +148,38 @@ class SinkRunnerTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return false;
+  }
+
+  // The offsets saved in MySQL, per partition.
+  std::map<uint32_t, uint64_t> Stored() {
+    sql::ConnectParams params = MysqlParams();
+    params.database = db_->name();
+    offsets::OffsetStore store(params);
+    auto loaded = store.Load("rec", "account");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    std::map<uint32_t, uint64_t> out;
+    for (uint32_t p = 0; p < kPartitions; ++p) out[p] = loaded.ok() && loaded->count(p) ? loaded->at(p).event_id : 0;
+    return out;
+  }
+
+  // Events 1..offsets[p] of each partition that the sink has not flushed.
+  std::vector<std::pair<uint32_t, uint64_t>> NotDurable(const std::map<uint32_t, uint64_t>& offsets) {
+    std::lock_guard lock(script_.mu);
+    std::vector<std::pair<uint32_t, uint64_t>> out;
+    for (const auto& [p, upto] : offsets) {
+      for (uint64_t id = 1; id <= upto; ++id) {
+        if (!script_.durable.count({p, id})) out.emplace_back(p, id);
+      }
+    }
+    return out;
+  }
+
+  template <typename Pred>
+  bool WaitForScript(Pred pred) {
+    return WaitFor([&](const auto&) {
+      std::lock_guard lock(script_.mu);
+      return pred(script_);
+    });
   }
 
   // Pauses, appends `per_partition` events to every partition, waits until
@@ -213,6 +272,79 @@ TEST_F(SinkRunnerTest, ARewindDuringRetriesDropsOnlyThatPartitionsPartOfAMergedA
   EXPECT_EQ(seen[1], (std::vector<uint64_t>{4, 5}));
   EXPECT_EQ(seen[2], (std::vector<uint64_t>{1, 2, 3, 4, 5}));
   EXPECT_EQ(seen[3], (std::vector<uint64_t>{4, 5}));
+}
+
+TEST_F(SinkRunnerTest, SavedOffsetsNeverPassWhatTheSinkFlushed) {
+  Start(config::OnError::kDeadLetter, std::chrono::milliseconds(10));
+  for (int round = 0; round < 20; ++round) {
+    Append(static_cast<uint32_t>(round % kPartitions), 7);
+    // The saved offsets first, what the sink made durable after: durable
+    // only grows, so it must already cover the offsets read before it.
+    const auto stored = Stored();
+    const auto missing = NotDurable(stored);
+    ASSERT_TRUE(missing.empty()) << "offset " << stored.at(missing.front().first) << " of partition "
+                                 << missing.front().first << " was saved, but event " << missing.front().second
+                                 << " was never flushed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Stored() == head_; }));
+  EXPECT_TRUE(NotDurable(head_).empty());
+}
+
+TEST_F(SinkRunnerTest, AFailedFlushKeepsTheOffsetsBackAndAppliesItsEventsAgain) {
+  Start(config::OnError::kDeadLetter, std::chrono::milliseconds(10));
+  Append(0, 3);
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Stored().at(0) == 3; }));
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = true;
+  }
+  Append(0, 4);  // events 4..7
+  ASSERT_TRUE(WaitForScript([](const Script& s) { return s.failed_flushes >= 3 && s.applies.count({0, 7}); }));
+  EXPECT_EQ(Stored().at(0), 3u) << "the offset passed events the sink failed to flush";
+  EXPECT_GE(runner_->totals().retries, 1u);
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = false;
+  }
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Stored().at(0) == 7; }));
+  EXPECT_TRUE(NotDurable({{0, 7}}).empty());
+  std::lock_guard lock(script_.mu);
+  // Each failed flush closed the sink, which dropped its buffer: the events
+  // since the last flush were applied again, and counted once.
+  EXPECT_GE(script_.applies.at({0, 4}), 2);
+  EXPECT_EQ(runner_->totals().applied, 7u);
+}
+
+TEST_F(SinkRunnerTest, TheSinkIsFlushedBeforeItIsClosedAfterAFailureAndWhenPaused) {
+  // Offsets are never saved on the timer here: only the other reasons flush.
+  Start(config::OnError::kDeadLetter, std::chrono::hours(1));
+  Append(0, 3);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 3; }));
+  EXPECT_EQ(NotDurable({{0, 3}}).size(), 3u);  // acknowledged, still buffered
+  {
+    std::lock_guard lock(script_.mu);
+    script_.unavailable = true;
+  }
+  Append(0, 2);
+  // The failed Apply closes the sink, which would drop the buffer: flushed first.
+  ASSERT_TRUE(WaitForScript([](const Script& s) { return s.unavailable_calls >= 1 && s.flushes >= 1; }));
+  EXPECT_TRUE(NotDurable({{0, 3}}).empty());
+  {
+    std::lock_guard lock(script_.mu);
+    script_.unavailable = false;
+  }
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 5; }));
+  EXPECT_EQ(Stored().at(0), 0u);  // not saved yet
+  ASSERT_TRUE(runner_->Pause().ok());
+  EXPECT_TRUE(NotDurable({{0, 5}}).empty());
+  EXPECT_EQ(Stored().at(0), 5u);
+  ASSERT_TRUE(runner_->Resume().ok());
+  Append(0, 1);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 6; }));
+  runner_->Stop();
+  EXPECT_TRUE(NotDurable({{0, 6}}).empty());
+  EXPECT_EQ(Stored().at(0), 6u);
 }
 
 }  // namespace
