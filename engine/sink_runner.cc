@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "core/backoff.h"
 #include "core/failpoint.h"
@@ -362,10 +363,17 @@ Status SinkRunner::FlushSink() {
   unflushed_ = false;
   const Status st = sink_->Flush();
   if (st.ok()) {
-    std::lock_guard lock(mu_);
-    flushed_ = progress_;
+    {
+      std::lock_guard lock(mu_);
+      flushed_ = progress_;
+    }
+    if (std::exchange(flush_failing_, false) && state_ == "backoff") SetState("running", "");
     return st;
   }
+  // Until a flush succeeds the sink is in backoff (a paused one stays
+  // paused), also in the offsets saved meanwhile.
+  flush_failing_ = true;
+  if (state_ == "running" || state_ == "backoff") SetState("backoff", "flushing the sink failed: " + st.message());
   LogRateLimited(LogLevel::kWarn, "engine.flush." + options_.sink.name,
                  "engine: sink " + options_.sink.name + ": flushing the sink failed; its events since the last "
                  "flush are applied again: " + st.message());
@@ -525,7 +533,7 @@ bool SinkRunner::ApplyWork(Work& work) {
       metrics_->Applied(applied, stale, dead);
       dirty_ = true;
       unflushed_ = true;
-      if (state_ != "running") {
+      if (state_ != "running" && !flush_failing_) {  // a failing flush keeps it in backoff
         state_ = "running";
         last_error_.clear();
         for (auto& [p, q] : progress_) {
@@ -590,7 +598,6 @@ void SinkRunner::ApplyLoop() {
           ++retries_;
           metrics_->Retry(metrics::RetryClass::kSinkUnavailable);
         }
-        SetState("backoff", st.message());
         if (!ApplierSleep(flush_backoff.Next())) break;
       } else {
         SetState("stopped", st.message());

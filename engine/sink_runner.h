@@ -209,6 +209,7 @@ class SinkRunner {
   // acknowledged events since (only while it is open).
   std::map<uint32_t, offsets::PartitionProgress> flushed_;
   bool unflushed_ = false;
+  bool flush_failing_ = false;  // the last flush failed: the state stays backoff
   std::chrono::steady_clock::time_point last_flush_;
   bool dirty_ = false;
 

@@ -302,7 +302,11 @@ TEST_F(SinkRunnerTest, AFailedFlushKeepsTheOffsetsBackAndAppliesItsEventsAgain) 
   Append(0, 4);  // events 4..7
   ASSERT_TRUE(WaitForScript([](const Script& s) { return s.failed_flushes >= 3 && s.applies.count({0, 7}); }));
   EXPECT_EQ(Stored().at(0), 3u) << "the offset passed events the sink failed to flush";
-  EXPECT_GE(runner_->totals().retries, 1u);
+  const auto failing = runner_->totals();
+  EXPECT_GE(failing.retries, 1u);
+  EXPECT_EQ(failing.state, "backoff");  // while flushes fail, even between successful applies
+  EXPECT_NE(failing.last_error.find("the remote store refused the buffered batch"), std::string::npos)
+      << failing.last_error;
   {
     std::lock_guard lock(script_.mu);
     script_.fail_flush = false;
@@ -313,7 +317,9 @@ TEST_F(SinkRunnerTest, AFailedFlushKeepsTheOffsetsBackAndAppliesItsEventsAgain) 
   // Each failed flush closed the sink, which dropped its buffer: the events
   // since the last flush were applied again, and counted once.
   EXPECT_GE(script_.applies.at({0, 4}), 2);
-  EXPECT_EQ(runner_->totals().applied, 7u);
+  const auto recovered = runner_->totals();
+  EXPECT_EQ(recovered.applied, 7u);
+  EXPECT_EQ(recovered.state, "running");
 }
 
 TEST_F(SinkRunnerTest, TheSinkIsFlushedBeforeItIsClosedAfterAFailureAndWhenPaused) {
