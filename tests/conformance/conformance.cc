@@ -121,6 +121,8 @@ std::string SinkConformance::Apply(connectors::Sink& sink, const std::vector<con
     return "wrong number of results: " + std::to_string(r.results.size()) + " for " +
            std::to_string(events.size()) + " events";
   }
+  // As the engine does before it saves offsets: what was acknowledged is durable from here.
+  if (const Status flushed = sink.Flush(); !flushed.ok()) return "flush: " + flushed.ToString();
   std::string out;
   for (const auto& e : r.results) {
     out += e.outcome == connectors::Outcome::kApplied ? 'A' : e.outcome == connectors::Outcome::kStale ? 'S' : 'R';

@@ -5,6 +5,10 @@
 //   IdempotentReapply            the same batch twice: the second time all stale, nothing changes
 //   OneRejectedEventDoesNotFailTheBatch  a poison event is rejected alone; its neighbours apply
 //   RestartFromAnOldOffset       a new sink instance replaying an old range (after newer events) moves nothing backwards
+//   FlushedEventsOutliveTheInstance  after Flush(), a new instance (the first never closed: a crash) finds
+//                                everything acknowledged in the view and answers it stale
+//   AReopenedSinkAppliesWhatItsCloseDropped  acknowledged but not flushed, closed, reopened: the same
+//                                batch again is applied or stale, and after a flush the view is exact
 // PointViewConformance, sinks that keep one current row per entity (every
 // built-in sink but kafka, and the example plugin):
 //   StaleVersionsAreSkipped      an older version after a newer one never overwrites it
@@ -133,7 +137,9 @@ class SinkConformance : public ::testing::TestWithParam<ConnectorParam> {
 
   // Makes and opens a new instance of the sink (a "restart").
   std::unique_ptr<connectors::Sink> OpenSink();
-  // Applies and expects a per-event result string: A applied, S stale, R rejected.
+  // Applies, then flushes (as the engine does before it saves offsets), and
+  // returns a per-event result string: A applied, S stale, R rejected; or
+  // the failure of either call.
   std::string Apply(connectors::Sink& sink, const std::vector<connectors::ChangeEvent>& events);
   // ReadBack, failing the test on error.
   std::optional<ViewRow> Row(const std::string& id);

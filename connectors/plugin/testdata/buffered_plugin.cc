@@ -16,7 +16,8 @@
 //
 // Options: path (required), calls (a file where every call is recorded as
 // "<pid> <call> [<sink>]", init and shutdown included), fail_flush_while (a
-// path), reject (events whose state contains this text are rejected).
+// path), reject (events whose state contains this text are rejected, as are
+// states that are not JSON).
 //
 // Written with the SDK's Sink class but its own entry function, so that its
 // init() and shutdown() can record themselves.
@@ -142,6 +143,10 @@ class BufferedFile : public sluice::plugin_sdk::Sink {
     if (Status s = Health(); !s.ok()) return s;
     for (size_t i = 0; i < events.size(); ++i) {
       const Event& e = events[i];
+      if (!e.deleted && !nlohmann::json::accept(e.state)) {
+        results[i] = {Outcome::kRejected, "the state is not JSON"};
+        continue;
+      }
       if (!reject_.empty() && e.state.find(reject_) != std::string_view::npos) {
         results[i] = {Outcome::kRejected, "the state contains '" + reject_ + "'"};
         continue;
