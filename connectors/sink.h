@@ -16,6 +16,16 @@
 //    only when its version is greater than the version the view holds for
 //    that entity, including the version of a deleted entity's tombstone.
 //    Re-applying an event already applied yields kStale, never a change.
+//  - What Apply() acknowledges (applied or stale) holds once the next
+//    Flush() returned ok. The engine calls Flush() before it saves offsets
+//    past acknowledged events (on its timer, before a pause, an offset move
+//    or a stop) and before it closes the sink after a failed Apply(). A
+//    failed Flush(): the engine closes the sink and re-applies every event
+//    since the last successful one, so Close() may drop what was not
+//    flushed and Open() must not answer kStale from such a buffer. Every
+//    built-in sink writes through (Apply() returns after the server
+//    acknowledged: a MySQL commit, a Redis reply, a _bulk response, Kafka
+//    delivery reports) and keeps the default Flush().
 //  - A connector never sleeps in a retry loop; the caller owns retries,
 //    deadlines and threading.
 //
@@ -106,7 +116,8 @@ class Sink {
 
   virtual Status Open() = 0;
   virtual ApplyResult Apply(std::span<const ChangeEvent> events) = 0;
-  // Makes applied events durable where the sink buffers; most sinks write through.
+  // Makes what Apply() acknowledged since the last Flush() durable (see the
+  // contract above); ok, kUnavailable or kFailedPrecondition.
   virtual Status Flush() { return Status::Ok(); }
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
   virtual Status Health() = 0;

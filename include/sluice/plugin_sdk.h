@@ -18,6 +18,8 @@
 //   SLUICE_PLUGIN("my_plugin", "1.0.0",
 //                 sluice::plugin_sdk::SinkType<MySink>("my_sink", SLUICE_CAP_POINT_VIEW));
 //
+// (SLUICE_PLUGIN_WITH_HOOKS adds plugin-wide init and shutdown code.)
+//
 // The SDK turns each C call into a call on the object, converts borrowed C
 // strings to std::string_view (valid only during the call: copy what you
 // keep), keeps the last error message alive as the ABI requires, and stops
@@ -349,6 +351,24 @@ inline int Init(const sluice_host_api* host) {
 
 inline void Shutdown() { Host::api() = nullptr; }
 
+// init() and shutdown() of SLUICE_PLUGIN_WITH_HOOKS: the SDK's, around the
+// plugin's own hooks (exceptions stopped at the boundary).
+template <typename F>
+int InitWith(const sluice_host_api* host, F&& on_init) {
+  if (const int rc = Init(host); rc != SLUICE_OK) return rc;
+  return Guard(&PluginError(), std::forward<F>(on_init));
+}
+
+template <typename F>
+void ShutdownWith(F&& on_shutdown) {
+  try {
+    on_shutdown();
+  } catch (...) {
+    // shutdown() cannot fail across the ABI; the host is done with the plugin.
+  }
+  Shutdown();
+}
+
 inline const char* LastPluginError() { return PluginError().c_str(); }
 
 }  // namespace internal
@@ -372,20 +392,30 @@ constexpr sluice_sink_type SinkType(const char* type_name, uint32_t capabilities
 }  // namespace sluice::plugin_sdk
 
 // Defines the entry symbol: SLUICE_PLUGIN("name", "version", SinkType<A>(...), ...).
-#define SLUICE_PLUGIN(plugin_name, plugin_version, ...)                                      \
-  extern "C" __attribute__((visibility("default"))) const sluice_plugin* SLUICE_PLUGIN_ENTRY( \
-      void) {                                                                                \
-    static const sluice_sink_type kTypes[] = {__VA_ARGS__};                                  \
-    static const sluice_plugin kPlugin = {                                                   \
-        sizeof(sluice_plugin),                                                               \
-        SLUICE_PLUGIN_ABI_MAJOR,                                                             \
-        SLUICE_PLUGIN_ABI_MINOR,                                                             \
-        plugin_name,                                                                         \
-        plugin_version,                                                                      \
-        &::sluice::plugin_sdk::internal::Init,                                               \
-        &::sluice::plugin_sdk::internal::Shutdown,                                           \
-        &::sluice::plugin_sdk::internal::LastPluginError,                                    \
-        sizeof(kTypes) / sizeof(kTypes[0]),                                                  \
-        kTypes};                                                                             \
-    return &kPlugin;                                                                         \
+#define SLUICE_PLUGIN(plugin_name, plugin_version, ...)                                             \
+  SLUICE_PLUGIN_WITH_HOOKS(plugin_name, plugin_version, [] { return ::sluice::plugin_sdk::Status::Ok(); }, \
+                           [] {}, __VA_ARGS__)
+
+// The same with plugin-wide hooks: on_init, a callable returning Status, runs
+// in init() once the Host functions work (a failure refuses the library with
+// its message); on_shutdown, returning void, runs in shutdown(): once, after
+// every sink of the library was destroyed (plugin.h, "Shutdown"). E.g.
+//   SLUICE_PLUGIN_WITH_HOOKS("my_plugin", "1.0.0", &StartClientLibrary, &StopClientLibrary,
+//                            sluice::plugin_sdk::SinkType<MySink>("my_sink", SLUICE_CAP_POINT_VIEW))
+#define SLUICE_PLUGIN_WITH_HOOKS(plugin_name, plugin_version, on_init, on_shutdown, ...)           \
+  extern "C" __attribute__((visibility("default"))) const sluice_plugin* SLUICE_PLUGIN_ENTRY(       \
+      void) {                                                                                      \
+    static const sluice_sink_type kTypes[] = {__VA_ARGS__};                                        \
+    static const sluice_plugin kPlugin = {                                                         \
+        sizeof(sluice_plugin),                                                                     \
+        SLUICE_PLUGIN_ABI_MAJOR,                                                                   \
+        SLUICE_PLUGIN_ABI_MINOR,                                                                   \
+        plugin_name,                                                                               \
+        plugin_version,                                                                            \
+        [](const sluice_host_api* host) { return ::sluice::plugin_sdk::internal::InitWith(host, on_init); }, \
+        [] { ::sluice::plugin_sdk::internal::ShutdownWith(on_shutdown); },                        \
+        &::sluice::plugin_sdk::internal::LastPluginError,                                          \
+        sizeof(kTypes) / sizeof(kTypes[0]),                                                        \
+        kTypes};                                                                                   \
+    return &kPlugin;                                                                               \
   }

@@ -11,9 +11,11 @@
 //
 // The version index lives in memory and is rebuilt from the file on Open()
 // and whenever the file was replaced or changed behind the sink's back.
-// Each batch is one write() with O_APPEND (then fsync unless fsync: false);
-// a failed or short write is cut back off, so a batch is never half in the
-// file. A missing directory (an unmounted volume) is SLUICE_UNAVAILABLE.
+// Each batch is one write() with O_APPEND, then fsync; with fsync: false the
+// fsync waits for Flush(), which the engine calls before it saves offsets,
+// so a saved offset never passes a line that is not on disk. A failed or
+// short write is cut back off, so a batch is never half in the file. A
+// missing directory (an unmounted volume) is SLUICE_UNAVAILABLE.
 //
 // Rebuild (plugin ABI 1.1): the shadow writes "<path>.rebuild" beside the
 // live file, starting empty; promotion fsyncs it and rename()s it over the
@@ -148,6 +150,14 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
     return Status::Ok();
   }
 
+  // With fsync: false, what the batches since the last flush wrote.
+  Status Flush() override {
+    if (!unsynced_) return Status::Ok();
+    if (Status s = SyncPath(path_, O_RDONLY); !s.ok()) return s;
+    unsynced_ = false;
+    return Status::Ok();
+  }
+
   void Close() override { index_.clear(); }
 
   // The shadow writes "<path>.rebuild" in the same directory, so that
@@ -275,6 +285,7 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
     const ssize_t n = ::write(fd, lines.data(), lines.size());
     int err = n < 0 ? errno : (static_cast<size_t>(n) != lines.size() ? ENOSPC : 0);
     if (err == 0 && fsync_ && ::fsync(fd) != 0) err = errno;
+    if (err == 0 && !fsync_) unsynced_ = true;
     if (err != 0) {
       // Best effort: take a partial batch back off so the file holds whole batches.
       if (::ftruncate(fd, before.st_size) != 0) known_ = false;
@@ -312,6 +323,7 @@ class JsonlSink : public sluice::plugin_sdk::Sink {
   std::string name_;
   std::string path_;
   bool fsync_ = true;
+  bool unsynced_ = false;  // fsync: false: written since the last Flush()
   // Set on a rebuild shadow: the live file it replaces, and whether its first
   // Open() has removed what an abandoned rebuild left.
   std::string live_path_;

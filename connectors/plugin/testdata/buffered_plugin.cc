@@ -19,8 +19,8 @@
 // path), reject (events whose state contains this text are rejected, as are
 // states that are not JSON).
 //
-// Written with the SDK's Sink class but its own entry function, so that its
-// init() and shutdown() can record themselves.
+// Its init() and shutdown() record themselves through the SDK's
+// SLUICE_PLUGIN_WITH_HOOKS.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -254,31 +254,12 @@ class BufferedFile : public sluice::plugin_sdk::Sink {
   std::string buffer_;                    // its lines
 };
 
-int Init(const sluice_host_api* host) {
-  const int rc = sluice::plugin_sdk::internal::Init(host);
-  Record("init");
-  return rc;
-}
-
-void Shutdown() {
-  Record("shutdown");
-  sluice::plugin_sdk::internal::Shutdown();
-}
-
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const sluice_plugin* SLUICE_PLUGIN_ENTRY(void) {
-  static const sluice_sink_type kTypes[] = {
-      sluice::plugin_sdk::SinkType<BufferedFile>("buffered_file", SLUICE_CAP_POINT_VIEW)};
-  static const sluice_plugin kPlugin = {sizeof(sluice_plugin),
-                                        SLUICE_PLUGIN_ABI_MAJOR,
-                                        SLUICE_PLUGIN_ABI_MINOR,
-                                        "buffered",
-                                        "1.0.0",
-                                        &Init,
-                                        &Shutdown,
-                                        &sluice::plugin_sdk::internal::LastPluginError,
-                                        1,
-                                        kTypes};
-  return &kPlugin;
-}
+SLUICE_PLUGIN_WITH_HOOKS(
+    "buffered", "1.0.0",
+    [] {
+      Record("init");
+      return Status::Ok();
+    },
+    [] { Record("shutdown"); }, sluice::plugin_sdk::SinkType<BufferedFile>("buffered_file", SLUICE_CAP_POINT_VIEW))
