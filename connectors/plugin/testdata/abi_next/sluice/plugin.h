@@ -235,10 +235,9 @@ typedef struct sluice_sink_type {
   /* Makes every event this instance acknowledged since its last successful
      flush durable in the view (see "Durability" at the top). May be NULL:
      then apply() is durable when it returns. SLUICE_OK, or a failure: the
-     host closes the sink and applies those events again after open()
-     (SLUICE_UNAVAILABLE: with backoff; SLUICE_MISCONFIGURED: once the
-     operator fixed it, the sink stops meanwhile). Never sleeps in a retry
-     loop. */
+     host closes the sink and applies those events again, after open();
+     SLUICE_UNAVAILABLE is retried with backoff, any other failure stops the
+     sink until the operator fixed the cause. Never sleeps in a retry loop. */
   int (*flush)(void* sink);
   /* A cheap round trip to the view's server. May be NULL (always healthy). */
   int (*health)(void* sink);
@@ -280,8 +279,8 @@ typedef struct sluice_sink_type {
      sizeof(sluice_event) and sizeof(sluice_event_result) as the plugin was
      built (the SDK fills them): the host lays out apply()'s events and
      results with these strides. Each must be a multiple of the struct's
-     alignment and at least its ABI 1.0 size. 0, or a plugin built for ABI 1.0 or 1.1 (whose
-     struct_size ends before them): the 1.1 sizes. */
+     alignment and at least its ABI 1.0 size. 0, or a plugin built for ABI
+     1.0 or 1.1 (whose struct_size ends before them): the 1.1 sizes. */
   uint32_t event_size;
   uint32_t event_result_size;
   int (*checkpoint)(void* sink); /* 1.3, test */
