@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "sql/schema.h"
+#include "writer/command_request.h"
 #include "writer/commands.h"
 
 namespace sluice::writer {
@@ -307,11 +308,8 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
         base_version.emplace(c.entity_id, ov->second.version);
       }
       EntityState& entity = ov->second;
-      if (c.expected_version && *c.expected_version != entity.version) {
-        p.reply = ErrorReply(409, "version_mismatch",
-                             "If-Match expects version " + std::to_string(*c.expected_version) +
-                                 " but the entity is at version " + std::to_string(entity.version),
-                             R"({"current_version":)" + std::to_string(entity.version) + "}");
+      if (std::optional<Reply> mismatch = CheckExpectedVersion(c.expected_version, entity.version)) {
+        p.reply = std::move(*mismatch);
         p.check_storage = true;
         rejected.push_back(i);
         continue;

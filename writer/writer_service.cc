@@ -6,11 +6,11 @@
 #include "connectors/sink.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "core/names.h"
 #include "core/partitioner.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 #include "writer/api.h"
+#include "writer/command_request.h"
 #include "writer/commands.h"
 
 namespace sluice::writer {
@@ -207,9 +207,8 @@ const WriterService::TypeState* WriterService::CheckEntity(const Route& route, c
     SendError(respond, 404, "unknown_entity_type", "no entity type '" + route.type + "' is configured");
     return nullptr;
   }
-  if (!IsValidEntityId(route.entity_id)) {
-    SendError(respond, 400, "invalid_entity_id",
-              "entity ids are 1 to 64 bytes of visible ASCII (0x21-0x7e)");
+  if (std::optional<Reply> invalid = CheckEntityId(route.entity_id)) {
+    respond(ToHttp(std::move(*invalid)));
     return nullptr;
   }
   return &it->second;
@@ -218,38 +217,15 @@ const WriterService::TypeState* WriterService::CheckEntity(const Route& route, c
 void WriterService::HandleCommand(Route& route, http::Request& req, http::Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
-  if (!IsBuiltinCommand(route.command) && !(type->handlers && type->handlers->HasCommand(route.command))) {
-    std::string known = "create, put, patch, delete";
-    if (type->handlers) {
-      for (const auto& c : type->handlers->commands) known += ", " + c;
-    }
-    return SendError(respond, 404, "unknown_command",
-                     "entity type '" + route.type + "' has no command '" + route.command + "' (its commands: " +
-                         known + ")");
-  }
+  auto checked = ValidateCommandRequest(route.type, route.command, type->handlers.get(), req.Header("Idempotency-Key"),
+                                        req.Header("If-Match"), req.body, config_.writer.max_json_depth);
+  if (Reply* refused = std::get_if<Reply>(&checked)) return respond(ToHttp(std::move(*refused)));
+  CommandRequest& valid = std::get<CommandRequest>(checked);
   Command cmd;
-  if (const auto key = req.Header("Idempotency-Key")) {
-    if (!IsValidCommandId(*key)) {
-      return SendError(respond, 400, "invalid_idempotency_key",
-                       "Idempotency-Key must be 1 to 128 bytes of visible ASCII");
-    }
-    cmd.command_id = std::string(*key);
-  } else {
-    cmd.command_id = GenerateCommandId();
-  }
-  if (const auto if_match = req.Header("If-Match")) {
-    auto v = ParseIfMatch(*if_match);
-    if (!v.ok()) return SendError(respond, 400, "invalid_if_match", v.status().message());
-    cmd.expected_version = *v;
-  }
-  if (req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
-    cmd.request = Json::object();
-  } else {
-    auto parsed = ParseJson(req.body, config_.writer.max_json_depth);
-    if (!parsed.ok()) return SendError(respond, 400, "malformed_json", parsed.status().message());
-    cmd.request = std::move(parsed).value();
-  }
-  cmd.request_text = CanonicalJson(cmd.request);
+  cmd.command_id = valid.command_id.empty() ? GenerateCommandId() : std::move(valid.command_id);
+  cmd.expected_version = valid.expected_version;
+  cmd.request = std::move(valid.request);
+  cmd.request_text = std::move(valid.request_text);
   metrics::CommandMetrics& command_metrics = CommandMetricsOf(*type, route.type, route.command);
   const auto received = std::chrono::steady_clock::now();
   cmd.entity_id = std::move(route.entity_id);
