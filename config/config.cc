@@ -1037,17 +1037,59 @@ class ConfigReader {
   void ReadPluginOption(const Field& f, PluginOptions* options) {
     const std::string& key = f.key.Scalar();
     const bool reference = f.value.IsScalar() && HasSecretReference(f.value.Scalar());
+    std::optional<nlohmann::json> value;
     if (key == "url" || (IsSecretName(key) && reference)) {
-      std::string value;
-      if (ReadSecret(f, &value)) options->values[key] = value;
-      return;
+      std::string text;
+      if (ReadSecret(f, &text)) value = std::move(text);
+    } else {
+      JsonBudget budget{&f};
+      value = YamlToJson(f, &budget);
     }
-    if (auto value = YamlToJson(f)) options->values[key] = std::move(*value);
+    if (!value) return;
+    // yaml-cpp passes through bytes that are not UTF-8, which JSON text cannot
+    // hold. Never quotes the value: it may be a secret.
+    if (!IsJsonText(nlohmann::json(key)) || !IsJsonText(*value)) {
+      return Problem(f.mark, f.path, "must be valid UTF-8 (a plugin gets its options as JSON)");
+    }
+    options->values[key] = std::move(*value);
   }
+
+  // Whether `v` can be written as JSON text (its strings are valid UTF-8).
+  static bool IsJsonText(const nlohmann::json& v) {
+    try {
+      (void)v.dump();
+      return true;
+    } catch (const nlohmann::json::type_error&) {
+      return false;
+    }
+  }
+
+  // What one plugin option may grow to as JSON. YAML aliases can repeat a
+  // node many times over (a few hundred bytes of `&a [*b, *b, ...]` make
+  // billions of values) or refer to themselves (`&a [*a]`, endless).
+  static constexpr size_t kMaxOptionValues = 10000;
+  static constexpr size_t kMaxOptionDepth = 100;
+  struct JsonBudget {
+    const Field* option;  // where a problem is reported
+    size_t values = kMaxOptionValues;
+    bool exceeded = false;
+  };
 
   // A YAML value as JSON: plain scalars that read as null, true/false or a
   // number become those; quoted scalars and everything else stay strings.
-  std::optional<nlohmann::json> YamlToJson(const Field& f) {
+  std::optional<nlohmann::json> YamlToJson(const Field& f, JsonBudget* budget, size_t depth = 0) {
+    if (budget->exceeded) return std::nullopt;
+    if (budget->values == 0 || depth > kMaxOptionDepth) {
+      budget->exceeded = true;
+      Problem(budget->option->mark, budget->option->path,
+              budget->values == 0
+                  ? "must have at most " + std::to_string(kMaxOptionValues) +
+                        " values, counting each use of a YAML alias"
+                  : "must be nested at most " + std::to_string(kMaxOptionDepth) +
+                        " levels deep, counting each use of a YAML alias");
+      return std::nullopt;
+    }
+    --budget->values;
     const YAML::Node& v = f.value;
     if (v.IsNull()) return nlohmann::json(nullptr);
     if (v.IsSequence()) {
@@ -1055,7 +1097,8 @@ class ConfigReader {
       size_t i = 0;
       for (const YAML::Node& item : v) {
         auto one = YamlToJson(Field{YAML::Node(), item, f.path + "[" + std::to_string(i++) + "]",
-                                    item.Mark()});
+                                    item.Mark()},
+                              budget, depth + 1);
         if (!one) return std::nullopt;
         out.push_back(std::move(*one));
       }
@@ -1065,7 +1108,7 @@ class ConfigReader {
       nlohmann::json out = nlohmann::json::object();
       bool ok = true;
       ForEachEntry(f, [&](const Field& member) {
-        auto one = YamlToJson(member);
+        auto one = YamlToJson(member, budget, depth + 1);
         if (one) {
           out[member.key.Scalar()] = std::move(*one);
         } else {
@@ -1081,14 +1124,10 @@ class ConfigReader {
     if (*text == "null" || *text == "~") return nlohmann::json(nullptr);
     if (*text == "true") return nlohmann::json(true);
     if (*text == "false") return nlohmann::json(false);
-    static const std::regex kNumber(R"(^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$)");
-    if (std::regex_match(*text, kNumber)) {
-      try {
-        return nlohmann::json::parse(*text);
-      } catch (const nlohmann::json::exception&) {
-        // Out of range for a JSON number: keep the text.
-      }
-    }
+    // A JSON number (one a double can hold; 1e400 stays text). Not
+    // std::regex: libstdc++'s matcher recurses once per character and a long
+    // run of digits overflowed the stack.
+    if (auto number = ParseJson(*text, 0); number.ok() && number->is_number()) return std::move(number).value();
     return nlohmann::json(*text);
   }
 

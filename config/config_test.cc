@@ -1474,6 +1474,62 @@ TEST(PluginErrors, SecretsOnlyInThePluginSinksUrlAndSecretNamedOptions) {
   EXPECT_EQ(errors.find("tok-123"), std::string::npos);
 }
 
+// Found by fuzz/fuzz_config_loader (fuzz/regressions/fuzz_config_loader/
+// plugin-option-invalid-utf8): JSON cannot hold these bytes, and building the
+// options' JSON threw instead of reporting the option.
+TEST(PluginErrors, PluginOptionsMustBeUtf8) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  // Raw bytes: YAML's own escapes (\xc3) always make valid UTF-8.
+  EXPECT_EQ(Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, \xff: 1, ok: [\"a\xc3\"], "
+                               "url: \"http://h/\xed\xa0\x80\"}\n",
+                               "  - " + lib + "\n")),
+            "t.yaml:11:53: sinks[0].\xff: must be valid UTF-8 (a plugin gets its options as JSON)\n"
+            "t.yaml:11:60: sinks[0].ok: must be valid UTF-8 (a plugin gets its options as JSON)\n"
+            "t.yaml:11:73: sinks[0].url: must be valid UTF-8 (a plugin gets its options as JSON)");
+}
+
+// A plugin sink's options become JSON; YAML aliases must not make that
+// endless (a self-referring alias overflowed the stack) or huge (a few
+// hundred bytes expanded to gigabytes).
+TEST(PluginErrors, PluginOptionsAreBoundedWhateverTheAliases) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  EXPECT_EQ(Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, opt: &c [*c]}\n", "  - " + lib + "\n")),
+            "t.yaml:11:55: sinks[0].opt: must be nested at most 100 levels deep, counting each use of a YAML alias");
+  std::string laughs = "  - name: hook\n    type: webhook\n    entity: account\n    a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  std::string prev = "a";
+  for (const char* name : {"b", "c", "d", "e", "f", "g", "h"}) {
+    laughs += std::string("    ") + name + ": &" + name + " [";
+    for (int i = 0; i < 10; ++i) laughs += (i ? ", *" : "*") + prev;
+    laughs += "]\n";
+    prev = name;
+  }
+  const std::string errors = Errors(WithPlugins(laughs, "  - " + lib + "\n"));
+  EXPECT_NE(errors.find("t.yaml:18:8: sinks[0].e: must have at most 10000 values, counting each use of a YAML alias"),
+            std::string::npos)
+      << errors;
+  // Within the bounds, aliases are fine.
+  EXPECT_EQ(Errors(WithPlugins("  - {name: hook, type: webhook, entity: account, a: &a [1, 2], b: [*a, *a]}\n",
+                               "  - " + lib + "\n")),
+            "");
+}
+
+// A long plain scalar in a plugin option overflowed the stack (std::regex
+// recursed once per character).
+TEST(PluginSinks, LongNumbersInOptionsStayText) {
+  TempDir dir;
+  const std::string lib = dir.Write("liba.so", "x").string();
+  const std::string digits(100000, '7');
+  Result<Config> r = LoadConfigFromString(
+      WithPlugins("  - {name: hook, type: webhook, entity: account, n: " + digits + ", m: -1.5e3, o: 1e400, p: 012}\n",
+                  "  - " + lib + "\n"),
+      kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks.at(0).plugin.options_json,
+            R"({"m":-1500.0,"n":")" + digits + R"(","o":"1e400","p":"012"})");
+}
+
 TEST(PluginSinks, OwnKeysReachThePluginAsJsonAndPrintBack) {
   TempDir dir;
   const std::string lib = dir.Write("libjsonl_sink.so", "x").string();
