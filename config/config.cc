@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <librdkafka/rdkafka.h>
 
@@ -19,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <type_traits>
@@ -1869,11 +1871,62 @@ class ConfigReader {
   std::map<std::string, std::string>* secret_references_ = nullptr;  // Config::secret_references
 };
 
+// Where the documents of a YAML text start, read with a Parser because
+// yaml-cpp 0.7 never reads past a stray ',' (", a: 1"): it keeps handing out
+// empty documents at the same place, and YAML::LoadAll collected them until
+// memory ran out.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  // The first node's mark of each document handled so far.
+  const std::vector<YAML::Mark>& roots() const { return roots_; }
+
+  void OnDocumentStart(const YAML::Mark&) override { in_root_ = true; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { Node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { Node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { Node(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& m) {
+    if (in_root_) roots_.push_back(m);
+    in_root_ = false;
+  }
+  bool in_root_ = false;
+  std::vector<YAML::Mark> roots_;
+};
+
+// The first document of `text`, and the root mark of every document up to
+// the second (enough to refuse a second one). Throws what YAML::Load throws,
+// and a ParserException where yaml-cpp stops making progress.
+YAML::Node LoadFirstDocument(const std::string& text, std::vector<YAML::Mark>* roots) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (starts.roots().size() < 2 && parser.HandleNextDocument(starts)) {
+  }
+  *roots = starts.roots();
+  if (roots->size() == 2 && (*roots)[0].pos == (*roots)[1].pos) {
+    const YAML::Mark& at = (*roots)[0];
+    const std::string_view rest = std::string_view(text).substr(std::min(text.size(), static_cast<size_t>(at.pos)));
+    throw YAML::ParserException(at, "unexpected " + Quote(rest.substr(0, 1)));
+  }
+  return roots->empty() ? YAML::Node() : YAML::Load(text);
+}
+
 Result<Config> Load(const std::string& text, const std::string& path) {
   Problems problems(path);
   std::vector<YAML::Node> docs;
+  std::vector<YAML::Mark> roots;
   try {
-    docs = YAML::LoadAll(text);
+    docs.push_back(LoadFirstDocument(text, &roots));
   } catch (const YAML::DeepRecursion& e) {
     problems.Add(e.mark, "", "invalid YAML: nested more than " + std::to_string(e.depth()) +
                                  " levels deep");
@@ -1882,14 +1935,14 @@ Result<Config> Load(const std::string& text, const std::string& path) {
     problems.Add(e.mark, "", "invalid YAML: " + e.msg);
     return InvalidArgument(problems.Join());
   }
-  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+  if (roots.size() < 2 && docs[0].IsNull()) {
     YAML::Mark start;  // 1:1
     problems.Add(start, "",
                  "the configuration is empty; it needs at least the storage and entities sections");
     return InvalidArgument(problems.Join());
   }
-  if (docs.size() > 1) {
-    problems.Add(docs[1].Mark(), "", "only one YAML document is allowed per file");
+  if (roots.size() > 1) {
+    problems.Add(roots[1], "", "only one YAML document is allowed per file");
   }
 
   Config config;

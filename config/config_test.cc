@@ -433,6 +433,14 @@ TEST(LoadConfigErrors, DeepNestingIsASyntaxError) {
   EXPECT_NE(message.find("invalid YAML: nested more than"), std::string::npos) << message;
 }
 
+// Found by fuzz/fuzz_config_loader (fuzz/regressions/fuzz_config_loader/
+// yaml-stray-comma): yaml-cpp 0.7 never reads past a stray ',' and
+// YAML::LoadAll then made empty documents until memory ran out.
+TEST(LoadConfigErrors, AStrayCommaIsASyntaxError) {
+  EXPECT_EQ(Errors(", type: \nfoo: bar\n"), "t.yaml:1:1: invalid YAML: unexpected \",\"");
+  EXPECT_EQ(Errors(std::string(kValid) + "---\n, x\n"), "t.yaml:11:1: only one YAML document is allowed per file");
+}
+
 TEST(LoadConfigErrors, MoreThanOneDocument) {
   EXPECT_EQ(Errors(std::string(kValid) + "---\nwriter: {}\n"),
             "t.yaml:11:1: only one YAML document is allowed per file");
