@@ -5,7 +5,7 @@
 # Usage: tests/check_scripts.sh REPOSITORY_ROOT
 set -uo pipefail
 root="${1:?usage: check_scripts.sh REPOSITORY_ROOT}"
-scripts=(scripts/bootstrap scripts/demo scripts/services scripts/test .ci/run
+scripts=(scripts/bootstrap scripts/demo scripts/services scripts/test .ci/run fuzz/run_fuzzer
   bench/run_engine_bench bench/run_kafka_bench bench/run_push_bench bench/run_writer_bench bench/thread_cpu bench/machine_stops)
 failed=0
 for s in "${scripts[@]}"; do
