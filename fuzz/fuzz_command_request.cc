@@ -225,13 +225,20 @@ void RunCommand(const FuzzRequest& req, writer::Route& route) {
                     body);
 }
 
+// A read up to the query MySQL would get (WriterService::HandleGetEntity and
+// HandleGetEvents).
 void RunRead(writer::Route& route) {
   const Writer& w = TheWriter();
-  if (!w.config.entities.count(route.type)) return;
+  if (!w.config.entities.count(route.type)) {
+    return CheckErrorReply(
+        writer::ErrorReply(404, "unknown_entity_type", "no entity type '" + route.type + "' is configured"));
+  }
   if (auto invalid = writer::CheckEntityId(route.entity_id)) return CheckErrorReply(*invalid);
   if (route.kind != writer::Route::Kind::kGetEvents) return;
-  (void)writer::QueryUint(route, "after_version", 0);
-  (void)writer::QueryUint(route, "limit", 100);
+  auto after = writer::QueryUint(route, "after_version", 0);
+  if (!after.ok()) return CheckErrorReply(writer::ErrorReply(400, "invalid_request", after.status().message()));
+  auto limit = writer::QueryUint(route, "limit", 100);
+  if (!limit.ok()) return CheckErrorReply(writer::ErrorReply(400, "invalid_request", limit.status().message()));
 }
 
 }  // namespace
