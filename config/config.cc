@@ -1385,6 +1385,13 @@ class ConfigReader {
         {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
         {"message.timeout.ms", "set delivery_timeout instead"},
         {"delivery.timeout.ms", "set delivery_timeout instead"},
+        // librdkafka would dlopen these while the config is read, in every
+        // command (even `config check`): code runs from a config file only
+        // through plugins:.
+        {"plugin.library.paths", "librdkafka would load those libraries into sluice; sluice loads no code from "
+                                 "sink properties (list connector plugins under plugins:)"},
+        {"ssl.engine.location", "librdkafka would load that library into sluice; sluice loads no code from "
+                                "sink properties"},
     };
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     ForEachEntry(at, [&](const Field& f) {

@@ -107,6 +107,20 @@ TEST(KafkaConfig, ReportsEachProblemWithItsPosition) {
   EXPECT_NE(e.find("sinks[0].properties.acks: is set by the kafka sink"), std::string::npos) << e;
 }
 
+// librdkafka dlopens these while its config is set, so reading the config
+// (even `sluice config check`) would run the library's code.
+TEST(KafkaConfig, PropertiesThatLoadCodeAreRefused) {
+  const std::string e = Errors("    properties:\n"
+                               "      plugin.library.paths: /tmp/evil.so\n"
+                               "      ssl.engine.location: /tmp/engine.so\n");
+  EXPECT_NE(e.find("sinks[0].properties.plugin.library.paths: is set by the kafka sink: librdkafka would load"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("sinks[0].properties.ssl.engine.location: is set by the kafka sink: librdkafka would load"),
+            std::string::npos)
+      << e;
+}
+
 TEST(KafkaConfig, RequiresBrokersAndTopic) {
   const std::string e = Errors("    format: json\n");
   EXPECT_NE(e.find("sinks[0].brokers: required key is missing"), std::string::npos) << e;
