@@ -27,6 +27,18 @@ Result<std::unique_ptr<Sink>> Sink::MakeRebuildShadow() const {
                             " --to beginning` re-applies every event instead (the version check keeps newer data)");
 }
 
+Status Sink::VerifyEntities(std::span<const EntitySnapshot>, std::vector<Difference>&) {
+  return FailedPrecondition("sink " + name() + " cannot compare single entities (its type has no entity checks); "
+                            "`sluice verify --sink " + name() + "` compares the whole view");
+}
+
+ApplyResult Sink::Repair(std::span<const ChangeEvent>, RepairGuard guard) {
+  return ApplyResult{FailedPrecondition("sink " + name() + " cannot " +
+                                        (guard == RepairGuard::kAny ? "overwrite rows whatever their version"
+                                                                    : "repair single entities")),
+                     {}};
+}
+
 Status Sink::PromoteRebuildShadow() { return FailedPrecondition("sink " + name() + " is not a rebuild shadow"); }
 
 std::optional<std::string> FieldText(const nlohmann::json& state, const std::string& pointer) {

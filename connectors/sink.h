@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -84,6 +85,13 @@ struct Capabilities {
   bool can_push = false;       // the writer may push to it (issue: push path)
   bool keeps_offsets = false;  // stores its own offsets transactionally
   bool verifies_history = false;  // `verify` calls VerifyHistory (a log), not Verify
+  // VerifyEntities() and Repair(kNotOlder) work: the engine's sampled
+  // anti-entropy and `sluice verify --repair` may use the sink. Logs (kafka)
+  // and plugins say false and are left to `sluice verify`.
+  bool entity_checks = false;
+  // Repair(kAny) works: the sink can safely overwrite a row whatever version
+  // it holds, and remove an entity's row and tombstone.
+  bool overwrite = false;
 };
 
 // The latest truth about one entity, from main storage, for Verify().
@@ -100,9 +108,30 @@ struct Difference {
   // back after the sink got it) and kDuplicate (an event recorded twice); a
   // record whose event storage has with other fields is kContentMismatch.
   enum class Kind { kMissing, kExtra, kVersionMismatch, kContentMismatch, kPhantom, kDuplicate };
+  Difference() = default;
+  Difference(Kind k, std::string id, std::string text, std::optional<uint64_t> version = std::nullopt)
+      : kind(k), entity_id(std::move(id)), detail(std::move(text)), view_version(version) {}
   Kind kind = Kind::kMissing;
   std::string entity_id;
   std::string detail;  // e.g. "view has version 3, storage has 5"
+  // The version the view holds for the entity (its row, key or document, or
+  // else its tombstone) when the sink read one; nullopt when it holds none
+  // or the sink cannot tell. A view_version above storage's means the view
+  // is ahead of storage, which no versioned write can fix.
+  std::optional<uint64_t> view_version;
+};
+
+// How a repair write is guarded (Sink::Repair).
+enum class RepairGuard : uint8_t {
+  // Writes when the event's version is at least the view's: like Apply(),
+  // but the same version is written again (fixing content changed behind the
+  // sink's back). Never replaces a newer version, so it is safe beside the
+  // engine and the push path.
+  kNotOlder,
+  // Writes whatever version the view holds (a view ahead of storage). Only
+  // safe when the caller re-reads storage afterwards and re-applies what
+  // changed meanwhile (`sluice verify --repair` does).
+  kAny,
 };
 
 std::string_view DifferenceKindName(Difference::Kind kind);
@@ -138,6 +167,24 @@ class Sink {
   // must be an event of `history` (phantom otherwise). Only sinks whose
   // capabilities say verifies_history implement it.
   virtual Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences);
+
+  // ---- entity checks and repair (capabilities().entity_checks), optional ----
+  // Compares the view's rows of the given entities only, with one batched
+  // read (a pipeline, one SELECT ... IN, one _mget), and appends each
+  // difference as Verify() would, with view_version filled where the view
+  // holds a version; it never looks at other entities (no extra rows of
+  // unknown entities). A snapshot that is deleted with version 0 stands for
+  // an entity storage has no events for: any live row of it is extra. The
+  // default refuses (FailedPrecondition).
+  virtual Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences);
+  // Writes each event (the latest of its entity, from storage) under
+  // `guard` instead of Apply()'s strictly-newer rule, with one result per
+  // event: applied (written), stale (the guard kept the view's row) or
+  // rejected. Under kAny, a deleted event with version 0 removes the
+  // entity's row and its tombstone (an entity storage has no events for).
+  // The default refuses (FailedPrecondition); so does a sink asked for kAny
+  // without capabilities().overwrite.
+  virtual ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard);
 
   // ---- rebuild (DESIGN 4.4), optional ----
   // A sink whose view can be rebuilt beside the live one and then swapped in

@@ -26,7 +26,7 @@ std::string ErrorOf(const Json& error) {
 
 }  // namespace
 
-std::string AppendBulkItem(const ChangeEvent& event, std::string& body) {
+std::string AppendBulkItem(const ChangeEvent& event, std::string& body, std::string_view version_type) {
   std::string_view source = kTombstoneSource;
   std::string reformatted;
   if (!event.deleted) {
@@ -56,7 +56,9 @@ std::string AppendBulkItem(const ChangeEvent& event, std::string& body) {
   AppendJsonString(body, event.entity_id);
   body += R"(,"version":)";
   body += std::to_string(event.version);
-  body += R"(,"version_type":"external"}})";
+  body += R"(,"version_type":")";
+  body += version_type;
+  body += R"("}})";
   body += '\n';
   body += source;
   body += '\n';

@@ -29,8 +29,9 @@ inline constexpr std::string_view kTombstoneSource = R"({"_sluice_deleted":true}
 // Appends the action and source lines of `event` to an NDJSON body. Returns
 // an empty string when it did, or the reason the event cannot be indexed
 // (its state is not a JSON object, or uses the tombstone field); then
-// nothing is appended.
-std::string AppendBulkItem(const ChangeEvent& event, std::string& body);
+// nothing is appended. `version_type` is "external" (a greater version
+// only) or, for a repair, "external_gte" (the same version too).
+std::string AppendBulkItem(const ChangeEvent& event, std::string& body, std::string_view version_type = "external");
 
 // What became of one bulk item.
 struct BulkItem {

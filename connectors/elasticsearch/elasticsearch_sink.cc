@@ -56,6 +56,9 @@ class ElasticsearchSink final : public Sink {
     c.point_view = true;
     c.can_push = false;
     c.keeps_offsets = false;
+    // Repair(kAny) is not offered: an external version can only go up, and a
+    // real delete leaves its version behind for index.gc_deletes.
+    c.entity_checks = true;
     return c;
   }
 
@@ -88,13 +91,32 @@ class ElasticsearchSink final : public Sink {
                                                        : "creating the index with " + es_.mapping_path);
   }
 
-  ApplyResult Apply(std::span<const ChangeEvent> events) override {
+  ApplyResult Apply(std::span<const ChangeEvent> events) override { return Index(events, "external"); }
+
+  // kNotOlder is version_type=external_gte: the same version is indexed again.
+  ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override {
+    if (guard != RepairGuard::kNotOlder) return Sink::Repair(events, guard);
+    return Index(events, "external_gte");
+  }
+
+  Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override {
+    RETURN_IF_ERROR(Open());
+    for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
+      const size_t end = std::min(truth.size(), begin + kVerifyChunk);
+      ASSIGN_OR_RETURN(Json docs, GetDocuments(truth.subspan(begin, end - begin)));
+      for (size_t i = begin; i < end; ++i) CompareOne(truth[i], docs[i - begin], differences);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  ApplyResult Index(std::span<const ChangeEvent> events, std::string_view version_type) {
     ApplyResult out;
     out.results.resize(events.size());
     body_.clear();
     sent_.clear();
     for (size_t i = 0; i < events.size(); ++i) {
-      std::string reason = AppendBulkItem(events[i], body_);
+      std::string reason = AppendBulkItem(events[i], body_, version_type);
       if (reason.empty()) {
         sent_.push_back(i);
       } else {
@@ -130,6 +152,7 @@ class ElasticsearchSink final : public Sink {
     return out;
   }
 
+ public:
   Status Health() override {
     ASSIGN_OR_RETURN(HttpResponse r, Send("GET", "/"));
     if (r.status == 200) return Status::Ok();
@@ -145,23 +168,10 @@ class ElasticsearchSink final : public Sink {
     known.reserve(truth.size());
     for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
       const size_t end = std::min(truth.size(), begin + kVerifyChunk);
-      std::string body = R"({"ids":[)";
+      for (size_t i = begin; i < end; ++i) known.insert(truth[i].entity_id);
+      ASSIGN_OR_RETURN(Json docs, GetDocuments(std::span(truth).subspan(begin, end - begin)));
       for (size_t i = begin; i < end; ++i) {
-        if (i > begin) body += ',';
-        AppendJsonString(body, truth[i].entity_id);
-        known.insert(truth[i].entity_id);
-      }
-      body += "]}";
-      ASSIGN_OR_RETURN(HttpResponse r,
-                       Send("POST", index_path_ + "/_mget?filter_path=docs.found,docs._version,docs._source", body));
-      if (r.status != 200) return HttpError(r, "_mget");
-      const Json doc = ParseJsonOrDiscarded(r.body);
-      const Json* docs = doc.is_object() && doc.contains("docs") ? &doc["docs"] : nullptr;
-      if (docs == nullptr || !docs->is_array() || docs->size() != end - begin) {
-        return Internal(where_ + ": the _mget response does not hold one document per id");
-      }
-      for (size_t i = begin; i < end; ++i) {
-        live_in_view += CompareOne(truth[i], (*docs)[i - begin], differences) ? 1 : 0;
+        live_in_view += CompareOne(truth[i], docs[i - begin], differences) ? 1 : 0;
       }
     }
     return FindExtras(known, live_in_view, differences);
@@ -304,6 +314,25 @@ class ElasticsearchSink final : public Sink {
     return body.dump();
   }
 
+  // One _mget of the entities' documents (real-time: no refresh needed): an
+  // array with one entry per entity, in order.
+  Result<Json> GetDocuments(std::span<const EntitySnapshot> entities) {
+    std::string body = R"({"ids":[)";
+    for (size_t i = 0; i < entities.size(); ++i) {
+      if (i > 0) body += ',';
+      AppendJsonString(body, entities[i].entity_id);
+    }
+    body += "]}";
+    ASSIGN_OR_RETURN(HttpResponse r,
+                     Send("POST", index_path_ + "/_mget?filter_path=docs.found,docs._version,docs._source", body));
+    if (r.status != 200) return HttpError(r, "_mget");
+    Json doc = ParseJsonOrDiscarded(r.body);
+    if (!doc.is_object() || !doc.contains("docs") || !doc["docs"].is_array() || doc["docs"].size() != entities.size()) {
+      return Internal(where_ + ": the _mget response does not hold one document per id");
+    }
+    return std::move(doc["docs"]);
+  }
+
   // Compares one entity with its _mget entry; true when the view holds a
   // live document for it.
   bool CompareOne(const EntitySnapshot& s, const Json& got, std::vector<Difference>& differences) const {
@@ -312,11 +341,14 @@ class ElasticsearchSink final : public Sink {
     const bool tombstone = source != nullptr && source->is_object() && source->contains(kTombstoneField);
     const bool live = found && !tombstone;
     const uint64_t version = found ? got.value("_version", uint64_t{0}) : 0;
+    const std::optional<uint64_t> view_version = found ? std::optional<uint64_t>(version) : std::nullopt;
     if (s.deleted) {
       if (live) {
         differences.push_back({Difference::Kind::kExtra, s.entity_id,
-                               "storage deleted the entity at version " + std::to_string(s.version) +
-                                   " but the view has a document at version " + std::to_string(version)});
+                               (s.version == 0 ? std::string("storage has no events for the entity")
+                                               : "storage deleted the entity at version " + std::to_string(s.version)) +
+                                   " but the view has a document at version " + std::to_string(version),
+                               view_version});
       }
       return live;
     }
@@ -324,19 +356,21 @@ class ElasticsearchSink final : public Sink {
       differences.push_back({Difference::Kind::kMissing, s.entity_id,
                              std::string(tombstone ? "the view has a tombstone at version " + std::to_string(version)
                                                    : "the view has no document") +
-                                 "; storage has version " + std::to_string(s.version)});
+                                 "; storage has version " + std::to_string(s.version),
+                             view_version});
       return false;
     }
     if (version != s.version) {
       differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
                              "the view has version " + std::to_string(version) + ", storage has " +
-                                 std::to_string(s.version)});
+                                 std::to_string(s.version),
+                             view_version});
       return true;
     }
     const Json state = ParseJsonOrDiscarded(s.state);
     if (state.is_discarded() || state != *source) {
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                             "version " + std::to_string(version) + " in the view differs from storage"});
+                             "version " + std::to_string(version) + " in the view differs from storage", view_version});
     }
     return true;
   }

@@ -218,13 +218,16 @@ class MysqlSink final : public Sink {
 
   const std::string& name() const override { return cfg_.name; }
   Capabilities capabilities() const override {
-    return Capabilities{.point_view = true, .can_push = true, .keeps_offsets = false};
+    return Capabilities{
+        .point_view = true, .can_push = true, .keeps_offsets = false, .entity_checks = true, .overwrite = true};
   }
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;
   Status Health() override;
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
+  Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
+  ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
   Status PromoteRebuildShadow() override;
   HintStats hint_stats() const { return {reads_skipped_.load(), wrong_guesses_.load()}; }
@@ -251,6 +254,12 @@ class MysqlSink final : public Sink {
                             bool use_hints = true);
   // Ends the open transaction; drops the connection when that fails.
   static void Rollback(std::unique_ptr<sql::Connection>& conn);
+  // Compares one row of verify_select_ with `snap` (null, or deleted at
+  // version 0: an entity storage has no events for).
+  void CompareRow(const EntitySnapshot* snap, const sql::Row& row, std::vector<Difference>& differences) const;
+  // Repair(): one transaction on lane 0 that locks the rows, decides under
+  // `guard`, upserts (or, for a removal, deletes) and commits.
+  Status RepairInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results, RepairGuard guard);
   // "sink 'x' (db.t): doing: message" with the code the caller acts on.
   Status Fail(const Status& status, std::string_view doing) const;
   std::string Context() const { return "sink '" + cfg_.name + "' (" + where_ + ")"; }
@@ -262,6 +271,8 @@ class MysqlSink final : public Sink {
   std::string select_prefix_;   // ... WHERE id IN (
   std::string insert_prefix_;   // INSERT ... VALUES
   std::string upsert_suffix_;   // ON DUPLICATE KEY UPDATE ...
+  std::string repair_suffix_not_older_;  // the same, guarded by >= (Repair kNotOlder)
+  std::string repair_suffix_any_;        // the same, unguarded (Repair kAny)
   std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
   // Lane 0: also the connection of Open, Health, Verify and the rebuild.
   std::unique_ptr<sql::Connection> conn_;
@@ -316,6 +327,16 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
   }
   upsert_suffix_.append("`_deleted`=").append(kNewer).append("`_deleted`), `_deleted`), ");
   upsert_suffix_.append("`_version`=").append(kNewer).append("`_version`), `_version`)");
+  static constexpr std::string_view kNotOlder = "IF(VALUES(`_version`) >= `_version`, VALUES(";
+  repair_suffix_not_older_ = " ON DUPLICATE KEY UPDATE ";
+  repair_suffix_any_ = " ON DUPLICATE KEY UPDATE ";
+  for (const auto& c : cols) {
+    repair_suffix_not_older_.append(c).append("=").append(kNotOlder).append(c).append("), ").append(c).append("), ");
+    repair_suffix_any_.append(c).append("=VALUES(").append(c).append("), ");
+  }
+  repair_suffix_not_older_.append("`_deleted`=").append(kNotOlder).append("`_deleted`), `_deleted`), ");
+  repair_suffix_not_older_.append("`_version`=").append(kNotOlder).append("`_version`), `_version`)");
+  repair_suffix_any_.append("`_deleted`=VALUES(`_deleted`), `_version`=VALUES(`_version`)");
 
   verify_select_ = "SELECT `id`, `_version`, `_deleted`";
   for (const auto& c : cols) verify_select_ += ", " + c;
@@ -793,6 +814,54 @@ void MysqlSink::Close() {
   open_ = false;
 }
 
+void MysqlSink::CompareRow(const EntitySnapshot* snap, const sql::Row& row,
+                           std::vector<Difference>& differences) const {
+  const auto& columns = cfg_.mysql.columns;
+  if (row.size() < 3 + columns.size() || !row[0]) return;
+  const std::string& id = *row[0];
+  const uint64_t version = ParseUint(row[1]).value_or(0);
+  const bool deleted = row[2].value_or("0") != "0";
+  const auto add = [&](Difference::Kind kind, std::string detail) {
+    differences.push_back(Difference{kind, id, std::move(detail), version});
+  };
+  const bool unknown = snap == nullptr || (snap->deleted && snap->version == 0);
+  if (unknown || snap->deleted) {
+    if (deleted) return;  // a tombstone: invisible, and fine
+    add(Difference::Kind::kExtra, "view has a live row at version " + std::to_string(version) +
+                                      (unknown ? ", storage has no such entity"
+                                               : ", storage deleted it at version " + std::to_string(snap->version)));
+    return;
+  }
+  if (deleted) {
+    add(Difference::Kind::kMissing, "view has a tombstone at version " + std::to_string(version) +
+                                        ", storage has version " + std::to_string(snap->version));
+    return;
+  }
+  if (version != snap->version) {
+    add(Difference::Kind::kVersionMismatch,
+        "view has version " + std::to_string(version) + ", storage has " + std::to_string(snap->version));
+    return;
+  }
+  auto state = ParseJson(snap->state);
+  if (!state.ok()) {
+    add(Difference::Kind::kContentMismatch, "storage state is not valid JSON: " + state.status().message());
+    return;
+  }
+  std::string detail;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    std::optional<std::string> expected;
+    try {
+      expected = FieldText(*state, columns[c].pointer);
+    } catch (const std::exception&) {
+      expected = std::nullopt;
+    }
+    if (SameValue(row[3 + c], expected)) continue;
+    if (!detail.empty()) detail += "; ";
+    detail += "column " + columns[c].name + ": view has " + Shown(row[3 + c]) + ", storage has " + Shown(expected);
+  }
+  if (!detail.empty()) add(Difference::Kind::kContentMismatch, std::move(detail));
+}
+
 Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
   RETURN_IF_ERROR(EnsureOpen());
   struct Expected {
@@ -803,10 +872,6 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   want.reserve(truth.size());
   for (const EntitySnapshot& s : truth) want[s.entity_id] = Expected{&s, false};
 
-  const auto& columns = cfg_.mysql.columns;
-  const auto add = [&](Difference::Kind kind, const std::string& id, std::string detail) {
-    differences.push_back(Difference{kind, id, std::move(detail)});
-  };
   std::string last;
   bool first = true;
   for (;;) {
@@ -819,51 +884,10 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
     auto rows = conn_->Query(q);
     if (!rows.ok()) return Fail(rows.status(), "reading the view");
     for (const sql::Row& row : *rows) {
-      if (row.size() < 3 + columns.size() || !row[0]) continue;
-      const std::string& id = *row[0];
-      const uint64_t version = ParseUint(row[1]).value_or(0);
-      const bool deleted = row[2].value_or("0") != "0";
-      const auto it = want.find(id);
-      const EntitySnapshot* snap = it == want.end() ? nullptr : it->second.snapshot;
+      if (row.empty() || !row[0]) continue;
+      const auto it = want.find(*row[0]);
       if (it != want.end()) it->second.seen = true;
-      if (snap == nullptr || snap->deleted) {
-        if (deleted) continue;  // a tombstone: invisible, and fine
-        add(Difference::Kind::kExtra, id,
-            "view has a live row at version " + std::to_string(version) +
-                (snap == nullptr ? ", storage has no such entity"
-                                 : ", storage deleted it at version " + std::to_string(snap->version)));
-        continue;
-      }
-      if (deleted) {
-        add(Difference::Kind::kMissing, id,
-            "view has a tombstone at version " + std::to_string(version) + ", storage has version " +
-                std::to_string(snap->version));
-        continue;
-      }
-      if (version != snap->version) {
-        add(Difference::Kind::kVersionMismatch, id,
-            "view has version " + std::to_string(version) + ", storage has " + std::to_string(snap->version));
-        continue;
-      }
-      auto state = ParseJson(snap->state);
-      if (!state.ok()) {
-        add(Difference::Kind::kContentMismatch, id, "storage state is not valid JSON: " + state.status().message());
-        continue;
-      }
-      std::string detail;
-      for (size_t c = 0; c < columns.size(); ++c) {
-        std::optional<std::string> expected;
-        try {
-          expected = FieldText(*state, columns[c].pointer);
-        } catch (const std::exception&) {
-          expected = std::nullopt;
-        }
-        if (SameValue(row[3 + c], expected)) continue;
-        if (!detail.empty()) detail += "; ";
-        detail += "column " + columns[c].name + ": view has " + Shown(row[3 + c]) + ", storage has " +
-                  Shown(expected);
-      }
-      if (!detail.empty()) add(Difference::Kind::kContentMismatch, id, std::move(detail));
+      CompareRow(it == want.end() ? nullptr : it->second.snapshot, row, differences);
     }
     if (rows->size() < kVerifyChunkRows) break;
     last = *rows->back()[0];
@@ -873,9 +897,186 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
     if (s.deleted) continue;
     const Expected& e = want[s.entity_id];
     if (e.snapshot == &s && !e.seen) {
-      add(Difference::Kind::kMissing, s.entity_id, "no row in the view, storage has version " +
-                                                       std::to_string(s.version));
+      differences.push_back(Difference{Difference::Kind::kMissing, s.entity_id,
+                                       "no row in the view, storage has version " + std::to_string(s.version)});
     }
+  }
+  return Status::Ok();
+}
+
+Status MysqlSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
+  RETURN_IF_ERROR(EnsureOpen());
+  for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunkRows) {
+    const size_t end = std::min(truth.size(), begin + kVerifyChunkRows);
+    std::unordered_map<std::string_view, const EntitySnapshot*> want;
+    std::string q = verify_select_ + " FORCE INDEX (PRIMARY) WHERE `id` IN (";
+    for (size_t i = begin; i < end; ++i) {
+      if (i > begin) q += ',';
+      conn_->AppendQuoted(q, truth[i].entity_id);
+      want[truth[i].entity_id] = &truth[i];
+    }
+    q += ')';
+    auto rows = conn_->Query(q);
+    if (!rows.ok()) return Fail(rows.status(), "reading the view");
+    std::unordered_set<std::string> seen;
+    for (const sql::Row& row : *rows) {
+      if (row.empty() || !row[0]) continue;
+      const auto it = want.find(*row[0]);
+      if (it == want.end()) continue;
+      seen.insert(*row[0]);
+      CompareRow(it->second, row, differences);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const EntitySnapshot& s = truth[i];
+      if (s.deleted || seen.contains(s.entity_id)) continue;
+      differences.push_back(Difference{Difference::Kind::kMissing, s.entity_id,
+                                       "no row in the view, storage has version " + std::to_string(s.version)});
+    }
+  }
+  return Status::Ok();
+}
+
+ApplyResult MysqlSink::Repair(std::span<const ChangeEvent> events, RepairGuard guard) {
+  ApplyResult out;
+  if (events.empty()) return out;
+  out.status = EnsureOpen();
+  if (!out.status.ok()) return out;
+  out.results.resize(events.size());
+  std::vector<PreparedEvent> prepared(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    prepared[i].event = &events[i];
+    prepared[i].bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
+                        kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+  }
+  const std::span<PreparedEvent> all(prepared);
+  const std::span<EventResult> results(out.results);
+  // In transactions of at most chunk_bytes_, like Apply; a data error
+  // replays its transaction one event at a time to reject only the culprits.
+  Status st;
+  for (size_t begin = 0; begin < prepared.size() && st.ok();) {
+    size_t end = begin + 1;
+    size_t bytes = prepared[begin].bytes;
+    while (end < prepared.size() && bytes + prepared[end].bytes <= chunk_bytes_) bytes += prepared[end++].bytes;
+    const auto chunk = all.subspan(begin, end - begin);
+    const auto chunk_results = results.subspan(begin, end - begin);
+    st = RepairInTransaction(chunk, chunk_results, guard);
+    if (!st.ok() && IsDataError(st)) {
+      st = Status::Ok();
+      for (size_t i = 0; i < chunk.size() && st.ok(); ++i) {
+        const Status one = RepairInTransaction(chunk.subspan(i, 1), chunk_results.subspan(i, 1), guard);
+        if (one.ok()) continue;
+        if (IsDataError(one)) {
+          chunk_results[i] = {Outcome::kRejected, one.message()};
+        } else {
+          st = one;
+        }
+      }
+    }
+    begin = end;
+  }
+  // A repair may have moved a row's version either way: forget the hints.
+  for (const ChangeEvent& e : events) hints_[LaneOf(e.entity_id, hints_.size())].Forget(e.entity_id);
+  if (!st.ok()) {
+    out.status = Fail(st, "repairing rows");
+    if (out.status.code() == StatusCode::kUnavailable) Close();
+    out.results.clear();
+  }
+  return out;
+}
+
+Status MysqlSink::RepairInTransaction(std::span<PreparedEvent> chunk, std::span<EventResult> results,
+                                      RepairGuard guard) {
+  std::unique_ptr<sql::Connection>& conn = conn_;
+  if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
+  const auto removal = [guard](const ChangeEvent& e) {
+    return guard == RepairGuard::kAny && e.deleted && e.version == 0;
+  };
+  // Per id: the version the row holds as decided so far (nullopt: no row),
+  // and the last event written.
+  struct IdState {
+    std::optional<uint64_t> version;
+    size_t winner = SIZE_MAX;
+  };
+  std::unordered_map<std::string_view, IdState> ids;
+  std::string sql = select_prefix_;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    chunk[i].rejected = false;
+    if (!removal(*chunk[i].event) && !Extract(chunk[i], results[i])) continue;
+    if (ids.try_emplace(chunk[i].event->entity_id).second) {
+      if (ids.size() > 1) sql += ',';
+      conn->AppendQuoted(sql, chunk[i].event->entity_id);
+    }
+  }
+  if (ids.empty()) return Status::Ok();
+  sql += ") FOR UPDATE";
+  if (auto begun = conn->Execute("BEGIN"); !begun.ok()) return begun.status();
+  auto rows = conn->Query(sql);
+  if (!rows.ok()) {
+    Rollback(conn);
+    return rows.status();
+  }
+  for (const sql::Row& row : *rows) {
+    if (row.size() < 2 || !row[0]) continue;
+    if (auto it = ids.find(*row[0]); it != ids.end()) it->second.version = ParseUint(row[1]);
+  }
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    if (chunk[i].rejected) continue;
+    const ChangeEvent& e = *chunk[i].event;
+    IdState& id = ids.find(e.entity_id)->second;
+    if (guard == RepairGuard::kNotOlder && id.version && e.version < *id.version) {
+      results[i] = {Outcome::kStale, {}};
+      continue;
+    }
+    results[i] = {Outcome::kApplied, {}};
+    id.version = removal(e) ? std::nullopt : std::optional<uint64_t>(e.version);
+    id.winner = i;
+  }
+  std::string upsert, removed;
+  for (const auto& [key, id] : ids) {
+    if (id.winner == SIZE_MAX) continue;
+    const PreparedEvent& p = chunk[id.winner];
+    if (removal(*p.event)) {
+      removed += removed.empty() ? "DELETE FROM " + sql::QuoteIdent(cfg_.mysql.table) + " WHERE `id` IN (" : ",";
+      conn->AppendQuoted(removed, p.event->entity_id);
+      continue;
+    }
+    upsert += upsert.empty() ? insert_prefix_ : ",";
+    upsert += '(';
+    conn->AppendQuoted(upsert, p.event->entity_id);
+    upsert += ',';
+    AppendUint(upsert, p.event->version);
+    upsert += p.event->deleted ? ",1" : ",0";
+    for (const auto& v : p.values) {
+      upsert += ',';
+      if (v) {
+        conn->AppendQuoted(upsert, *v);
+      } else {
+        upsert += "NULL";
+      }
+    }
+    upsert += ')';
+  }
+  for (std::string* statement : {&upsert, &removed}) {
+    if (statement->empty()) continue;
+    if (statement == &upsert) {
+      upsert += guard == RepairGuard::kAny ? repair_suffix_any_ : repair_suffix_not_older_;
+    } else {
+      removed += ')';
+    }
+    if (statement->size() > max_statement_bytes_) {
+      Rollback(conn);
+      return InvalidArgument("the repair needs a statement of " + std::to_string(statement->size()) +
+                             " bytes, more than the server's max_allowed_packet allows");
+    }
+    auto done = conn->Execute(*statement);
+    if (!done.ok()) {
+      Rollback(conn);
+      return done.status();
+    }
+  }
+  if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
+    Rollback(conn);
+    return committed.status();
   }
   return Status::Ok();
 }

@@ -31,6 +31,9 @@ namespace {
 // shared.
 //   ARGV[1] 'j' (json string) or 'h' (hash)   ARGV[2] value ttl in ms, '0': none
 //   ARGV[3] tombstone ttl in ms, '0': none     ARGV[4] the tombstone key suffix
+//   ARGV[5] the guard: '>' writes a newer version only (Apply), '=' also the
+//           same version (Repair kNotOlder), '!' any version (Repair kAny,
+//           where a delete of version 0 removes the value and the tombstone)
 //   json: KEYS = one value key per event; then per event in ARGV its version,
 //         or minus its version for a delete, and the value unless a delete.
 //         The fewer arguments the cheaper the call: Redis turns each into a
@@ -57,10 +60,15 @@ namespace {
 // hash keeps one HGET + GET per event (HSET goes in slices of 200 arguments,
 // far below Lua's stack limit for unpack).
 constexpr std::string_view kVersionCheckScript = R"lua(
-local fmt, ttl, tttl, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local fmt, ttl, tttl, suffix, guard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local wrongtype = {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
 local out = {}
-local a = 5
+local a = 6
+local function kept(v, cur)
+  if guard == '>' then return v <= cur end
+  if guard == '=' then return v < cur end
+  return false
+end
 if fmt == 'j' then
   local n = #KEYS
   local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}  -- vkeys: the value keys, one per event
@@ -115,7 +123,7 @@ if fmt == 'j' then
     local k = vkeys[e]
     if bad[k] then
       out[e] = wrongtype
-    elseif ver[e] <= cur[k] then
+    elseif kept(ver[e], cur[k]) then
       out[e] = 0
     else
       cur[k] = ver[e]
@@ -139,9 +147,13 @@ if fmt == 'j' then
     local tomb = k .. suffix
     if del[e] then
       if hasval[k] then dels[#dels + 1] = k end
-      put(tomb, vers[e], tttl)
+      if ver[e] == 0 and guard == '!' then
+        dels[#dels + 1] = tomb
+      else
+        put(tomb, vers[e], tttl)
+      end
     else
-      if hastomb[k] then dels[#dels + 1] = tomb end
+      if hastomb[k] or guard == '!' then dels[#dels + 1] = tomb end
       put(k, val[e], ttl)
     end
   end
@@ -169,11 +181,17 @@ for e = 1, #KEYS / 2 do
       local tv = tonumber(t) or 0
       if tv > cur then cur = tv end
     end
-    if v <= cur then
+    if kept(v, cur) then
       res = 0
     elseif del then
       redis.call('DEL', key)
-      if tttl ~= '0' then redis.call('SET', tomb, ver, 'PX', tttl) else redis.call('SET', tomb, ver) end
+      if v == 0 and guard == '!' then
+        redis.call('DEL', tomb)
+      elseif tttl ~= '0' then
+        redis.call('SET', tomb, ver, 'PX', tttl)
+      else
+        redis.call('SET', tomb, ver)
+      end
       res = 1
     else
       redis.call('DEL', key)
@@ -200,6 +218,10 @@ return out
 // call blocks Redis for well under a millisecond.
 constexpr size_t kEventsPerCall = 100;
 constexpr size_t kVerifyChunk = 1000;
+// The script's ARGV[5] (see kVersionCheckScript).
+constexpr const char* kGuardNewer = ">";
+constexpr const char* kGuardNotOlder = "=";
+constexpr const char* kGuardAny = "!";
 
 struct ContextFree {
   void operator()(redisContext* c) const { redisFree(c); }
@@ -276,6 +298,8 @@ class RedisSink final : public Sink {
     c.point_view = true;
     c.can_push = true;
     c.keeps_offsets = false;
+    c.entity_checks = true;
+    c.overwrite = true;
     return c;
   }
 
@@ -293,6 +317,7 @@ class RedisSink final : public Sink {
   ApplyResult Apply(std::span<const ChangeEvent> events) override {
     SigpipeGuard guard;
     try {
+      guard_ = kGuardNewer;
       return ApplyBatch(events);
     } catch (const std::exception& e) {
       ctx_.reset();
@@ -317,6 +342,28 @@ class RedisSink final : public Sink {
   }
 
   void Close() override { ctx_.reset(); }
+
+  Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override {
+    SigpipeGuard guard;
+    try {
+      return CheckEntities(truth, differences);
+    } catch (const std::exception& e) {
+      ctx_.reset();
+      return Internal(where_ + ": verify: " + e.what());
+    }
+  }
+
+  // The same script as Apply, with the guard relaxed (see kVersionCheckScript).
+  ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard repair_guard) override {
+    SigpipeGuard guard;
+    try {
+      guard_ = repair_guard == RepairGuard::kAny ? kGuardAny : kGuardNotOlder;
+      return ApplyBatch(events);
+    } catch (const std::exception& e) {
+      ctx_.reset();
+      return ApplyResult{Internal(where_ + ": " + e.what()), {}};
+    }
+  }
 
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
     SigpipeGuard guard;
@@ -726,6 +773,7 @@ class RedisSink final : public Sink {
     push(Arg{ttl_ms_.data(), 0, ttl_ms_.size()});
     push(Arg{tombstone_ttl_ms_.data(), 0, tombstone_ttl_ms_.size()});
     push(Arg{kTombstoneSuffix.data(), 0, kTombstoneSuffix.size()});
+    push(Arg{guard_, 0, 1});
     for (size_t k = call.begin; k < call.end; ++k) {
       const Sendable& ev = sendable_[k];
       for (size_t i = ev.first_arg + keys_per_event; i < ev.first_arg + ev.arg_count; ++i) push(args_[i]);
@@ -868,6 +916,103 @@ class RedisSink final : public Sink {
     return FindExtraKeys(truth, differences);
   }
 
+  // VerifyEntities: per entity, its value and its tombstone in one pipeline
+  // (2 commands per entity, one round trip per kVerifyChunk entities).
+  Status CheckEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
+    if (!ctx_) RETURN_IF_ERROR(Connect());
+    std::vector<std::string> keys;
+    for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
+      const size_t end = std::min(truth.size(), begin + kVerifyChunk);
+      keys.clear();
+      for (size_t i = begin; i < end; ++i) {
+        keys.push_back(keys_.Key(truth[i].entity_id));
+        const std::string tomb = keys.back() + std::string(kTombstoneSuffix);
+        const char* cmd = hash_ ? "HGETALL" : "GET";
+        const char* argv[] = {cmd, keys.back().data()};
+        size_t lens[] = {std::char_traits<char>::length(cmd), keys.back().size()};
+        if (redisAppendCommandArgv(ctx_.get(), 2, argv, lens) != REDIS_OK) return ConnectionLost();
+        const char* targv[] = {"GET", tomb.data()};
+        size_t tlens[] = {3, tomb.size()};
+        if (redisAppendCommandArgv(ctx_.get(), 2, targv, tlens) != REDIS_OK) return ConnectionLost();
+      }
+      for (size_t i = begin; i < end; ++i) {
+        ReplyPtr replies[2];
+        for (ReplyPtr& r : replies) {
+          void* raw = nullptr;
+          if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
+          r.reset(static_cast<redisReply*>(raw));
+        }
+        const EntitySnapshot& s = truth[i];
+        const std::string& key = keys[i - begin];
+        const redisReply& value = *replies[0];
+        const redisReply& tomb = *replies[1];
+        if (value.type == REDIS_REPLY_ERROR || tomb.type == REDIS_REPLY_ERROR) {
+          std::string_view err = ReplyText(value.type == REDIS_REPLY_ERROR ? value : tomb);
+          if (Classify(err) != ErrorClass::kEvent) return ServerError("verify", err);
+          differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
+                                 "reading key '" + key + "' failed: " + std::string(err)});
+          continue;
+        }
+        const bool absent = value.type == REDIS_REPLY_NIL || (value.type == REDIS_REPLY_ARRAY && value.elements == 0);
+        if (s.deleted) {
+          if (!absent) {
+            differences.push_back({Difference::Kind::kExtra, s.entity_id,
+                                   s.version == 0 ? "the view has key '" + key + "' of an entity storage has no events for"
+                                                  : "storage deleted the entity at version " +
+                                                        std::to_string(s.version) + " but the view still has key '" +
+                                                        key + "'",
+                                   ValueVersion(value)});
+          }
+          continue;
+        }
+        if (absent) {
+          // With a ttl the key may have expired, as it is meant to.
+          if (cfg_.redis.ttl.count() > 0) continue;
+          std::optional<uint64_t> tomb_version;
+          if (tomb.type == REDIS_REPLY_STRING) tomb_version = ParseVersion(ReplyText(tomb));
+          differences.push_back({Difference::Kind::kMissing, s.entity_id,
+                                 "the view has no key '" + key + "'" +
+                                     (tomb_version ? " (its tombstone has version " + std::to_string(*tomb_version) + ")"
+                                                   : std::string()) +
+                                     "; storage has version " + std::to_string(s.version),
+                                 tomb_version});
+          continue;
+        }
+        if (hash_) {
+          CompareHash(s, key, value, differences);
+        } else {
+          CompareJson(s, key, value, differences);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  static std::optional<uint64_t> ParseVersion(std::string_view text) {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+    return v;
+  }
+
+  // The version a value key holds (json: its leading "_version" member, hash:
+  // its _version field), or nullopt.
+  std::optional<uint64_t> ValueVersion(const redisReply& value) const {
+    if (value.type == REDIS_REPLY_STRING) {
+      constexpr std::string_view kPrefix = "{\"_version\":";
+      std::string_view text = ReplyText(value);
+      if (!text.starts_with(kPrefix)) return std::nullopt;
+      text.remove_prefix(kPrefix.size());
+      return ParseVersion(text.substr(0, text.find_first_not_of("0123456789")));
+    }
+    if (value.type == REDIS_REPLY_ARRAY) {
+      for (size_t k = 0; k + 1 < value.elements; k += 2) {
+        if (ReplyText(*value.element[k]) == kVersionMember) return ParseVersion(ReplyText(*value.element[k + 1]));
+      }
+    }
+    return std::nullopt;
+  }
+
   void CompareOne(const EntitySnapshot& s, const std::string& key, const redisReply& reply,
                   std::vector<Difference>& differences) {
     if (s.deleted) {
@@ -915,21 +1060,23 @@ class RedisSink final : public Sink {
     }
     if (version->get<uint64_t>() != s.version) {
       differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
-                             VersionDetail(std::to_string(version->get<uint64_t>()), s.version)});
+                             VersionDetail(std::to_string(version->get<uint64_t>()), s.version),
+                             version->get<uint64_t>()});
       return;
     }
     view.erase(std::string(kVersionMember));
     Result<Json> expected = ParseJson(s.state);
     if (!expected.ok()) {
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                             "storage's state is not valid JSON: " + expected.status().message()});
+                             "storage's state is not valid JSON: " + expected.status().message(), s.version});
       return;
     }
     if (view != *expected) {
       Json patch = Json::diff(view, *expected);
       std::string where = patch.empty() ? "" : patch[0].value("path", "");
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                             "same version " + std::to_string(s.version) + ", content differs at '" + where + "'"});
+                             "same version " + std::to_string(s.version) + ", content differs at '" + where + "'",
+                             s.version});
     }
   }
 
@@ -952,7 +1099,9 @@ class RedisSink final : public Sink {
     const std::string& vt = version->second;
     auto [end, ec] = std::from_chars(vt.data(), vt.data() + vt.size(), v);
     if (ec != std::errc() || end != vt.data() + vt.size() || v != s.version) {
-      differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id, VersionDetail(vt, s.version)});
+      const bool parsed = ec == std::errc() && end == vt.data() + vt.size();
+      differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id, VersionDetail(vt, s.version),
+                             parsed ? std::optional<uint64_t>(v) : std::nullopt});
       return;
     }
     view.erase(version);
@@ -961,7 +1110,8 @@ class RedisSink final : public Sink {
     HashFields fields;
     if (!state.ok() || !HashFieldsOf(*state, cfg_.redis.fields, fields, reason)) {
       differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                             "storage's state cannot be mapped: " + (state.ok() ? reason : state.status().message())});
+                             "storage's state cannot be mapped: " + (state.ok() ? reason : state.status().message()),
+                             s.version});
       return;
     }
     std::map<std::string, std::string, std::less<>> expected(fields.begin(), fields.end());
@@ -985,7 +1135,7 @@ class RedisSink final : public Sink {
       }
     }
     differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                           "same version " + std::to_string(s.version) + ", " + detail});
+                           "same version " + std::to_string(s.version) + ", " + detail, s.version});
   }
 
   // Keys of this template whose entity storage does not know at all (entities
@@ -1034,6 +1184,7 @@ class RedisSink final : public Sink {
   std::vector<size_t> lens_;
   char numkeys_[24] = {};
   HashFields fields_;
+  const char* guard_ = kGuardNewer;  // the script's guard for the call being made
 };
 
 }  // namespace
