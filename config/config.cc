@@ -722,6 +722,16 @@ class ConfigReader {
         {"inflight_batches", kOptional,
          [&](const Field& f) { ReadUint(f, 1, 64, &e->inflight_batches); }},
         {"durability_barrier", kOptional, [&](const Field& f) { ReadDurabilityBarrier(f, &e->durability_barrier); }},
+        {"anti_entropy", kOptional, [&](const Field& f) { ReadAntiEntropy(f, &e->anti_entropy); }},
+    });
+  }
+
+  void ReadAntiEntropy(const Field& at, AntiEntropyConfig* a) {
+    constexpr auto kOptional = Presence::kOptional;
+    ExpectKeys(at, {
+        {"enabled", kOptional, [&](const Field& f) { ReadBool(f, &a->enabled); }},
+        {"rate", kOptional, [&](const Field& f) { ReadUint(f, 1, 1000000, &a->rate); }},
+        {"batch", kOptional, [&](const Field& f) { ReadUint(f, 1, 5000, &a->batch); }},
     });
   }
 
@@ -794,6 +804,7 @@ class ConfigReader {
          }},
         {"on_error", kOptional, [&](const Field& f) { ReadOnError(f, &sink->on_error); }},
         {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &sink->batch_max); }},
+        {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
         {"push", kOptional,
          [&](const Field& f) {
            push_key = f;
@@ -2069,6 +2080,11 @@ std::string Config::Redacted() const {
   out << YAML::Key << "inflight_batches" << YAML::Value
       << static_cast<unsigned>(engine.inflight_batches);
   out << YAML::Key << "durability_barrier" << YAML::Value << std::string(DurabilityBarrierName(engine.durability_barrier));
+  out << YAML::Key << "anti_entropy" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << engine.anti_entropy.enabled;
+  out << YAML::Key << "rate" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.rate);
+  out << YAML::Key << "batch" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.batch);
+  out << YAML::EndMap;
   out << YAML::EndMap;
 
   if (metrics.enabled) {
@@ -2098,6 +2114,7 @@ std::string Config::Redacted() const {
     out << YAML::Key << "on_error" << YAML::Value
         << (sink.on_error == OnError::kStop ? "stop" : "dead_letter");
     out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(sink.batch_max);
+    if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
     if (sink.push.enabled) {
       out << YAML::Key << "push" << YAML::Value << true;
       out << YAML::Key << "push_mode" << YAML::Value

@@ -130,6 +130,15 @@ enum class DurabilityBarrier {
 };
 std::string_view DurabilityBarrierName(DurabilityBarrier b);
 
+// The engine's sampled anti-entropy (docs/configuration.md): per sink that
+// supports entity checks, a walk over its entity type's entities that
+// compares each with the view and repairs what differs.
+struct AntiEntropyConfig {
+  bool enabled = true;
+  uint32_t rate = 100;   // entities read per second per sink, 1..1000000
+  uint32_t batch = 100;  // entities per step (one storage read, one view read), 1..5000
+};
+
 struct EngineConfig {
   std::chrono::milliseconds offset_flush_interval{1000};  // offsets written this often (and on clean stop)
   uint32_t batch_max = 5000;                   // events read per query, 1..100000
@@ -137,6 +146,7 @@ struct EngineConfig {
   std::chrono::milliseconds retry_backoff_max{5000};  // cap of the backoff while a sink is unavailable
   uint32_t inflight_batches = 4;               // read-ahead batches per sink (memory bound), 1..64
   DurabilityBarrier durability_barrier = DurabilityBarrier::kAuto;
+  AntiEntropyConfig anti_entropy;
 };
 
 // A column (MySQL sink) or hash field (Redis sink) filled from the entity state.
@@ -254,6 +264,7 @@ struct SinkConfig {
   // delivery reports, so a larger call pays that round trip less often.
   uint32_t batch_max = 1000;
   PushConfig push;
+  bool anti_entropy = true;  // false: the engine's anti-entropy leaves this sink alone
   RedisSinkConfig redis;  // when type == "redis"
   MysqlSinkConfig mysql;  // when type == "mysql"
   ElasticsearchSinkConfig elasticsearch;  // when type == "elasticsearch"

@@ -593,6 +593,10 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  retry_backoff_max: 5s\n"
             "  inflight_batches: 4\n"
             "  durability_barrier: auto\n"
+            "  anti_entropy:\n"
+            "    enabled: true\n"
+            "    rate: 100\n"
+            "    batch: 100\n"
             "sinks:\n"
             "  - name: account_cache\n"
             "    type: redis\n"
@@ -782,6 +786,49 @@ TEST(Sinks, ReadsEngineKeys) {
   EXPECT_EQ(r->engine.idle_poll_max, std::chrono::seconds(10));
   EXPECT_EQ(r->engine.retry_backoff_max, std::chrono::minutes(10));
   EXPECT_EQ(r->engine.inflight_batches, 64u);
+}
+
+TEST(Sinks, ReadsAntiEntropyKeys) {
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + R"(engine:
+  anti_entropy: {enabled: false, rate: 1000000, batch: 5000}
+sinks:
+  - {name: a, type: mysql, entity: account, table: t, columns: {x: /x}, anti_entropy: false}
+  - {name: b, type: mysql, entity: account, table: u, columns: {x: /x}}
+)",
+                                          kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->engine.anti_entropy.enabled);
+  EXPECT_EQ(r->engine.anti_entropy.rate, 1000000u);
+  EXPECT_EQ(r->engine.anti_entropy.batch, 5000u);
+  EXPECT_FALSE(r->sinks[0].anti_entropy);
+  EXPECT_TRUE(r->sinks[1].anti_entropy);
+  // Printed, and loaded back the same.
+  const std::string printed = r->Redacted();
+  EXPECT_NE(printed.find("  anti_entropy:\n    enabled: false\n    rate: 1000000\n    batch: 5000\n"), std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("    batch_max: 1000\n    anti_entropy: false\n"), std::string::npos) << printed;
+  Result<Config> again = LoadConfigFromString(printed, "printed.yaml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->Redacted(), printed);
+  // The defaults: on, 100 entities per second per sink, 100 per step.
+  const AntiEntropyConfig defaults;
+  EXPECT_TRUE(defaults.enabled);
+  EXPECT_EQ(defaults.rate, 100u);
+  EXPECT_EQ(defaults.batch, 100u);
+}
+
+TEST(SinkErrors, AntiEntropyValuesOutOfRange) {
+  EXPECT_EQ(Errors(std::string(kValid) + R"(engine:
+  anti_entropy:
+    enabled: yes
+    rate: 0
+    batch: 5001
+    rates: 1
+)"),
+            "t.yaml:12:14: engine.anti_entropy.enabled: must be true or false, got \"yes\"\n"
+            "t.yaml:13:11: engine.anti_entropy.rate: must be an integer between 1 and 1000000, got \"0\"\n"
+            "t.yaml:14:12: engine.anti_entropy.batch: must be an integer between 1 and 5000, got \"5001\"\n"
+            "t.yaml:15:5: engine.anti_entropy.rates: unknown key (did you mean \"rate\"?)");
 }
 
 TEST(Sinks, SinksMayComeBeforeTheEntitiesAndStorageTheyReferTo) {
