@@ -12,6 +12,23 @@ constexpr const char* kColumnList =
     "event_id, entity_id, version, deleted, state, command_name, command_id, "
     "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED)";
 const std::string kColumns = std::string("SELECT ") + kColumnList + " FROM ";
+// kColumnList of the event table aliased `e`, in the same order.
+constexpr const char* kColumnListOfE =
+    "e.event_id, e.entity_id, e.version, e.deleted, e.state, e.command_name, e.command_id, "
+    "CAST(UNIX_TIMESTAMP(e.committed_at) * 1000000 AS UNSIGNED)";
+
+// The latest events of the entities `latest` selects (a derived table of
+// entity_id and v, the highest version), in entity_id order.
+Result<std::vector<connectors::ChangeEvent>> ReadLatestOf(sql::Connection& conn, const std::string& type,
+                                                          uint32_t partition, const std::string& latest) {
+  const std::string t = sql::QuoteIdent(sql::EventTableName(type, partition));
+  ASSIGN_OR_RETURN(auto rows, conn.Query(std::string("SELECT ") + kColumnListOfE + " FROM " + t + " e JOIN (" +
+                                         latest + ") m ON e.entity_id=m.entity_id AND e.version=m.v ORDER BY e.entity_id"));
+  std::vector<connectors::ChangeEvent> out;
+  out.reserve(rows.size());
+  for (auto& r : rows) out.push_back(FromRow(r, type, partition));
+  return out;
+}
 
 // The event in columns [first, first + 8) of r (kColumnList's order).
 connectors::ChangeEvent FromRow(sql::Row& r, const std::string& type, uint32_t partition, size_t first = 0) {
@@ -112,6 +129,29 @@ Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& con
   ASSIGN_OR_RETURN(auto rows, conn.Query(q));
   for (auto& r : rows) out.push_back(FromRow(r, type, partition));
   return out;
+}
+
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsAfter(sql::Connection& conn, const std::string& type,
+                                                                   uint32_t partition, const std::string& after_id,
+                                                                   uint32_t limit) {
+  std::string latest = "SELECT entity_id, MAX(version) AS v FROM " +
+                       sql::QuoteIdent(sql::EventTableName(type, partition)) + " WHERE entity_id > ";
+  conn.AppendQuoted(latest, after_id);
+  latest += " GROUP BY entity_id ORDER BY entity_id LIMIT " + std::to_string(limit);
+  return ReadLatestOf(conn, type, partition, latest);
+}
+
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::Connection& conn, const std::string& type,
+                                                                uint32_t partition, const std::vector<std::string>& ids) {
+  if (ids.empty()) return std::vector<connectors::ChangeEvent>{};
+  std::string latest = "SELECT entity_id, MAX(version) AS v FROM " +
+                       sql::QuoteIdent(sql::EventTableName(type, partition)) + " WHERE entity_id IN (";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) latest += ',';
+    conn.AppendQuoted(latest, ids[i]);
+  }
+  latest += ") GROUP BY entity_id";
+  return ReadLatestOf(conn, type, partition, latest);
 }
 
 Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn, const std::string& type,

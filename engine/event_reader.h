@@ -38,6 +38,20 @@ Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& con
 Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::Connection& conn, const std::string& type,
                                                          uint32_t partitions);
 
+// The latest event of each of the first `limit` entities of (type,
+// partition) whose id sorts after `after_id` (bytewise; empty: from the
+// first), in entity_id order: one step of a walk over a partition's
+// entities with a keyset cursor. One statement, served by the
+// (entity_id, version) key (a loose index scan, then one lookup per entity).
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsAfter(sql::Connection& conn, const std::string& type,
+                                                                   uint32_t partition, const std::string& after_id,
+                                                                   uint32_t limit);
+
+// The latest event of each of `ids` (entities of that partition); an id
+// without events has no entry. In entity_id order.
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::Connection& conn, const std::string& type,
+                                                                uint32_t partition, const std::vector<std::string>& ids);
+
 // The latest event of every entity of the type (all partitions): the truth
 // that `verify` compares views with.
 Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn, const std::string& type,
