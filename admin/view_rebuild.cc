@@ -43,6 +43,8 @@ Status ViewRebuild::Start() {
   o.partitions = config_.entities.at(sink_.entity).partitions;
   o.mysql = sql::ParamsFrom(config_.mysql);
   o.engine = config_.engine;
+  // The live sink's anti-entropy goes on; the shadow is replaced before long.
+  o.engine.anti_entropy.enabled = false;
   offsets::OffsetStore store(o.mysql);
   RETURN_IF_ERROR(store.Delete(shadow_name_, sink_.entity).WithContext("clearing an earlier rebuild's progress"));
   // The heads to replay up to, read before the reply to the caller so that

@@ -17,19 +17,6 @@ constexpr const char* kColumnListOfE =
     "e.event_id, e.entity_id, e.version, e.deleted, e.state, e.command_name, e.command_id, "
     "CAST(UNIX_TIMESTAMP(e.committed_at) * 1000000 AS UNSIGNED)";
 
-// The latest events of the entities `latest` selects (a derived table of
-// entity_id and v, the highest version), in entity_id order.
-Result<std::vector<connectors::ChangeEvent>> ReadLatestOf(sql::Connection& conn, const std::string& type,
-                                                          uint32_t partition, const std::string& latest) {
-  const std::string t = sql::QuoteIdent(sql::EventTableName(type, partition));
-  ASSIGN_OR_RETURN(auto rows, conn.Query(std::string("SELECT ") + kColumnListOfE + " FROM " + t + " e JOIN (" +
-                                         latest + ") m ON e.entity_id=m.entity_id AND e.version=m.v ORDER BY e.entity_id"));
-  std::vector<connectors::ChangeEvent> out;
-  out.reserve(rows.size());
-  for (auto& r : rows) out.push_back(FromRow(r, type, partition));
-  return out;
-}
-
 // The event in columns [first, first + 8) of r (kColumnList's order).
 connectors::ChangeEvent FromRow(sql::Row& r, const std::string& type, uint32_t partition, size_t first = 0) {
   connectors::ChangeEvent e;
@@ -44,6 +31,19 @@ connectors::ChangeEvent FromRow(sql::Row& r, const std::string& type, uint32_t p
   e.command_id = std::move(r[first + 6]).value_or("");
   e.committed_at_us = static_cast<int64_t>(std::stoull(r[first + 7].value_or("0")));
   return e;
+}
+
+// The latest events of the entities `latest` selects (a derived table of
+// entity_id and v, the highest version), in entity_id order.
+Result<std::vector<connectors::ChangeEvent>> ReadLatestOf(sql::Connection& conn, const std::string& type,
+                                                          uint32_t partition, const std::string& latest) {
+  const std::string t = sql::QuoteIdent(sql::EventTableName(type, partition));
+  ASSIGN_OR_RETURN(auto rows, conn.Query(std::string("SELECT ") + kColumnListOfE + " FROM " + t + " e JOIN (" +
+                                         latest + ") m ON e.entity_id=m.entity_id AND e.version=m.v ORDER BY e.entity_id"));
+  std::vector<connectors::ChangeEvent> out;
+  out.reserve(rows.size());
+  for (auto& r : rows) out.push_back(FromRow(r, type, partition));
+  return out;
 }
 
 // `(SELECT [prefix]columns FROM <table of partition> WHERE event_id > after ORDER BY event_id LIMIT limit)`

@@ -43,12 +43,52 @@ Status SinkRunner::Start() {
   }
   flushed_ = progress_;
   last_flush_ = std::chrono::steady_clock::now();
+  // Asked before the applier owns the sink.
+  const bool entity_checks = sink_->capabilities().entity_checks;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
+  if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
+    AntiEntropy::Options o;
+    o.sink = options_.sink.name;
+    o.entity = options_.sink.entity;
+    o.partitions = options_.partitions;
+    o.mysql = options_.mysql;
+    o.settings = options_.engine.anti_entropy;
+    o.metrics = metrics_;
+    anti_entropy_ = std::make_unique<AntiEntropy>(
+        std::move(o), [this](std::vector<connectors::ChangeEvent> latest) { return CompareOnApplier(std::move(latest)); });
+    anti_entropy_->Start();
+  }
   return Status::Ok();
 }
 
+Result<StepReport> SinkRunner::CompareOnApplier(std::vector<connectors::ChangeEvent> latest) {
+  {
+    std::lock_guard lock(mu_);
+    if (applier_done_ || stopping_) return StepReport::Skipped();
+  }
+  // Shared with the control, which may outlive this call if the applier is
+  // slow to reach it (RunOnApplier then gives up waiting, the step still runs).
+  auto report = std::make_shared<Result<StepReport>>(StepReport{});
+  Status st = RunOnApplier([this, latest = std::move(latest), report](connectors::Sink& sink) {
+    std::map<uint32_t, uint64_t> offsets;
+    {
+      std::lock_guard lock(mu_);
+      if (paused_ || state_ != "running") {
+        *report = StepReport::Skipped();
+        return Status::Ok();
+      }
+      for (const auto& [p, pp] : progress_) offsets[p] = pp.event_id;
+    }
+    *report = CompareAndRepair(sink, latest, offsets, [this] { return barrier_->Wait(); });
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return std::move(*report);
+}
+
 void SinkRunner::Stop() {
+  if (anti_entropy_) anti_entropy_->RequestStop();
   {
     std::lock_guard lock(mu_);
     if (stopping_ && !reader_.joinable() && !applier_.joinable()) return;
@@ -58,6 +98,8 @@ void SinkRunner::Stop() {
   wake_cv_.notify_all();
   if (reader_.joinable()) reader_.join();
   if (applier_.joinable()) applier_.join();
+  // Its step, if any, returned when the applier ran or refused it.
+  if (anti_entropy_) anti_entropy_->Stop();
 }
 
 void SinkRunner::Wake() {

@@ -27,6 +27,11 @@
 //                   the sink is closed and those events are read and applied
 //                   again, with backoff like an unavailable sink.
 //
+//   anti-entropy    with engine.anti_entropy enabled and a sink that has
+//                   entity checks, an AntiEntropy thread walks the sink's
+//                   entities and has each step compared and repaired on the
+//                   applier thread, between two chunks (engine/anti_entropy.h).
+//
 //   controls        Pause, Resume, SetOffsets and RunOnApplier (the admin
 //                   endpoint's operator commands) are queued for the applier
 //                   thread, which runs them between two chunks, so they
@@ -53,6 +58,7 @@
 
 #include "config/config.h"
 #include "connectors/sink.h"
+#include "engine/anti_entropy.h"
 #include "engine/durability_barrier.h"
 #include "metrics/metrics.h"
 #include "offsets/offset_store.h"
@@ -145,6 +151,10 @@ class SinkRunner {
 
   void ReadLoop();
   void ApplyLoop();
+  // The anti-entropy's Compare: runs CompareAndRepair on the applier thread
+  // with the offsets of the moment; a skipped report while the sink is not
+  // running (paused, backing off, stopped).
+  Result<StepReport> CompareOnApplier(std::vector<connectors::ChangeEvent> latest);
   // Applies the work until it is acknowledged or the runner must stop;
   // false when the runner stops.
   bool ApplyWork(Work& work);
@@ -215,6 +225,7 @@ class SinkRunner {
 
   std::thread reader_;
   std::thread applier_;
+  std::unique_ptr<AntiEntropy> anti_entropy_;  // null when off or unsupported
 };
 
 }  // namespace sluice::engine

@@ -38,6 +38,10 @@ constexpr std::string_view kEngineRetries = "sluice_engine_retries_total";
 constexpr std::string_view kEngineGaps = "sluice_engine_gaps_total";
 constexpr std::string_view kEngineFlushes = "sluice_engine_offset_flushes_total";
 constexpr std::string_view kEngineLagEvents = "sluice_engine_lag_events";
+constexpr std::string_view kEngineAntiEntropyChecked = "sluice_engine_anti_entropy_checked_total";
+constexpr std::string_view kEngineAntiEntropyDifferences = "sluice_engine_anti_entropy_differences_total";
+constexpr std::string_view kEngineAntiEntropyRepaired = "sluice_engine_anti_entropy_repaired_total";
+constexpr std::string_view kEngineAntiEntropyPasses = "sluice_engine_anti_entropy_passes_total";
 constexpr std::string_view kEngineLagSeconds = "sluice_engine_lag_seconds";
 constexpr std::string_view kEngineSinkHealthy = "sluice_engine_sink_healthy";
 constexpr std::string_view kEngineSinkState = "sluice_engine_sink_state";
@@ -98,6 +102,15 @@ const std::vector<MetricInfo> kMetricList = {
      "Seconds since the oldest event not yet applied to a sink was committed, by sink and partition."},
     {kEngineSinkHealthy, "gauge", "1 while a sink is running (or paused by an operator), 0 while it backs off or is stopped."},
     {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, paused, stopped), 0 for the others."},
+    {kEngineAntiEntropyChecked, "counter",
+     "Entities the engine's anti-entropy compared with a sink's view (those the sink had already passed)."},
+    {kEngineAntiEntropyDifferences, "counter",
+     "Entities whose view differed from main storage when the anti-entropy compared them, by sink and kind: "
+     "missing, extra, version_mismatch, content_mismatch, ahead."},
+    {kEngineAntiEntropyRepaired, "counter",
+     "Entities the anti-entropy rewrote in a sink's view from their latest event in main storage."},
+    {kEngineAntiEntropyPasses, "counter",
+     "Passes of the anti-entropy over every entity of a sink's entity type."},
     {kStorageUp, "gauge", "1 when the last health check reached main storage (MySQL), 0 otherwise."},
     {kEngineBarrierDuration, "histogram",
      "Seconds per durability barrier round: how long events read from storage waited until the MySQL redo "
@@ -284,6 +297,17 @@ void WriterMetrics::PushResult(const std::string& sink, bool ok, double seconds,
 
 // ---- engine ----
 
+std::string_view DifferenceKindLabel(DifferenceKind k) {
+  switch (k) {
+    case DifferenceKind::kMissing: return "missing";
+    case DifferenceKind::kExtra: return "extra";
+    case DifferenceKind::kVersionMismatch: return "version_mismatch";
+    case DifferenceKind::kContentMismatch: return "content_mismatch";
+    case DifferenceKind::kAhead: return "ahead";
+  }
+  return "missing";
+}
+
 std::string_view RetryClassName(RetryClass c) {
   switch (c) {
     case RetryClass::kSinkUnavailable: return "sink_unavailable";
@@ -341,6 +365,14 @@ SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitio
     lag_events_.push_back(&r.Gauge(kEngineLagEvents).Add(lp));
     lag_seconds_.push_back(&r.Gauge(kEngineLagSeconds).Add(lp));
   }
+  checked_ = &r.Counter(kEngineAntiEntropyChecked).Add(labels);
+  auto& differences = r.Counter(kEngineAntiEntropyDifferences);
+  for (size_t i = 0; i < kDifferenceKinds; ++i) {
+    differences_[i] = &differences.Add(
+        {{"sink", sink}, {"kind", std::string(DifferenceKindLabel(static_cast<DifferenceKind>(i)))}});
+  }
+  repaired_ = &r.Counter(kEngineAntiEntropyRepaired).Add(labels);
+  passes_ = &r.Counter(kEngineAntiEntropyPasses).Add(labels);
   SetState(SinkState::kRunning);
 }
 

@@ -215,6 +215,15 @@ std::string_view SinkStateName(SinkState s);
 // The state named by SinkRunner's state text; unknown text is kStopped.
 SinkState SinkStateOf(std::string_view name);
 
+// What the engine's anti-entropy found when it compared an entity with the
+// view: the view lacks it (missing), holds a deleted one (extra), holds an
+// older version (version_mismatch), the same version with other content
+// (content_mismatch), or a version newer than storage's (ahead: no versioned
+// write can fix it; `sluice verify --repair` can).
+enum class DifferenceKind : uint8_t { kMissing, kExtra, kVersionMismatch, kContentMismatch, kAhead };
+inline constexpr size_t kDifferenceKinds = 5;
+std::string_view DifferenceKindLabel(DifferenceKind k);
+
 // Handles of one sink's pull loop. Per sink, once caught up:
 //   events_read = applied + stale + dead_lettered
 // (the difference is the events in flight between the reader and the sink).
@@ -243,6 +252,19 @@ class SinkMetrics {
   // unapplied event was committed (0 when none).
   void SetLag(uint32_t partition, uint64_t events, double seconds);
 
+  // The anti-entropy (engine/anti_entropy.h): entities compared with the
+  // view, differences found, entities repaired, passes over every entity.
+  void EntitiesChecked(size_t n) {
+    if (n) checked_->Increment(static_cast<double>(n));
+  }
+  void DifferencesFound(DifferenceKind k, size_t n) {
+    if (n) differences_[static_cast<size_t>(k)]->Increment(static_cast<double>(n));
+  }
+  void Repaired(size_t n) {
+    if (n) repaired_->Increment(static_cast<double>(n));
+  }
+  void PassCompleted() { passes_->Increment(); }
+
  private:
   prometheus::Counter* read_;
   prometheus::Counter* applied_;
@@ -258,6 +280,10 @@ class SinkMetrics {
   std::array<prometheus::Gauge*, kSinkStates> state_{};
   std::vector<prometheus::Gauge*> lag_events_;   // by partition
   std::vector<prometheus::Gauge*> lag_seconds_;  // by partition
+  prometheus::Counter* checked_;
+  std::array<prometheus::Counter*, kDifferenceKinds> differences_{};
+  prometheus::Counter* repaired_;
+  prometheus::Counter* passes_;
 };
 
 // ---- HTTP listeners ----
