@@ -85,6 +85,7 @@ commands:
   init --config FILE         create the database, metadata and event tables (idempotent)
   status --config FILE       offset, head, lag and state per sink and partition (--json)
   verify --config FILE       compare every view with main storage; exit 1 on any difference
+                             (--repair: rewrite what differs from main storage)
   deadletters list|retry|discard --config FILE
                              show, re-apply or give up on events a sink rejected
   pause|resume --config FILE --sink NAME
@@ -412,9 +413,21 @@ int Status_(const std::vector<std::string>& args) {
 }
 
 int Verify(const std::vector<std::string>& args) {
-  po::options_description desc("usage: sluice verify --config FILE [--sink NAME]\n\nCompares every view (or one) with main storage: missing, extra, version\nmismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\noptions");
+  po::options_description desc(
+      "usage: sluice verify --config FILE [--sink NAME] [--repair]\n\n"
+      "Compares every view (or one) with main storage: missing, extra, version\n"
+      "mismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\n"
+      "--repair then rewrites, in the views of redis, mysql and elasticsearch sinks,\n"
+      "only the entities that differ, from their latest event in main storage\n"
+      "(without a running process, or beside one), compares them again, and says\n"
+      "what was repaired and what remains and why. A row newer than storage, or of\n"
+      "an entity storage has no events for, is overwritten or removed where the sink\n"
+      "can do it safely (redis, mysql); elasticsearch gets advice (rebuild). Kafka\n"
+      "and plugin sinks are only verified. Exit 0 when nothing remains different.\n\n"
+      "options");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
-      "sink", po::value<std::string>(), "verify only this sink");
+      "sink", po::value<std::string>(), "verify only this sink")(
+      "repair", "rewrite the entities that differ from main storage, then verify them again");
   auto vm = Parse(desc, args);
   if (vm.count("help")) {
     std::cout << desc;
@@ -424,7 +437,7 @@ int Verify(const std::vector<std::string>& args) {
   if (!cfg) return kExitFailure;
   std::optional<std::string> sink;
   if (vm.count("sink")) sink = vm["sink"].as<std::string>();
-  auto diffs = engine::Verify(*cfg, sink, std::cout);
+  auto diffs = vm.count("repair") ? engine::VerifyAndRepair(*cfg, sink, std::cout) : engine::Verify(*cfg, sink, std::cout);
   if (!diffs.ok()) {
     std::cerr << "sluice verify: " << diffs.status().message() << "\n";
     return kExitFailure;

@@ -6,7 +6,9 @@
 #include "connectors/sink.h"
 #include "core/json.h"
 #include "core/text_table.h"
+#include "engine/durability_barrier.h"
 #include "engine/event_reader.h"
+#include "engine/view_repair.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -333,6 +335,33 @@ Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLett
   ASSIGN_OR_RETURN(const uint64_t changed, conn->Execute(q));
   out << changed << " dead letter(s) of sink " << *filter.sink << " discarded\n";
   return changed;
+}
+
+Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
+                                 std::ostream& out) {
+  RETURN_IF_ERROR(CheckSinkName(config, sink));
+  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  // What goes from storage to a view passes the barrier, as in the engine.
+  DurabilityBarrier barrier(sql::ParamsFrom(config.mysql), config.engine.durability_barrier);
+  uint64_t remaining = 0;
+  for (const auto& s : config.sinks) {
+    if (sink && s.name != *sink) continue;
+    ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
+    if (!view->capabilities().entity_checks) {
+      ASSIGN_OR_RETURN(const uint64_t diffs, Verify(config, s.name, out));
+      out << s.name << ": not repaired: a " << s.type
+          << " sink cannot rewrite single entities (sluice verify reports its differences only)\n";
+      remaining += diffs;
+      continue;
+    }
+    RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
+    auto summary = RepairView(*conn, *view, s, config.entities.at(s.entity).partitions,
+                              [&barrier] { return barrier.Wait(); }, out);
+    view->Close();
+    RETURN_IF_ERROR(summary.status().WithContext("sink " + s.name));
+    remaining += summary->remaining;
+  }
+  return remaining;
 }
 
 }  // namespace sluice::engine

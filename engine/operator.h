@@ -25,6 +25,14 @@ Status PrintStatus(const config::Config& config, bool json, std::ostream& out);
 // of differences found (each is printed).
 Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink, std::ostream& out);
 
+// `sluice verify --repair`: compares like Verify, then rewrites in each view
+// (or only `sink`) the entities that differ from their latest event in main
+// storage and compares them again (engine/view_repair.h). Sinks without
+// entity checks (kafka, plugins) are only verified. Returns the number of
+// differences that remain.
+Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
+                                 std::ostream& out);
+
 // The dead letters a retry or discard acts on: the one with `id`, else the
 // unresolved ones of `sink`, else (neither) every unresolved one.
 struct DeadLetterFilter {

@@ -1,0 +1,56 @@
+// `sluice verify --repair` for one view whose sink has entity checks
+// (docs/operations.md, "Repairing a view"). Works without a running engine,
+// and beside one.
+//
+//   1. Compares the whole view with main storage (Sink::Verify), as
+//      `sluice verify` does.
+//   2. For the entities that differ: reads their latest events again, waits
+//      for the durability barrier, and compares them once more one by one
+//      (Sink::VerifyEntities, which also says which version the view holds):
+//      what a running engine caught up with meanwhile drops out here.
+//   3. Rewrites each one still different from its latest event:
+//        - with Repair(kNotOlder) when the view holds an older version, the
+//          same version with other content, or nothing: never over a newer
+//          version, so safe beside the engine and the writer's push;
+//        - with Repair(kAny) when the view holds a NEWER version than
+//          storage (main storage lost events the view had) or a row of an
+//          entity storage has no events for (removed with its tombstone),
+//          when the sink can (capabilities().overwrite: redis, mysql). Then
+//          it reads those entities' latest events again and re-applies
+//          (versioned) any that changed meanwhile, so that an event
+//          committed during the overwrite is never lost. Sinks that cannot
+//          (elasticsearch) get advice instead.
+//   4. Compares the differing entities again and reports what was repaired
+//      and what remains, with what to do about each.
+//
+// Nothing is written for an entity that does not differ.
+//
+// Threads: one caller; `view` must be open and is called from it alone.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "config/config.h"
+#include "connectors/sink.h"
+#include "core/status.h"
+#include "sql/connection.h"
+
+namespace sluice::engine {
+
+struct RepairSummary {
+  uint64_t checked = 0;    // entities of the type in storage
+  uint64_t differing = 0;  // entities the first comparison found different
+  uint64_t rewritten = 0;  // entities written by the repair (each at most once, plus re-applies)
+  uint64_t remaining = 0;  // entities still different at the end
+};
+
+// Repairs the view of `sink` (entity type with `partitions` partitions),
+// reading main storage on `storage`; `barrier` is waited for after every
+// read whose events go to the view. Writes the report to `out`.
+Result<RepairSummary> RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
+                                 uint32_t partitions, const std::function<Status()>& barrier, std::ostream& out);
+
+}  // namespace sluice::engine
