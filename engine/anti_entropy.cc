@@ -1,6 +1,7 @@
 #include "engine/anti_entropy.h"
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -177,6 +178,12 @@ bool AntiEntropy::Step(EntityWalk& walk) {
   }
   const size_t read = latest->size();
   const std::string last_id = read > 0 ? latest->back().entity_id : std::string();
+  if (Status st = DropDeadLetters(walk.partition(), *latest); !st.ok()) {
+    LogRateLimited(LogLevel::kWarn, site,
+                   "engine: sink " + options_.sink + ": anti-entropy cannot read main storage (will retry): " +
+                       st.message());
+    return false;
+  }
   Result<StepReport> report = compare_(std::move(latest).value());
   if (!report.ok()) {
     // Stopping refuses the step; that is no news.
@@ -194,6 +201,23 @@ bool AntiEntropy::Step(EntityWalk& walk) {
   Report(*report);
   if (!report->newer.empty()) CheckNewer(report->newer);
   return true;
+}
+
+Status AntiEntropy::DropDeadLetters(uint32_t partition, std::vector<ChangeEvent>& latest) {
+  if (latest.empty()) return Status::Ok();
+  std::string q = "SELECT event_id FROM sluice_dead_letters WHERE sink=";
+  conn_->AppendQuoted(q, options_.dead_letter_sink);
+  q += " AND entity_type=";
+  conn_->AppendQuoted(q, options_.entity);
+  q += " AND partition_id=" + std::to_string(partition) + " AND event_id IN (";
+  for (size_t i = 0; i < latest.size(); ++i) q += (i > 0 ? "," : "") + std::to_string(latest[i].event_id);
+  q += ") AND resolved_at IS NULL";
+  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
+  if (rows.empty()) return Status::Ok();
+  std::set<uint64_t> dead;
+  for (const auto& r : rows) dead.insert(std::stoull(r.at(0).value_or("0")));
+  std::erase_if(latest, [&](const ChangeEvent& e) { return dead.contains(e.event_id); });
+  return Status::Ok();
 }
 
 void AntiEntropy::Report(const StepReport& report) {

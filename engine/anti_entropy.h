@@ -10,7 +10,10 @@
 // one step every batch/rate seconds. A step:
 //
 //   1. reads the latest event of the next `batch` entities (one statement,
-//      on the thread's own MySQL connection);
+//      on the thread's own MySQL connection), and leaves out those whose
+//      latest event is an unresolved dead letter of the sink (a second,
+//      indexed statement): that difference is known, counted and alerted on
+//      already, and `sluice deadletters` owns it;
 //   2. hands them to the sink's applier thread (SinkRunner::RunOnApplier:
 //      the sink keeps one caller), which compares only the entities whose
 //      latest event the sink has passed (event_id <= its offset in that
@@ -136,6 +139,7 @@ class AntiEntropy {
  public:
   struct Options {
     std::string sink;    // the sink's name, for logs
+    std::string dead_letter_sink;  // the name its dead letters are filed under
     std::string entity;  // its entity type
     uint32_t partitions = 0;
     sql::ConnectParams mysql;
@@ -163,6 +167,9 @@ class AntiEntropy {
   void Run();
   // One step; false when the walk must not move on (the step is retried).
   bool Step(EntityWalk& walk);
+  // Drops from `latest` (events of one partition) those that are unresolved
+  // dead letters of the sink.
+  Status DropDeadLetters(uint32_t partition, std::vector<connectors::ChangeEvent>& latest);
   // Counts and logs those of `newer` that storage has not caught up with.
   void CheckNewer(const std::vector<StepReport::Newer>& newer);
   void Report(const StepReport& report);

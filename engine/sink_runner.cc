@@ -50,6 +50,7 @@ Status SinkRunner::Start() {
   if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
     AntiEntropy::Options o;
     o.sink = options_.sink.name;
+    o.dead_letter_sink = options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink;
     o.entity = options_.sink.entity;
     o.partitions = options_.partitions;
     o.mysql = options_.mysql;
@@ -608,10 +609,12 @@ void SinkRunner::ApplyLoop() {
       queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
                          [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
       if (stopping_) break;
-      if (!controls_.empty()) continue;
-      // The first batch, then the next ones while everything fits in one chunk.
+      // The first batch, then the next ones while everything fits in one
+      // chunk; none while controls wait (the next Checkpoint runs them). The
+      // flush below runs either way: controls that come often (the
+      // anti-entropy's) must not hold back the offsets.
       const size_t chunk_max = ChunkMax();
-      while (!queue_.empty()) {
+      while (controls_.empty() && !queue_.empty()) {
         Batch& next = queue_.front();
         if (!work.events.empty() && work.events.size() + next.events.size() > chunk_max) break;
         if (!Outdated(next)) work.Add(std::move(next));
