@@ -718,6 +718,72 @@ TEST_F(RedisSinkTest, VerifyHashView) {
                              }));
 }
 
+// The hash format's entity checks and repairs (the conformance kit covers
+// the json format): VerifyEntities says which version the view holds, kNotOlder
+// rewrites the same version but never an older one, kAny goes back to an
+// older version and removes keys and tombstones.
+TEST_F(RedisSinkTest, HashViewEntityChecksAndRepairs) {
+  auto cfg = Cfg(Format::kHash);
+  cfg.redis.fields = {{"owner", "/owner", ""}, {"balance", "/balance", ""}};
+  auto sink = Open(cfg);
+  ASSERT_TRUE(sink);
+  const std::string s = R"({"owner":"ann","balance":5})";
+  Apply(*sink, {Put("h1", 3, s), Put("h2", 3, s), Put("h3", 2, s), Del("h4", 2), Put("h5", 1, s)});
+  raw_.Cmd({"HSET", Key("h1"), "balance", "6"});  // other content at its version
+  raw_.Cmd({"HSET", Key("h2"), "_version", "2"});  // an older version
+  raw_.Cmd({"HSET", Key("h3"), "_version", "9"});  // ahead of storage
+  raw_.Cmd({"DEL", Key("h5")});                    // gone
+  raw_.Cmd({"HSET", Key("h6"), "_version", "4", "owner", "nobody"});  // of no entity
+  const std::vector<EntitySnapshot> truth = {Live("h1", 3, s), Live("h2", 3, s), Live("h3", 2, s), Gone("h4", 2),
+                                             Live("h5", 1, s), EntitySnapshot{"h6", 0, true, ""}};
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->VerifyEntities(truth, diffs).ok());
+  std::map<std::string, std::pair<Difference::Kind, std::optional<uint64_t>>> got;
+  for (const auto& d : diffs) got[d.entity_id] = {d.kind, d.view_version};
+  EXPECT_EQ(got, (std::map<std::string, std::pair<Difference::Kind, std::optional<uint64_t>>>{
+                     {"h1", {Difference::Kind::kContentMismatch, 3}},
+                     {"h2", {Difference::Kind::kVersionMismatch, 2}},
+                     {"h3", {Difference::Kind::kVersionMismatch, 9}},
+                     {"h5", {Difference::Kind::kMissing, std::nullopt}},
+                     {"h6", {Difference::Kind::kExtra, 4}},
+                 }));
+
+  ApplyResult r = sink->Repair(std::vector<ChangeEvent>{Put("h1", 3, s), Put("h2", 3, s), Put("h3", 2, s),
+                                                        Put("h5", 1, s)},
+                               connectors::RepairGuard::kNotOlder);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(Outcomes(r), (std::vector<Outcome>{kApplied, kApplied, kStale, kApplied}));
+  EXPECT_EQ(raw_.HGetAll(Key("h3")).at("_version"), "9");
+  ChangeEvent forget_h4 = Del("h4", 0), forget_h6 = Del("h6", 0);
+  r = sink->Repair(std::vector<ChangeEvent>{Put("h3", 2, s), forget_h4, forget_h6}, connectors::RepairGuard::kAny);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(Outcomes(r), (std::vector<Outcome>{kApplied, kApplied, kApplied}));
+  EXPECT_EQ(raw_.HGetAll(Key("h3")),
+            (std::map<std::string, std::string>{{"_version", "2"}, {"owner", "ann"}, {"balance", "5"}}));
+  EXPECT_FALSE(raw_.Get(Tomb("h4")).has_value());
+  EXPECT_TRUE(raw_.HGetAll(Key("h6")).empty());
+  diffs.clear();
+  ASSERT_TRUE(sink->VerifyEntities(truth, diffs).ok());
+  EXPECT_TRUE(diffs.empty()) << diffs[0].entity_id << ": " << diffs[0].detail;
+  // Apply's own rule is unchanged by a repair before it.
+  EXPECT_EQ(Outcomes(Apply(*sink, {Put("h3", 2, s), Put("h3", 3, s)})), (std::vector<Outcome>{kStale, kApplied}));
+}
+
+TEST_F(RedisSinkTest, EntityChecksDoNotCallExpiredKeysMissing) {
+  auto cfg = Cfg();
+  cfg.redis.ttl = std::chrono::minutes(1);
+  auto sink = Open(cfg);
+  ASSERT_TRUE(sink);
+  Apply(*sink, {Put("t1", 1, "{}"), Put("t2", 1, "{}")});
+  raw_.Cmd({"DEL", Key("t1")});  // as if it had expired
+  raw_.Cmd({"SET", Key("t2"), R"({"_version":1,"x":1})"});
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->VerifyEntities(std::vector<EntitySnapshot>{Live("t1", 1, "{}"), Live("t2", 1, "{}")}, diffs).ok());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].entity_id, "t2");
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kContentMismatch);
+}
+
 TEST_F(RedisSinkTest, VerifyManyEntitiesAcrossChunks) {
   auto sink = Open(Cfg());
   ASSERT_TRUE(sink);
