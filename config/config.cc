@@ -804,7 +804,6 @@ class ConfigReader {
          }},
         {"on_error", kOptional, [&](const Field& f) { ReadOnError(f, &sink->on_error); }},
         {"batch_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 100000, &sink->batch_max); }},
-        {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
         {"push", kOptional,
          [&](const Field& f) {
            push_key = f;
@@ -820,6 +819,7 @@ class ConfigReader {
            push_options_key = f;
            ReadDuration(f, std::chrono::milliseconds(1), std::chrono::milliseconds(10000), &sink->push.timeout);
          }},
+        {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
     };
     RedisSinkConfig& r = sink->redis;
     AddSinkTypeKeys("redis", type, &keys, {
@@ -2114,13 +2114,13 @@ std::string Config::Redacted() const {
     out << YAML::Key << "on_error" << YAML::Value
         << (sink.on_error == OnError::kStop ? "stop" : "dead_letter");
     out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(sink.batch_max);
-    if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
     if (sink.push.enabled) {
       out << YAML::Key << "push" << YAML::Value << true;
       out << YAML::Key << "push_mode" << YAML::Value
           << (sink.push.mode == PushConfig::Mode::kSync ? "sync" : "async");
       out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
     }
+    if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
     if (sink.type == "redis") {
       const RedisSinkConfig& r = sink.redis;
       out << YAML::Key << "url" << YAML::Value << secret(at + "url", r.url, /*url=*/true);

@@ -850,7 +850,7 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   // Keys of the other sink type are never suggested.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
-            "on_error, batch_max, push, push_mode, push_timeout, url, key, format, fields, ttl, tombstone_ttl)");
+            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, url, key, format, fields, ttl, tombstone_ttl)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
             "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");

@@ -211,7 +211,7 @@ Status AntiEntropy::DropDeadLetters(uint32_t partition, std::vector<ChangeEvent>
   conn_->AppendQuoted(q, options_.entity);
   q += " AND partition_id=" + std::to_string(partition) + " AND event_id IN (";
   for (size_t i = 0; i < latest.size(); ++i) q += (i > 0 ? "," : "") + std::to_string(latest[i].event_id);
-  q += ") AND resolved_at IS NULL";
+  q += ")";
   ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
   if (rows.empty()) return Status::Ok();
   std::set<uint64_t> dead;

@@ -11,9 +11,10 @@
 //
 //   1. reads the latest event of the next `batch` entities (one statement,
 //      on the thread's own MySQL connection), and leaves out those whose
-//      latest event is an unresolved dead letter of the sink (a second,
+//      latest event is a dead letter of the sink, resolved or not (a second,
 //      indexed statement): that difference is known, counted and alerted on
-//      already, and `sluice deadletters` owns it;
+//      already, and `sluice deadletters` owns it (a discarded one stays
+//      given up on);
 //   2. hands them to the sink's applier thread (SinkRunner::RunOnApplier:
 //      the sink keeps one caller), which compares only the entities whose
 //      latest event the sink has passed (event_id <= its offset in that
@@ -167,8 +168,8 @@ class AntiEntropy {
   void Run();
   // One step; false when the walk must not move on (the step is retried).
   bool Step(EntityWalk& walk);
-  // Drops from `latest` (events of one partition) those that are unresolved
-  // dead letters of the sink.
+  // Drops from `latest` (events of one partition) those that are dead
+  // letters of the sink.
   Status DropDeadLetters(uint32_t partition, std::vector<connectors::ChangeEvent>& latest);
   // Counts and logs those of `newer` that storage has not caught up with.
   void CheckNewer(const std::vector<StepReport::Newer>& newer);

@@ -13,6 +13,10 @@
 // built-in sink but kafka, and the example plugin):
 //   StaleVersionsAreSkipped      an older version after a newer one never overwrites it
 //   VersionedDeletesNeverResurrect  a delete leaves a tombstone; older puts stay out, newer ones come back
+//   (in repair_conformance.cc, for sinks whose capabilities claim them:)
+//   EntityChecksCompareOnlyTheGivenEntitiesAndSayWhichVersionTheViewHolds  VerifyEntities
+//   RepairNotOlderRewritesTheSameVersionButNeverAnOlderOne          Repair(kNotOlder)
+//   RepairAnyOverwritesANewerVersionAndRemovesEntitiesWithTheirTombstones  Repair(kAny)
 // OutageConformance, sinks whose server the kit can cut:
 //   ServerDownIsBatchLevelUnavailable  while the server is unreachable: kUnavailable for the batch
 //                                (no per-event results), Health() unavailable; after it is back
