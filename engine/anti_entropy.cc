@@ -1,7 +1,6 @@
 #include "engine/anti_entropy.h"
 
 #include <algorithm>
-#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -51,7 +50,7 @@ DifferenceKind KindOf(Difference::Kind k) {
 
 Result<StepReport> CompareAndRepair(connectors::Sink& sink, std::span<const ChangeEvent> latest,
                                     const std::map<uint32_t, uint64_t>& offsets,
-                                    const std::function<Status()>& barrier) {
+                                    const std::function<Status()>& barrier, const DeadLetterLookup& dead_letters) {
   StepReport report;
   std::vector<connectors::EntitySnapshot> truth;
   std::unordered_map<std::string_view, const ChangeEvent*> by_id;
@@ -66,12 +65,23 @@ Result<StepReport> CompareAndRepair(connectors::Sink& sink, std::span<const Chan
   if (truth.empty()) return report;
   std::vector<Difference> diffs;
   RETURN_IF_ERROR(sink.VerifyEntities(truth, diffs));
+  if (diffs.empty()) return report;
+
+  // A dead-lettered latest event is a difference sluice deadletters owns.
+  std::vector<std::pair<uint32_t, uint64_t>> differing;
+  for (const Difference& d : diffs) {
+    if (const auto it = by_id.find(d.entity_id); it != by_id.end()) {
+      differing.emplace_back(it->second->partition, it->second->event_id);
+    }
+  }
+  ASSIGN_OR_RETURN(const auto dead, dead_letters(differing));
 
   std::vector<ChangeEvent> repairs;
   for (const Difference& d : diffs) {
     const auto it = by_id.find(d.entity_id);
     if (it == by_id.end()) continue;  // not asked for: the sink broke its contract; ignore it
     const ChangeEvent& e = *it->second;
+    if (dead.contains({e.partition, e.event_id})) continue;
     if (d.view_version && *d.view_version > e.version) {
       report.newer.push_back(StepReport::Newer{e.entity_id, e.partition, *d.view_version});
       continue;
@@ -178,12 +188,6 @@ bool AntiEntropy::Step(EntityWalk& walk) {
   }
   const size_t read = latest->size();
   const std::string last_id = read > 0 ? latest->back().entity_id : std::string();
-  if (Status st = DropDeadLetters(walk.partition(), *latest); !st.ok()) {
-    LogRateLimited(LogLevel::kWarn, site,
-                   "engine: sink " + options_.sink + ": anti-entropy cannot read main storage (will retry): " +
-                       st.message());
-    return false;
-  }
   Result<StepReport> report = compare_(std::move(latest).value());
   if (!report.ok()) {
     // Stopping refuses the step; that is no news.
@@ -201,23 +205,6 @@ bool AntiEntropy::Step(EntityWalk& walk) {
   Report(*report);
   if (!report->newer.empty()) CheckNewer(report->newer);
   return true;
-}
-
-Status AntiEntropy::DropDeadLetters(uint32_t partition, std::vector<ChangeEvent>& latest) {
-  if (latest.empty()) return Status::Ok();
-  std::string q = "SELECT event_id FROM sluice_dead_letters WHERE sink=";
-  conn_->AppendQuoted(q, options_.dead_letter_sink);
-  q += " AND entity_type=";
-  conn_->AppendQuoted(q, options_.entity);
-  q += " AND partition_id=" + std::to_string(partition) + " AND event_id IN (";
-  for (size_t i = 0; i < latest.size(); ++i) q += (i > 0 ? "," : "") + std::to_string(latest[i].event_id);
-  q += ")";
-  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
-  if (rows.empty()) return Status::Ok();
-  std::set<uint64_t> dead;
-  for (const auto& r : rows) dead.insert(std::stoull(r.at(0).value_or("0")));
-  std::erase_if(latest, [&](const ChangeEvent& e) { return dead.contains(e.event_id); });
-  return Status::Ok();
 }
 
 void AntiEntropy::Report(const StepReport& report) {

@@ -10,19 +10,20 @@
 // one step every batch/rate seconds. A step:
 //
 //   1. reads the latest event of the next `batch` entities (one statement,
-//      on the thread's own MySQL connection), and leaves out those whose
-//      latest event is a dead letter of the sink, resolved or not (a second,
-//      indexed statement): that difference is known, counted and alerted on
-//      already, and `sluice deadletters` owns it (a discarded one stays
-//      given up on);
+//      on the thread's own MySQL connection);
 //   2. hands them to the sink's applier thread (SinkRunner::RunOnApplier:
 //      the sink keeps one caller), which compares only the entities whose
 //      latest event the sink has passed (event_id <= its offset in that
 //      partition: lag is not a difference) with one batched read of the view
-//      (Sink::VerifyEntities), and rewrites those that differ from their
-//      latest event with Sink::Repair(kNotOlder) once the durability barrier
-//      has passed: never over a newer version, so it is safe beside the pull
-//      loop and the writer's push;
+//      (Sink::VerifyEntities); leaves out those whose latest event is a dead
+//      letter of the sink, resolved or not (asked only when something
+//      differs, on the applier, which writes dead letters before its offset
+//      passes them): that difference is known, counted and alerted on
+//      already, and `sluice deadletters` owns it (a discarded one stays given
+//      up on); and rewrites the others from their latest event with
+//      Sink::Repair(kNotOlder) once the durability barrier has passed: never
+//      over a newer version, so it is safe beside the pull loop and the
+//      writer's push;
 //   3. re-reads the versions of entities the view holds NEWER than the
 //      step's read (storage may have moved on meanwhile); those still ahead
 //      of storage are counted (kind "ahead") and logged: only
@@ -48,10 +49,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -125,22 +128,27 @@ struct StepReport {
   }
 };
 
+// Which of the given events (partition, event_id) are dead letters of the sink.
+using DeadLetterLookup = std::function<Result<std::set<std::pair<uint32_t, uint64_t>>>(
+    const std::vector<std::pair<uint32_t, uint64_t>>& events)>;
+
 // Step 2 above, on the thread that may call `sink`: compares the entities
 // of `latest` (the latest event of each) whose event_id is at most the
-// partition's entry in `offsets` (the sink has passed it), and repairs those
-// that differ, below the view's version, once `barrier` returns ok. A
-// failure of VerifyEntities is returned; a failure of the barrier or of
-// Repair is reported in the StepReport (the differences are still counted).
+// partition's entry in `offsets` (the sink has passed it), drops the
+// differing ones whose latest event `dead_letters` names, and repairs the
+// rest, below the view's version, once `barrier` returns ok. A failure of
+// VerifyEntities or of the lookup is returned; a failure of the barrier or
+// of Repair is reported in the StepReport (the differences are still
+// counted).
 Result<StepReport> CompareAndRepair(connectors::Sink& sink, std::span<const connectors::ChangeEvent> latest,
                                     const std::map<uint32_t, uint64_t>& offsets,
-                                    const std::function<Status()>& barrier);
+                                    const std::function<Status()>& barrier, const DeadLetterLookup& dead_letters);
 
 // The thread of one sink.
 class AntiEntropy {
  public:
   struct Options {
     std::string sink;    // the sink's name, for logs
-    std::string dead_letter_sink;  // the name its dead letters are filed under
     std::string entity;  // its entity type
     uint32_t partitions = 0;
     sql::ConnectParams mysql;
@@ -168,9 +176,6 @@ class AntiEntropy {
   void Run();
   // One step; false when the walk must not move on (the step is retried).
   bool Step(EntityWalk& walk);
-  // Drops from `latest` (events of one partition) those that are dead
-  // letters of the sink.
-  Status DropDeadLetters(uint32_t partition, std::vector<connectors::ChangeEvent>& latest);
   // Counts and logs those of `newer` that storage has not caught up with.
   void CheckNewer(const std::vector<StepReport::Newer>& newer);
   void Report(const StepReport& report);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,10 @@ ChangeEvent Latest(const std::string& id, uint32_t partition, uint64_t event_id,
 }
 
 const auto kBarrierOk = [] { return Status::Ok(); };
+using EventKeys = std::set<std::pair<uint32_t, uint64_t>>;
+const DeadLetterLookup kNoDeadLetters = [](const std::vector<std::pair<uint32_t, uint64_t>>&) -> Result<EventKeys> {
+  return EventKeys{};
+};
 
 TEST(CompareAndRepair, RepairsOnlyTheEntitiesThatDifferAndCountsEachKind) {
   MemoryView view;
@@ -162,7 +168,7 @@ TEST(CompareAndRepair, RepairsOnlyTheEntitiesThatDifferAndCountsEachKind) {
       Latest("gone", 1, 2, 2, "", true),          Latest("missing", 1, 3, 7, R"({"n":7})"),
       Latest("older", 1, 4, 2, R"({"n":2})"),     Latest("same", 1, 5, 3, R"({"n":3})"),
   };
-  auto r = CompareAndRepair(view, latest, {{0, 10}, {1, 10}}, kBarrierOk);
+  auto r = CompareAndRepair(view, latest, {{0, 10}, {1, 10}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->skipped);
   EXPECT_EQ(r->checked, 6u);
@@ -182,7 +188,7 @@ TEST(CompareAndRepair, RepairsOnlyTheEntitiesThatDifferAndCountsEachKind) {
   EXPECT_EQ(view.rows["missing"].version, 7u);
   EXPECT_EQ(view.rows["older"].version, 2u);
   // Now the view matches: a second step finds nothing and writes nothing.
-  r = CompareAndRepair(view, latest, {{0, 10}, {1, 10}}, kBarrierOk);
+  r = CompareAndRepair(view, latest, {{0, 10}, {1, 10}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->checked, 6u);
   EXPECT_EQ(r->repaired, 0u);
@@ -194,7 +200,7 @@ TEST(CompareAndRepair, EntitiesTheSinkHasNotReachedAreNotCompared) {
   const std::vector<ChangeEvent> latest = {Latest("a", 0, 5, 1, "{}"), Latest("b", 0, 6, 1, "{}"),
                                            Latest("c", 1, 9, 1, "{}"), Latest("d", 2, 1, 1, "{}")};
   // Partition 0 applied up to event 5, partition 1 up to 8; partition 2 is unknown.
-  auto r = CompareAndRepair(view, latest, {{0, 5}, {1, 8}}, kBarrierOk);
+  auto r = CompareAndRepair(view, latest, {{0, 5}, {1, 8}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->checked, 1u);
   EXPECT_EQ(r->repaired, 1u);
@@ -202,7 +208,7 @@ TEST(CompareAndRepair, EntitiesTheSinkHasNotReachedAreNotCompared) {
   EXPECT_EQ(view.repair_calls[0], (std::vector<std::string>{"a"}));
   // Nothing passed: the view is not even read.
   MemoryView untouched;
-  r = CompareAndRepair(untouched, latest, {{0, 0}, {1, 0}, {2, 0}}, kBarrierOk);
+  r = CompareAndRepair(untouched, latest, {{0, 0}, {1, 0}, {2, 0}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->checked, 0u);
   EXPECT_EQ(untouched.verify_calls, 0);
@@ -213,7 +219,7 @@ TEST(CompareAndRepair, AViewNewerThanTheReadIsLeftForTheCallerToRecheck) {
   view.rows["a"] = {9, false, "{}"};   // newer than the read: storage moved on, or the view is ahead
   view.rows["b"] = {4, true, ""};      // a tombstone newer than the live version read
   const std::vector<ChangeEvent> latest = {Latest("a", 0, 1, 5, "{}"), Latest("b", 3, 2, 2, "{}")};
-  auto r = CompareAndRepair(view, latest, {{0, 1}, {3, 2}}, kBarrierOk);
+  auto r = CompareAndRepair(view, latest, {{0, 1}, {3, 2}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->checked, 2u);
   ASSERT_EQ(r->newer.size(), 2u);
@@ -233,7 +239,7 @@ TEST(CompareAndRepair, NothingIsWrittenWhenTheBarrierFails) {
   auto r = CompareAndRepair(view, std::vector<ChangeEvent>{Latest("a", 0, 1, 1, "{}")}, {{0, 1}}, [&] {
     ++waits;
     return Unavailable("storage is gone");
-  });
+  }, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(waits, 1);
   EXPECT_EQ(r->differences[static_cast<size_t>(DifferenceKind::kMissing)], 1u);
@@ -246,7 +252,7 @@ TEST(CompareAndRepair, NothingIsWrittenWhenTheBarrierFails) {
   r = CompareAndRepair(view, std::vector<ChangeEvent>{Latest("a", 0, 1, 1, "{}")}, {{0, 1}}, [&] {
     ++waits;
     return Status::Ok();
-  });
+  }, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(waits, 1);
 }
@@ -255,11 +261,40 @@ TEST(CompareAndRepair, RefusedRepairsAreCountedWithAnExample) {
   MemoryView view;
   view.refuse["bad"] = "value too long for column note";
   auto r = CompareAndRepair(view, std::vector<ChangeEvent>{Latest("bad", 0, 1, 1, "{}"), Latest("ok", 0, 2, 1, "{}")},
-                            {{0, 2}}, kBarrierOk);
+                            {{0, 2}}, kBarrierOk, kNoDeadLetters);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->repaired, 1u);
   EXPECT_EQ(r->unrepaired, 1u);
   EXPECT_EQ(r->unrepaired_example, "entity bad: refused: value too long for column note");
+}
+
+TEST(CompareAndRepair, AnEntityWhoseLatestEventIsADeadLetterIsLeftToDeadLetters) {
+  MemoryView view;  // empty: both would be missing
+  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> asked;
+  const DeadLetterLookup lookup = [&](const std::vector<std::pair<uint32_t, uint64_t>>& events) -> Result<EventKeys> {
+    asked.push_back(events);
+    return EventKeys{{1, 7}};
+  };
+  auto r = CompareAndRepair(view, std::vector<ChangeEvent>{Latest("dead", 1, 7, 1, "{}"), Latest("lost", 1, 8, 1, "{}")},
+                            {{1, 8}}, kBarrierOk, lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->checked, 2u);
+  EXPECT_EQ(r->differences[static_cast<size_t>(DifferenceKind::kMissing)], 1u);
+  EXPECT_EQ(r->repaired, 1u);
+  ASSERT_EQ(view.repair_calls.size(), 1u);
+  EXPECT_EQ(view.repair_calls[0], (std::vector<std::string>{"lost"}));
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], (std::vector<std::pair<uint32_t, uint64_t>>{{1, 7}, {1, 8}}));
+  // Asked only when something differs; a failed lookup fails the step.
+  asked.clear();
+  r = CompareAndRepair(view, std::vector<ChangeEvent>{Latest("lost", 1, 8, 1, "{}")}, {{1, 8}}, kBarrierOk, lookup);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(asked.empty());
+  MemoryView other;
+  r = CompareAndRepair(other, std::vector<ChangeEvent>{Latest("x", 0, 1, 1, "{}")}, {{0, 1}}, kBarrierOk,
+                       [](const auto&) -> Result<EventKeys> { return Unavailable("storage is gone"); });
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(other.repair_calls.empty());
 }
 
 }  // namespace

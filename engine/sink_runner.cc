@@ -50,7 +50,6 @@ Status SinkRunner::Start() {
   if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
     AntiEntropy::Options o;
     o.sink = options_.sink.name;
-    o.dead_letter_sink = options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink;
     o.entity = options_.sink.entity;
     o.partitions = options_.partitions;
     o.mysql = options_.mysql;
@@ -81,7 +80,9 @@ Result<StepReport> SinkRunner::CompareOnApplier(std::vector<connectors::ChangeEv
       }
       for (const auto& [p, pp] : progress_) offsets[p] = pp.event_id;
     }
-    *report = CompareAndRepair(sink, latest, offsets, [this] { return barrier_->Wait(); });
+    *report = CompareAndRepair(
+        sink, latest, offsets, [this] { return barrier_->Wait(); },
+        [this](const std::vector<std::pair<uint32_t, uint64_t>>& events) { return DeadLettersAmong(events); });
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -380,6 +381,31 @@ void SinkRunner::SetState(const std::string& state, const std::string& error) {
     pp.last_error = error;
   }
   dirty_ = true;
+}
+
+Result<std::set<std::pair<uint32_t, uint64_t>>> SinkRunner::DeadLettersAmong(
+    const std::vector<std::pair<uint32_t, uint64_t>>& events) {
+  std::set<std::pair<uint32_t, uint64_t>> out;
+  if (events.empty()) return out;
+  if (!dl_conn_ || !dl_conn_->healthy()) {
+    dl_conn_.reset();
+    ASSIGN_OR_RETURN(dl_conn_, sql::Connection::Open(options_.mysql));
+  }
+  // By the unique key (sink, entity_type, partition_id, event_id).
+  std::string q = "SELECT partition_id, event_id FROM sluice_dead_letters WHERE sink=";
+  dl_conn_->AppendQuoted(q, options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink);
+  q += " AND entity_type=";
+  dl_conn_->AppendQuoted(q, options_.sink.entity);
+  q += " AND (partition_id, event_id) IN (";
+  for (size_t i = 0; i < events.size(); ++i) {
+    q += (i > 0 ? ",(" : "(") + std::to_string(events[i].first) + "," + std::to_string(events[i].second) + ")";
+  }
+  q += ")";
+  ASSIGN_OR_RETURN(auto rows, dl_conn_->Query(q));
+  for (const auto& r : rows) {
+    out.emplace(static_cast<uint32_t>(std::stoul(r.at(0).value_or("0"))), std::stoull(r.at(1).value_or("0")));
+  }
+  return out;
 }
 
 Status SinkRunner::DeadLetter(const connectors::ChangeEvent& e, const std::string& reason) {

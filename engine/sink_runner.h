@@ -52,6 +52,7 @@
 #include <optional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +175,9 @@ class SinkRunner {
   // Under mu_: moves the offsets of the given partitions and restarts their
   // reading there; batches read from the old positions are dropped.
   void MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets);
+  // Applier thread: which of the (partition, event_id) are dead letters of this sink.
+  Result<std::set<std::pair<uint32_t, uint64_t>>> DeadLettersAmong(
+      const std::vector<std::pair<uint32_t, uint64_t>>& events);
   void SetState(const std::string& state, const std::string& error);
   // Sleeps up to d unless stopping; false when stopping.
   bool SleepUnlessStopping(std::chrono::milliseconds d);

@@ -171,9 +171,9 @@ Result<RepairSummary> RepairView(sql::Connection& storage, connectors::Sink& vie
   std::set<std::string> remaining_ids;
   for (const Difference& d : remaining) remaining_ids.insert(d.entity_id);
   summary.remaining = remaining_ids.size();
-  out << sink.name << ": repaired " << summary.differing - summary.remaining << " of " << summary.differing
-      << " differing entities (" << summary.rewritten << " rewritten from main storage), " << summary.remaining
-      << " remain\n";
+  out << sink.name << ": " << summary.differing - summary.remaining << " of " << summary.differing
+      << " differing entities now match (" << summary.rewritten << " rewritten from main storage), "
+      << summary.remaining << " remain\n";
   size_t shown = 0;
   std::set<std::string> reported;
   for (const Difference& d : remaining) {

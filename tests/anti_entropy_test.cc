@@ -188,13 +188,13 @@ TEST(AntiEntropy, NoticesAndRepairsARedisViewEmptiedDuringALoadWithoutARewind) {
   std::this_thread::sleep_for(300ms);
   std::string text = Scrape(metrics_port);
   const std::string sink = "{sink=\"cache\"}";
-  const double passes = Sample(text, "sluice_engine_anti_entropy_passes_total" + sink);
   const double missing = Sample(text, "sluice_engine_anti_entropy_differences_total{kind=\"missing\",sink=\"cache\"}");
   const double repaired = Sample(text, "sluice_engine_anti_entropy_repaired_total" + sink);
   // What Redis restarted without its data looks like: every key of the view gone, tombstones too.
   ASSERT_GT(cleaner.Clean(), 100u);
-  // A pass that began after the deletion compares every entity the sink has
-  // passed: by the end of the second pass from now the loss is noticed.
+  // The pass after the one in progress began after the deletion and compares
+  // every entity the sink has passed: by its end the loss is noticed.
+  const double passes = Sample(Scrape(metrics_port), "sluice_engine_anti_entropy_passes_total" + sink);
   ASSERT_TRUE(ScrapeUntil(metrics_port, 60s, [&](const std::string& t) {
     return Sample(t, "sluice_engine_anti_entropy_passes_total" + sink) >= passes + 2;
   }, &text)) << text;
@@ -233,7 +233,7 @@ TEST(AntiEntropy, NoticesAndRepairsARedisViewEmptiedDuringALoadWithoutARewind) {
   EXPECT_EQ(redis.Get(ahead_key), future);
   // ... until an operator's verify --repair overwrites it from storage, beside the running engine.
   EXPECT_EQ(RepairViews(path, &out, "cache"), 0) << out;
-  EXPECT_NE(out.find("repaired 1 of 1 differing entities"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 of 1 differing entities now match"), std::string::npos) << out;
   EXPECT_EQ(Json::parse(redis.Get(ahead_key).value_or("{}"), nullptr, false).value("_version", uint64_t{0}), version);
   EXPECT_EQ(VerifyViews(path, &out), 0) << out;
 }
@@ -370,7 +370,7 @@ TEST(VerifyRepair, RedisViewIsRepairedWithOneWritePerDamagedKeyAndNothingElse) {
   ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
   ASSERT_EQ(server.Changes(), before);
   EXPECT_EQ(RepairViews(s.path, &out), 0) << out;
-  EXPECT_NE(out.find("cache: repaired 5 of 5 differing entities (5 rewritten from main storage), 0 remain"),
+  EXPECT_NE(out.find("cache: 5 of 5 differing entities now match (5 rewritten from main storage), 0 remain"),
             std::string::npos)
       << out;
   EXPECT_EQ(server.Changes() - before, 5) << "one write per damaged key, none for the others";
@@ -404,7 +404,7 @@ TEST(VerifyRepair, MysqlViewIsRepairedRowByRowAndNothingElseIsWritten) {
   std::string out;
   ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
   EXPECT_EQ(RepairViews(s.path, &out), 0) << out;
-  EXPECT_NE(out.find("table: repaired 5 of 5 differing entities (5 rewritten from main storage), 0 remain"),
+  EXPECT_NE(out.find("table: 5 of 5 differing entities now match (5 rewritten from main storage), 0 remain"),
             std::string::npos)
       << out;
   std::set<std::pair<std::string, std::string>> writes;
@@ -479,7 +479,7 @@ TEST(VerifyRepair, OpenSearchViewRestoredFromAnOldCopyIsRepairedAndAViewAheadGet
   ASSERT_EQ(VerifyViews(s.path, &out), 1) << out;
   const int64_t before = IndexedTotal(index);
   EXPECT_EQ(RepairViews(s.path, &out), 0) << out;
-  EXPECT_NE(out.find("search: repaired 3 of 3 differing entities (3 rewritten from main storage), 0 remain"),
+  EXPECT_NE(out.find("search: 3 of 3 differing entities now match (3 rewritten from main storage), 0 remain"),
             std::string::npos)
       << out;
   EXPECT_EQ(IndexedTotal(index) - before, 3) << "one write per damaged document, none for the others";
@@ -492,7 +492,7 @@ TEST(VerifyRepair, OpenSearchViewRestoredFromAnOldCopyIsRepairedAndAViewAheadGet
   ASSERT_EQ(ahead.status / 100, 2) << ahead.body;
   const int64_t before_ahead = IndexedTotal(index);
   EXPECT_EQ(RepairViews(s.path, &out), 1) << out;
-  EXPECT_NE(out.find("search: repaired 0 of 1 differing entities (0 rewritten from main storage), 1 remain"),
+  EXPECT_NE(out.find("search: 0 of 1 differing entities now match (0 rewritten from main storage), 1 remain"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("`sluice rebuild --sink search`"), std::string::npos) << out;
