@@ -42,6 +42,9 @@ DifferenceKind KindOf(Difference::Kind k) {
     case Difference::Kind::kExtra: return DifferenceKind::kExtra;
     case Difference::Kind::kVersionMismatch: return DifferenceKind::kVersionMismatch;
     case Difference::Kind::kContentMismatch: return DifferenceKind::kContentMismatch;
+    // Only logs report these, and logs have no entity checks.
+    case Difference::Kind::kPhantom: return DifferenceKind::kExtra;
+    case Difference::Kind::kDuplicate: return DifferenceKind::kContentMismatch;
   }
   return DifferenceKind::kContentMismatch;
 }
