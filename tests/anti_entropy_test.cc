@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <regex>
@@ -497,6 +498,37 @@ TEST(VerifyRepair, OpenSearchViewRestoredFromAnOldCopyIsRepairedAndAViewAheadGet
       << out;
   EXPECT_NE(out.find("`sluice rebuild --sink search`"), std::string::npos) << out;
   EXPECT_EQ(IndexedTotal(index), before_ahead);
+}
+
+TEST(VerifyRepair, ASinkWithoutEntityChecksIsOnlyVerifiedAndNeverWalked) {
+  SLUICE_REQUIRE_MYSQL();
+  const std::string file =
+      (std::filesystem::temp_directory_path() / (UniquePrefix("repair_jsonl") + ".jsonl")).string();
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove{file};
+  TestDatabase db("repair_jsonl");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 2}};
+  cfg.port = FreePort();
+  const uint16_t metrics_port = FreePort();
+  cfg.extra_yaml = std::string("engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 10ms\n") +
+                   "  anti_entropy: {rate: 20000, batch: 100}\n"
+                   "metrics:\n  listen: 127.0.0.1:" + std::to_string(metrics_port) + "\n"
+                   "plugins:\n  - " + JSONL_PLUGIN + "\n"
+                   "sinks:\n  - {name: log, type: jsonl, entity: account, path: " + file + ", fsync: false}\n";
+  const std::string path = cfg.Write();
+  auto serve = StartSluice("serve", path, cfg.port);
+  EXPECT_EQ(MixedLoad(cfg.port, 200, 20, 2, 3), 200);
+  std::string out;
+  ASSERT_TRUE(WaitCaughtUp(path, 60s, &out)) << out;
+  std::this_thread::sleep_for(300ms);  // many passes' worth at this rate, were the sink walked
+  EXPECT_EQ(Sample(Scrape(metrics_port), "sluice_engine_anti_entropy_checked_total{sink=\"log\"}"), 0);
+  EXPECT_EQ(RepairViews(path, &out), 0) << out;
+  EXPECT_NE(out.find("log: 20 entities checked, 0 differences"), std::string::npos) << out;
+  EXPECT_NE(out.find("log: not repaired: a jsonl sink cannot rewrite single entities"), std::string::npos) << out;
 }
 
 }  // namespace
