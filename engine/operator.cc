@@ -85,6 +85,25 @@ Result<DeadLetterRow> FindDeadLetter(sql::Connection& conn, uint64_t id) {
                        r[4].value_or("")};
 }
 
+// The dead letter `id` that `action` (retry, discard) is asked for: an error
+// when it belongs to another sink than `sink`, nullopt (said on `out`) when
+// it is resolved already.
+Result<std::optional<DeadLetterRow>> DeadLetterToAct(sql::Connection& conn, uint64_t id,
+                                                     const std::optional<std::string>& sink,
+                                                     std::string_view action, std::ostream& out) {
+  ASSIGN_OR_RETURN(DeadLetterRow row, FindDeadLetter(conn, id));
+  if (sink && row.sink != *sink) {
+    return InvalidArgument("dead letter " + std::to_string(id) + " belongs to sink '" + row.sink + "', not '" +
+                           *sink + "'");
+  }
+  if (row.resolved) {
+    out << "dead letter " << id << " (" << row.sink << ", entity " << row.entity_id << ") is already resolved ("
+        << row.resolution << "); nothing to " << action << "\n";
+    return std::optional<DeadLetterRow>();
+  }
+  return std::optional<DeadLetterRow>(std::move(row));
+}
+
 }  // namespace
 
 Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
@@ -231,16 +250,9 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::optional<std::string> only_sink = filter.sink;
   if (filter.id) {
-    ASSIGN_OR_RETURN(const DeadLetterRow row, FindDeadLetter(*conn, *filter.id));
-    if (filter.sink && row.sink != *filter.sink) {
-      return InvalidArgument("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
-                             "', not '" + *filter.sink + "'");
-    }
-    if (row.resolved) {
-      out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id
-          << ") is already resolved (" << row.resolution << "); nothing to retry\n";
-      return 0;
-    }
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, "retry", out));
+    if (!found) return 0;
+    const DeadLetterRow& row = *found;
     if (!FindSink(config, row.sink)) {
       return FailedPrecondition("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
                                 "', which " + config.path + " does not declare");
@@ -306,16 +318,9 @@ Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLett
   constexpr std::string_view kDiscard =
       "UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='discarded' WHERE resolved_at IS NULL AND ";
   if (filter.id) {
-    ASSIGN_OR_RETURN(const DeadLetterRow row, FindDeadLetter(*conn, *filter.id));
-    if (filter.sink && row.sink != *filter.sink) {
-      return InvalidArgument("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
-                             "', not '" + *filter.sink + "'");
-    }
-    if (row.resolved) {
-      out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id
-          << ") is already resolved (" << row.resolution << "); nothing to discard\n";
-      return 0;
-    }
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, "discard", out));
+    if (!found) return 0;
+    const DeadLetterRow& row = *found;
     ASSIGN_OR_RETURN(const uint64_t changed,
                      conn->Execute(std::string(kDiscard) + "id=" + std::to_string(*filter.id)));
     out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id << ", version "

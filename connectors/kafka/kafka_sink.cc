@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -224,10 +225,6 @@ class KafkaSink final : public Sink {
   }
 
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
-    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
-    if (!consumer.ok()) return consumer.status();
-    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
-    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     struct Latest {
       uint64_t version = 0;
       bool deleted = false;
@@ -235,26 +232,16 @@ class KafkaSink final : public Sink {
       uint32_t repeated = 0;  // records whose version was not above the previous one
     };
     std::map<std::string, Latest> topic;
-    Status decode_error = Status::Ok();
-    for (int32_t t = 0; t < *count; ++t) {
-      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
-      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
-        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
-        if (!e.ok()) {
-          if (decode_error.ok()) decode_error = e.status();
-          return;
-        }
-        Latest& l = topic[e->entity_id];
-        if (e->version <= l.version) {
-          ++l.repeated;
-          return;
-        }
-        l.version = e->version;
-        l.deleted = e->deleted;
-        l.state = std::move(e->state);
-      }, kReadTimeout));
-    }
-    if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    RETURN_IF_ERROR(ReadEveryRecord([&](ChangeEvent&& e, int32_t, int64_t) {
+      Latest& l = topic[e.entity_id];
+      if (e.version <= l.version) {
+        ++l.repeated;
+        return;
+      }
+      l.version = e.version;
+      l.deleted = e.deleted;
+      l.state = std::move(e.state);
+    }));
     for (const EntitySnapshot& s : truth) {
       const auto it = topic.find(s.entity_id);
       if (it == topic.end()) {
@@ -283,10 +270,6 @@ class KafkaSink final : public Sink {
   }
 
   Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override {
-    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
-    if (!consumer.ok()) return consumer.status();
-    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
-    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     // Every record by (entity, version), with where it is in the topic.
     struct Record {
       ChangeEvent event;
@@ -294,20 +277,10 @@ class KafkaSink final : public Sink {
       int64_t offset = 0;
     };
     std::map<std::pair<std::string, uint64_t>, std::vector<Record>> records;
-    Status decode_error = Status::Ok();
-    for (int32_t t = 0; t < *count; ++t) {
-      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
-      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
-        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
-        if (!e.ok()) {
-          if (decode_error.ok()) decode_error = e.status();
-          return;
-        }
-        auto key = std::make_pair(e->entity_id, e->version);
-        records[std::move(key)].push_back(Record{std::move(e).value(), t, m.offset});
-      }, kReadTimeout));
-    }
-    if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    RETURN_IF_ERROR(ReadEveryRecord([&](ChangeEvent&& e, int32_t topic_partition, int64_t offset) {
+      auto key = std::make_pair(e.entity_id, e.version);
+      records[std::move(key)].push_back(Record{std::move(e), topic_partition, offset});
+    }));
     const auto where = [this](const Record& r) {
       return topic_ + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
     };
@@ -360,6 +333,29 @@ class KafkaSink final : public Sink {
   };
 
   std::string Where() const { return "sink '" + config_.name + "': "; }
+
+  // Decodes every record of the topic, partition by partition up to the
+  // high watermarks at the time of the call, for verify.
+  Status ReadEveryRecord(const std::function<void(ChangeEvent&&, int32_t topic_partition, int64_t offset)>& each) {
+    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
+    if (!consumer.ok()) return consumer.status();
+    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
+    if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
+    Status decode_error = Status::Ok();
+    for (int32_t t = 0; t < *count; ++t) {
+      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
+      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
+        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
+        if (!e.ok()) {
+          if (decode_error.ok()) decode_error = e.status();
+          return;
+        }
+        each(std::move(e).value(), t, m.offset);
+      }, kReadTimeout));
+    }
+    if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    return Status::Ok();
+  }
 
   // A client of the sink's cluster named sluice-<sink>[-<purpose>]; a config
   // librdkafka refuses is a misconfiguration (kFailedPrecondition).
