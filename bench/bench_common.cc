@@ -199,7 +199,9 @@ std::vector<std::pair<std::string, std::string>> CpuWatch::Compare(const Sample&
       for (const auto& [t, v] : a.thread_ticks[i]) {
         if (t == tid) before = v;
       }
-      per_thread.push_back(after - before);
+      // A thread that ended between listing /proc/PID/task and reading its
+      // stat reads as 0: count nothing for it rather than wrap around.
+      per_thread.push_back(after >= before ? after - before : 0);
     }
     std::sort(per_thread.rbegin(), per_thread.rend());
     std::string busiest;
