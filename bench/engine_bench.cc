@@ -24,7 +24,6 @@
 #include "bench/engine_bench_lag.h"
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
-#include "connectors/redis/key_template.h"
 #include "sql/params.h"
 
 namespace po = boost::program_options;
@@ -94,6 +93,7 @@ struct Args {
   uint32_t pipeline = 1000;
   double timeout = 300;
   std::vector<std::pair<std::string, pid_t>> watch;
+  ViewServers servers;
   LagOptions lag;
 };
 
@@ -117,6 +117,7 @@ void ParseUrl(const std::string& url, LagOptions& lag) {
 std::optional<Args> ParseArgs(int argc, char** argv) {
   Args a;
   std::vector<std::string> watch;
+  std::string redis, opensearch;
   po::options_description desc(kHelp);
   // clang-format off
   desc.add_options()
@@ -137,6 +138,8 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("timeout", po::value(&a.timeout)->default_value(300), "drain: give up after this many seconds")
     ("watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)")
     ("url", po::value(&a.url), "lag: the writer, http://HOST:PORT")
+    ("redis", po::value(&redis)->default_value("127.0.0.1:16379"), "HOST:PORT of the Redis the redis sinks write (database 0)")
+    ("opensearch", po::value(&opensearch)->default_value("127.0.0.1:19200"), "HOST:PORT of the OpenSearch the elasticsearch sinks write")
     ("rate", po::value(&a.lag.rate)->default_value(10000), "lag: commands per second (open loop)")
     ("seconds", po::value(&a.lag.seconds)->default_value(20), "lag: measured window")
     ("warmup", po::value(&a.lag.warmup_seconds)->default_value(3), "lag: seconds at the same rate before it")
@@ -184,6 +187,12 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   }
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
   if (std::string error; !ParseWatch(watch, &a.watch, &error)) throw Usage{error};
+  auto redis_server = ParseHostPort(redis);
+  auto opensearch_server = ParseHostPort(opensearch);
+  if (!redis_server.ok()) throw Usage{"--redis: " + redis_server.status().message()};
+  if (!opensearch_server.ok()) throw Usage{"--opensearch: " + opensearch_server.status().message()};
+  a.servers = ViewServers{*redis_server, *opensearch_server};
+  a.lag.redis = a.servers.redis;
   a.lag.watch = a.watch;
   a.lag.watch.insert(a.lag.watch.begin(), {"engine_bench", getpid()});
   a.lag.run_id = a.run_id;
@@ -313,6 +322,7 @@ int Run(const Args& a) {
     d.log_path = a.log_path;
     d.watch = a.watch;
     d.timeout_seconds = a.timeout;
+    d.servers = a.servers;
     auto r = RunDrain(*cfg, d);
     if (!r.ok()) {
       failed = r.status();
@@ -341,7 +351,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "direct") {
     Backlog backlog(spec);
-    auto r = ApplyDirect(*cfg, *sink, backlog);
+    auto r = ApplyDirect(*cfg, *sink, a.servers, backlog);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -350,15 +360,11 @@ int Run(const Args& a) {
       report.Add("apply_s", r->busy_seconds, 2);
       report.Add("apply_rate", r->busy_seconds > 0 ? static_cast<double>(r->events) / r->busy_seconds : 0.0, 0);
       report.Add("applied", r->applied);
-      if (r->hint_reads_skipped >= 0) {
-        report.Add("hint_reads_skipped", static_cast<uint64_t>(r->hint_reads_skipped));
-        report.Add("hint_wrong_guesses", static_cast<uint64_t>(r->hint_wrong_guesses));
-      }
       verified = VerifySink(a, sink->name, report, problems);
     }
   } else if (a.mode == "redis_raw") {
     Backlog backlog(spec);
-    auto r = RawRedisSets(*sink, backlog, a.pipeline);
+    auto r = RawRedisSets(*sink, a.servers.redis, backlog, a.pipeline);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -379,7 +385,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "es_raw") {
     Backlog backlog(spec);
-    auto r = RawEsBulk(*cfg, *sink, backlog);
+    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -431,12 +437,12 @@ int Run(const Args& a) {
     uint64_t removed = 0;
     for (const auto& s : cfg->sinks) {
       if (s.type == "elasticsearch") {
-        if (failed = DropEsIndex(s); !failed.ok()) break;
+        if (failed = DropEsIndex(s, a.servers.opensearch); !failed.ok()) break;
         continue;
       }
       if (s.type != "redis") continue;
-      auto keys = connectors::redis::KeyTemplate::Parse(s.redis.key, s.entity);
-      auto conn = keys.ok() ? RedisConn::Open(s.redis.url) : Result<std::unique_ptr<RedisConn>>(keys.status());
+      auto keys = BenchRedisKeys(s);
+      auto conn = keys.ok() ? RedisConn::Open(a.servers.redis) : Result<std::unique_ptr<RedisConn>>(keys.status());
       if (!conn.ok()) {
         failed = conn.status();
         break;
