@@ -1,5 +1,5 @@
 // engine_bench: the sync engine's benchmarks (DESIGN 9) and their same-run
-// baselines. One mode per run; bench/run_engine_bench strings them together
+// baselines. One mode per run; bench/scenarios/*.bench string them together
 // and prints the table that goes to docs/BENCHMARKS.md.
 //
 // Exit codes: 0 the run finished and verified its result, 1 it failed or

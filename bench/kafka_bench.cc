@@ -1,6 +1,6 @@
 // kafka_bench: draining a backlog into Kafka with the kafka sink, and its
 // same-run baseline, a plain librdkafka producer of the same records
-// (DESIGN 9, docs/BENCHMARKS.md). bench/run_kafka_bench strings the modes
+// (DESIGN 9, docs/BENCHMARKS.md). bench/scenarios/kafka.bench strings the modes
 // together.
 //
 //   load   the backlog of engine_bench (bench/engine_bench_backlog.h) straight
