@@ -103,15 +103,12 @@ struct Usage {
 
 // host:port from http://host:port[/].
 void ParseUrl(const std::string& url, LagOptions& lag) {
-  std::string rest = url;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : url;
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw Usage{"--url wants http://HOST:PORT, got " + url};
-  lag.host = rest.substr(0, colon);
-  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
-  if (port <= 0 || port > 65535) throw Usage{"--url wants http://HOST:PORT, got " + url};
-  lag.port = static_cast<uint16_t>(port);
+  auto server = ParseHostPort(rest);
+  if (!server.ok()) throw Usage{"--url wants http://HOST:PORT, got " + url};
+  lag.host = server->host;
+  lag.port = server->port;
 }
 
 std::optional<Args> ParseArgs(int argc, char** argv) {
@@ -220,7 +217,7 @@ bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vec
   Result<int> code = 0;
   uint64_t attempts = 0;
   {
-    Progress progress("sluice verify " + sink, [](double) { return std::string("running"); });
+    ProgressLine progress("sluice verify " + sink, [](double) { return std::string("running"); });
     for (;;) {
       ++attempts;
       code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);

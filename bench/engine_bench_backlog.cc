@@ -119,7 +119,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("load", [&](double t) {
+    ProgressLine progress("load", [&](double t) {
       return RateText(rows_done.load(), backlog.total_events(), t, last_done, last_t, "events inserted");
     });
     std::vector<std::thread> workers;
@@ -173,7 +173,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   r.rows = rows_done.load();
   r.statements = statements.load();
   std::atomic<uint32_t> checked{0};
-  Progress progress("load check", [&](double) {
+  ProgressLine progress("load check", [&](double) {
     return std::to_string(checked.load()) + "/" + std::to_string(spec.partitions) +
            " event tables checked (event_ids and versions dense)";
   });
@@ -208,7 +208,7 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint&
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("redis raw SET", [&](double t) {
+    ProgressLine progress("redis raw SET", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "SETs");
     });
     for (uint32_t p = 0; p < spec.partitions; ++p) {
@@ -323,7 +323,7 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("mysql raw upsert", [&](double t) {
+    ProgressLine progress("mysql raw upsert", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "rows");
     });
     std::vector<std::thread> others;
@@ -387,7 +387,7 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("direct Apply " + sink.name, [&](double t) {
+    ProgressLine progress("direct Apply " + sink.name, [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "events applied");
     });
     for (bool any = true; any;) {

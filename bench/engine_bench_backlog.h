@@ -100,7 +100,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
 
 // Seconds from `start` to now.
 double SecondsSince(Clock::time_point start);
-// "done/total unit, rate/s now" for a Progress line; keeps the last sample
+// "done/total unit, rate/s now" for a ProgressLine; keeps the last sample
 // in last_done/last_t for the next rate.
 std::string RateText(uint64_t done, uint64_t total, double elapsed, uint64_t& last_done, double& last_t,
                      const char* unit);

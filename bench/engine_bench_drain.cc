@@ -207,7 +207,7 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   {
     uint64_t last_sum = 0;
     double last_t = 0;
-    Progress progress("drain " + sink.name, [&](double t) {
+    ProgressLine progress("drain " + sink.name, [&](double t) {
       const uint64_t sum = offsets_sum.load();
       const double rate = t > last_t ? static_cast<double>(sum - last_sum) / (t - last_t) : 0;
       last_sum = sum;

@@ -145,7 +145,7 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("raw _bulk", [&](double t) {
+    ProgressLine progress("raw _bulk", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "documents");
     });
     for (uint32_t p = 0; p < spec.partitions; ++p) {

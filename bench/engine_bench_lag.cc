@@ -514,7 +514,7 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("lag", [&](double t) {
+    ProgressLine progress("lag", [&](double t) {
       if (storage) {
         const uint64_t done = storage_load.inserted.load();
         const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;

@@ -129,28 +129,6 @@ std::optional<MemoryKib> ReadMemory(pid_t pid) {
   return m;
 }
 
-Progress::Progress(std::string label, std::function<std::string(double)> what) {
-  thread_ = std::thread([this, label = std::move(label), what = std::move(what)] {
-    const auto start = std::chrono::steady_clock::now();
-    std::unique_lock lock(mu_);
-    for (int tick = 1;; ++tick) {
-      if (cv_.wait_until(lock, start + std::chrono::seconds(tick), [this] { return stop_; })) return;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::cerr << "[engine_bench] " << label << " " << static_cast<int>(elapsed + 0.5) << "s: " << what(elapsed)
-                << std::endl;
-    }
-  });
-}
-
-Progress::~Progress() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
 void RedisConn::ReplyFree::operator()(redisReply* r) const { freeReplyObject(r); }
 
 Result<Endpoint> ParseHostPort(std::string_view text) {

@@ -1,11 +1,10 @@
 // Small pieces the sync-engine benchmark (bench/engine_bench.cc) needs and the
 // writer benchmark's bench_common.h does not have: child processes (spawn,
-// memory from /proc, stop), a blocking Redis connection, the wall clock in
-// microseconds, and a progress line labelled "[engine_bench]".
+// memory from /proc, stop), a blocking Redis connection, the servers' and
+// views' addresses, and the wall clock in microseconds.
 //
-// Threads: Progress runs its own thread and calls its callback from it; a
-// RedisConn is used by one thread at a time; the free functions are safe
-// from any thread.
+// Threads: a RedisConn is used by one thread at a time; the free functions
+// are safe from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -100,22 +99,6 @@ struct MemoryKib {
   uint64_t hwm = 0;
 };
 std::optional<MemoryKib> ReadMemory(pid_t pid);
-
-// Prints "[engine_bench] <label> <N>s: <what()>" on stderr about once per
-// second until destroyed.
-class Progress {
- public:
-  Progress(std::string label, std::function<std::string(double elapsed_s)> what);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 // A blocking hiredis connection (no AUTH beyond a password, db via SELECT).
 class RedisConn {
