@@ -2,7 +2,7 @@
 # per thread; "# Histogram Overflows:" counts wake-ups of 20 ms or more) as
 #   probe_wakeups=N probe_p99_ms=A probe_p999_ms=B probe_max_ms=C probe_over_2ms_pct=P
 # Exits 1, printing probe_error=1, when it holds no wake-up.
-# Used by bench/run_push_bench and bench/machine_stops.
+# Used by bench/run (the probe step) and bench/machine_stops.
 /^[0-9]+[ \t]/ { for (i = 2; i <= NF; i++) { n[$1 + 0] += $i; total += $i } }
 /^# Histogram Overflows:/ { for (i = 4; i <= NF; i++) { over += $i; total += $i } }
 /^# Max Latencies:/ { for (i = 4; i <= NF; i++) if ($i + 0 > max) max = $i + 0 }

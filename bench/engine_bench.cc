@@ -1,5 +1,5 @@
 // engine_bench: the sync engine's benchmarks (DESIGN 9) and their same-run
-// baselines. One mode per run; bench/run_engine_bench strings them together
+// baselines. One mode per run; bench/scenarios/*.bench string them together
 // and prints the table that goes to docs/BENCHMARKS.md.
 //
 // Exit codes: 0 the run finished and verified its result, 1 it failed or
@@ -24,7 +24,6 @@
 #include "bench/engine_bench_lag.h"
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
-#include "connectors/redis/key_template.h"
 #include "sql/params.h"
 
 namespace po = boost::program_options;
@@ -94,6 +93,7 @@ struct Args {
   uint32_t pipeline = 1000;
   double timeout = 300;
   std::vector<std::pair<std::string, pid_t>> watch;
+  ViewServers servers;
   LagOptions lag;
 };
 
@@ -103,20 +103,18 @@ struct Usage {
 
 // host:port from http://host:port[/].
 void ParseUrl(const std::string& url, LagOptions& lag) {
-  std::string rest = url;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : url;
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw Usage{"--url wants http://HOST:PORT, got " + url};
-  lag.host = rest.substr(0, colon);
-  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
-  if (port <= 0 || port > 65535) throw Usage{"--url wants http://HOST:PORT, got " + url};
-  lag.port = static_cast<uint16_t>(port);
+  auto server = ParseHostPort(rest);
+  if (!server.ok()) throw Usage{"--url wants http://HOST:PORT, got " + url};
+  lag.host = server->host;
+  lag.port = server->port;
 }
 
 std::optional<Args> ParseArgs(int argc, char** argv) {
   Args a;
   std::vector<std::string> watch;
+  std::string redis, opensearch;
   po::options_description desc(kHelp);
   // clang-format off
   desc.add_options()
@@ -137,6 +135,8 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("timeout", po::value(&a.timeout)->default_value(300), "drain: give up after this many seconds")
     ("watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)")
     ("url", po::value(&a.url), "lag: the writer, http://HOST:PORT")
+    ("redis", po::value(&redis)->default_value("127.0.0.1:16379"), "HOST:PORT of the Redis the redis sinks write (database 0)")
+    ("opensearch", po::value(&opensearch)->default_value("127.0.0.1:19200"), "HOST:PORT of the OpenSearch the elasticsearch sinks write")
     ("rate", po::value(&a.lag.rate)->default_value(10000), "lag: commands per second (open loop)")
     ("seconds", po::value(&a.lag.seconds)->default_value(20), "lag: measured window")
     ("warmup", po::value(&a.lag.warmup_seconds)->default_value(3), "lag: seconds at the same rate before it")
@@ -184,6 +184,12 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   }
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
   if (std::string error; !ParseWatch(watch, &a.watch, &error)) throw Usage{error};
+  auto redis_server = ParseHostPort(redis);
+  auto opensearch_server = ParseHostPort(opensearch);
+  if (!redis_server.ok()) throw Usage{"--redis: " + redis_server.status().message()};
+  if (!opensearch_server.ok()) throw Usage{"--opensearch: " + opensearch_server.status().message()};
+  a.servers = ViewServers{*redis_server, *opensearch_server};
+  a.lag.redis = a.servers.redis;
   a.lag.watch = a.watch;
   a.lag.watch.insert(a.lag.watch.begin(), {"engine_bench", getpid()});
   a.lag.run_id = a.run_id;
@@ -211,7 +217,7 @@ bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vec
   Result<int> code = 0;
   uint64_t attempts = 0;
   {
-    Progress progress("sluice verify " + sink, [](double) { return std::string("running"); });
+    ProgressLine progress("sluice verify " + sink, [](double) { return std::string("running"); });
     for (;;) {
       ++attempts;
       code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);
@@ -313,6 +319,7 @@ int Run(const Args& a) {
     d.log_path = a.log_path;
     d.watch = a.watch;
     d.timeout_seconds = a.timeout;
+    d.servers = a.servers;
     auto r = RunDrain(*cfg, d);
     if (!r.ok()) {
       failed = r.status();
@@ -341,7 +348,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "direct") {
     Backlog backlog(spec);
-    auto r = ApplyDirect(*cfg, *sink, backlog);
+    auto r = ApplyDirect(*cfg, *sink, a.servers, backlog);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -350,15 +357,11 @@ int Run(const Args& a) {
       report.Add("apply_s", r->busy_seconds, 2);
       report.Add("apply_rate", r->busy_seconds > 0 ? static_cast<double>(r->events) / r->busy_seconds : 0.0, 0);
       report.Add("applied", r->applied);
-      if (r->hint_reads_skipped >= 0) {
-        report.Add("hint_reads_skipped", static_cast<uint64_t>(r->hint_reads_skipped));
-        report.Add("hint_wrong_guesses", static_cast<uint64_t>(r->hint_wrong_guesses));
-      }
       verified = VerifySink(a, sink->name, report, problems);
     }
   } else if (a.mode == "redis_raw") {
     Backlog backlog(spec);
-    auto r = RawRedisSets(*sink, backlog, a.pipeline);
+    auto r = RawRedisSets(*sink, a.servers.redis, backlog, a.pipeline);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -379,7 +382,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "es_raw") {
     Backlog backlog(spec);
-    auto r = RawEsBulk(*cfg, *sink, backlog);
+    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -431,12 +434,12 @@ int Run(const Args& a) {
     uint64_t removed = 0;
     for (const auto& s : cfg->sinks) {
       if (s.type == "elasticsearch") {
-        if (failed = DropEsIndex(s); !failed.ok()) break;
+        if (failed = DropEsIndex(s, a.servers.opensearch); !failed.ok()) break;
         continue;
       }
       if (s.type != "redis") continue;
-      auto keys = connectors::redis::KeyTemplate::Parse(s.redis.key, s.entity);
-      auto conn = keys.ok() ? RedisConn::Open(s.redis.url) : Result<std::unique_ptr<RedisConn>>(keys.status());
+      auto keys = BenchRedisKeys(s);
+      auto conn = keys.ok() ? RedisConn::Open(a.servers.redis) : Result<std::unique_ptr<RedisConn>>(keys.status());
       if (!conn.ok()) {
         failed = conn.status();
         break;

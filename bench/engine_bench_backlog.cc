@@ -12,8 +12,6 @@
 #include "bench/bench_common.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
-#include "connectors/mysql/mysql_sink.h"
-#include "connectors/redis/key_template.h"
 #include "connectors/sink.h"
 #include "core/partitioner.h"
 #include "sql/params.h"
@@ -121,7 +119,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("load", [&](double t) {
+    ProgressLine progress("load", [&](double t) {
       return RateText(rows_done.load(), backlog.total_events(), t, last_done, last_t, "events inserted");
     });
     std::vector<std::thread> workers;
@@ -175,7 +173,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   r.rows = rows_done.load();
   r.statements = statements.load();
   std::atomic<uint32_t> checked{0};
-  Progress progress("load check", [&](double) {
+  ProgressLine progress("load check", [&](double) {
     return std::to_string(checked.load()) + "/" + std::to_string(spec.partitions) +
            " event tables checked (event_ids and versions dense)";
   });
@@ -191,10 +189,11 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   return r;
 }
 
-Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& backlog, uint32_t pipeline) {
+Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint& redis, const Backlog& backlog,
+                                 uint32_t pipeline) {
   if (sink.type != "redis") return InvalidArgument("sink " + sink.name + " is not a redis sink");
-  ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
-  ASSIGN_OR_RETURN(auto conn, RedisConn::Open(sink.redis.url));
+  ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
+  ASSIGN_OR_RETURN(auto conn, RedisConn::Open(redis));
   RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
   ASSIGN_OR_RETURN(const double usec_before, conn->WriteCommandMicros());
   pipeline = std::max<uint32_t>(1, pipeline);
@@ -209,7 +208,7 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& 
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("redis raw SET", [&](double t) {
+    ProgressLine progress("redis raw SET", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "SETs");
     });
     for (uint32_t p = 0; p < spec.partitions; ++p) {
@@ -324,7 +323,7 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("mysql raw upsert", [&](double t) {
+    ProgressLine progress("mysql raw upsert", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "rows");
     });
     std::vector<std::thread> others;
@@ -354,7 +353,7 @@ connectors::ChangeEvent Backlog::ChangeEventAt(uint32_t p, uint64_t event_id, in
   return ce;
 }
 
-Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink,
+Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink, const ViewServers& servers,
                                 const Backlog& backlog) {
   const BacklogSpec& spec = backlog.spec();
   if (sink.entity != spec.type) return InvalidArgument("sink " + sink.name + " is not of type " + spec.type);
@@ -362,12 +361,12 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   std::unique_ptr<RedisConn> stats;
   double usec_before = 0;
   if (sink.type == "redis") {
-    ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
-    ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
+    ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
+    ASSIGN_OR_RETURN(stats, RedisConn::Open(servers.redis));
     RETURN_IF_ERROR(stats->DeleteMatching(keys.ScanPattern()).status());
     ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
   } else if (sink.type == "elasticsearch") {
-    RETURN_IF_ERROR(DropEsIndex(sink));
+    RETURN_IF_ERROR(DropEsIndex(sink, servers.opensearch));
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
@@ -388,7 +387,7 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("direct Apply " + sink.name, [&](double t) {
+    ProgressLine progress("direct Apply " + sink.name, [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "events applied");
     });
     for (bool any = true; any;) {
@@ -429,10 +428,6 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
         }
       }
     }
-  }
-  if (const auto hints = connectors::mysql::HintStatsOf(*view)) {
-    r.hint_reads_skipped = static_cast<int64_t>(hints->reads_skipped);
-    r.hint_wrong_guesses = static_cast<int64_t>(hints->wrong_guesses);
   }
   view->Close();
   r.seconds = SecondsSince(start);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
@@ -99,7 +100,7 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
 
 // Seconds from `start` to now.
 double SecondsSince(Clock::time_point start);
-// "done/total unit, rate/s now" for a Progress line; keeps the last sample
+// "done/total unit, rate/s now" for a ProgressLine; keeps the last sample
 // in last_done/last_t for the next rate.
 std::string RateText(uint64_t done, uint64_t total, double elapsed, uint64_t& last_done, double& last_t,
                      const char* unit);
@@ -110,14 +111,12 @@ struct WriteResult {
   double busy_seconds = 0;   // ApplyDirect: time inside Apply() only
   uint64_t applied = 0, stale = 0, rejected = 0;  // ApplyDirect
   double redis_us_per_event = -1;  // redis: server time in EVALSHA / SET per event
-  // ApplyDirect on a mysql sink: ids written without the locking read, and
-  // transactions decided again after a wrong guess (-1: not a mysql sink).
-  int64_t hint_reads_skipped = -1, hint_wrong_guesses = -1;
   std::vector<std::string> problems;
 };
 
 // SET <key of entity> <RedisValue> for every event, `pipeline` per round trip.
-Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Backlog& backlog, uint32_t pipeline);
+Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint& redis, const Backlog& backlog,
+                                 uint32_t pipeline);
 
 // Into `sink`'s table (dropped and re-created with the sink's shape):
 // `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, over
@@ -128,7 +127,9 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
 // sink.Apply() over the backlog: batches of engine.batch_max events per
 // partition, round-robin over partitions as the engine's reader goes, each
 // applied in chunks of sink.batch_max.
-Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink,
+// The sink comes from the public MakeSink; `servers` is where the benchmark
+// empties the view before it starts.
+Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink, const ViewServers& servers,
                                 const Backlog& backlog);
 
 }  // namespace sluice::bench

@@ -10,8 +10,6 @@
 #include "bench/engine_bench_es.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
-#include "connectors/elasticsearch/elasticsearch_sink.h"
-#include "connectors/redis/key_template.h"
 #include "sql/connection.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -87,7 +85,7 @@ class MysqlProbe final : public ViewProbe {
 
 class EsProbe final : public ViewProbe {
  public:
-  EsProbe(std::unique_ptr<connectors::elasticsearch::RestClient> client, std::string index,
+  EsProbe(std::unique_ptr<HttpConnection> client, std::string index,
           std::vector<std::string> ids)
       : client_(std::move(client)), index_(std::move(index)), ids_(std::move(ids)) {}
   // At most one _mget per 50 ms: the probe must not load the 2-core
@@ -103,7 +101,7 @@ class EsProbe final : public ViewProbe {
   }
 
  private:
-  std::unique_ptr<connectors::elasticsearch::RestClient> client_;
+  std::unique_ptr<HttpConnection> client_;
   std::string index_;
   std::vector<std::string> ids_;
   std::vector<uint64_t> last_;
@@ -169,19 +167,19 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   std::vector<std::string> ids;
   for (const auto& l : last) ids.push_back(l.entity_id);
   if (sink.type == "redis") {
-    ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
-    ASSIGN_OR_RETURN(auto redis, RedisConn::Open(sink.redis.url));
+    ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
+    ASSIGN_OR_RETURN(auto redis, RedisConn::Open(options.servers.redis));
     ASSIGN_OR_RETURN(uint64_t removed, redis->DeleteMatching(keys.ScanPattern()));
     if (removed > 0) std::cerr << "[engine_bench] removed " << removed << " old keys of " << sink.name << "\n";
     std::vector<std::string> probe_keys;
     for (const auto& id : ids) probe_keys.push_back(keys.Key(id));
     probe = std::make_unique<RedisProbe>(std::move(redis), std::move(probe_keys));
-    ASSIGN_OR_RETURN(stats, RedisConn::Open(sink.redis.url));
+    ASSIGN_OR_RETURN(stats, RedisConn::Open(options.servers.redis));
     ASSIGN_OR_RETURN(usec_before, stats->WriteCommandMicros());
   } else if (sink.type == "elasticsearch") {
-    RETURN_IF_ERROR(DropEsIndex(sink));
-    ASSIGN_OR_RETURN(auto client, EsClient(sink));
-    probe = std::make_unique<EsProbe>(std::move(client), connectors::elasticsearch::IndexName(sink), ids);
+    RETURN_IF_ERROR(DropEsIndex(sink, options.servers.opensearch));
+    ASSIGN_OR_RETURN(std::string index, BenchIndexName(sink));
+    probe = std::make_unique<EsProbe>(std::make_unique<HttpConnection>(options.servers.opensearch), std::move(index), ids);
   } else {
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
     if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
@@ -209,7 +207,7 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   {
     uint64_t last_sum = 0;
     double last_t = 0;
-    Progress progress("drain " + sink.name, [&](double t) {
+    ProgressLine progress("drain " + sink.name, [&](double t) {
       const uint64_t sum = offsets_sum.load();
       const double rate = t > last_t ? static_cast<double>(sum - last_sum) / (t - last_t) : 0;
       last_sum = sum;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "core/status.h"
 
@@ -36,6 +37,7 @@ struct DrainOptions {
   double timeout_seconds = 300;
   uint32_t probe_interval_ms = 5;
   uint32_t rss_interval_ms = 100;
+  ViewServers servers;  // where the probe reads the view
 };
 
 struct DrainResult {

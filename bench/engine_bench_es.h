@@ -11,17 +11,36 @@
 #include <vector>
 
 #include "bench/engine_bench_backlog.h"
+#include "bench/engine_bench_util.h"
 #include "config/config.h"
-#include "connectors/elasticsearch/rest_client.h"
 #include "core/status.h"
 
 namespace sluice::bench {
 
-// A REST client for an elasticsearch sink's server, with its credentials.
-Result<std::unique_ptr<connectors::elasticsearch::RestClient>> EsClient(const config::SinkConfig& sink);
+// One keep-alive HTTP/1.1 connection to the search server (Boost.Beast,
+// synchronous), reconnected once when the server closed it. Used by one
+// thread at a time.
+class HttpConnection {
+ public:
+  struct Reply {
+    int status = 0;
+    std::string body;
+  };
+  explicit HttpConnection(Endpoint server);
+  ~HttpConnection();
+  HttpConnection(const HttpConnection&) = delete;
+  HttpConnection& operator=(const HttpConnection&) = delete;
+
+  Result<Reply> Send(const std::string& method, const std::string& target, const std::string& body = "",
+                     const std::string& content_type = "application/json");
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Deletes the sink's index (absent is fine), so that a run starts empty.
-Status DropEsIndex(const config::SinkConfig& sink);
+Status DropEsIndex(const config::SinkConfig& sink, const Endpoint& server);
 
 // The _version of each id's document (0 when absent), with one _mget of
 // realtime=false: what a search sees, after the index's periodic refresh (1 s
@@ -29,13 +48,14 @@ Status DropEsIndex(const config::SinkConfig& sink);
 // probed document is newer than its last refresh: the probe polls every 50
 // ms, so the drain would pay for about 20 refreshes a second, a load no
 // reader of the view puts on it.
-Result<std::vector<uint64_t>> EsVersions(connectors::elasticsearch::RestClient& client, const std::string& index,
+Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::string& index,
                                          const std::vector<std::string>& ids);
 
 // Baseline: the backlog's documents as plain index actions (no version
 // check), sink.batch_max per _bulk request, partition by partition in
 // event order, on one connection, into the sink's index (dropped, then
-// created as the sink creates it, with its mapping).
-Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Backlog& backlog);
+// created by the sink itself, opened through MakeSink, with its mapping).
+Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
+                              const Backlog& backlog);
 
 }  // namespace sluice::bench

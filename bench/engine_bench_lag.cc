@@ -19,7 +19,6 @@
 
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
-#include "connectors/redis/key_template.h"
 #include "core/partitioner.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -471,10 +470,10 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   }
   const uint32_t partitions = config.entities.at(sink.entity).partitions;
   const uint32_t sample = static_cast<uint32_t>(std::min<uint64_t>(o.sample, o.entities));
-  ASSIGN_OR_RETURN(auto keys, connectors::redis::KeyTemplate::Parse(sink.redis.key, sink.entity));
+  ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
   std::vector<std::string> sample_keys;
   for (uint32_t k = 0; k < sample; ++k) sample_keys.push_back(keys.Key(LagEntityId(o.run_id, k)));
-  ASSIGN_OR_RETURN(auto redis, RedisConn::Open(sink.redis.url));
+  ASSIGN_OR_RETURN(auto redis, RedisConn::Open(o.redis));
   Sampler sampler(std::move(redis), sample_keys, o.poll_interval_us);
 
   const bool storage = o.source == "storage";
@@ -515,7 +514,7 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   {
     uint64_t last_done = 0;
     double last_t = 0;
-    Progress progress("lag", [&](double t) {
+    ProgressLine progress("lag", [&](double t) {
       if (storage) {
         const uint64_t done = storage_load.inserted.load();
         const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "core/status.h"
 
@@ -43,6 +44,7 @@ struct LagOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string run_id;
+  Endpoint redis;                // where the sampler reads the view
   double rate = 10000;           // commands (one event each) per second
   double seconds = 20;           // measured window
   double warmup_seconds = 3;     // before it, same rate, not counted

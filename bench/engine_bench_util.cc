@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 
-#include "connectors/redis/redis_url.h"
 
 namespace sluice::bench {
 
@@ -129,53 +129,50 @@ std::optional<MemoryKib> ReadMemory(pid_t pid) {
   return m;
 }
 
-Progress::Progress(std::string label, std::function<std::string(double)> what) {
-  thread_ = std::thread([this, label = std::move(label), what = std::move(what)] {
-    const auto start = std::chrono::steady_clock::now();
-    std::unique_lock lock(mu_);
-    for (int tick = 1;; ++tick) {
-      if (cv_.wait_until(lock, start + std::chrono::seconds(tick), [this] { return stop_; })) return;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::cerr << "[engine_bench] " << label << " " << static_cast<int>(elapsed + 0.5) << "s: " << what(elapsed)
-                << std::endl;
-    }
-  });
-}
-
-Progress::~Progress() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
 void RedisConn::ReplyFree::operator()(redisReply* r) const { freeReplyObject(r); }
 
-Result<std::unique_ptr<RedisConn>> RedisConn::Open(const std::string& url) {
-  ASSIGN_OR_RETURN(auto endpoint, connectors::redis::ParseRedisUrl(url));
+Result<Endpoint> ParseHostPort(std::string_view text) {
+  const size_t colon = text.rfind(':');
+  Endpoint e;
+  if (colon == std::string_view::npos || colon == 0) return InvalidArgument("want HOST:PORT, got " + std::string(text));
+  e.host = std::string(text.substr(0, colon));
+  const std::string port(text.substr(colon + 1));
+  char* end = nullptr;
+  const long n = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || n <= 0 || n > 65535) return InvalidArgument("want HOST:PORT, got " + std::string(text));
+  e.port = static_cast<uint16_t>(n);
+  return e;
+}
+
+Result<RedisKeys> BenchRedisKeys(const config::SinkConfig& sink) {
+  const std::string& key = sink.redis.key;
+  constexpr std::string_view kId = "{id}";
+  if (key.size() <= kId.size() || !key.ends_with(kId) ||
+      key.find_first_of("{}*?[]\\") != key.size() - kId.size()) {
+    return InvalidArgument("sink " + sink.name + ": the benchmarks need a key of the form <prefix>{id}, got " + key);
+  }
+  return RedisKeys{key.substr(0, key.size() - kId.size())};
+}
+
+Result<std::string> BenchIndexName(const config::SinkConfig& sink) {
+  const std::string& index = sink.elasticsearch.index;
+  if (index.empty() || index.find_first_of("{}") != std::string::npos) {
+    return InvalidArgument("sink " + sink.name + ": the benchmarks need a literal index name, got " + index);
+  }
+  return index;
+}
+
+Result<std::unique_ptr<RedisConn>> RedisConn::Open(const Endpoint& server) {
   timeval tv{5, 0};
-  redisContext* ctx = redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv);
+  redisContext* ctx = redisConnectWithTimeout(server.host.c_str(), server.port, tv);
   if (ctx == nullptr) return Unavailable("redis: cannot allocate a connection");
   if (ctx->err) {
     std::string why = ctx->errstr;
     redisFree(ctx);
-    return Unavailable("redis " + endpoint.Describe() + ": " + why);
+    return Unavailable("redis " + server.Describe() + ": " + why);
   }
   redisSetTimeout(ctx, timeval{30, 0});
-  std::unique_ptr<RedisConn> conn(new RedisConn(ctx));
-  if (!endpoint.password.empty()) {
-    std::vector<std::string_view> auth = {"AUTH"};
-    if (!endpoint.username.empty()) auth.push_back(endpoint.username);
-    auth.push_back(endpoint.password);
-    RETURN_IF_ERROR(conn->Run(auth).status());
-  }
-  if (endpoint.db != 0) {
-    const std::string db = std::to_string(endpoint.db);
-    RETURN_IF_ERROR(conn->Run({"SELECT", db}).status());
-  }
-  return conn;
+  return std::unique_ptr<RedisConn>(new RedisConn(ctx));
 }
 
 RedisConn::~RedisConn() { redisFree(ctx_); }

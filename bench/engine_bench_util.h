@@ -1,11 +1,10 @@
 // Small pieces the sync-engine benchmark (bench/engine_bench.cc) needs and the
 // writer benchmark's bench_common.h does not have: child processes (spawn,
-// memory from /proc, stop), a blocking Redis connection, the wall clock in
-// microseconds, and a progress line labelled "[engine_bench]".
+// memory from /proc, stop), a blocking Redis connection, the servers' and
+// views' addresses, and the wall clock in microseconds.
 //
-// Threads: Progress runs its own thread and calls its callback from it; a
-// RedisConn is used by one thread at a time; the free functions are safe
-// from any thread.
+// Threads: a RedisConn is used by one thread at a time; the free functions
+// are safe from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -22,12 +21,43 @@
 #include <thread>
 #include <vector>
 
+#include "config/config.h"
 #include "core/status.h"
 
 struct redisContext;
 struct redisReply;
 
 namespace sluice::bench {
+
+// A server the benchmark reads or writes beside a sink: its address comes
+// from the command line (--redis, --opensearch), never from a sink's
+// options, so that the benchmarks use only the public sink interface
+// (connectors/sink.h, MakeSink) and no sink's internals.
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string Describe() const { return host + ":" + std::to_string(port); }
+};
+
+// HOST:PORT, as given to --redis or --opensearch.
+Result<Endpoint> ParseHostPort(std::string_view text);
+
+// Where a benchmark finds the views it measures.
+struct ViewServers {
+  Endpoint redis{"127.0.0.1", 16379};       // database 0, no password
+  Endpoint opensearch{"127.0.0.1", 19200};  // plain HTTP, no credentials
+};
+
+// The benchmarks name their views literally, so that finding a key or an
+// index needs no sink code: a redis sink's key is "<prefix>{id}", an
+// elasticsearch sink's index has no {type}. Anything else is refused.
+struct RedisKeys {
+  std::string prefix;
+  std::string Key(std::string_view id) const { return prefix + std::string(id); }
+  std::string ScanPattern() const { return prefix + "*"; }  // also covers <key>:_tomb
+};
+Result<RedisKeys> BenchRedisKeys(const config::SinkConfig& sink);
+Result<std::string> BenchIndexName(const config::SinkConfig& sink);
 
 // Microseconds since the Unix epoch (CLOCK_REALTIME): comparable with
 // MySQL's UNIX_TIMESTAMP(committed_at) on the same host.
@@ -70,22 +100,6 @@ struct MemoryKib {
 };
 std::optional<MemoryKib> ReadMemory(pid_t pid);
 
-// Prints "[engine_bench] <label> <N>s: <what()>" on stderr about once per
-// second until destroyed.
-class Progress {
- public:
-  Progress(std::string label, std::function<std::string(double elapsed_s)> what);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
 // A blocking hiredis connection (no AUTH beyond a password, db via SELECT).
 class RedisConn {
  public:
@@ -95,7 +109,7 @@ class RedisConn {
   using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
 
   // url: redis://[:password@]host[:port][/db]
-  static Result<std::unique_ptr<RedisConn>> Open(const std::string& url);
+  static Result<std::unique_ptr<RedisConn>> Open(const Endpoint& server);
   ~RedisConn();
   RedisConn(const RedisConn&) = delete;
   RedisConn& operator=(const RedisConn&) = delete;

@@ -1,6 +1,6 @@
 // kafka_bench: draining a backlog into Kafka with the kafka sink, and its
 // same-run baseline, a plain librdkafka producer of the same records
-// (DESIGN 9, docs/BENCHMARKS.md). bench/run_kafka_bench strings the modes
+// (DESIGN 9, docs/BENCHMARKS.md). bench/scenarios/kafka.bench strings the modes
 // together.
 //
 //   load   the backlog of engine_bench (bench/engine_bench_backlog.h) straight
@@ -19,14 +19,10 @@
 //          flushed: what librdkafka and the broker do without the engine
 //
 // Exit codes: 0 done and verified, 1 failed or not verified, 2 bad usage.
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -39,6 +35,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/engine_bench_backlog.h"
+#include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "connectors/kafka/kafka_client.h"
 #include "connectors/kafka/record_codec.h"
@@ -65,21 +62,9 @@ struct Args {
   std::vector<std::pair<std::string, pid_t>> watch;  // --watch NAME=PID: their CPU too
 };
 
-uint64_t ProcStatusKib(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
-  }
-  return 0;
-}
 
 double Elapsed(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Result<kafka::KafkaHandle> Client(const config::SinkConfig& sink, rd_kafka_type_t type,
                                   void (*dr)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr,
@@ -199,16 +184,12 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   }
   CpuWatch cpu;
   const auto start = Clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open(a.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execl(a.sluice.c_str(), a.sluice.c_str(), "sync", "--config", a.config_path.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  auto child = ChildProcess::Spawn({a.sluice, "sync", "--config", a.config_path}, a.log_path);
+  if (!child.ok()) {
+    std::cerr << child.status().message() << "\n";
+    return kExitFailure;
   }
+  const pid_t pid = (*child)->pid();
   cpu.Watch("sluice", pid);
   for (const auto& [name, watched] : a.watch) cpu.Watch(name, watched);
   const auto before = cpu.Take();
@@ -227,13 +208,13 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
         problems.push_back("not drained within the timeout");
         break;
       }
-      if (waitpid(pid, nullptr, WNOHANG) == pid) {
+      if (!(*child)->Running()) {
         exited = true;
         problems.push_back("sluice sync exited during the drain (see " + a.log_path + ")");
         break;
       }
       if (Clock::now() - last_rss >= std::chrono::milliseconds(100)) {
-        rss_peak = std::max(rss_peak, ProcStatusKib(pid, "VmRSS"));
+        if (const auto m = ReadMemory(pid)) rss_peak = std::max(rss_peak, m->rss);
         last_rss = Clock::now();
       }
       if (auto sum = SumHighWatermarks(rk->get(), topic, partitions); sum.ok()) delivered = *sum;
@@ -243,13 +224,11 @@ int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   }
   const double seconds = Elapsed(start);
   const auto after = cpu.Take();
-  const uint64_t hwm = exited ? 0 : ProcStatusKib(pid, "VmHWM");
+  const auto memory = exited ? std::nullopt : ReadMemory(pid);
+  const uint64_t hwm = memory ? memory->hwm : 0;
   int exit_code = -1;
   if (!exited) {
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    exit_code = (*child)->Terminate();
     if (exit_code != 0) problems.push_back("sluice sync exited with " + std::to_string(exit_code));
   }
   uint64_t records = 0;
@@ -318,7 +297,7 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
       return std::to_string(state.delivered.load()) + "/" + std::to_string(b.total_events()) + " delivered after " +
              std::to_string(static_cast<int>(t)) + " s";
     });
-    const int64_t now_us = NowMicros();
+    const int64_t now_us = RealtimeMicros();
     std::string value;
     for (uint32_t p = 0; p < b.spec().partitions; ++p) {
       for (uint64_t id = 1; id <= b.PartitionEvents(p); ++id) {

@@ -1,4 +1,4 @@
-// The JavaScript side of the writer benchmark (bench/run_writer_bench):
+// The JavaScript side of the writer benchmark (bench/scenarios/writer.bench):
 // `record` takes the body the built-in `patch` gets in the same run,
 // {"n": <i>, "note": "..."}, checks it, and keeps a running count and sum,
 // so the two rows of the table differ only by who computes the new state.
