@@ -27,3 +27,26 @@ function(sluice_cc_test)
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
 endfunction()
+
+# A text file (a Lua script, say) compiled in as a string_view, regenerated
+# whenever the file changes; appends the generated source to the list OUT.
+#
+#   sluice_embed_text(OUT srcs FILE version_check.lua
+#                     NAMESPACE sluice::connectors::redis SYMBOL kVersionCheckScript)
+#
+# Declare the symbol in a header of your own: `extern const std::string_view kVersionCheckScript;`.
+function(sluice_embed_text)
+  cmake_parse_arguments(A "" "OUT;FILE;NAMESPACE;SYMBOL" "" ${ARGN})
+  set(input ${CMAKE_CURRENT_SOURCE_DIR}/${A_FILE})
+  get_filename_component(stem ${A_FILE} NAME_WE)
+  set(output ${CMAKE_CURRENT_BINARY_DIR}/${stem}_embedded.cc)
+  add_custom_command(
+    OUTPUT ${output}
+    COMMAND ${CMAKE_COMMAND} -DINPUT=${input} -DOUTPUT=${output}
+            -DNAMESPACE=${A_NAMESPACE} -DSYMBOL=${A_SYMBOL}
+            -P ${PROJECT_SOURCE_DIR}/cmake/EmbedText.cmake
+    DEPENDS ${input} ${PROJECT_SOURCE_DIR}/cmake/EmbedText.cmake
+    COMMENT "Embedding ${A_FILE}"
+    VERBATIM)
+  set(${A_OUT} ${${A_OUT}} ${output} PARENT_SCOPE)
+endfunction()

@@ -1,5 +1,6 @@
-// Capped exponential backoff with full jitter, for retries of unavailable
-// servers. Not thread-safe: one instance per retry loop.
+// Capped exponential backoff with "equal jitter" (each delay uniform in the
+// upper half of its ceiling, never below half of it), for retries of
+// unavailable servers. Not thread-safe: one instance per retry loop.
 #pragma once
 
 #include <chrono>

@@ -1,11 +1,9 @@
 #include "engine/operator.h"
 
-#include <cstdio>
 #include <map>
+#include <utility>
 
 #include "connectors/sink.h"
-#include "core/json.h"
-#include "core/text_table.h"
 #include "engine/durability_barrier.h"
 #include "engine/event_reader.h"
 #include "engine/view_repair.h"
@@ -85,20 +83,20 @@ Result<DeadLetterRow> FindDeadLetter(sql::Connection& conn, uint64_t id) {
                        r[4].value_or("")};
 }
 
-// The dead letter `id` that `action` (retry, discard) is asked for: an error
-// when it belongs to another sink than `sink`, nullopt (said on `out`) when
-// it is resolved already.
+// The dead letter `id` that a retry or a discard is asked for: an error
+// when it belongs to another sink than `sink`, nullopt (recorded in
+// `report`) when it is resolved already.
 Result<std::optional<DeadLetterRow>> DeadLetterToAct(sql::Connection& conn, uint64_t id,
                                                      const std::optional<std::string>& sink,
-                                                     std::string_view action, std::ostream& out) {
+                                                     DeadLetterReport& report) {
   ASSIGN_OR_RETURN(DeadLetterRow row, FindDeadLetter(conn, id));
   if (sink && row.sink != *sink) {
     return InvalidArgument("dead letter " + std::to_string(id) + " belongs to sink '" + row.sink + "', not '" +
                            *sink + "'");
   }
   if (row.resolved) {
-    out << "dead letter " << id << " (" << row.sink << ", entity " << row.entity_id << ") is already resolved ("
-        << row.resolution << "); nothing to " << action << "\n";
+    report.actions.push_back(
+        {DeadLetterAction::Kind::kAlreadyResolved, id, row.sink, row.entity_id, row.version, row.resolution});
     return std::optional<DeadLetterRow>();
   }
   return std::optional<DeadLetterRow>(std::move(row));
@@ -106,17 +104,14 @@ Result<std::optional<DeadLetterRow>> DeadLetterToAct(sql::Connection& conn, uint
 
 }  // namespace
 
-Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
-  Json doc = Json::object();
-  doc["sinks"] = Json::array();
-  TextTable table({"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD"});
+  std::vector<SinkStatus> sinks;
   for (const auto& s : config.sinks) {
     const uint32_t partitions = config.entities.at(s.entity).partitions;
     ASSIGN_OR_RETURN(auto progress, store.Load(s.name, s.entity));
-    Json js = {{"name", s.name}, {"type", s.type}, {"entity", s.entity}, {"partitions", Json::array()}};
-    std::string last_error;
+    SinkStatus sink{s.name, s.type, s.entity, {}, false, {}};
     for (uint32_t p = 0; p < partitions; ++p) {
       const offsets::PartitionProgress pp = progress.count(p) ? progress[p] : offsets::PartitionProgress{};
       const std::string t = sql::QuoteIdent(sql::EventTableName(s.entity, p));
@@ -126,42 +121,22 @@ Status PrintStatus(const config::Config& config, bool json, std::ostream& out) {
       const uint64_t head = std::stoull(rows.at(0).at(0).value_or("0"));
       const uint64_t lag = head > pp.event_id ? head - pp.event_id : 0;
       const double lag_s = lag > 0 && rows[0][1] ? std::max(0.0, std::stod(*rows[0][1]) / 1e6) : 0.0;
-      if (!pp.last_error.empty()) last_error = pp.last_error;
+      if (!pp.last_error.empty()) sink.last_error = pp.last_error;
       const std::string state = progress.count(p) ? pp.state : "new";
-      js["partitions"].push_back({{"partition", p},
-                                  {"offset", pp.event_id},
-                                  {"head", head},
-                                  {"lag_events", lag},
-                                  {"lag_seconds", lag_s},
-                                  {"state", state},
-                                  {"applied", pp.applied},
-                                  {"stale", pp.stale},
-                                  {"dead_lettered", pp.dead_lettered},
-                                  {"last_error", pp.last_error}});
-      char lag_text[32];
-      std::snprintf(lag_text, sizeof lag_text, "%.3f", lag_s);
-      table.AddRow({s.name, s.type, std::to_string(p), std::to_string(pp.event_id), std::to_string(head),
-                    std::to_string(lag), lag_text, state, std::to_string(pp.applied), std::to_string(pp.stale),
-                    std::to_string(pp.dead_lettered)});
+      sink.partitions.push_back(
+          {p, pp.event_id, head, lag, lag_s, state, pp.applied, pp.stale, pp.dead_lettered, pp.last_error});
     }
     // An operator's pause (sluice pause) is kept per partition; the sink is
     // paused when every partition says so.
-    bool paused = partitions > 0;
-    for (const auto& part : js["partitions"]) paused = paused && part["state"] == "paused";
-    js["paused"] = paused;
-    if (!last_error.empty()) table.AddNote("  " + s.name + " last error: " + last_error);
-    doc["sinks"].push_back(std::move(js));
+    sink.paused = partitions > 0;
+    for (const auto& part : sink.partitions) sink.paused = sink.paused && part.state == "paused";
+    sinks.push_back(std::move(sink));
   }
-  if (json) {
-    // Error texts come from servers and may hold bytes that are not UTF-8.
-    out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
-  } else {
-    table.Print(out);
-  }
-  return Status::Ok();
+  return sinks;
 }
 
-Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink, std::ostream& out) {
+Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink,
+                        std::vector<ViewCheck>& checks) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::map<std::string, std::vector<connectors::EntitySnapshot>> truth_by_type;
@@ -182,28 +157,14 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
     Status st = log ? view->VerifyHistory(history, diffs) : view->Verify(truth, diffs);
     view->Close();
     RETURN_IF_ERROR(st.WithContext("sink " + s.name));
-    std::map<std::string_view, uint64_t> by_kind;
-    for (const auto& d : diffs) ++by_kind[connectors::DifferenceKindName(d.kind)];
-    out << s.name << ": "
-        << (log ? std::to_string(history.size()) + " events checked, " : std::to_string(truth.size()) + " entities checked, ")
-        << diffs.size() << " differences";
-    for (const auto& [k, n] : by_kind) out << ", " << k << "=" << n;
-    out << "\n";
-    size_t shown = 0;
-    for (const auto& d : diffs) {
-      if (++shown > 50) {
-        out << "  ... and " << diffs.size() - 50 << " more\n";
-        break;
-      }
-      out << "  " << connectors::DifferenceKindName(d.kind) << " " << d.entity_id << ": " << d.detail << "\n";
-    }
     total += diffs.size();
+    checks.push_back({s.name, s.type, log, log ? history.size() : truth.size(), std::move(diffs)});
   }
   return total;
 }
 
-Status ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink, bool all, bool json,
-                       std::ostream& out) {
+Result<std::vector<DeadLetter>> ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink,
+                                                bool all) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::string q =
@@ -215,42 +176,23 @@ Status ListDeadLetters(const config::Config& config, const std::optional<std::st
   }
   if (!all) q += " AND resolved_at IS NULL";
   ASSIGN_OR_RETURN(auto rows, conn->Query(q + " ORDER BY id"));
-  if (json) {
-    const auto number = [](const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); };
-    Json list = Json::array();
-    for (const auto& r : rows) {
-      list.push_back({{"id", number(r[0])},
-                      {"sink", r[1].value_or("")},
-                      {"entity_type", r[2].value_or("")},
-                      {"partition", number(r[3])},
-                      {"event_id", number(r[4])},
-                      {"entity_id", r[5].value_or("")},
-                      {"version", number(r[6])},
-                      {"created_at", r[7].value_or("")},
-                      {"resolved_at", r[10] ? Json(*r[10]) : Json(nullptr)},
-                      {"resolution", r[8] && !r[8]->empty() ? Json(*r[8]) : Json(nullptr)},
-                      {"error", r[9].value_or("")}});
-    }
-    out << Json{{"dead_letters", list}, {"count", rows.size()}}.dump(2, ' ', false, Json::error_handler_t::replace)
-        << "\n";
-    return Status::Ok();
-  }
-  TextTable table({"ID", "SINK", "TYPE", "PART", "EVENT", "ENTITY", "VERSION", "CREATED", "RESOLVED", "ERROR"});
+  const auto number = [](const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); };
+  std::vector<DeadLetter> letters;
   for (const auto& r : rows) {
-    table.AddRow({r[0].value_or(""), r[1].value_or(""), r[2].value_or(""), r[3].value_or(""), r[4].value_or(""),
-                  r[5].value_or(""), r[6].value_or(""), r[7].value_or(""), r[8].value_or(""), r[9].value_or("")});
+    letters.push_back({number(r[0]), r[1].value_or(""), r[2].value_or(""), number(r[3]), number(r[4]),
+                       r[5].value_or(""), number(r[6]), r[7].value_or(""), r[10], r[8].value_or(""),
+                       r[9].value_or("")});
   }
-  table.Print(out);
-  out << rows.size() << " dead letter(s)\n";
-  return Status::Ok();
+  return letters;
 }
 
-Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out) {
+Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
+                                  DeadLetterReport& report) {
   RETURN_IF_ERROR(CheckSinkName(config, filter.sink));
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   std::optional<std::string> only_sink = filter.sink;
   if (filter.id) {
-    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, "retry", out));
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, report));
     if (!found) return 0;
     const DeadLetterRow& row = *found;
     if (!FindSink(config, row.sink)) {
@@ -271,10 +213,11 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     for (const auto& r : rows) {
       const std::string id = r[0].value_or("0");
+      const uint64_t id_number = std::stoull(id);
       ASSIGN_OR_RETURN(auto events, ReadEventsById(*conn, s.entity, static_cast<uint32_t>(std::stoul(r[1].value_or("0"))),
                                                    {std::stoull(r[2].value_or("0"))}));
       if (events.empty()) {
-        out << "dead letter " << id << ": its event no longer exists in main storage; left as is\n";
+        report.actions.push_back({DeadLetterAction::Kind::kEventGone, id_number, s.name, {}, {}, {}});
         ++unresolved;
         continue;
       }
@@ -295,36 +238,39 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
         std::string u = "UPDATE sluice_dead_letters SET error=";
         conn->AppendQuoted(u, er.reason.substr(0, 4000));
         RETURN_IF_ERROR(conn->Execute(u + " WHERE id=" + id).status());
-        out << "dead letter " << id << " (" << s.name << ", entity " << events[0].entity_id
-            << "): rejected again: " << er.reason << "\n";
+        report.actions.push_back(
+            {DeadLetterAction::Kind::kRejectedAgain, id_number, s.name, events[0].entity_id, {}, er.reason});
         ++unresolved;
         continue;
       }
-      const char* how = er.outcome == connectors::Outcome::kApplied ? "applied" : "stale";
+      const bool applied = er.outcome == connectors::Outcome::kApplied;
+      const char* how = applied ? "applied" : "stale";
       RETURN_IF_ERROR(conn->Execute(std::string("UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='") +
                                     how + "' WHERE id=" + id)
                           .status());
-      out << "dead letter " << id << " (" << s.name << ", entity " << events[0].entity_id << "): " << how << "\n";
+      report.actions.push_back({applied ? DeadLetterAction::Kind::kApplied : DeadLetterAction::Kind::kStale, id_number,
+                                s.name, events[0].entity_id, {}, {}});
     }
     view->Close();
   }
-  out << unresolved << " dead letter(s) still unresolved\n";
+  report.finished = true;
   return unresolved;
 }
 
-Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out) {
+Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
+                                    DeadLetterReport& report) {
   if (!filter.id && !filter.sink) return InvalidArgument("discard needs a dead letter id or a sink");
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   constexpr std::string_view kDiscard =
       "UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='discarded' WHERE resolved_at IS NULL AND ";
   if (filter.id) {
-    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, "discard", out));
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, report));
     if (!found) return 0;
     const DeadLetterRow& row = *found;
     ASSIGN_OR_RETURN(const uint64_t changed,
                      conn->Execute(std::string(kDiscard) + "id=" + std::to_string(*filter.id)));
-    out << "dead letter " << *filter.id << " (" << row.sink << ", entity " << row.entity_id << ", version "
-        << row.version << "): discarded\n";
+    report.actions.push_back(
+        {DeadLetterAction::Kind::kDiscarded, *filter.id, row.sink, row.entity_id, row.version, {}});
     return changed;
   }
   // A sink the config no longer declares may still have dead letters to clear.
@@ -338,12 +284,13 @@ Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLett
   q += "sink=";
   conn->AppendQuoted(q, *filter.sink);
   ASSIGN_OR_RETURN(const uint64_t changed, conn->Execute(q));
-  out << changed << " dead letter(s) of sink " << *filter.sink << " discarded\n";
+  report.discarded_sink = *filter.sink;
   return changed;
 }
 
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
-                                 std::ostream& out) {
+                                 const std::function<void(const ViewCheck&)>& not_repairable,
+                                 std::ostream& repair_report) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   // What goes from storage to a view passes the barrier, as in the engine.
@@ -353,15 +300,15 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     if (sink && s.name != *sink) continue;
     ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
     if (!view->capabilities().entity_checks) {
-      ASSIGN_OR_RETURN(const uint64_t diffs, Verify(config, s.name, out));
-      out << s.name << ": not repaired: a " << s.type
-          << " sink cannot rewrite single entities (sluice verify reports its differences only)\n";
+      std::vector<ViewCheck> checks;
+      ASSIGN_OR_RETURN(const uint64_t diffs, Verify(config, s.name, checks));
+      for (const ViewCheck& check : checks) not_repairable(check);
       remaining += diffs;
       continue;
     }
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     auto summary = RepairView(*conn, *view, s, config.entities.at(s.entity).partitions,
-                              [&barrier] { return barrier.Wait(); }, out);
+                              [&barrier] { return barrier.Wait(); }, repair_report);
     view->Close();
     RETURN_IF_ERROR(summary.status().WithContext("sink " + s.name));
     remaining += summary->remaining;

@@ -1,14 +1,18 @@
 // Operator commands that read main storage and the views directly, without a
-// running engine: status, verify, dead letters. Each writes a human-readable
-// report to `out`. Call from one thread.
+// running engine: status, verify, dead letters. Each returns what it found as
+// data; the CLI (cli/cmd_storage.cc) turns it into tables and text. Call
+// from one thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
+#include "connectors/sink.h"
 #include "core/status.h"
 
 namespace sluice::engine {
@@ -17,21 +21,58 @@ namespace sluice::engine {
 // that does not exist yet, or one without sluice's tables, is a
 // FailedPrecondition that says to run `sluice init`.
 
-// Per sink and partition: offset, head, lag in events and seconds, state,
-// counters and last error. `json`: one JSON document instead of a table.
-Status PrintStatus(const config::Config& config, bool json, std::ostream& out);
+// One partition of a sink, as `sluice status` shows it.
+struct PartitionStatus {
+  uint32_t partition = 0;
+  uint64_t offset = 0;       // last applied event_id
+  uint64_t head = 0;         // newest event_id of the partition
+  uint64_t lag_events = 0;   // head - offset, or 0
+  double lag_seconds = 0;    // age of the oldest unapplied event, 0 without lag
+  std::string state;         // as stored in sluice_offsets, or "new" before the first save
+  uint64_t applied = 0;
+  uint64_t stale = 0;
+  uint64_t dead_lettered = 0;
+  std::string last_error;
+};
 
-// Compares every view (or only `sink`) with main storage; returns the number
-// of differences found (each is printed).
-Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink, std::ostream& out);
+// One sink, its partitions in order.
+struct SinkStatus {
+  std::string name;
+  std::string type;
+  std::string entity;
+  std::vector<PartitionStatus> partitions;
+  bool paused = false;     // every partition paused by an operator (sluice pause)
+  std::string last_error;  // the last partition's non-empty last_error, or empty
+};
+
+// Per sink (in config order) and partition: offset, head, lag in events and
+// seconds, state, counters and last error.
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config);
+
+// What comparing one view with main storage found.
+struct ViewCheck {
+  std::string sink;
+  std::string type;              // the sink's type
+  bool history = false;          // a log sink: `checked` counts events, else entities
+  uint64_t checked = 0;
+  std::vector<connectors::Difference> differences;
+};
+
+// Compares every view (or only `sink`) with main storage, appending one
+// ViewCheck per view to `checks` as each is done (so that on an error the
+// views already compared are there). Returns the number of differences.
+Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink,
+                        std::vector<ViewCheck>& checks);
 
 // `sluice verify --repair`: compares like Verify, then rewrites in each view
 // (or only `sink`) the entities that differ from their latest event in main
-// storage and compares them again (engine/view_repair.h). Sinks without
-// entity checks (kafka, plugins) are only verified. Returns the number of
+// storage and compares them again (engine/view_repair.h, whose report goes
+// to `repair_report`). Sinks without entity checks (kafka, plugins) are only
+// verified: `not_repairable` gets their ViewCheck. Returns the number of
 // differences that remain.
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
-                                 std::ostream& out);
+                                 const std::function<void(const ViewCheck&)>& not_repairable,
+                                 std::ostream& repair_report);
 
 // The dead letters a retry or discard acts on: the one with `id`, else the
 // unresolved ones of `sink`, else (neither) every unresolved one.
@@ -40,17 +81,59 @@ struct DeadLetterFilter {
   std::optional<std::string> sink;
 };
 
-// Lists dead letters (unresolved only unless `all`), optionally of one sink:
-// a table, or with `json` one document {"dead_letters": [...], "count": N}.
-Status ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink, bool all, bool json,
-                       std::ostream& out);
+// One row of sluice_dead_letters.
+struct DeadLetter {
+  uint64_t id = 0;
+  std::string sink;
+  std::string entity_type;
+  uint64_t partition = 0;
+  uint64_t event_id = 0;
+  std::string entity_id;
+  uint64_t version = 0;
+  std::string created_at;
+  std::optional<std::string> resolved_at;  // nullopt: unresolved
+  std::string resolution;                  // applied | stale | discarded, or empty
+  std::string error;
+};
+
+// Dead letters (unresolved only unless `all`), optionally of one sink, by id.
+Result<std::vector<DeadLetter>> ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink,
+                                                bool all);
+
+// What a retry or a discard did to one dead letter.
+struct DeadLetterAction {
+  enum class Kind {
+    kAlreadyResolved,  // left as it is; `detail` is its resolution
+    kEventGone,        // retry: its event no longer exists in main storage
+    kRejectedAgain,    // retry: `detail` is the new error
+    kApplied,          // retry: resolved
+    kStale,            // retry: resolved (the view had it already)
+    kDiscarded,        // discard --id
+  };
+  Kind kind;
+  uint64_t id = 0;
+  std::string sink;
+  std::string entity_id;
+  std::string version;  // kDiscarded only
+  std::string detail;
+};
+
+// What a retry or a discard did, in order. `finished`: the retry went
+// through every selected dead letter (false when the one selected by id was
+// resolved already). `discarded_sink`: a discard by sink, counted as a whole.
+struct DeadLetterReport {
+  std::vector<DeadLetterAction> actions;
+  bool finished = false;
+  std::optional<std::string> discarded_sink;
+};
 
 // Re-applies the selected unresolved dead letters to their sinks: those now
 // applied or stale are marked resolved; those rejected again keep their row
 // with the new error. Returns how many of them are still unresolved. A
 // selected id that does not exist is NotFound; one already resolved is
-// reported and left as it is.
-Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out);
+// reported and left as it is. `report` holds what was done, also on error.
+Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
+                                  DeadLetterReport& report);
 
 // Gives up on the selected unresolved dead letters without applying them:
 // each is marked resolved with resolution "discarded" (the row stays, for
@@ -58,6 +141,7 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
 // otherwise: never every sink's at once). `filter.sink` may name a sink the
 // config no longer declares, as long as it has dead letters. Returns how
 // many were discarded.
-Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter, std::ostream& out);
+Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
+                                    DeadLetterReport& report);
 
 }  // namespace sluice::engine

@@ -20,6 +20,11 @@
 #include <thread>
 #include <utility>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
 #include "sql/schema.h"
@@ -373,29 +378,32 @@ std::string SluiceProcess::Log() const {
   return s.str();
 }
 
+struct HttpClient::Connection {
+  boost::asio::io_context io;
+  boost::beast::tcp_stream stream{io};
+  boost::beast::flat_buffer buffer;  // bytes read past the last reply
+};
+
 HttpClient::HttpClient(uint16_t port, std::chrono::milliseconds timeout) : port_(port), timeout_(timeout) {}
 HttpClient::~HttpClient() { Close(); }
 
 void HttpClient::Close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  buffer_.clear();
+  if (!conn_) return;
+  boost::beast::error_code ignored;
+  conn_->stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+  conn_->stream.close();
+  conn_.reset();
 }
 
 bool HttpClient::Connect() {
   Close();
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd_ < 0) return false;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port_);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    Close();
-    return false;
-  }
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  auto c = std::make_unique<Connection>();
+  boost::beast::error_code ec;
+  c->stream.expires_after(timeout_);
+  c->stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::address_v4::loopback(), port_), ec);
+  if (ec) return false;
+  c->stream.socket().set_option(boost::asio::ip::tcp::no_delay(true), ec);
+  conn_ = std::move(c);
   return true;
 }
 
@@ -413,77 +421,41 @@ HttpReply HttpClient::Get(const std::string& path) {
 
 HttpReply HttpClient::Send(const std::string& raw) { return Roundtrip(raw); }
 
+// The request goes out as the caller's bytes (Send is for malformed ones);
+// Beast parses the reply.
 HttpReply HttpClient::Roundtrip(const std::string& request) {
+  namespace http = boost::beast::http;
   HttpReply reply;
-  if (fd_ < 0 && !Connect()) {
+  if (!conn_ && !Connect()) {
     reply.error = "connect failed";
     return reply;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) {
-      Close();
-      reply.error = "send failed";
-      return reply;
-    }
-    sent += static_cast<size_t>(n);
-  }
-  auto read_more = [&]() -> bool {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    char buf[65536];
-    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0) return false;
-    buffer_.append(buf, static_cast<size_t>(n));
-    return true;
-  };
-  size_t header_end;
-  while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-    if (!read_more()) {
-      Close();
-      reply.error = "no reply";
-      return reply;
-    }
-  }
-  std::istringstream head(buffer_.substr(0, header_end));
-  std::string line;
-  std::getline(head, line);
-  if (line.size() < 12) {
+  boost::beast::error_code ec;
+  conn_->stream.expires_after(timeout_);
+  boost::asio::write(conn_->stream, boost::asio::buffer(request), ec);
+  if (ec) {
     Close();
-    reply.error = "bad status line";
+    reply.error = "send failed: " + ec.message();
     return reply;
   }
-  reply.status = std::stoi(line.substr(9, 3));
-  size_t content_length = 0;
-  bool close_after = false;
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string k = line.substr(0, colon);
-    for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    std::string v = line.substr(colon + 1);
-    while (!v.empty() && v.front() == ' ') v.erase(v.begin());
-    if (k == "content-length") content_length = std::stoul(v);
-    if (k == "connection" && v == "close") close_after = true;
-    reply.headers[k] = v;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  parser.header_limit(1 << 20);
+  http::read(conn_->stream, conn_->buffer, parser, ec);
+  if (ec) {
+    Close();
+    reply.error = (parser.is_header_done() ? "truncated body: " : "no reply: ") + ec.message();
+    return reply;
   }
-  const size_t body_start = header_end + 4;
-  while (buffer_.size() < body_start + content_length) {
-    if (!read_more()) {
-      Close();
-      reply.status = 0;
-      reply.error = "truncated body";
-      return reply;
-    }
+  const http::response<http::string_body>& res = parser.get();
+  reply.status = static_cast<int>(res.result_int());
+  for (const auto& field : res) {
+    std::string name(field.name_string());
+    for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    reply.headers[name] = std::string(field.value());
   }
-  reply.body = buffer_.substr(body_start, content_length);
-  buffer_.erase(0, body_start + content_length);
-  if (close_after) Close();
+  reply.body = res.body();
+  if (!res.keep_alive()) Close();
   return reply;
 }
 

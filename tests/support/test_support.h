@@ -153,12 +153,15 @@ struct HttpReply {
   std::string error;  // why there was no reply
 };
 
-// A blocking HTTP/1.1 keep-alive client with timeouts, for tests only. Not
-// thread-safe: one per thread. Reconnects after a failure.
+// A blocking HTTP/1.1 keep-alive client to 127.0.0.1 with a timeout per
+// request, for tests only, built on Boost.Beast (as admin/admin_client.cc).
+// Not thread-safe: one per thread. Reconnects after a failure.
 class HttpClient {
  public:
   explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
   HttpReply Post(const std::string& path, const std::string& body,
                  const std::vector<std::pair<std::string, std::string>>& headers = {});
   HttpReply Get(const std::string& path);
@@ -167,11 +170,11 @@ class HttpClient {
   void Close();
 
  private:
+  struct Connection;  // the Beast stream and its read buffer
   HttpReply Roundtrip(const std::string& request);
   uint16_t port_;
   std::chrono::milliseconds timeout_;
-  int fd_ = -1;
-  std::string buffer_;
+  std::unique_ptr<Connection> conn_;  // null when not connected
 };
 
 // A TCP proxy in front of MySQL that a test can cut: while disabled it

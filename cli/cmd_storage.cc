@@ -1,0 +1,296 @@
+// sluice status, sluice verify, sluice deadletters: commands that work from
+// MySQL and the views alone (engine/operator.h returns what they found) and
+// the tables and text they print.
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/json.h"
+#include "core/text_table.h"
+#include "engine/operator.h"
+
+namespace sluice::cli {
+namespace {
+
+// ---- reports ----
+
+// A table (or with `json` one document) per sink and partition.
+void PrintStatus(const std::vector<engine::SinkStatus>& sinks, bool json, std::ostream& out) {
+  Json doc = Json::object();
+  doc["sinks"] = Json::array();
+  TextTable table({"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD"});
+  for (const engine::SinkStatus& s : sinks) {
+    Json js = {{"name", s.name}, {"type", s.type}, {"entity", s.entity}, {"partitions", Json::array()}};
+    for (const engine::PartitionStatus& p : s.partitions) {
+      js["partitions"].push_back({{"partition", p.partition},
+                                  {"offset", p.offset},
+                                  {"head", p.head},
+                                  {"lag_events", p.lag_events},
+                                  {"lag_seconds", p.lag_seconds},
+                                  {"state", p.state},
+                                  {"applied", p.applied},
+                                  {"stale", p.stale},
+                                  {"dead_lettered", p.dead_lettered},
+                                  {"last_error", p.last_error}});
+      char lag_text[32];
+      std::snprintf(lag_text, sizeof lag_text, "%.3f", p.lag_seconds);
+      table.AddRow({s.name, s.type, std::to_string(p.partition), std::to_string(p.offset), std::to_string(p.head),
+                    std::to_string(p.lag_events), lag_text, p.state, std::to_string(p.applied),
+                    std::to_string(p.stale), std::to_string(p.dead_lettered)});
+    }
+    js["paused"] = s.paused;
+    if (!s.last_error.empty()) table.AddNote("  " + s.name + " last error: " + s.last_error);
+    doc["sinks"].push_back(std::move(js));
+  }
+  if (json) {
+    // Error texts come from servers and may hold bytes that are not UTF-8.
+    out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  } else {
+    table.Print(out);
+  }
+}
+
+// A view's count of differences by kind, then the first 50 of them.
+void PrintViewCheck(const engine::ViewCheck& check, std::ostream& out) {
+  const auto& diffs = check.differences;
+  std::map<std::string_view, uint64_t> by_kind;
+  for (const auto& d : diffs) ++by_kind[connectors::DifferenceKindName(d.kind)];
+  out << check.sink << ": " << check.checked << (check.history ? " events checked, " : " entities checked, ")
+      << diffs.size() << " differences";
+  for (const auto& [k, n] : by_kind) out << ", " << k << "=" << n;
+  out << "\n";
+  size_t shown = 0;
+  for (const auto& d : diffs) {
+    if (++shown > 50) {
+      out << "  ... and " << diffs.size() - 50 << " more\n";
+      break;
+    }
+    out << "  " << connectors::DifferenceKindName(d.kind) << " " << d.entity_id << ": " << d.detail << "\n";
+  }
+}
+
+void PrintDeadLetters(const std::vector<engine::DeadLetter>& letters, bool json, std::ostream& out) {
+  if (json) {
+    Json list = Json::array();
+    for (const engine::DeadLetter& d : letters) {
+      list.push_back({{"id", d.id},
+                      {"sink", d.sink},
+                      {"entity_type", d.entity_type},
+                      {"partition", d.partition},
+                      {"event_id", d.event_id},
+                      {"entity_id", d.entity_id},
+                      {"version", d.version},
+                      {"created_at", d.created_at},
+                      {"resolved_at", d.resolved_at ? Json(*d.resolved_at) : Json(nullptr)},
+                      {"resolution", !d.resolution.empty() ? Json(d.resolution) : Json(nullptr)},
+                      {"error", d.error}});
+    }
+    out << Json{{"dead_letters", list}, {"count", letters.size()}}.dump(2, ' ', false, Json::error_handler_t::replace)
+        << "\n";
+    return;
+  }
+  TextTable table({"ID", "SINK", "TYPE", "PART", "EVENT", "ENTITY", "VERSION", "CREATED", "RESOLVED", "ERROR"});
+  for (const engine::DeadLetter& d : letters) {
+    table.AddRow({std::to_string(d.id), d.sink, d.entity_type, std::to_string(d.partition), std::to_string(d.event_id),
+                  d.entity_id, std::to_string(d.version), d.created_at, d.resolution, d.error});
+  }
+  table.Print(out);
+  out << letters.size() << " dead letter(s)\n";
+}
+
+// One line per dead letter a retry or a discard (`action`) acted on.
+void PrintDeadLetterActions(const engine::DeadLetterReport& report, std::string_view action, std::ostream& out) {
+  using Kind = engine::DeadLetterAction::Kind;
+  for (const engine::DeadLetterAction& a : report.actions) {
+    switch (a.kind) {
+      case Kind::kAlreadyResolved:
+        out << "dead letter " << a.id << " (" << a.sink << ", entity " << a.entity_id << ") is already resolved ("
+            << a.detail << "); nothing to " << action << "\n";
+        break;
+      case Kind::kEventGone:
+        out << "dead letter " << a.id << ": its event no longer exists in main storage; left as is\n";
+        break;
+      case Kind::kRejectedAgain:
+        out << "dead letter " << a.id << " (" << a.sink << ", entity " << a.entity_id
+            << "): rejected again: " << a.detail << "\n";
+        break;
+      case Kind::kApplied:
+      case Kind::kStale:
+        out << "dead letter " << a.id << " (" << a.sink << ", entity " << a.entity_id
+            << "): " << (a.kind == Kind::kApplied ? "applied" : "stale") << "\n";
+        break;
+      case Kind::kDiscarded:
+        out << "dead letter " << a.id << " (" << a.sink << ", entity " << a.entity_id << ", version " << a.version
+            << "): discarded\n";
+        break;
+    }
+  }
+}
+
+// ---- commands ----
+
+po::options_description StatusOptions(const std::string&) {
+  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters and the last error, read from MySQL (no running process needed).\n\noptions");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "json", "print one JSON document (for scripts)");
+  return desc;
+}
+
+int Status_(const Invocation& call) {
+  const po::variables_map& vm = call.vm;
+  auto cfg = ConfigFrom(vm, "status");
+  if (!cfg) return kExitFailure;
+  auto status = engine::ReadStatus(*cfg);
+  if (!status.ok()) {
+    std::cerr << "sluice status: " << status.status().message() << "\n";
+    return kExitFailure;
+  }
+  PrintStatus(*status, vm.count("json") > 0, std::cout);
+  return kExitOk;
+}
+
+po::options_description VerifyOptions(const std::string&) {
+  po::options_description desc(
+      "usage: sluice verify --config FILE [--sink NAME] [--repair]\n\n"
+      "Compares every view (or one) with main storage: missing, extra, version\n"
+      "mismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\n"
+      "--repair then rewrites, in the views of redis, mysql and elasticsearch sinks,\n"
+      "only the entities that differ, from their latest event in main storage\n"
+      "(without a running process, or beside one), compares them again, and says\n"
+      "what was repaired and what remains and why. A row newer than storage, or of\n"
+      "an entity storage has no events for, is overwritten or removed where the sink\n"
+      "can do it safely (redis, mysql); elasticsearch gets advice (rebuild). Kafka\n"
+      "and plugin sinks are only verified. Exit 0 when nothing remains different.\n\n"
+      "options");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "sink", po::value<std::string>(), "verify only this sink")(
+      "repair", "rewrite the entities that differ from main storage, then verify them again");
+  return desc;
+}
+
+int Verify(const Invocation& call) {
+  const po::variables_map& vm = call.vm;
+  auto cfg = ConfigFrom(vm, "verify");
+  if (!cfg) return kExitFailure;
+  std::optional<std::string> sink;
+  if (vm.count("sink")) sink = vm["sink"].as<std::string>();
+  Result<uint64_t> diffs = uint64_t{0};
+  if (vm.count("repair")) {
+    const auto not_repairable = [](const engine::ViewCheck& check) {
+      PrintViewCheck(check, std::cout);
+      std::cout << check.sink << ": not repaired: a " << check.type
+                << " sink cannot rewrite single entities (sluice verify reports its differences only)\n";
+    };
+    diffs = engine::VerifyAndRepair(*cfg, sink, not_repairable, std::cout);
+  } else {
+    std::vector<engine::ViewCheck> checks;
+    diffs = engine::Verify(*cfg, sink, checks);
+    for (const engine::ViewCheck& check : checks) PrintViewCheck(check, std::cout);
+  }
+  if (!diffs.ok()) {
+    std::cerr << "sluice verify: " << diffs.status().message() << "\n";
+    return kExitFailure;
+  }
+  return *diffs == 0 ? kExitOk : kExitFailure;
+}
+
+po::options_description DeadLettersOptions(const std::string&) {
+  po::options_description desc(
+      "usage: sluice deadletters list|retry|discard --config FILE [--sink NAME] [--id N] [--all] [--json]\n\n"
+      "  list     show the events sinks rejected (unresolved ones unless --all); --json for scripts\n"
+      "  retry    re-apply unresolved dead letters: every one, a sink's (--sink), or one (--id);\n"
+      "           exit 1 while any of them stays unresolved\n"
+      "  discard  give up on dead letters without applying them: one (--id), or every unresolved\n"
+      "           one of a sink (--sink); one of the two is required. Nothing asks for confirmation\n"
+      "           and nothing is deleted: each is marked resolved as `discarded` (list --all shows\n"
+      "           it). The view lacks that version until the entity changes again or is rebuilt.\n\n"
+      "options");
+  desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+      "sink", po::value<std::string>(), "only this sink")("id", po::value<uint64_t>(), "retry, discard: only this dead letter")(
+      "all", "list: include resolved dead letters")("json", "list: print one JSON document (for scripts)");
+  return desc;
+}
+
+int DeadLetters(const Invocation& call) {
+  const po::variables_map& vm = call.vm;
+  const std::string action = vm.count("action") ? vm["action"].as<std::string>() : "";
+  if (action != "list" && action != "retry" && action != "discard") {
+    throw Usage{action.empty() ? "deadletters needs list, retry or discard"
+                               : "deadletters: unknown action '" + action + "' (list, retry or discard)"};
+  }
+  if (action != "list" && (vm.count("all") || vm.count("json"))) throw Usage{"--all and --json are for deadletters list"};
+  if (action == "list" && vm.count("id")) throw Usage{"--id is for deadletters retry and discard"};
+  if (action == "discard" && !vm.count("id") && !vm.count("sink")) {
+    throw Usage{"deadletters discard needs --id N or --sink NAME (it never discards every sink's at once)"};
+  }
+  auto cfg = ConfigFrom(vm, "deadletters");
+  if (!cfg) return kExitFailure;
+  engine::DeadLetterFilter filter;
+  if (vm.count("sink")) filter.sink = vm["sink"].as<std::string>();
+  if (vm.count("id")) filter.id = vm["id"].as<uint64_t>();
+  if (action == "list") {
+    auto letters = engine::ListDeadLetters(*cfg, filter.sink, vm.count("all") > 0);
+    if (!letters.ok()) {
+      std::cerr << "sluice deadletters: " << letters.status().message() << "\n";
+      return kExitFailure;
+    }
+    PrintDeadLetters(*letters, vm.count("json") > 0, std::cout);
+    return kExitOk;
+  }
+  engine::DeadLetterReport report;
+  auto done = action == "retry" ? engine::RetryDeadLetters(*cfg, filter, report)
+                                : engine::DiscardDeadLetters(*cfg, filter, report);
+  PrintDeadLetterActions(report, action, std::cout);
+  if (done.ok() && report.finished) std::cout << *done << " dead letter(s) still unresolved\n";
+  if (done.ok() && report.discarded_sink) {
+    std::cout << *done << " dead letter(s) of sink " << *report.discarded_sink << " discarded\n";
+  }
+  if (!done.ok()) {
+    std::cerr << "sluice deadletters: " << done.status().message() << "\n";
+    return kExitFailure;
+  }
+  // retry: how many are still unresolved; discard: how many were discarded.
+  return action == "retry" && *done > 0 ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+Subcommand StatusCommand() {
+  Subcommand c;
+  c.names = {"status"};
+  c.synopsis = "status --config FILE";
+  c.summary = "offset, head, lag and state per sink and partition (--json)";
+  c.options = StatusOptions;
+  c.run = Status_;
+  return c;
+}
+
+Subcommand VerifyCommand() {
+  Subcommand c;
+  c.names = {"verify"};
+  c.synopsis = "verify --config FILE";
+  c.summary = "compare every view with main storage; exit 1 on any difference\n(--repair: rewrite what differs from main storage)";
+  c.options = VerifyOptions;
+  c.run = Verify;
+  return c;
+}
+
+Subcommand DeadLettersCommand() {
+  Subcommand c;
+  c.names = {"deadletters"};
+  c.synopsis = "deadletters list|retry|discard --config FILE";
+  c.summary = "show, re-apply or give up on events a sink rejected";
+  c.options = DeadLettersOptions;
+  c.positionals = {"action"};
+  c.run = DeadLetters;
+  return c;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,287 @@
+// Apply and Repair: a batch through the version check script
+// (version_check.lua), pipelined a call at a time.
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "connectors/redis/redis_sink_impl.h"
+#include "connectors/redis/view_value.h"
+#include "core/json.h"
+
+namespace sluice::connectors::redis {
+
+ApplyResult RedisSink::Apply(std::span<const ChangeEvent> events) {
+  SigpipeGuard guard;
+  try {
+    guard_ = kGuardNewer;
+    return ApplyBatch(events);
+  } catch (const std::exception& e) {
+    ctx_.reset();
+    return ApplyResult{Internal(where_ + ": " + e.what()), {}};
+  }
+}
+
+// The same script as Apply, with the guard relaxed (see version_check.lua).
+ApplyResult RedisSink::Repair(std::span<const ChangeEvent> events, RepairGuard repair_guard) {
+  SigpipeGuard guard;
+  try {
+    guard_ = repair_guard == RepairGuard::kAny ? kGuardAny : kGuardNotOlder;
+    return ApplyBatch(events);
+  } catch (const std::exception& e) {
+    ctx_.reset();
+    return ApplyResult{Internal(where_ + ": " + e.what()), {}};
+  }
+}
+
+// Appends the script arguments of one event to args_/arena_ in the
+// layout of its format (see version_check.lua): the key(s) first, then
+// the rest. False with `reason` when the event cannot be written (nothing
+// appended).
+bool RedisSink::BuildEvent(const ChangeEvent& e, std::string& reason) {
+  if (!e.entity_type.empty() && e.entity_type != cfg_.entity) {
+    reason = "event of entity type '" + e.entity_type + "' given to a sink of type '" + cfg_.entity + "'";
+    return false;
+  }
+  const size_t args_mark = args_.size();
+  const size_t arena_mark = arena_.size();
+  size_t off = arena_.size();
+  keys_.AppendKey(arena_, e.entity_id);
+  AddArena(off);
+  if (!hash_) {
+    off = arena_.size();
+    if (e.deleted) arena_ += '-';
+    AppendDigits(e.version);
+    AddArena(off);
+    if (e.deleted || AddJsonValue(e, reason)) return true;
+    args_.resize(args_mark);
+    arena_.resize(arena_mark);
+    return false;
+  }
+  off = arena_.size();
+  keys_.AppendKey(arena_, e.entity_id);
+  arena_ += kTombstoneSuffix;
+  AddArena(off);
+  AppendNumber(e.version);
+  AddFixed(e.deleted ? "1" : "0");
+  const size_t count_arg = args_.size();
+  AddFixed("0");
+  if (!e.deleted) {
+    if (!AddHashFields(e, reason)) {
+      args_.resize(args_mark);
+      arena_.resize(arena_mark);
+      return false;
+    }
+    const size_t payload = args_.size() - count_arg - 1;
+    if (payload == 1) {
+      args_[count_arg] = Arg{"1", 0, 1};
+    } else if (payload > 1) {
+      AppendNumber(payload);
+      args_[count_arg] = args_.back();
+      args_.pop_back();
+    }
+  }
+  return true;
+}
+
+// Appends n in decimal to the arena.
+void RedisSink::AppendDigits(uint64_t n) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
+  (void)ec;  // 24 chars always hold a uint64_t
+  arena_.append(digits, end);
+}
+
+// Appends n in decimal to the arena as one argument.
+void RedisSink::AppendNumber(uint64_t n) {
+  const size_t off = arena_.size();
+  AppendDigits(n);
+  AddArena(off);
+}
+
+bool RedisSink::AddJsonValue(const ChangeEvent& e, std::string& reason) {
+  if (HasVersionMember(e.state)) {
+    reason = "the state has a top-level member \"_version\", which the redis json format reserves";
+    return false;
+  }
+  size_t off = arena_.size();
+  if (!AppendVersionedJson(arena_, e.state, e.version)) {
+    reason = e.state.empty() ? "a non-delete event without a state" : "the state is not a JSON object";
+    return false;
+  }
+  AddArena(off);
+  return true;
+}
+
+bool RedisSink::AddHashFields(const ChangeEvent& e, std::string& reason) {
+  Result<Json> state = ParseJson(e.state);
+  if (!state.ok()) {
+    reason = "the state is not valid JSON: " + state.status().message();
+    return false;
+  }
+  if (!HashFieldsOf(*state, hash_fields(), fields_, reason)) return false;
+  for (const auto& [field, value] : fields_) {
+    size_t off = arena_.size();
+    arena_ += field;
+    AddArena(off);
+    off = arena_.size();
+    arena_ += value;
+    AddArena(off);
+  }
+  return true;
+}
+
+ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
+  ApplyResult out;
+  if (events.empty()) return out;
+  if (!ctx_) {
+    Status s = Connect();
+    if (!s.ok()) return ApplyResult{s, {}};
+  }
+  out.results.assign(events.size(), EventResult{});
+
+  // The first round sends each call as soon as its events are built, so
+  // that Redis runs one call while the next is being built.
+  arena_.clear();
+  args_.clear();
+  sendable_.clear();
+  calls_.clear();
+  size_t call_begin = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const size_t first = args_.size();
+    std::string reason;
+    if (BuildEvent(events[i], reason)) {
+      sendable_.push_back(Sendable{i, first, args_.size() - first});
+    } else {
+      out.results[i] = EventResult{Outcome::kRejected, std::move(reason)};
+    }
+    const bool last = i + 1 == events.size();
+    if (sendable_.size() > call_begin && (sendable_.size() - call_begin == kEventsPerCall || last)) {
+      calls_.push_back(Call{call_begin, sendable_.size()});
+      call_begin = sendable_.size();
+      if (Status s = SendCall(calls_.back()); !s.ok()) return ApplyResult{s, {}};
+    }
+  }
+
+  // Later rounds redo calls that met NOSCRIPT (the script cache was
+  // flushed: load it again, once per batch) and, one event per call, the
+  // events of a call that failed as a whole, to find the one to reject. A
+  // redone event that had been applied before the failure comes back stale.
+  bool reloaded = false;
+  for (int round = 0; !calls_.empty(); ++round) {
+    if (round == 4) {
+      ctx_.reset();
+      return ApplyResult{Internal(where_ + ": the batch did not settle after 4 rounds"), {}};
+    }
+    bool noscript = false;
+    Status s;
+    for (size_t c = 0; round > 0 && c < calls_.size() && s.ok(); ++c) s = SendCall(calls_[c]);
+    if (s.ok()) s = ReadReplies(out.results, noscript);
+    if (!s.ok()) return ApplyResult{s, {}};
+    if (noscript) {
+      if (reloaded) {
+        ctx_.reset();
+        return ApplyResult{Unavailable(where_ + ": the script vanished from redis twice in one batch"), {}};
+      }
+      s = LoadScript();
+      if (!s.ok()) return ApplyResult{s, {}};
+      reloaded = true;
+    }
+    calls_.swap(redo_);
+  }
+  return out;
+}
+
+// Queues one EVALSHA for the events of `call` and writes it to the socket
+// at once (without waiting for any reply).
+Status RedisSink::SendCall(const Call& call) {
+  AssembleCall(call);
+  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv_.size()), argv_.data(), lens_.data()) != REDIS_OK) {
+    return ConnectionLost();
+  }
+  int done = 0;
+  if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return ConnectionLost();
+  return Status::Ok();
+}
+
+// Reads one reply per call of calls_ into results; calls to make again go
+// to redo_.
+Status RedisSink::ReadReplies(std::vector<EventResult>& results, bool& noscript) {
+  redo_.clear();
+  for (const Call& call : calls_) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
+    ReplyPtr reply(static_cast<redisReply*>(raw));
+    const size_t count = call.end - call.begin;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == count) {
+      for (size_t k = 0; k < count; ++k) {
+        const redisReply& r = *reply->element[k];
+        EventResult& result = results[sendable_[call.begin + k].event];
+        if (r.type == REDIS_REPLY_INTEGER && (r.integer == 1 || r.integer == 0)) {
+          result = EventResult{r.integer == 1 ? Outcome::kApplied : Outcome::kStale, {}};
+        } else if (r.type != REDIS_REPLY_ERROR) {
+          result = EventResult{Outcome::kRejected, "redis: unexpected reply from the version check script"};
+        } else if (ErrorClass c = Classify(ReplyText(r)); c == ErrorClass::kEvent || c == ErrorClass::kNoScript) {
+          result = EventResult{Outcome::kRejected, "redis: " + std::string(ReplyText(r))};
+        } else {
+          return ServerError("EVALSHA", ReplyText(r));  // the rest of the pipeline is unread: drop it
+        }
+      }
+      continue;
+    }
+    std::string err = reply->type == REDIS_REPLY_ERROR ? std::string(ReplyText(*reply))
+                                                        : "unexpected reply from the version check script";
+    switch (reply->type == REDIS_REPLY_ERROR ? Classify(err) : ErrorClass::kEvent) {
+      case ErrorClass::kNoScript:
+        noscript = true;
+        redo_.push_back(call);
+        break;
+      case ErrorClass::kEvent:
+        if (count == 1) {
+          results[sendable_[call.begin].event] = EventResult{Outcome::kRejected, "redis: " + err};
+        } else {
+          for (size_t k = call.begin; k < call.end; ++k) redo_.push_back(Call{k, k + 1});
+        }
+        break;
+      case ErrorClass::kUnavailable:
+      case ErrorClass::kMisconfigured:
+        return ServerError("EVALSHA", err);
+    }
+  }
+  return Status::Ok();
+}
+
+// Fills argv_/lens_ with one EVALSHA for the events of `call`.
+void RedisSink::AssembleCall(const Call& call) {
+  argv_.clear();
+  lens_.clear();
+  auto push = [this](const Arg& a) {
+    argv_.push_back(a.fixed ? a.fixed : arena_.data() + a.offset);
+    lens_.push_back(a.size);
+  };
+  const size_t keys_per_event = hash_ ? 2 : 1;
+  auto [end, ec] = std::to_chars(numkeys_, numkeys_ + sizeof numkeys_, keys_per_event * (call.end - call.begin));
+  (void)ec;  // 24 chars always hold a size_t
+  push(Arg{"EVALSHA", 0, 7});
+  push(Arg{sha_.data(), 0, sha_.size()});
+  push(Arg{numkeys_, 0, static_cast<size_t>(end - numkeys_)});
+  for (size_t k = call.begin; k < call.end; ++k) {
+    for (size_t i = 0; i < keys_per_event; ++i) push(args_[sendable_[k].first_arg + i]);
+  }
+  push(Arg{hash_ ? "h" : "j", 0, 1});
+  push(Arg{ttl_ms_.data(), 0, ttl_ms_.size()});
+  push(Arg{tombstone_ttl_ms_.data(), 0, tombstone_ttl_ms_.size()});
+  push(Arg{kTombstoneSuffix.data(), 0, kTombstoneSuffix.size()});
+  push(Arg{guard_, 0, 1});
+  for (size_t k = call.begin; k < call.end; ++k) {
+    const Sendable& ev = sendable_[k];
+    for (size_t i = ev.first_arg + keys_per_event; i < ev.first_arg + ev.arg_count; ++i) push(args_[i]);
+  }
+}
+
+}  // namespace sluice::connectors::redis

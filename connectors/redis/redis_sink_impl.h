@@ -1,0 +1,222 @@
+// The redis sink's class, shared by the files that implement it (private to
+// this folder; everyone else goes through MakeRedisSink in redis_sink.h).
+//
+// The implementation is split by concern, as RocksDB splits DBImpl:
+//   redis_sink.cc          the factory, the constructor, the options it
+//                          reads, the connection and its commands, Health
+//   redis_sink_apply.cc    Apply and Repair: the batch through the version
+//                          check script (version_check.lua)
+//   redis_sink_verify.cc   Verify (the whole view) and VerifyEntities
+//   redis_sink_rebuild.cc  the rebuild shadow: clearing it, switching it in
+//
+// Threads: as every Sink, one thread at a time per instance (see sink.h).
+#pragma once
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_sink.h"
+#include "connectors/redis/redis_url.h"
+#include "connectors/redis/reply_error.h"
+#include "connectors/redis/view_value.h"
+#include "connectors/sink.h"
+
+namespace sluice::connectors::redis {
+
+// The text of version_check.lua, compiled in at build time (see
+// sluice_embed_text in cmake/SluiceModule.cmake): the version check and
+// write of a run of events. Its arguments and replies are described there.
+extern const std::string_view kVersionCheckScript;
+
+// Events per EVALSHA: enough to share the call's cost, few enough that one
+// call blocks Redis for well under a millisecond.
+inline constexpr size_t kEventsPerCall = 100;
+inline constexpr size_t kVerifyChunk = 1000;
+// The script's ARGV[5] (see version_check.lua).
+inline constexpr const char* kGuardNewer = ">";
+inline constexpr const char* kGuardNotOlder = "=";
+inline constexpr const char* kGuardAny = "!";
+
+struct ContextFree {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+struct ReplyFree {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextFree>;
+using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
+
+// hiredis writes with write(2), so a peer that closed the connection raises
+// SIGPIPE, which kills a process that has not ignored it. While a public
+// method runs, SIGPIPE is blocked for this thread and any instance of it that
+// our writes raised is consumed; EPIPE then surfaces as a connection error.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{};
+        sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
+inline std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
+
+using ErrorClass = ReplyErrorClass;
+
+inline ErrorClass Classify(std::string_view err) { return ClassifyReplyError(err); }
+
+class RedisSink final : public Sink {
+ public:
+  // redis_sink.cc
+  RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys, RedisSinkOptions options);
+  const std::string& name() const override { return cfg_.name; }
+  Capabilities capabilities() const override;
+  Status Open() override;
+  Status Health() override;
+  void Close() override { ctx_.reset(); }
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
+
+  // redis_sink_apply.cc
+  ApplyResult Apply(std::span<const ChangeEvent> events) override;
+  ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard repair_guard) override;
+
+  // redis_sink_verify.cc
+  Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
+  Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
+
+  // redis_sink_rebuild.cc
+  Status PromoteRebuildShadow() override;
+
+ private:
+  // One argument of a pipelined command: a constant that outlives the batch
+  // (`fixed`) or a range of arena_, which may move while the batch is built.
+  struct Arg {
+    const char* fixed;
+    size_t offset;
+    size_t size;
+  };
+  // An event that goes to Redis: its index in the batch and its arguments.
+  struct Sendable {
+    size_t event;
+    size_t first_arg;
+    size_t arg_count;
+  };
+  // One EVALSHA: the sendable_ events [begin, end).
+  struct Call {
+    size_t begin;
+    size_t end;
+  };
+
+  // redis_sink.cc: the options the write and check paths read, the
+  // connection and its commands.
+  const std::vector<config::FieldMapping>& hash_fields() const;
+  bool values_expire() const;
+  Status Connect();
+  Status LoadScript();
+  Status ServerError(std::string_view command, std::string_view err);
+  Status ConnectionLost();
+  Result<ReplyPtr> Command(int argc, const char** argv, const size_t* lens);
+  Result<ReplyPtr> Command(const std::vector<std::string_view>& args);
+  Status ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page);
+  Result<std::vector<ReplyPtr>> PipelinePerKey(const char* command, const std::vector<std::string>& keys,
+                                               const std::function<std::string(const std::string&)>& to = {});
+
+  // redis_sink_apply.cc
+  void AddFixed(std::string_view s) { args_.push_back(Arg{s.data(), 0, s.size()}); }
+  // Adds the arena text from `offset` to its end as one argument.
+  void AddArena(size_t offset) { args_.push_back(Arg{nullptr, offset, arena_.size() - offset}); }
+  bool BuildEvent(const ChangeEvent& e, std::string& reason);
+  void AppendDigits(uint64_t n);
+  void AppendNumber(uint64_t n);
+  bool AddJsonValue(const ChangeEvent& e, std::string& reason);
+  bool AddHashFields(const ChangeEvent& e, std::string& reason);
+  ApplyResult ApplyBatch(std::span<const ChangeEvent> events);
+  Status SendCall(const Call& call);
+  Status ReadReplies(std::vector<EventResult>& results, bool& noscript);
+  void AssembleCall(const Call& call);
+
+  // redis_sink_verify.cc
+  Status VerifyAll(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences);
+  Status CheckEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences);
+  static std::optional<uint64_t> ParseVersion(std::string_view text);
+  std::optional<uint64_t> ValueVersion(const redisReply& value) const;
+  void CompareOne(const EntitySnapshot& s, const std::string& key, const redisReply& reply,
+                  std::vector<Difference>& differences);
+  static std::string VersionDetail(std::string_view view, uint64_t storage);
+  void CompareJson(const EntitySnapshot& s, const std::string& key, const redisReply& reply,
+                   std::vector<Difference>& differences);
+  void CompareHash(const EntitySnapshot& s, const std::string& key, const redisReply& reply,
+                   std::vector<Difference>& differences);
+  Status FindExtraKeys(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences);
+
+  // redis_sink_rebuild.cc
+  Status PrepareShadowKeys();
+  Status DropLiveKeysNotRebuilt();
+  Status RenameShadowKeysOntoLive();
+
+  const config::SinkConfig cfg_;
+  const RedisEndpoint endpoint_;
+  const KeyTemplate keys_;
+  const RedisSinkOptions options_;
+  const bool hash_;
+  const std::string ttl_ms_;
+  const std::string tombstone_ttl_ms_;
+  std::string where_;  // "sink 'x' (redis host:port/db)" for messages; no password
+  // Set on a rebuild shadow: the live sink's keys, the prefix that turns a
+  // live key into this shadow's key, and whether the first Open() has deleted
+  // what an abandoned rebuild left.
+  std::optional<KeyTemplate> live_keys_;
+  std::string shadow_prefix_;
+  bool shadow_prepared_ = false;
+  ContextPtr ctx_;           // null when not connected
+  std::string sha_;
+
+  // Reused by every Apply so that a warm sink allocates almost nothing per batch.
+  std::string arena_;
+  std::vector<Arg> args_;            // per sendable event: keys (2), version, delete flag, count, payload
+  std::vector<Sendable> sendable_;   // events that passed BuildEvent, in batch order
+  std::vector<Call> calls_;          // this round's EVALSHA calls
+  std::vector<Call> redo_;           // the next round's
+  std::vector<const char*> argv_;    // one assembled call
+  std::vector<size_t> lens_;
+  char numkeys_[24] = {};
+  HashFields fields_;
+  const char* guard_ = kGuardNewer;  // the script's guard for the call being made
+};
+
+}  // namespace sluice::connectors::redis
