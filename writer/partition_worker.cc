@@ -5,6 +5,7 @@
 #include "core/failpoint.h"
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "sql/mariadb_tables.h"
 #include "sql/schema.h"
 #include "writer/command_request.h"
 #include "writer/commands.h"
@@ -47,6 +48,7 @@ struct PartitionWorker::Planned {
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
     : options_(std::move(options)),
       table_(sql::EventTableName(options_.type, options_.partition)),
+      log_((options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql))->OpenEventLog()),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
@@ -119,17 +121,15 @@ std::string PartitionWorker::Fingerprint(const std::string& name, std::optional<
 }
 
 Status PartitionWorker::EnsureConnected() {
-  if (conn_ && conn_->healthy()) return Status::Ok();
-  conn_.reset();
+  if (log_->healthy()) return Status::Ok();
+  // A new session: what the caches say may have changed meanwhile.
   head_.reset();
   entities_.Clear();
-  ASSIGN_OR_RETURN(conn_, sql::Connection::Open(options_.mysql));
-  return Status::Ok();
+  return log_->Open();
 }
 
 Status PartitionWorker::LoadHead() {
-  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT COALESCE(MAX(event_id),0) FROM " + sql::QuoteIdent(table_)));
-  head_ = std::stoull(rows.at(0).at(0).value_or("0"));
+  ASSIGN_OR_RETURN(head_, log_->Head(options_.type, options_.partition));
   return Status::Ok();
 }
 
@@ -140,27 +140,19 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unor
   }
   *loaded = missing;
   if (missing.empty()) return Status::Ok();
-  std::string in;
-  for (const auto& id : missing) {
-    if (!in.empty()) in += ',';
-    conn_->AppendQuoted(in, id);
-  }
-  const std::string t = sql::QuoteIdent(table_);
-  const std::string q = "SELECT e.entity_id, e.version, e.state, e.deleted FROM " + t +
-                        " e JOIN (SELECT entity_id, MAX(version) AS v FROM " + t + " WHERE entity_id IN (" +
-                        in + ") GROUP BY entity_id) m ON e.entity_id=m.entity_id AND e.version=m.v";
-  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
+  ASSIGN_OR_RETURN(auto rows, log_->LatestOf(options_.type, options_.partition,
+                                              std::vector<std::string>(missing.begin(), missing.end())));
   for (auto& row : rows) {
     EntityState s;
-    s.version = std::stoull(row.at(1).value_or("0"));
-    s.exists = row.at(3).value_or("0") == "0";
+    s.version = row.version;
+    s.exists = !row.deleted;
     if (s.exists) {
-      auto parsed = ParseJson(row.at(2).value_or("null"));
-      if (!parsed.ok()) return Internal("stored state of '" + *row[0] + "' is not JSON: " + parsed.status().message());
+      auto parsed = ParseJson(row.state);
+      if (!parsed.ok()) return Internal("stored state of '" + row.entity_id + "' is not JSON: " + parsed.status().message());
       s.state = std::move(parsed).value();
     }
-    missing.erase(*row[0]);
-    entities_.Put(*row[0], std::move(s));
+    missing.erase(row.entity_id);
+    entities_.Put(row.entity_id, std::move(s));
   }
   for (const auto& id : missing) entities_.Put(id, EntityState{});
   return Status::Ok();
@@ -168,15 +160,10 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unor
 
 Result<size_t> PartitionWorker::DropStaleEntities(const std::unordered_map<std::string, uint64_t>& versions) {
   if (versions.empty()) return size_t{0};
-  std::string in;
-  for (const auto& [id, version] : versions) {
-    if (!in.empty()) in += ',';
-    conn_->AppendQuoted(in, id);
-  }
-  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT entity_id, MAX(version) FROM " + sql::QuoteIdent(table_) +
-                                           " WHERE entity_id IN (" + in + ") GROUP BY entity_id"));
-  std::unordered_map<std::string, uint64_t> stored;
-  for (const auto& row : rows) stored[row.at(0).value_or("")] = std::stoull(row.at(1).value_or("0"));
+  std::vector<std::string> ids;
+  ids.reserve(versions.size());
+  for (const auto& [id, version] : versions) ids.push_back(id);
+  ASSIGN_OR_RETURN(auto stored, log_->LatestVersions(options_.type, options_.partition, ids));
   size_t stale = 0;
   for (const auto& [id, version] : versions) {
     const auto it = stored.find(id);
@@ -195,33 +182,22 @@ void PartitionWorker::DropCaches(const std::deque<Command>& batch) {
 Status PartitionWorker::AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan,
                                           std::vector<char>& done, const std::vector<size_t>& which) {
   if (which.empty()) return Status::Ok();
-  std::string q =
-      "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response FROM " +
-      sql::QuoteIdent(table_) + " WHERE ";
-  for (size_t k = 0; k < which.size(); ++k) {
-    const Command& c = batch[which[k]];
-    if (k > 0) q += " OR ";
-    q += "(entity_id=";
-    conn_->AppendQuoted(q, c.entity_id);
-    q += " AND command_id=";
-    conn_->AppendQuoted(q, c.command_id);
-    q += ')';
-  }
-  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
-  std::unordered_map<std::string, const sql::Row*> stored;
-  for (const auto& row : rows) stored.emplace(CommandKey(*row.at(0), *row.at(1)), &row);
+  std::vector<std::pair<std::string, std::string>> keys;
+  keys.reserve(which.size());
+  for (size_t i : which) keys.emplace_back(batch[i].entity_id, batch[i].command_id);
+  ASSIGN_OR_RETURN(auto rows, log_->FindCommands(options_.type, options_.partition, keys));
+  std::unordered_map<std::string, const sql::EventRow*> stored;
+  for (const auto& row : rows) stored.emplace(CommandKey(row.entity_id, row.command_id), &row);
   for (size_t i : which) {
     Command& c = batch[i];
     const std::string key = CommandKey(c.entity_id, c.command_id);
     auto it = stored.find(key);
     if (it == stored.end()) continue;
-    const sql::Row& row = *it->second;
-    const std::optional<uint64_t> expected =
-        row.at(5) ? std::optional<uint64_t>(std::stoull(*row[5])) : std::nullopt;
+    const sql::EventRow& row = *it->second;
     Reply r;
-    if (Fingerprint(*row.at(4), expected, row.at(6).value_or("")) == Fingerprint(c.name, c.expected_version, c.request_text)) {
-      r.body = CommandReplyBody(options_.type, c.entity_id, std::stoull(*row.at(2)), std::stoull(*row.at(3)),
-                                options_.partition, row.at(7).value_or("null"));
+    if (Fingerprint(row.command_name, row.expected_version, row.request) ==
+        Fingerprint(c.name, c.expected_version, c.request_text)) {
+      r.body = CommandReplyBody(options_.type, c.entity_id, row.version, row.event_id, options_.partition, row.response);
       r.replayed = true;
       recent_.Put(key, RecentCommand{Fingerprint(c.name, c.expected_version, c.request_text), r.body});
     } else {
@@ -273,8 +249,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
     std::unordered_map<std::string, size_t> first_with_key;
     std::vector<size_t> writes;
     std::vector<size_t> rejected;
-    std::string insert = "INSERT INTO " + sql::QuoteIdent(table_) + " " + sql::kEventInsertColumns + " VALUES ";
-    std::string row;
+    std::unique_ptr<sql::EventAppend> insert = log_->NewAppend(options_.type, options_.partition);
     for (size_t i = 0; i < n; ++i) {
       if (done[i]) continue;
       Command& c = batch[i];
@@ -327,38 +302,24 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       p.event_id = *head_ + writes.size() + 1;
       p.response_text = CanonicalJson(out.response);
       p.deleted = out.deleted;
-      row.clear();
-      row += writes.empty() ? "(" : ",(";
-      row += std::to_string(p.event_id);
-      row += ',';
-      conn_->AppendQuoted(row, c.entity_id);
-      row += ',';
-      row += std::to_string(p.version);
-      row += ',';
-      conn_->AppendQuoted(row, c.command_id);
-      row += ',';
-      conn_->AppendQuoted(row, c.name);
-      row += ',';
-      row += c.expected_version ? std::to_string(*c.expected_version) : "NULL";
-      row += ',';
-      conn_->AppendQuoted(row, c.request_text);
-      row += ',';
-      conn_->AppendQuoted(row, p.response_text);
-      row += ',';
-      if (out.deleted) {
-        row += "NULL,NULL,1)";
-      } else {
-        p.state_text = CanonicalJson(out.new_state);
-        conn_->AppendQuoted(row, p.state_text);
-        row += ",NULL,0)";
-      }
-      if (!writes.empty() && insert.size() + row.size() > options_.max_statement_bytes) {
+      if (!out.deleted) p.state_text = CanonicalJson(out.new_state);
+      sql::NewEvent row;
+      row.event_id = p.event_id;
+      row.entity_id = c.entity_id;
+      row.version = p.version;
+      row.command_id = c.command_id;
+      row.command_name = c.name;
+      row.expected_version = c.expected_version;
+      row.request = c.request_text;
+      row.response = p.response_text;
+      row.state = p.state_text;
+      row.deleted = out.deleted;
+      if (!insert->TryAdd(row, options_.max_statement_bytes)) {
         // Cut the batch here; commands from i on are requeued by Run().
         p = Planned{};
         n = i;
         break;
       }
-      insert += row;
       writes.push_back(i);
       first_with_key.emplace(key, i);
       entity.version = p.version;
@@ -392,7 +353,7 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
       if (SLUICE_FAILPOINT("writer.before_commit")) {
         st = Unavailable("failpoint writer.before_commit");
       } else {
-        st = conn_->Execute(insert).status();  // one statement, autocommit: one transaction
+        st = log_->Append(*insert);  // one transaction
       }
       if (!st.ok()) {
         if (st.code() != StatusCode::kAborted) return fail_all(st);

@@ -18,8 +18,12 @@
 // command of the batch gets 503 and the caches are dropped; a retry with the
 // same Idempotency-Key is then answered from storage if the commit did land.
 //
+// Every statement goes through sql::EventLog (sql/tables.h), so the batching
+// and conflict handling are unit-tested on sql::MemoryStorage
+// (partition_worker_test.cc).
+//
 // Threads: Submit() may be called from any thread; everything else runs on
-// the worker's own thread, which owns the MySQL connection and the caches.
+// the worker's own thread, which owns the event log's session and the caches.
 #pragma once
 
 #include <condition_variable>
@@ -38,6 +42,7 @@
 #include "core/json.h"
 #include "metrics/metrics.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 #include "writer/commands.h"
 #include "writer/lru_cache.h"
 #include "writer/pusher.h"
@@ -60,6 +65,8 @@ struct PartitionWorkerOptions {
   std::string type;
   uint32_t partition = 0;
   sql::ConnectParams mysql;
+  // The event tables; null: MariaDB at mysql. Unit tests pass sql::MemoryStorage.
+  std::shared_ptr<sql::Storage> storage;
   uint32_t batch_max = 1000;
   size_t cache_entries = 100000;
   uint32_t conflict_retries = 16;
@@ -149,7 +156,7 @@ class PartitionWorker {
   std::thread thread_;
 
   // Worker-thread state.
-  std::unique_ptr<sql::Connection> conn_;
+  std::unique_ptr<sql::EventLog> log_;  // its session is the worker's
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id
