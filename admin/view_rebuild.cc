@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "offsets/offset_store.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 
@@ -83,10 +84,9 @@ Result<std::map<uint32_t, uint64_t>> ViewRebuild::Heads() {
   }
   std::map<uint32_t, uint64_t> heads;
   const uint32_t partitions = config_.entities.at(sink_.entity).partitions;
+  const auto log = sql::EventLogOn(*conn_);
   for (uint32_t p = 0; p < partitions; ++p) {
-    ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT COALESCE(MAX(event_id),0) FROM " +
-                                             sql::QuoteIdent(sql::EventTableName(sink_.entity, p))));
-    heads[p] = std::stoull(rows.at(0).at(0).value_or("0"));
+    ASSIGN_OR_RETURN(heads[p], log->Head(sink_.entity, p));
   }
   return heads;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "sql/mariadb_tables.h"
 #include "sql/schema.h"
 
 namespace sluice::engine {
@@ -46,13 +47,6 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestOf(sql::Connection& conn,
   return out;
 }
 
-// `(SELECT [prefix]columns FROM <table of partition> WHERE event_id > after ORDER BY event_id LIMIT limit)`
-std::string PartitionQuery(const std::string& type, uint32_t partition, uint64_t after, uint32_t limit,
-                           const std::string& prefix) {
-  return "SELECT " + prefix + kColumnList + " FROM " + sql::QuoteIdent(sql::EventTableName(type, partition)) +
-         " WHERE event_id > " + std::to_string(after) + " ORDER BY event_id LIMIT " + std::to_string(limit);
-}
-
 // Keeps the events that follow `after` without a gap (in event_id order).
 ReadResult CutAtGap(std::vector<connectors::ChangeEvent> events, uint64_t after) {
   ReadResult out;
@@ -71,47 +65,41 @@ ReadResult CutAtGap(std::vector<connectors::ChangeEvent> events, uint64_t after)
 
 }  // namespace
 
-Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
-                              uint32_t limit) {
-  ASSIGN_OR_RETURN(auto rows, conn.Query(PartitionQuery(type, partition, after, limit, "")));
+connectors::ChangeEvent ToChangeEvent(sql::EventRow&& r, const std::string& type, uint32_t partition) {
+  connectors::ChangeEvent e;
+  e.entity_type = type;
+  e.partition = partition;
+  e.event_id = r.event_id;
+  e.entity_id = std::move(r.entity_id);
+  e.version = r.version;
+  e.deleted = r.deleted;
+  e.state = std::move(r.state);
+  e.command_name = std::move(r.command_name);
+  e.command_id = std::move(r.command_id);
+  e.committed_at_us = r.committed_at_us;
+  return e;
+}
+
+ReadResult ToReadResult(std::vector<sql::EventRow>&& rows, const std::string& type, uint32_t partition,
+                        uint64_t after) {
   std::vector<connectors::ChangeEvent> events;
   events.reserve(rows.size());
-  for (auto& r : rows) events.push_back(FromRow(r, type, partition));
+  for (auto& r : rows) events.push_back(ToChangeEvent(std::move(r), type, partition));
   return CutAtGap(std::move(events), after);
+}
+
+Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
+                              uint32_t limit) {
+  ASSIGN_OR_RETURN(auto r, ReadEventsOfPartitions(conn, type, {{partition, after}}, limit));
+  return std::move(r[partition]);
 }
 
 Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& conn, const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
                                                               uint32_t limit) {
+  ASSIGN_OR_RETURN(auto rows, sql::EventLogOn(conn)->ReadAfter(type, from, limit));
   std::map<uint32_t, ReadResult> out;
-  if (from.empty()) return out;
-  if (from.size() == 1) {
-    ASSIGN_OR_RETURN(out[from[0].first], ReadEvents(conn, type, from[0].first, from[0].second, limit));
-    return out;
-  }
-  std::string q;
-  std::map<uint32_t, std::vector<connectors::ChangeEvent>> events;
-  for (const auto& [partition, after] : from) {
-    if (!q.empty()) q += " UNION ALL ";
-    q += '(' + PartitionQuery(type, partition, after, limit, std::to_string(partition) + ", ") + ')';
-    events[partition];
-  }
-  ASSIGN_OR_RETURN(auto rows, conn.Query(q));
-  for (auto& r : rows) {
-    const uint32_t partition = static_cast<uint32_t>(std::stoul(r[0].value_or("0")));
-    auto it = events.find(partition);
-    if (it == events.end()) return Internal("the union of event reads returned partition " + std::to_string(partition));
-    it->second.push_back(FromRow(r, type, partition, 1));
-  }
-  const auto by_event_id = [](const connectors::ChangeEvent& a, const connectors::ChangeEvent& b) {
-    return a.event_id < b.event_id;
-  };
-  for (const auto& [partition, after] : from) {
-    auto& list = events[partition];
-    // Each part is ordered; a UNION ALL does not promise to keep that order.
-    if (!std::is_sorted(list.begin(), list.end(), by_event_id)) std::sort(list.begin(), list.end(), by_event_id);
-    out[partition] = CutAtGap(std::move(list), after);
-  }
+  for (const auto& [partition, after] : from) out[partition] = ToReadResult(std::move(rows[partition]), type, partition, after);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "connectors/sink.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::engine {
 
@@ -17,6 +18,14 @@ struct ReadResult {
   std::vector<connectors::ChangeEvent> events;  // event_ids after+1, after+2, ... without a gap
   bool gap = false;  // a gap in event_id was seen and the batch cut before it (I3 forbids it)
 };
+
+// The change event of a row the pull loop read (sql::EventLog::ReadAfter).
+connectors::ChangeEvent ToChangeEvent(sql::EventRow&& row, const std::string& type, uint32_t partition);
+
+// The rows of one partition read after `after`, as events, cut at the first
+// gap in event_id (never skipped: the reader waits for it).
+ReadResult ToReadResult(std::vector<sql::EventRow>&& rows, const std::string& type, uint32_t partition,
+                        uint64_t after);
 
 // Up to `limit` events of (type, partition) with event_id > after.
 Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "engine/sync_engine.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 
@@ -83,10 +84,10 @@ void HealthMonitor::Run() {
 
 Result<std::vector<uint64_t>> HealthMonitor::Heads(const std::string& type, uint32_t partitions) {
   std::vector<uint64_t> heads;
+  const auto log = sql::EventLogOn(*conn_);
   for (uint32_t p = 0; p < partitions; ++p) {
-    const std::string t = sql::QuoteIdent(sql::EventTableName(type, p));
-    ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT COALESCE(MAX(event_id),0) FROM " + t));
-    heads.push_back(std::stoull(rows.at(0).at(0).value_or("0")));
+    ASSIGN_OR_RETURN(const uint64_t head, log->Head(type, p));
+    heads.push_back(head);
   }
   return heads;
 }
@@ -165,12 +166,8 @@ void HealthMonitor::Check() {
           const uint64_t lag = h[p] > offset ? h[p] - offset : 0;
           double lag_seconds = 0;
           if (lag > 0) {
-            const std::string table = sql::QuoteIdent(sql::EventTableName(cfg->entity, p));
-            auto rows = conn_->Query("SELECT TIMESTAMPDIFF(MICROSECOND, committed_at, NOW(6)) FROM " + table +
-                                     " WHERE event_id=" + std::to_string(offset + 1));
-            if (rows.ok() && !rows->empty() && rows->front().at(0)) {
-              lag_seconds = std::max(0.0, std::stod(*rows->front()[0]) / 1e6);
-            }
+            auto since = sql::EventLogOn(*conn_)->SecondsSinceCommit(cfg->entity, p, offset + 1);
+            if (since.ok() && *since) lag_seconds = **since;
           }
           runner->metrics().SetLag(p, lag, lag_seconds);
           total_lag += lag;

@@ -8,6 +8,7 @@
 #include "engine/event_reader.h"
 #include "engine/view_repair.h"
 #include "offsets/offset_store.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 
@@ -107,6 +108,7 @@ Result<std::optional<DeadLetterRow>> DeadLetterToAct(sql::Connection& conn, uint
 Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
+  const auto events = sql::EventLogOn(*conn);
   std::vector<SinkStatus> sinks;
   for (const auto& s : config.sinks) {
     const uint32_t partitions = config.entities.at(s.entity).partitions;
@@ -114,13 +116,13 @@ Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
     SinkStatus sink{s.name, s.type, s.entity, {}, false, {}};
     for (uint32_t p = 0; p < partitions; ++p) {
       const offsets::PartitionProgress pp = progress.count(p) ? progress[p] : offsets::PartitionProgress{};
-      const std::string t = sql::QuoteIdent(sql::EventTableName(s.entity, p));
-      ASSIGN_OR_RETURN(auto rows,
-                       conn->Query("SELECT COALESCE(MAX(event_id),0), TIMESTAMPDIFF(MICROSECOND, (SELECT committed_at FROM " +
-                                   t + " WHERE event_id=" + std::to_string(pp.event_id + 1) + "), NOW(6)) FROM " + t));
-      const uint64_t head = std::stoull(rows.at(0).at(0).value_or("0"));
+      ASSIGN_OR_RETURN(const uint64_t head, events->Head(s.entity, p));
       const uint64_t lag = head > pp.event_id ? head - pp.event_id : 0;
-      const double lag_s = lag > 0 && rows[0][1] ? std::max(0.0, std::stod(*rows[0][1]) / 1e6) : 0.0;
+      double lag_s = 0.0;
+      if (lag > 0) {
+        ASSIGN_OR_RETURN(const auto since, events->SecondsSinceCommit(s.entity, p, pp.event_id + 1));
+        lag_s = since.value_or(0.0);
+      }
       if (!pp.last_error.empty()) sink.last_error = pp.last_error;
       const std::string state = progress.count(p) ? pp.state : "new";
       sink.partitions.push_back(

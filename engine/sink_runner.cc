@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "engine/event_reader.h"
+#include "sql/mariadb_tables.h"
 
 namespace sluice::engine {
 
@@ -19,6 +20,7 @@ SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Si
       sink_(std::move(sink)),
       barrier_(options_.barrier ? options_.barrier
                                 : std::make_shared<DurabilityBarrier>(options_.mysql, options_.engine.durability_barrier)),
+      storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
       metrics_(options_.metrics ? options_.metrics
                                 : std::make_shared<metrics::SinkMetrics>(metrics::UnexportedRegistry(),
                                                                          options_.sink.name, options_.partitions)) {}
@@ -26,7 +28,8 @@ SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Si
 SinkRunner::~SinkRunner() { Stop(); }
 
 Status SinkRunner::Start() {
-  store_ = std::make_unique<offsets::OffsetStore>(options_.mysql);
+  store_ = std::make_unique<offsets::OffsetStore>(storage_->OpenOffsets());
+  dead_letters_ = storage_->OpenDeadLetters();
   ASSIGN_OR_RETURN(auto stored, store_->Load(options_.sink.name, options_.sink.entity));
   for (uint32_t p = 0; p < options_.partitions; ++p) {
     offsets::PartitionProgress pp = stored.count(p) ? stored[p] : offsets::PartitionProgress{};
@@ -266,7 +269,7 @@ bool SinkRunner::SleepUnlessStopping(std::chrono::milliseconds d) {
 void SinkRunner::ReadLoop() {
   std::map<uint32_t, uint64_t> position = start_offsets_;
   std::map<uint32_t, uint64_t> seen_epoch;  // per partition: epoch_ that `position` belongs to
-  std::unique_ptr<sql::Connection> conn;
+  std::unique_ptr<sql::EventLog> log = storage_->OpenEventLog();
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto idle = std::chrono::milliseconds(1);
   // Per partition: its last read filled a batch (at the start every partition
@@ -308,18 +311,24 @@ void SinkRunner::ReadLoop() {
           from.emplace_back(p, position[p]);
         }
       }
-      if (!conn || !conn->healthy()) {
-        auto opened = sql::Connection::Open(options_.mysql);
-        if (!opened.ok()) {
+      if (!log->healthy()) {
+        if (Status opened = log->Open(); !opened.ok()) {
           LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
-                         "engine: sink " + options_.sink.name + ": cannot read events: " + opened.status().message());
+                         "engine: sink " + options_.sink.name + ": cannot read events: " + opened.message());
           metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
           if (!SleepUnlessStopping(backoff.Next())) return;
           break;
         }
-        conn = std::move(opened).value();
       }
-      auto r = ReadEventsOfPartitions(*conn, options_.sink.entity, from, options_.engine.batch_max);
+      auto rows = log->ReadAfter(options_.sink.entity, from, options_.engine.batch_max);
+      Result<std::map<uint32_t, ReadResult>> r = rows.status();
+      if (rows.ok()) {
+        std::map<uint32_t, ReadResult> cut;
+        for (const auto& [p, after] : from) {
+          cut[p] = ToReadResult(std::move((*rows)[p]), options_.sink.entity, p, after);
+        }
+        r = std::move(cut);
+      }
       if (!r.ok()) {
         std::string which;
         for (const uint32_t p : group) which += (which.empty() ? "" : ",") + std::to_string(p);
@@ -385,46 +394,20 @@ void SinkRunner::SetState(const std::string& state, const std::string& error) {
 
 Result<std::set<std::pair<uint32_t, uint64_t>>> SinkRunner::DeadLettersAmong(
     const std::vector<std::pair<uint32_t, uint64_t>>& events) {
-  std::set<std::pair<uint32_t, uint64_t>> out;
-  if (events.empty()) return out;
-  if (!dl_conn_ || !dl_conn_->healthy()) {
-    dl_conn_.reset();
-    ASSIGN_OR_RETURN(dl_conn_, sql::Connection::Open(options_.mysql));
-  }
-  // By the unique key (sink, entity_type, partition_id, event_id).
-  std::string q = "SELECT partition_id, event_id FROM sluice_dead_letters WHERE sink=";
-  dl_conn_->AppendQuoted(q, options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink);
-  q += " AND entity_type=";
-  dl_conn_->AppendQuoted(q, options_.sink.entity);
-  q += " AND (partition_id, event_id) IN (";
-  for (size_t i = 0; i < events.size(); ++i) {
-    q += (i > 0 ? ",(" : "(") + std::to_string(events[i].first) + "," + std::to_string(events[i].second) + ")";
-  }
-  q += ")";
-  ASSIGN_OR_RETURN(auto rows, dl_conn_->Query(q));
-  for (const auto& r : rows) {
-    out.emplace(static_cast<uint32_t>(std::stoul(r.at(0).value_or("0"))), std::stoull(r.at(1).value_or("0")));
-  }
-  return out;
+  return dead_letters_->Among(options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink,
+                              options_.sink.entity, events);
 }
 
 Status SinkRunner::DeadLetter(const connectors::ChangeEvent& e, const std::string& reason) {
-  if (!dl_conn_ || !dl_conn_->healthy()) {
-    dl_conn_.reset();
-    ASSIGN_OR_RETURN(dl_conn_, sql::Connection::Open(options_.mysql));
-  }
-  std::string q =
-      "INSERT IGNORE INTO sluice_dead_letters (sink, entity_type, partition_id, event_id, entity_id, version, error) "
-      "VALUES (";
-  dl_conn_->AppendQuoted(q, options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink);
-  q += ',';
-  dl_conn_->AppendQuoted(q, e.entity_type);
-  q += ',' + std::to_string(e.partition) + ',' + std::to_string(e.event_id) + ',';
-  dl_conn_->AppendQuoted(q, e.entity_id);
-  q += ',' + std::to_string(e.version) + ',';
-  dl_conn_->AppendQuoted(q, reason.substr(0, 4000));
-  q += ')';
-  return dl_conn_->Execute(q).status();
+  sql::DeadLetter d;
+  d.sink = options_.dead_letter_sink.empty() ? options_.sink.name : options_.dead_letter_sink;
+  d.entity_type = e.entity_type;
+  d.partition = e.partition;
+  d.event_id = e.event_id;
+  d.entity_id = e.entity_id;
+  d.version = e.version;
+  d.error = reason;
+  return dead_letters_->Add(d);
 }
 
 Status SinkRunner::FlushSink() {

@@ -64,6 +64,7 @@
 #include "metrics/metrics.h"
 #include "offsets/offset_store.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::engine {
 
@@ -82,6 +83,9 @@ struct SinkRunnerOptions {
   // by the runners of one process; null: the runner makes its own from
   // mysql and engine.durability_barrier.
   std::shared_ptr<DurabilityBarrier> barrier;
+  // The event, offset and dead-letter tables; null: MariaDB at mysql. Unit
+  // tests pass sql::MemoryStorage.
+  std::shared_ptr<sql::Storage> storage;
 };
 
 class SinkRunner {
@@ -194,6 +198,7 @@ class SinkRunner {
   const SinkRunnerOptions options_;
   std::unique_ptr<connectors::Sink> sink_;
   const std::shared_ptr<DurabilityBarrier> barrier_;
+  const std::shared_ptr<sql::Storage> storage_;  // never null
   const std::shared_ptr<metrics::SinkMetrics> metrics_;  // never null
 
   mutable std::mutex mu_;
@@ -216,7 +221,7 @@ class SinkRunner {
   uint64_t read_ = 0, gaps_ = 0, retries_ = 0;
 
   std::unique_ptr<offsets::OffsetStore> store_;
-  std::unique_ptr<sql::Connection> dl_conn_;  // applier thread: dead letters
+  std::unique_ptr<sql::DeadLetterTable> dead_letters_;  // applier thread
   bool sink_open_ = false;
   // Applier thread: progress_ as of the sink's last successful Flush() (or
   // as loaded); saved offsets never pass it. unflushed_: the sink has

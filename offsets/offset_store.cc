@@ -1,68 +1,21 @@
 #include "offsets/offset_store.h"
 
+#include "sql/mariadb_tables.h"
+
 namespace sluice::offsets {
 
-OffsetStore::OffsetStore(sql::ConnectParams params) : params_(std::move(params)) {}
+OffsetStore::OffsetStore(sql::ConnectParams params)
+    : table_(sql::MariaDbStorage(std::move(params)).OpenOffsets()) {}
 
-Result<sql::Connection*> OffsetStore::Conn() {
-  if (!conn_ || !conn_->healthy()) {
-    conn_.reset();
-    ASSIGN_OR_RETURN(conn_, sql::Connection::Open(params_));
-  }
-  return conn_.get();
-}
+OffsetStore::OffsetStore(std::unique_ptr<sql::OffsetTable> table) : table_(std::move(table)) {}
 
 Result<std::map<uint32_t, PartitionProgress>> OffsetStore::Load(const std::string& sink, const std::string& type) {
-  ASSIGN_OR_RETURN(sql::Connection * c, Conn());
-  std::string q =
-      "SELECT partition_id, event_id, applied, stale, dead_lettered, state, last_error FROM sluice_offsets WHERE sink=";
-  c->AppendQuoted(q, sink);
-  q += " AND entity_type=";
-  c->AppendQuoted(q, type);
-  ASSIGN_OR_RETURN(auto rows, c->Query(q));
-  std::map<uint32_t, PartitionProgress> out;
-  for (const auto& r : rows) {
-    PartitionProgress p;
-    p.event_id = std::stoull(r.at(1).value_or("0"));
-    p.applied = std::stoull(r.at(2).value_or("0"));
-    p.stale = std::stoull(r.at(3).value_or("0"));
-    p.dead_lettered = std::stoull(r.at(4).value_or("0"));
-    p.state = r.at(5).value_or("running");
-    p.last_error = r.at(6).value_or("");
-    out[static_cast<uint32_t>(std::stoul(r.at(0).value_or("0")))] = std::move(p);
-  }
-  return out;
+  return table_->Load(sink, type);
 }
 
 Status OffsetStore::Save(const std::string& sink, const std::string& type,
                          const std::map<uint32_t, PartitionProgress>& progress) {
-  if (progress.empty()) return Status::Ok();
-  ASSIGN_OR_RETURN(sql::Connection * c, Conn());
-  std::string q =
-      "INSERT INTO sluice_offsets (sink, entity_type, partition_id, event_id, applied, stale, dead_lettered, state, "
-      "last_error) VALUES ";
-  bool first = true;
-  for (const auto& [partition, p] : progress) {
-    q += first ? "(" : ",(";
-    first = false;
-    c->AppendQuoted(q, sink);
-    q += ',';
-    c->AppendQuoted(q, type);
-    q += ',' + std::to_string(partition) + ',' + std::to_string(p.event_id) + ',' + std::to_string(p.applied) + ',' +
-         std::to_string(p.stale) + ',' + std::to_string(p.dead_lettered) + ',';
-    c->AppendQuoted(q, p.state);
-    q += ',';
-    if (p.last_error.empty()) {
-      q += "NULL";
-    } else {
-      c->AppendQuoted(q, p.last_error.substr(0, 2000));
-    }
-    q += ')';
-  }
-  q += " ON DUPLICATE KEY UPDATE event_id=VALUES(event_id), applied=VALUES(applied), stale=VALUES(stale),"
-       " dead_lettered=VALUES(dead_lettered), state=VALUES(state), last_error=VALUES(last_error),"
-       " updated_at=CURRENT_TIMESTAMP(6)";
-  return c->Execute(q).status();
+  return table_->Save(sink, type, progress);
 }
 
 Status OffsetStore::Rewind(const std::string& sink, const std::string& type, std::optional<uint32_t> partition,
@@ -78,13 +31,6 @@ Status OffsetStore::Rewind(const std::string& sink, const std::string& type, std
   return Save(sink, type, changed);
 }
 
-Status OffsetStore::Delete(const std::string& sink, const std::string& type) {
-  ASSIGN_OR_RETURN(sql::Connection * c, Conn());
-  std::string q = "DELETE FROM sluice_offsets WHERE sink=";
-  c->AppendQuoted(q, sink);
-  q += " AND entity_type=";
-  c->AppendQuoted(q, type);
-  return c->Execute(q).status();
-}
+Status OffsetStore::Delete(const std::string& sink, const std::string& type) { return table_->Delete(sink, type); }
 
 }  // namespace sluice::offsets

@@ -5,8 +5,11 @@
 // dead-lettered) and the sink's state with its last error, so that
 // `sluice status` can report from MySQL alone, from any host.
 //
-// Threads: one OffsetStore per caller thread (it owns one connection, opened
-// lazily and reopened after a failure).
+// The statements are sql::OffsetTable's (sql/tables.h): MariaDB in
+// production, the in-memory fake in unit tests.
+//
+// Threads: one OffsetStore per caller thread (its table owns one session,
+// opened lazily and reopened after a failure).
 #pragma once
 
 #include <cstdint>
@@ -17,21 +20,19 @@
 
 #include "core/status.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::offsets {
 
-struct PartitionProgress {
-  uint64_t event_id = 0;       // last applied event_id (0: nothing yet)
-  uint64_t applied = 0;        // cumulative counters
-  uint64_t stale = 0;
-  uint64_t dead_lettered = 0;
-  std::string state = "running";  // running | backoff | stopped
-  std::string last_error;
-};
+// A sink's progress on one partition: its row of sluice_offsets.
+using PartitionProgress = sql::OffsetRow;
 
 class OffsetStore {
  public:
+  // On MariaDB at `params`.
   explicit OffsetStore(sql::ConnectParams params);
+  // On the given table (e.g. sql::MemoryStorage's).
+  explicit OffsetStore(std::unique_ptr<sql::OffsetTable> table);
 
   // The stored progress of every partition of (sink, type); absent partitions
   // start at event_id 0.
@@ -51,10 +52,7 @@ class OffsetStore {
   Status Delete(const std::string& sink, const std::string& type);
 
  private:
-  Result<sql::Connection*> Conn();
-
-  sql::ConnectParams params_;
-  std::unique_ptr<sql::Connection> conn_;
+  std::unique_ptr<sql::OffsetTable> table_;
 };
 
 }  // namespace sluice::offsets

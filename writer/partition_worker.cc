@@ -1,17 +1,12 @@
 #include "writer/partition_worker.h"
 
-#include <unordered_set>
-
-#include "core/failpoint.h"
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "sql/mariadb_tables.h"
 #include "sql/schema.h"
-#include "writer/command_request.h"
-#include "writer/commands.h"
+#include "writer/partition_worker_batch.h"
 
 namespace sluice::writer {
-
-namespace {
 
 std::string CommandKey(const std::string& entity_id, const std::string& command_id) {
   std::string k;
@@ -27,26 +22,10 @@ Reply ReuseReply() {
                     "this Idempotency-Key was already used with a different command or request");
 }
 
-}  // namespace
-
-// What the planner decided for one command of the batch.
-struct PartitionWorker::Planned {
-  enum class Kind { kWrite, kReply, kDuplicateOf };
-  Kind kind = Kind::kReply;
-  Reply reply;                 // kReply; for kWrite filled after the commit
-  size_t duplicate_of = 0;     // kDuplicateOf: index of the first command with this key
-  bool check_storage = false;  // rejected: a stored event for this key would answer it instead
-  // kWrite:
-  uint64_t version = 0;
-  uint64_t event_id = 0;
-  bool deleted = false;
-  std::string response_text;
-  std::string state_text;  // canonical JSON of the new state; empty when deleted
-};
-
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
     : options_(std::move(options)),
       table_(sql::EventTableName(options_.type, options_.partition)),
+      log_((options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql))->OpenEventLog()),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
@@ -119,17 +98,15 @@ std::string PartitionWorker::Fingerprint(const std::string& name, std::optional<
 }
 
 Status PartitionWorker::EnsureConnected() {
-  if (conn_ && conn_->healthy()) return Status::Ok();
-  conn_.reset();
+  if (log_->healthy()) return Status::Ok();
+  // A new session: what the caches say may have changed meanwhile.
   head_.reset();
   entities_.Clear();
-  ASSIGN_OR_RETURN(conn_, sql::Connection::Open(options_.mysql));
-  return Status::Ok();
+  return log_->Open();
 }
 
 Status PartitionWorker::LoadHead() {
-  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT COALESCE(MAX(event_id),0) FROM " + sql::QuoteIdent(table_)));
-  head_ = std::stoull(rows.at(0).at(0).value_or("0"));
+  ASSIGN_OR_RETURN(head_, log_->Head(options_.type, options_.partition));
   return Status::Ok();
 }
 
@@ -140,51 +117,22 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unor
   }
   *loaded = missing;
   if (missing.empty()) return Status::Ok();
-  std::string in;
-  for (const auto& id : missing) {
-    if (!in.empty()) in += ',';
-    conn_->AppendQuoted(in, id);
-  }
-  const std::string t = sql::QuoteIdent(table_);
-  const std::string q = "SELECT e.entity_id, e.version, e.state, e.deleted FROM " + t +
-                        " e JOIN (SELECT entity_id, MAX(version) AS v FROM " + t + " WHERE entity_id IN (" +
-                        in + ") GROUP BY entity_id) m ON e.entity_id=m.entity_id AND e.version=m.v";
-  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
+  ASSIGN_OR_RETURN(auto rows, log_->LatestOf(options_.type, options_.partition,
+                                              std::vector<std::string>(missing.begin(), missing.end())));
   for (auto& row : rows) {
     EntityState s;
-    s.version = std::stoull(row.at(1).value_or("0"));
-    s.exists = row.at(3).value_or("0") == "0";
+    s.version = row.version;
+    s.exists = !row.deleted;
     if (s.exists) {
-      auto parsed = ParseJson(row.at(2).value_or("null"));
-      if (!parsed.ok()) return Internal("stored state of '" + *row[0] + "' is not JSON: " + parsed.status().message());
+      auto parsed = ParseJson(row.state);
+      if (!parsed.ok()) return Internal("stored state of '" + row.entity_id + "' is not JSON: " + parsed.status().message());
       s.state = std::move(parsed).value();
     }
-    missing.erase(*row[0]);
-    entities_.Put(*row[0], std::move(s));
+    missing.erase(row.entity_id);
+    entities_.Put(row.entity_id, std::move(s));
   }
   for (const auto& id : missing) entities_.Put(id, EntityState{});
   return Status::Ok();
-}
-
-Result<size_t> PartitionWorker::DropStaleEntities(const std::unordered_map<std::string, uint64_t>& versions) {
-  if (versions.empty()) return size_t{0};
-  std::string in;
-  for (const auto& [id, version] : versions) {
-    if (!in.empty()) in += ',';
-    conn_->AppendQuoted(in, id);
-  }
-  ASSIGN_OR_RETURN(auto rows, conn_->Query("SELECT entity_id, MAX(version) FROM " + sql::QuoteIdent(table_) +
-                                           " WHERE entity_id IN (" + in + ") GROUP BY entity_id"));
-  std::unordered_map<std::string, uint64_t> stored;
-  for (const auto& row : rows) stored[row.at(0).value_or("")] = std::stoull(row.at(1).value_or("0"));
-  size_t stale = 0;
-  for (const auto& [id, version] : versions) {
-    const auto it = stored.find(id);
-    if ((it == stored.end() ? 0 : it->second) == version) continue;
-    entities_.Erase(id);
-    ++stale;
-  }
-  return stale;
 }
 
 void PartitionWorker::DropCaches(const std::deque<Command>& batch) {
@@ -192,295 +140,54 @@ void PartitionWorker::DropCaches(const std::deque<Command>& batch) {
   for (const auto& c : batch) entities_.Erase(c.entity_id);
 }
 
-Status PartitionWorker::AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan,
-                                          std::vector<char>& done, const std::vector<size_t>& which) {
-  if (which.empty()) return Status::Ok();
-  std::string q =
-      "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response FROM " +
-      sql::QuoteIdent(table_) + " WHERE ";
-  for (size_t k = 0; k < which.size(); ++k) {
-    const Command& c = batch[which[k]];
-    if (k > 0) q += " OR ";
-    q += "(entity_id=";
-    conn_->AppendQuoted(q, c.entity_id);
-    q += " AND command_id=";
-    conn_->AppendQuoted(q, c.command_id);
-    q += ')';
+void PartitionWorker::ReplyRest(BatchState& b, const std::function<Reply(size_t)>& reply_for) {
+  for (size_t i = 0; i < b.n; ++i) {
+    if (!b.done[i]) b.batch[i].reply(reply_for(i));
   }
-  ASSIGN_OR_RETURN(auto rows, conn_->Query(q));
-  std::unordered_map<std::string, const sql::Row*> stored;
-  for (const auto& row : rows) stored.emplace(CommandKey(*row.at(0), *row.at(1)), &row);
-  for (size_t i : which) {
-    Command& c = batch[i];
-    const std::string key = CommandKey(c.entity_id, c.command_id);
-    auto it = stored.find(key);
-    if (it == stored.end()) continue;
-    const sql::Row& row = *it->second;
-    const std::optional<uint64_t> expected =
-        row.at(5) ? std::optional<uint64_t>(std::stoull(*row[5])) : std::nullopt;
-    Reply r;
-    if (Fingerprint(*row.at(4), expected, row.at(6).value_or("")) == Fingerprint(c.name, c.expected_version, c.request_text)) {
-      r.body = CommandReplyBody(options_.type, c.entity_id, std::stoull(*row.at(2)), std::stoull(*row.at(3)),
-                                options_.partition, row.at(7).value_or("null"));
-      r.replayed = true;
-      recent_.Put(key, RecentCommand{Fingerprint(c.name, c.expected_version, c.request_text), r.body});
-    } else {
-      r = ReuseReply();
-    }
-    plan[i].kind = Planned::Kind::kReply;
-    plan[i].reply = r;
-    done[i] = 1;
-    c.reply(std::move(r));
+  b.batch.erase(b.batch.begin(), b.batch.begin() + static_cast<std::ptrdiff_t>(b.n));
+}
+
+void PartitionWorker::FailAll(BatchState& b, const Status& st) {
+  DropCaches(b.batch);
+  if (st.code() == StatusCode::kUnavailable) {
+    ++stats_.unavailable;
+    LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
+    ReplyRest(b, [&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
+  } else {
+    LogRateLimited(LogLevel::kError, "writer.batch_failed", "writer: " + table_ + ": " + st.ToString());
+    ReplyRest(b, [&](size_t) { return ErrorReply(500, "internal", "the command could not be stored: " + st.message()); });
   }
-  return Status::Ok();
 }
 
 void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
   commands_.BeginBatch();
-  size_t n = batch.size();
-  std::vector<Planned> plan(n);
-  std::vector<char> done(n, 0);
-
-  // Replies every command of [0, n) not answered yet, then drops them from the batch.
-  auto finish = [&](const std::function<Reply(size_t)>& reply_for) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) batch[i].reply(reply_for(i));
-    }
-    batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
-  };
-  auto fail_all = [&](const Status& st) {
-    DropCaches(batch);
-    if (st.code() == StatusCode::kUnavailable) {
-      ++stats_.unavailable;
-      LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
-      finish([&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
-    } else {
-      LogRateLimited(LogLevel::kError, "writer.batch_failed", "writer: " + table_ + ": " + st.ToString());
-      finish([&](size_t) { return ErrorReply(500, "internal", "the command could not be stored: " + st.message()); });
-    }
-  };
-
+  BatchState b(batch);
   for (uint32_t attempt = 0; attempt <= options_.conflict_retries; ++attempt) {
+    Attempt a;
     Status st = EnsureConnected();
     if (st.ok() && !head_) st = LoadHead();
-    std::unordered_set<std::string> loaded;
-    if (st.ok()) st = LoadEntities(batch, &loaded);
-    if (!st.ok()) return fail_all(st);
-
-    // Plan: run every pending command against the state the earlier ones leave.
-    std::unordered_map<std::string, EntityState> overlay;
-    std::unordered_map<std::string, uint64_t> base_version;  // per entity: the version the plan started from
-    std::unordered_map<std::string, size_t> first_with_key;
-    std::vector<size_t> writes;
-    std::vector<size_t> rejected;
-    std::string insert = "INSERT INTO " + sql::QuoteIdent(table_) + " " + sql::kEventInsertColumns + " VALUES ";
-    std::string row;
-    for (size_t i = 0; i < n; ++i) {
-      if (done[i]) continue;
-      Command& c = batch[i];
-      Planned& p = plan[i];
-      p = Planned{};
-      const std::string key = CommandKey(c.entity_id, c.command_id);
-      const std::string fingerprint = Fingerprint(c.name, c.expected_version, c.request_text);
-      if (auto it = first_with_key.find(key); it != first_with_key.end()) {
-        const Command& first = batch[it->second];
-        if (Fingerprint(first.name, first.expected_version, first.request_text) == fingerprint) {
-          p.kind = Planned::Kind::kDuplicateOf;
-          p.duplicate_of = it->second;
-        } else {
-          p.reply = ReuseReply();
-        }
-        continue;
-      }
-      if (const RecentCommand* recent = recent_.Find(key)) {
-        if (recent->fingerprint == fingerprint) {
-          p.reply.body = recent->body;
-          p.reply.replayed = true;
-        } else {
-          p.reply = ReuseReply();
-        }
-        continue;
-      }
-      auto ov = overlay.find(c.entity_id);
-      if (ov == overlay.end()) {
-        const EntityState* cached = entities_.Find(c.entity_id);
-        ov = overlay.emplace(c.entity_id, cached ? *cached : EntityState{}).first;
-        base_version.emplace(c.entity_id, ov->second.version);
-      }
-      EntityState& entity = ov->second;
-      if (std::optional<Reply> mismatch = CheckExpectedVersion(c.expected_version, entity.version)) {
-        p.reply = std::move(*mismatch);
-        p.check_storage = true;
-        rejected.push_back(i);
-        continue;
-      }
-      CommandOutcome out =
-          commands_.Run(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request, c.command_id);
-      if (!out.applied) {
-        p.reply = ErrorReply(out.http_status, out.error_code, out.message);
-        p.check_storage = true;
-        rejected.push_back(i);
-        continue;
-      }
-      p.kind = Planned::Kind::kWrite;
-      p.version = entity.version + 1;
-      p.event_id = *head_ + writes.size() + 1;
-      p.response_text = CanonicalJson(out.response);
-      p.deleted = out.deleted;
-      row.clear();
-      row += writes.empty() ? "(" : ",(";
-      row += std::to_string(p.event_id);
-      row += ',';
-      conn_->AppendQuoted(row, c.entity_id);
-      row += ',';
-      row += std::to_string(p.version);
-      row += ',';
-      conn_->AppendQuoted(row, c.command_id);
-      row += ',';
-      conn_->AppendQuoted(row, c.name);
-      row += ',';
-      row += c.expected_version ? std::to_string(*c.expected_version) : "NULL";
-      row += ',';
-      conn_->AppendQuoted(row, c.request_text);
-      row += ',';
-      conn_->AppendQuoted(row, p.response_text);
-      row += ',';
-      if (out.deleted) {
-        row += "NULL,NULL,1)";
-      } else {
-        p.state_text = CanonicalJson(out.new_state);
-        conn_->AppendQuoted(row, p.state_text);
-        row += ",NULL,0)";
-      }
-      if (!writes.empty() && insert.size() + row.size() > options_.max_statement_bytes) {
-        // Cut the batch here; commands from i on are requeued by Run().
-        p = Planned{};
-        n = i;
-        break;
-      }
-      insert += row;
-      writes.push_back(i);
-      first_with_key.emplace(key, i);
-      entity.version = p.version;
-      entity.exists = !out.deleted;
-      entity.state = std::move(out.new_state);
-    }
-    std::erase_if(rejected, [&](size_t i) { return i >= n; });
-    // A refusal decided on a cached entity stands only once storage confirms
-    // that version (DESIGN I4): another writer may have moved the entity, and
-    // a 409 or a handler's rejection of stale state would be a wrong answer.
-    // Entities read from storage for this plan need no second look.
-    std::unordered_map<std::string, uint64_t> unconfirmed;
-    for (size_t i : rejected) {
-      const std::string& id = batch[i].entity_id;
-      if (!loaded.count(id)) unconfirmed.emplace(id, base_version.at(id));
-    }
-    if (!unconfirmed.empty()) {
-      auto stale = DropStaleEntities(unconfirmed);
-      if (!stale.ok()) return fail_all(stale.status());
-      if (*stale > 0) {
-        stats_.stale_refusals += *stale;
-        if (options_.metrics) options_.metrics->Conflict(metrics::ConflictKey::kStaleRefusal);
-        continue;  // re-plan on the stored versions
-      }
-    }
+    if (st.ok()) st = LoadEntities(batch, &a.loaded);
+    if (!st.ok()) return FailAll(b, st);
+    Plan(b, a);
+    auto confirmed = ConfirmRefusals(b, a);
+    if (!confirmed.ok()) return FailAll(b, confirmed.status());
+    if (!*confirmed) continue;  // re-plan on the stored versions
     // Rejections of commands that may have been applied before (a retry whose
     // first reply was lost): the stored event answers those instead.
-    if (st = AnswerFromStorage(batch, plan, done, rejected); !st.ok()) return fail_all(st);
-
-    if (!writes.empty()) {
-      if (SLUICE_FAILPOINT("writer.before_commit")) {
-        st = Unavailable("failpoint writer.before_commit");
-      } else {
-        st = conn_->Execute(insert).status();  // one statement, autocommit: one transaction
-      }
+    if (st = AnswerFromStorage(b, a.rejected); !st.ok()) return FailAll(b, st);
+    if (!a.writes.empty()) {
+      st = Insert(a);
       if (!st.ok()) {
-        if (st.code() != StatusCode::kAborted) return fail_all(st);
-        const std::string key = sql::DuplicateKeyName(st);
-        if (key == "PRIMARY") ++stats_.conflicts_primary;
-        else if (key == "uk_entity_version") ++stats_.conflicts_version;
-        else if (key == "uk_entity_command") ++stats_.conflicts_command;
-        if (options_.metrics) options_.metrics->Conflict(metrics::ConflictKeyOf(key));
-        DropCaches(batch);
-        if (key == "uk_entity_command") {
-          std::vector<size_t> pending;
-          for (size_t i = 0; i < n; ++i) {
-            if (!done[i]) pending.push_back(i);
-          }
-          if (st = AnswerFromStorage(batch, plan, done, pending); !st.ok()) return fail_all(st);
-        }
+        if (st.code() != StatusCode::kAborted) return FailAll(b, st);
+        if (st = ResolveConflict(b, st); !st.ok()) return FailAll(b, st);
         continue;  // re-plan against reloaded state
       }
-      (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
-      *head_ += writes.size();
-      ++stats_.batches;
-      if (options_.metrics) options_.metrics->BatchCommitted(writes.size());
-      stats_.events += writes.size();
-      if (options_.on_commit) options_.on_commit();
-      for (auto& [id, entity] : overlay) entities_.Put(id, std::move(entity));
     }
-    if (!writes.empty() && !options_.pushers.empty()) Push(batch, plan, writes);
-    for (size_t i : writes) {
-      Command& c = batch[i];
-      plan[i].reply.body = CommandReplyBody(options_.type, c.entity_id, plan[i].version, plan[i].event_id,
-                                            options_.partition, plan[i].response_text);
-      recent_.Put(CommandKey(c.entity_id, c.command_id),
-                  RecentCommand{Fingerprint(c.name, c.expected_version, c.request_text), plan[i].reply.body});
-    }
-    finish([&](size_t i) {
-      if (plan[i].kind == Planned::Kind::kDuplicateOf) {
-        Reply r = plan[plan[i].duplicate_of].reply;
-        if (r.status == 200) r.replayed = true;
-        return r;
-      }
-      return plan[i].reply;
-    });
+    Finish(b, a);
     return;
   }
-  fail_all(Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
-                       " conflicting writes by other writers"));
-}
-
-void PartitionWorker::Push(const std::deque<Command>& batch, std::vector<Planned>& plan,
-                           const std::vector<size_t>& writes) {
-  auto events = std::make_shared<std::vector<connectors::ChangeEvent>>();
-  events->reserve(writes.size());
-  const int64_t committed_at_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  for (size_t i : writes) {
-    const Command& c = batch[i];
-    Planned& p = plan[i];
-    connectors::ChangeEvent& e = events->emplace_back();
-    e.entity_type = options_.type;
-    e.partition = options_.partition;
-    e.event_id = p.event_id;
-    e.entity_id = c.entity_id;
-    e.version = p.version;
-    e.deleted = p.deleted;
-    e.state = std::move(p.state_text);
-    e.command_name = c.name;
-    e.command_id = c.command_id;
-    e.committed_at_us = committed_at_us;
-  }
-  // Every deadline counts from the commit, so a sync reply waits at most the
-  // longest push_timeout of its type's sync sinks.
-  const auto now = Pusher::Clock::now();
-  std::vector<std::shared_ptr<Pusher::Ticket>> tickets;
-  tickets.reserve(options_.pushers.size());
-  for (auto& pusher : options_.pushers) tickets.push_back(pusher->Submit(events, now + pusher->timeout()));
-  for (size_t j = 0; j < options_.pushers.size(); ++j) {
-    Pusher& pusher = *options_.pushers[j];
-    if (!pusher.sync()) continue;
-    const std::vector<PushOutcome> outcomes = pusher.Wait(*tickets[j]);
-    for (size_t k = 0; k < writes.size(); ++k) {
-      std::string& report = plan[writes[k]].reply.push_report;
-      if (!report.empty()) report += ", ";
-      report += pusher.sink_name();
-      report += '=';
-      report += PushOutcomeName(outcomes[k]);
-    }
-  }
+  FailAll(b, Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
+                         " conflicting writes by other writers"));
 }
 
 }  // namespace sluice::writer

@@ -18,8 +18,12 @@
 // command of the batch gets 503 and the caches are dropped; a retry with the
 // same Idempotency-Key is then answered from storage if the commit did land.
 //
+// Every statement goes through sql::EventLog (sql/tables.h), so the batching
+// and conflict handling are unit-tested on sql::MemoryStorage
+// (partition_worker_test.cc).
+//
 // Threads: Submit() may be called from any thread; everything else runs on
-// the worker's own thread, which owns the MySQL connection and the caches.
+// the worker's own thread, which owns the event log's session and the caches.
 #pragma once
 
 #include <condition_variable>
@@ -38,6 +42,7 @@
 #include "core/json.h"
 #include "metrics/metrics.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 #include "writer/commands.h"
 #include "writer/lru_cache.h"
 #include "writer/pusher.h"
@@ -60,6 +65,8 @@ struct PartitionWorkerOptions {
   std::string type;
   uint32_t partition = 0;
   sql::ConnectParams mysql;
+  // The event tables; null: MariaDB at mysql. Unit tests pass sql::MemoryStorage.
+  std::shared_ptr<sql::Storage> storage;
   uint32_t batch_max = 1000;
   size_t cache_entries = 100000;
   uint32_t conflict_retries = 16;
@@ -115,23 +122,52 @@ class PartitionWorker {
     std::string fingerprint;
     std::string body;  // the reply body sent the first time
   };
+  // One batch's state (partition_worker_batch.h).
   struct Planned;
+  struct BatchState;
+  struct Attempt;
 
+  // partition_worker.cc: the queue, the thread, and the loop of attempts.
   void Run();
+  // Plans, inserts and answers the front of `batch`; what it cut (to keep
+  // the INSERT small) is left in `batch` for the next round.
   void ProcessBatch(std::deque<Command>& batch);
   Status EnsureConnected();
   Status LoadHead();
   // `loaded` gets the ids read from storage (the others came from the cache).
   Status LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded);
-  // DESIGN I4 for refusals: the stored version of each entity in `versions`
-  // (id -> the version the plan started from). Drops from the cache every
-  // entity whose stored version differs and returns how many did.
+  void DropCaches(const std::deque<Command>& batch);
+  // Replies every command of the batch not answered yet, then drops them from it.
+  void ReplyRest(BatchState& b, const std::function<Reply(size_t)>& reply_for);
+  // Answers every command not answered yet with the failure (503 or 500).
+  void FailAll(BatchState& b, const Status& st);
+
+  // partition_worker_plan.cc: runs the pending commands on the state the
+  // earlier ones leave, building the append.
+  void Plan(BatchState& b, Attempt& a);
+
+  // partition_worker_conflict.cc.
+  // DESIGN I4 for refusals: false when a refusal was decided on a cached
+  // entity that storage holds at another version (dropped from the cache):
+  // re-plan.
+  Result<bool> ConfirmRefusals(BatchState& b, const Attempt& a);
+  // After a duplicate key: counts it, drops what was stale, and answers
+  // from storage the commands a raced retry already stored.
+  Status ResolveConflict(BatchState& b, const Status& st);
+  // The stored version of each entity in `versions` (id -> the version the
+  // plan started from). Drops from the cache every entity whose stored
+  // version differs and returns how many did.
   Result<size_t> DropStaleEntities(const std::unordered_map<std::string, uint64_t>& versions);
   // Answers the commands `which` of the batch that are already stored (same
   // entity and command id) from their event rows, and marks them done.
-  Status AnswerFromStorage(std::deque<Command>& batch, std::vector<Planned>& plan, std::vector<char>& done,
-                           const std::vector<size_t>& which);
-  void DropCaches(const std::deque<Command>& batch);
+  Status AnswerFromStorage(BatchState& b, const std::vector<size_t>& which);
+
+  // partition_worker_insert.cc.
+  // Appends the plan's rows in one transaction; on success advances the
+  // head and the entity cache.
+  Status Insert(Attempt& a);
+  // Pushes the committed writes, then replies to every command.
+  void Finish(BatchState& b, Attempt& a);
   // Hands the committed `writes` of the batch to the push sinks; for sync
   // ones, waits and notes per command what each view did.
   void Push(const std::deque<Command>& batch, std::vector<Planned>& plan, const std::vector<size_t>& writes);
@@ -149,7 +185,7 @@ class PartitionWorker {
   std::thread thread_;
 
   // Worker-thread state.
-  std::unique_ptr<sql::Connection> conn_;
+  std::unique_ptr<sql::EventLog> log_;  // its session is the worker's
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id

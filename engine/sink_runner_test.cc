@@ -1,0 +1,304 @@
+// The pull loop (SinkRunner) on the in-memory tables and a scripted sink:
+// ordering, offsets saved only past what the sink flushed, dead letters per
+// on_error, retries while the sink or storage is unavailable, gaps. No server.
+#include "engine/sink_runner.h"
+
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "sql/memory_tables.h"
+
+namespace sluice::engine {
+namespace {
+
+using connectors::ChangeEvent;
+using connectors::Outcome;
+using sql::MemoryStorage;
+using namespace std::chrono_literals;
+
+constexpr const char* kType = "account";
+constexpr uint32_t kPartitions = 2;
+
+// What the fake sink does and saw; shared with the test under `mu`.
+struct Script {
+  std::mutex mu;
+  int unavailable_calls = 0;             // the next calls fail with kUnavailable
+  bool fail_flush = false;
+  std::set<std::pair<uint32_t, uint64_t>> reject;  // (partition, event_id) refused for good
+  std::vector<std::pair<uint32_t, uint64_t>> applied;  // every event of every successful Apply(), in order
+  std::set<std::pair<uint32_t, uint64_t>> buffered, durable;
+  std::map<std::string, uint64_t> versions;  // the view as flushed: entity -> version
+  std::map<std::string, uint64_t> pending;   // written since the last flush (lost on Close)
+  int stale = 0;
+};
+
+class ScriptedSink : public connectors::Sink {
+ public:
+  explicit ScriptedSink(Script* s) : s_(s) {}
+  const std::string& name() const override { return name_; }
+  connectors::Capabilities capabilities() const override { return {}; }
+  Status Open() override { return Status::Ok(); }
+  connectors::ApplyResult Apply(std::span<const ChangeEvent> events) override {
+    std::lock_guard lock(s_->mu);
+    connectors::ApplyResult r;
+    if (s_->unavailable_calls > 0) {
+      --s_->unavailable_calls;
+      r.status = Unavailable("server went away");
+      return r;
+    }
+    for (const auto& e : events) {
+      s_->applied.emplace_back(e.partition, e.event_id);
+      connectors::EventResult er;
+      if (s_->reject.count({e.partition, e.event_id})) {
+        er.outcome = Outcome::kRejected;
+        er.reason = "refused by the test";
+      } else if (std::max(s_->versions[e.entity_id], s_->pending[e.entity_id]) >= e.version) {
+        er.outcome = Outcome::kStale;  // the per-row version check
+      } else {
+        s_->pending[e.entity_id] = e.version;
+        s_->buffered.insert({e.partition, e.event_id});
+      }
+      r.results.push_back(er);
+    }
+    return r;
+  }
+  Status Flush() override {
+    std::lock_guard lock(s_->mu);
+    if (s_->fail_flush) return Unavailable("the remote store refused the buffered batch");
+    s_->durable.insert(s_->buffered.begin(), s_->buffered.end());
+    s_->buffered.clear();
+    for (const auto& [id, v] : s_->pending) s_->versions[id] = std::max(s_->versions[id], v);
+    s_->pending.clear();
+    return Status::Ok();
+  }
+  Status Health() override { return Status::Ok(); }
+  void Close() override {
+    std::lock_guard lock(s_->mu);
+    s_->buffered.clear();
+    s_->pending.clear();
+  }
+  Status Verify(const std::vector<connectors::EntitySnapshot>&, std::vector<connectors::Difference>&) override {
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_ = "rec";
+  Script* s_;
+};
+
+class SinkRunnerUnitTest : public ::testing::Test {
+ protected:
+  void SetUp() override { storage_ = MemoryStorage::Create(); }
+  void TearDown() override {
+    if (runner_) runner_->Stop();
+  }
+
+  // Appends events to partition p; entity ids "e<k>" with one version each unless given.
+  void Append(uint32_t p, int n, const std::string& entity = "") {
+    for (int i = 0; i < n; ++i) {
+      sql::EventRow r;
+      r.event_id = ++head_[p];
+      r.entity_id = entity.empty() ? "p" + std::to_string(p) + "e" + std::to_string(r.event_id) : entity;
+      r.version = ++versions_[r.entity_id];
+      r.command_id = "c" + std::to_string(p) + "-" + std::to_string(r.event_id);
+      r.command_name = "put";
+      r.state = "{}";
+      ASSERT_TRUE(storage_->Insert(kType, p, r).ok());
+    }
+  }
+
+  void Start(config::OnError on_error = config::OnError::kDeadLetter, uint32_t chunk = 1000) {
+    SinkRunnerOptions o;
+    o.sink.name = "rec";
+    o.sink.type = "scripted";
+    o.sink.entity = kType;
+    o.sink.batch_max = chunk;
+    o.sink.on_error = on_error;
+    o.partitions = kPartitions;
+    o.engine.offset_flush_interval = 5ms;
+    o.engine.idle_poll_max = 2ms;
+    o.engine.retry_backoff_max = 10ms;
+    o.engine.batch_max = 100;
+    o.engine.anti_entropy.enabled = false;
+    o.barrier = std::make_shared<DurabilityBarrier>(sql::ConnectParams{}, config::DurabilityBarrier::kOff);
+    o.storage = storage_;
+    runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
+    ASSERT_TRUE(runner_->Start().ok());
+  }
+
+  template <typename Pred>
+  bool WaitFor(Pred pred) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (pred(runner_->totals())) return true;
+      runner_->Wake();
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
+
+  uint64_t Saved(uint32_t p) {
+    const auto stored = storage_->Offsets("rec", kType);
+    return stored.count(p) ? stored.at(p).event_id : 0;
+  }
+
+  std::shared_ptr<MemoryStorage> storage_;
+  std::map<uint32_t, uint64_t> head_;
+  std::map<std::string, uint64_t> versions_;
+  Script script_;
+  std::unique_ptr<SinkRunner> runner_;
+};
+
+TEST_F(SinkRunnerUnitTest, AppliesEveryPartitionInOrderAndSavesItsOffsets) {
+  Append(0, 30);
+  Append(1, 7);
+  Start(config::OnError::kDeadLetter, /*chunk=*/8);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 37; }));
+  runner_->Stop();
+  std::map<uint32_t, uint64_t> last;
+  for (const auto& [p, id] : script_.applied) {
+    EXPECT_EQ(id, last[p] + 1) << "partition " << p;  // nothing skipped, nothing out of order
+    last[p] = id;
+  }
+  EXPECT_EQ(Saved(0), 30u);
+  EXPECT_EQ(Saved(1), 7u);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).applied, 30u);
+}
+
+TEST_F(SinkRunnerUnitTest, StartsFromTheStoredOffsets) {
+  Append(0, 5);
+  sql::OffsetRow row;
+  row.event_id = 3;
+  ASSERT_TRUE(storage_->OpenOffsets()->Save("rec", kType, {{0, row}}).ok());
+  Start();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 5; }));
+  runner_->Stop();
+  EXPECT_EQ(script_.applied, (std::vector<std::pair<uint32_t, uint64_t>>{{0, 4}, {0, 5}}));
+}
+
+TEST_F(SinkRunnerUnitTest, OffsetsNeverPassWhatTheSinkFlushed) {
+  Append(0, 10);
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = true;
+  }
+  Start();
+  // Applied (acknowledged) again and again, never flushed: the saved offset stays.
+  ASSERT_TRUE(WaitFor([&](const auto&) {
+    std::lock_guard lock(script_.mu);
+    return script_.applied.size() >= 30;
+  }));
+  EXPECT_EQ(Saved(0), 0u);
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = false;
+  }
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Saved(0) == 10; }));
+  runner_->Stop();
+  std::lock_guard lock(script_.mu);
+  for (uint64_t id = 1; id <= 10; ++id) EXPECT_TRUE(script_.durable.count({0, id})) << id;
+}
+
+TEST_F(SinkRunnerUnitTest, ARejectedEventIsDeadLetteredAndThePartitionMovesOn) {
+  Append(0, 5);
+  script_.reject = {{0, 3}};
+  Start(config::OnError::kDeadLetter);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 5; }));
+  runner_->Stop();
+  const auto letters = storage_->DeadLetters();
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].sink, "rec");
+  EXPECT_EQ(letters[0].event_id, 3u);
+  EXPECT_EQ(letters[0].error, "refused by the test");
+  EXPECT_EQ(runner_->totals().dead_lettered, 1u);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).dead_lettered, 1u);
+}
+
+TEST_F(SinkRunnerUnitTest, ARejectionWithOnErrorStopStopsBeforeTheEvent) {
+  Append(0, 5);
+  script_.reject = {{0, 3}};
+  Start(config::OnError::kStop);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == "stopped"; }));
+  runner_->Stop();
+  EXPECT_EQ(Saved(0), 2u);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "stopped");
+  EXPECT_TRUE(storage_->DeadLetters().empty());
+}
+
+TEST_F(SinkRunnerUnitTest, AFailedDeadLetterWriteRetriesWithoutMovingPastTheEvent) {
+  Append(0, 4);
+  script_.reject = {{0, 2}};
+  storage_->FailNext(MemoryStorage::Op::kDeadLetterAdd, Unavailable("storage went away"), 3);
+  Start();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 4; }));
+  runner_->Stop();
+  EXPECT_EQ(storage_->DeadLetters().size(), 1u);
+  EXPECT_GE(runner_->totals().retries, 3u);
+}
+
+TEST_F(SinkRunnerUnitTest, AnUnavailableSinkIsRetriedAndReapplyingIsStale) {
+  Append(0, 6, "same");  // one entity, versions 1..6
+  script_.unavailable_calls = 3;
+  Start();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 6; }));
+  runner_->Stop();
+  const auto t = runner_->totals();
+  EXPECT_EQ(t.applied + t.stale, 6u);
+  EXPECT_EQ(t.retries, 3u);
+  EXPECT_EQ(script_.versions["same"], 6u);
+}
+
+TEST_F(SinkRunnerUnitTest, ReadFailuresAreRetried) {
+  Append(1, 3);
+  storage_->FailNext(MemoryStorage::Op::kReadAfter, Unavailable("connection lost"), 2);
+  Start();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(1) == 3; }));
+  runner_->Stop();
+  EXPECT_GE(storage_->calls(MemoryStorage::Op::kOpen), 2u);  // the reader's session was reopened
+}
+
+TEST_F(SinkRunnerUnitTest, AGapIsCountedAndNeverSkipped) {
+  Append(0, 2);
+  sql::EventRow r;
+  r.event_id = 4;  // 3 is missing
+  r.entity_id = "late";
+  r.version = 1;
+  r.command_id = "c4";
+  r.state = "{}";
+  ASSERT_TRUE(storage_->Insert(kType, 0, r).ok());
+  Start();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 2 && t.gaps > 0; }));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(runner_->totals().offsets.at(0), 2u);
+  r.event_id = 3;
+  r.entity_id = "filled";
+  r.command_id = "c3";
+  ASSERT_TRUE(storage_->Insert(kType, 0, r).ok());
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 4; }));
+}
+
+TEST_F(SinkRunnerUnitTest, AFailedOffsetSaveIsRetriedAtTheNextFlush) {
+  Append(0, 3);
+  storage_->FailNext(MemoryStorage::Op::kOffsetsSave, Unavailable("storage went away"), 2);
+  Start();
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Saved(0) == 3; }));
+  EXPECT_GE(storage_->calls(MemoryStorage::Op::kOffsetsSave), 3u);
+}
+
+TEST_F(SinkRunnerUnitTest, PauseKeepsOffsetsAndResumeCarriesOn) {
+  Start();
+  ASSERT_TRUE(runner_->Pause().ok());
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "paused");
+  Append(0, 3);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(runner_->totals().applied, 0u);
+  ASSERT_TRUE(runner_->Resume().ok());
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 3; }));
+}
+
+}  // namespace
+}  // namespace sluice::engine

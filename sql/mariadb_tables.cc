@@ -1,0 +1,396 @@
+#include "sql/mariadb_tables.h"
+
+#include <algorithm>
+
+#include "sql/schema.h"
+
+namespace sluice::sql {
+namespace {
+
+// A lazily opened session, reopened after it broke.
+class Session {
+ public:
+  explicit Session(ConnectParams params) : params_(std::move(params)) {}
+  // Over a connection the caller owns (never reopened here).
+  explicit Session(Connection& borrowed) : borrowed_(&borrowed) {}
+  bool healthy() const { return borrowed_ != nullptr ? borrowed_->healthy() : conn_ && conn_->healthy(); }
+  Result<Connection*> Get() {
+    if (borrowed_ != nullptr) return borrowed_;
+    if (!healthy()) {
+      conn_.reset();
+      ASSIGN_OR_RETURN(conn_, Connection::Open(params_));
+    }
+    return conn_.get();
+  }
+
+ private:
+  const ConnectParams params_;
+  std::unique_ptr<Connection> conn_;
+  Connection* borrowed_ = nullptr;
+};
+
+uint64_t U64(const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); }
+
+std::string Table(const std::string& type, uint32_t partition) {
+  return QuoteIdent(EventTableName(type, partition));
+}
+
+// The pull loop's columns, in the order EventFromRow reads them.
+constexpr const char* kReadColumns =
+    "event_id, entity_id, version, deleted, state, command_name, command_id, "
+    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED)";
+
+EventRow EventFromRow(Row& r, size_t first) {
+  EventRow e;
+  e.event_id = U64(r[first]);
+  e.entity_id = std::move(r[first + 1]).value_or("");
+  e.version = U64(r[first + 2]);
+  e.deleted = r[first + 3].value_or("0") != "0";
+  e.state = e.deleted ? std::string() : std::move(r[first + 4]).value_or("null");
+  e.command_name = std::move(r[first + 5]).value_or("");
+  e.command_id = std::move(r[first + 6]).value_or("");
+  e.committed_at_us = static_cast<int64_t>(U64(r[first + 7]));
+  return e;
+}
+
+// `SELECT [prefix]columns FROM <table> WHERE event_id > after ORDER BY event_id LIMIT limit`
+std::string ReadQuery(const std::string& type, uint32_t partition, uint64_t after, uint32_t limit,
+                      const std::string& prefix) {
+  return "SELECT " + prefix + kReadColumns + " FROM " + Table(type, partition) + " WHERE event_id > " +
+         std::to_string(after) + " ORDER BY event_id LIMIT " + std::to_string(limit);
+}
+
+class MariaDbAppend : public EventAppend {
+ public:
+  MariaDbAppend(const std::string& type, uint32_t partition, Connection* quoting)
+      : statement_("INSERT INTO " + Table(type, partition) + " " + kEventInsertColumns + " VALUES "),
+        quoting_(quoting) {}
+
+  bool TryAdd(const NewEvent& e, size_t max_bytes) override {
+    row_.clear();
+    row_ += rows_ == 0 ? "(" : ",(";
+    row_ += std::to_string(e.event_id);
+    row_ += ',';
+    Quote(row_, e.entity_id);
+    row_ += ',';
+    row_ += std::to_string(e.version);
+    row_ += ',';
+    Quote(row_, e.command_id);
+    row_ += ',';
+    Quote(row_, e.command_name);
+    row_ += ',';
+    row_ += e.expected_version ? std::to_string(*e.expected_version) : "NULL";
+    row_ += ',';
+    Quote(row_, e.request);
+    row_ += ',';
+    Quote(row_, e.response);
+    row_ += ',';
+    if (e.deleted) {
+      row_ += "NULL,NULL,1)";
+    } else {
+      Quote(row_, e.state);
+      row_ += ",NULL,0)";
+    }
+    if (rows_ > 0 && statement_.size() + row_.size() > max_bytes) return false;
+    statement_ += row_;
+    ++rows_;
+    return true;
+  }
+  size_t rows() const override { return rows_; }
+  const std::string& statement() const { return statement_; }
+  bool quoted() const { return quoting_ != nullptr; }
+
+ private:
+  void Quote(std::string& out, std::string_view s) {
+    if (quoting_ != nullptr) {
+      quoting_->AppendQuoted(out, s);
+      return;
+    }
+    // No session to escape with: Append() refuses this append.
+    (void)s;
+    out += "NULL";
+  }
+
+  std::string statement_;
+  std::string row_;
+  size_t rows_ = 0;
+  Connection* quoting_;
+};
+
+class MariaDbEventLog : public EventLog {
+ public:
+  explicit MariaDbEventLog(ConnectParams params) : session_(std::move(params)) {}
+  explicit MariaDbEventLog(Connection& conn) : session_(conn) {}
+
+  bool healthy() const override { return session_.healthy(); }
+  Status Open() override { return session_.Get().status(); }
+
+  Result<uint64_t> Head(const std::string& type, uint32_t partition) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT COALESCE(MAX(event_id),0) FROM " + Table(type, partition)));
+    return U64(rows.at(0).at(0));
+  }
+
+  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
+                                                   uint64_t event_id) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT TIMESTAMPDIFF(MICROSECOND, committed_at, NOW(6)) FROM " +
+                                         Table(type, partition) + " WHERE event_id=" + std::to_string(event_id)));
+    if (rows.empty() || !rows.front().at(0)) return std::optional<double>();
+    return std::optional<double>(std::max(0.0, std::stod(*rows.front()[0]) / 1e6));
+  }
+
+  Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,
+                                                              const std::vector<std::pair<uint32_t, uint64_t>>& from,
+                                                              uint32_t limit) override {
+    std::map<uint32_t, std::vector<EventRow>> out;
+    if (from.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    if (from.size() == 1) {
+      ASSIGN_OR_RETURN(auto rows, c->Query(ReadQuery(type, from[0].first, from[0].second, limit, "")));
+      auto& events = out[from[0].first];
+      events.reserve(rows.size());
+      for (auto& r : rows) events.push_back(EventFromRow(r, 0));
+      return out;
+    }
+    // One ordered, limited SELECT per partition in a UNION ALL: one round trip.
+    std::string q;
+    for (const auto& [partition, after] : from) {
+      if (!q.empty()) q += " UNION ALL ";
+      q += '(' + ReadQuery(type, partition, after, limit, std::to_string(partition) + ", ") + ')';
+      out[partition];
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    for (auto& r : rows) {
+      const uint32_t partition = static_cast<uint32_t>(std::stoul(r[0].value_or("0")));
+      auto it = out.find(partition);
+      if (it == out.end()) return Internal("the union of event reads returned partition " + std::to_string(partition));
+      it->second.push_back(EventFromRow(r, 1));
+    }
+    const auto by_event_id = [](const EventRow& a, const EventRow& b) { return a.event_id < b.event_id; };
+    // Each part is ordered; a UNION ALL does not promise to keep that order.
+    for (auto& [partition, list] : out) {
+      if (!std::is_sorted(list.begin(), list.end(), by_event_id)) std::sort(list.begin(), list.end(), by_event_id);
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> LatestOf(const std::string& type, uint32_t partition,
+                                         const std::vector<std::string>& ids) override {
+    std::vector<EventRow> out;
+    if (ids.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    const std::string t = Table(type, partition);
+    const std::string q = "SELECT e.entity_id, e.version, e.state, e.deleted FROM " + t +
+                          " e JOIN (SELECT entity_id, MAX(version) AS v FROM " + t + " WHERE entity_id IN (" +
+                          InList(*c, ids) + ") GROUP BY entity_id) m ON e.entity_id=m.entity_id AND e.version=m.v";
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+      EventRow e;
+      e.entity_id = std::move(r.at(0)).value_or("");
+      e.version = U64(r.at(1));
+      e.deleted = r.at(3).value_or("0") != "0";
+      e.state = e.deleted ? std::string() : std::move(r.at(2)).value_or("null");
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
+                                                         const std::vector<std::string>& ids) override {
+    std::map<std::string, uint64_t> out;
+    if (ids.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT entity_id, MAX(version) FROM " + Table(type, partition) +
+                                         " WHERE entity_id IN (" + InList(*c, ids) + ") GROUP BY entity_id"));
+    for (const auto& r : rows) out[r.at(0).value_or("")] = U64(r.at(1));
+    return out;
+  }
+
+  Result<std::vector<EventRow>> FindCommands(const std::string& type, uint32_t partition,
+                                             const std::vector<std::pair<std::string, std::string>>& commands) override {
+    std::vector<EventRow> out;
+    if (commands.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q =
+        "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response FROM " +
+        Table(type, partition) + " WHERE ";
+    for (size_t k = 0; k < commands.size(); ++k) {
+      if (k > 0) q += " OR ";
+      q += "(entity_id=";
+      c->AppendQuoted(q, commands[k].first);
+      q += " AND command_id=";
+      c->AppendQuoted(q, commands[k].second);
+      q += ')';
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+      EventRow e;
+      e.entity_id = std::move(r.at(0)).value_or("");
+      e.command_id = std::move(r.at(1)).value_or("");
+      e.version = U64(r.at(2));
+      e.event_id = U64(r.at(3));
+      e.command_name = std::move(r.at(4)).value_or("");
+      if (r.at(5)) e.expected_version = std::stoull(*r[5]);
+      e.request = std::move(r.at(6)).value_or("");
+      e.response = std::move(r.at(7)).value_or("null");
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  std::unique_ptr<EventAppend> NewAppend(const std::string& type, uint32_t partition) override {
+    auto c = session_.Get();
+    return std::make_unique<MariaDbAppend>(type, partition, c.ok() ? *c : nullptr);
+  }
+
+  Status Append(EventAppend& append) override {
+    if (append.rows() == 0) return Status::Ok();
+    auto& a = static_cast<MariaDbAppend&>(append);
+    if (!a.quoted()) return Unavailable("main storage was unreachable when the append was built");
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    // One statement in autocommit: one transaction.
+    return c->Execute(a.statement()).status();
+  }
+
+ private:
+  static std::string InList(Connection& c, const std::vector<std::string>& ids) {
+    std::string in;
+    for (const auto& id : ids) {
+      if (!in.empty()) in += ',';
+      c.AppendQuoted(in, id);
+    }
+    return in;
+  }
+
+  Session session_;
+};
+
+class MariaDbOffsetTable : public OffsetTable {
+ public:
+  explicit MariaDbOffsetTable(ConnectParams params) : session_(std::move(params)) {}
+
+  Result<std::map<uint32_t, OffsetRow>> Load(const std::string& sink, const std::string& type) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q =
+        "SELECT partition_id, event_id, applied, stale, dead_lettered, state, last_error FROM sluice_offsets WHERE "
+        "sink=";
+    c->AppendQuoted(q, sink);
+    q += " AND entity_type=";
+    c->AppendQuoted(q, type);
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    std::map<uint32_t, OffsetRow> out;
+    for (const auto& r : rows) {
+      OffsetRow p;
+      p.event_id = U64(r.at(1));
+      p.applied = U64(r.at(2));
+      p.stale = U64(r.at(3));
+      p.dead_lettered = U64(r.at(4));
+      p.state = r.at(5).value_or("running");
+      p.last_error = r.at(6).value_or("");
+      out[static_cast<uint32_t>(std::stoul(r.at(0).value_or("0")))] = std::move(p);
+    }
+    return out;
+  }
+
+  Status Save(const std::string& sink, const std::string& type, const std::map<uint32_t, OffsetRow>& rows) override {
+    if (rows.empty()) return Status::Ok();
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q =
+        "INSERT INTO sluice_offsets (sink, entity_type, partition_id, event_id, applied, stale, dead_lettered, state, "
+        "last_error) VALUES ";
+    bool first = true;
+    for (const auto& [partition, p] : rows) {
+      q += first ? "(" : ",(";
+      first = false;
+      c->AppendQuoted(q, sink);
+      q += ',';
+      c->AppendQuoted(q, type);
+      q += ',' + std::to_string(partition) + ',' + std::to_string(p.event_id) + ',' + std::to_string(p.applied) +
+           ',' + std::to_string(p.stale) + ',' + std::to_string(p.dead_lettered) + ',';
+      c->AppendQuoted(q, p.state);
+      q += ',';
+      if (p.last_error.empty()) {
+        q += "NULL";
+      } else {
+        c->AppendQuoted(q, p.last_error.substr(0, 2000));
+      }
+      q += ')';
+    }
+    q += " ON DUPLICATE KEY UPDATE event_id=VALUES(event_id), applied=VALUES(applied), stale=VALUES(stale),"
+         " dead_lettered=VALUES(dead_lettered), state=VALUES(state), last_error=VALUES(last_error),"
+         " updated_at=CURRENT_TIMESTAMP(6)";
+    return c->Execute(q).status();
+  }
+
+  Status Delete(const std::string& sink, const std::string& type) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q = "DELETE FROM sluice_offsets WHERE sink=";
+    c->AppendQuoted(q, sink);
+    q += " AND entity_type=";
+    c->AppendQuoted(q, type);
+    return c->Execute(q).status();
+  }
+
+ private:
+  Session session_;
+};
+
+class MariaDbDeadLetterTable : public DeadLetterTable {
+ public:
+  explicit MariaDbDeadLetterTable(ConnectParams params) : session_(std::move(params)) {}
+
+  Status Add(const DeadLetter& d) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q =
+        "INSERT IGNORE INTO sluice_dead_letters (sink, entity_type, partition_id, event_id, entity_id, version, "
+        "error) VALUES (";
+    c->AppendQuoted(q, d.sink);
+    q += ',';
+    c->AppendQuoted(q, d.entity_type);
+    q += ',' + std::to_string(d.partition) + ',' + std::to_string(d.event_id) + ',';
+    c->AppendQuoted(q, d.entity_id);
+    q += ',' + std::to_string(d.version) + ',';
+    c->AppendQuoted(q, d.error.substr(0, 4000));
+    q += ')';
+    return c->Execute(q).status();
+  }
+
+  Result<std::set<std::pair<uint32_t, uint64_t>>> Among(
+      const std::string& sink, const std::string& type,
+      const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
+    std::set<std::pair<uint32_t, uint64_t>> out;
+    if (events.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    // By the unique key (sink, entity_type, partition_id, event_id).
+    std::string q = "SELECT partition_id, event_id FROM sluice_dead_letters WHERE sink=";
+    c->AppendQuoted(q, sink);
+    q += " AND entity_type=";
+    c->AppendQuoted(q, type);
+    q += " AND (partition_id, event_id) IN (";
+    for (size_t i = 0; i < events.size(); ++i) {
+      q += (i > 0 ? ",(" : "(") + std::to_string(events[i].first) + "," + std::to_string(events[i].second) + ")";
+    }
+    q += ")";
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    for (const auto& r : rows) out.emplace(static_cast<uint32_t>(std::stoul(r.at(0).value_or("0"))), U64(r.at(1)));
+    return out;
+  }
+
+ private:
+  Session session_;
+};
+
+}  // namespace
+
+std::unique_ptr<EventLog> EventLogOn(Connection& conn) { return std::make_unique<MariaDbEventLog>(conn); }
+
+std::unique_ptr<EventLog> MariaDbStorage::OpenEventLog() { return std::make_unique<MariaDbEventLog>(params_); }
+std::unique_ptr<OffsetTable> MariaDbStorage::OpenOffsets() { return std::make_unique<MariaDbOffsetTable>(params_); }
+std::unique_ptr<DeadLetterTable> MariaDbStorage::OpenDeadLetters() {
+  return std::make_unique<MariaDbDeadLetterTable>(params_);
+}
+
+}  // namespace sluice::sql

@@ -1,0 +1,343 @@
+#include "sql/memory_tables.h"
+
+#include <chrono>
+#include <set>
+#include <tuple>
+
+namespace sluice::sql {
+
+struct MemoryStorage::Tables {
+  // (type, partition) -> event_id -> row
+  std::map<std::pair<std::string, uint32_t>, std::map<uint64_t, EventRow>> events;
+  // (sink, type) -> partition -> row
+  std::map<std::pair<std::string, std::string>, std::map<uint32_t, OffsetRow>> offsets;
+  std::vector<DeadLetter> dead_letters;
+};
+
+namespace {
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status Duplicate(const std::string& key) {
+  // The text sql::Connection gives MariaDB's error 1062, which DuplicateKeyName reads.
+  return Aborted("MySQL error 1062 (23000): Duplicate entry for key '" + key + "'");
+}
+
+using Lock = std::lock_guard<std::mutex>;
+
+class MemoryAppend : public EventAppend {
+ public:
+  MemoryAppend(std::string type, uint32_t partition) : type_(std::move(type)), partition_(partition) {}
+  bool TryAdd(const NewEvent& e, size_t max_bytes) override {
+    // About what the INSERT's row would take.
+    const size_t row_bytes = 64 + e.entity_id.size() + e.command_id.size() + e.command_name.size() +
+                             e.request.size() + e.response.size() + (e.deleted ? 0 : e.state.size());
+    if (!rows_.empty() && bytes_ + row_bytes > max_bytes) return false;
+    bytes_ += row_bytes;
+    EventRow r;
+    r.event_id = e.event_id;
+    r.entity_id = e.entity_id;
+    r.version = e.version;
+    r.command_id = e.command_id;
+    r.command_name = e.command_name;
+    r.expected_version = e.expected_version;
+    r.request = e.request;
+    r.response = e.response;
+    r.deleted = e.deleted;
+    if (!e.deleted) r.state = e.state;
+    rows_.push_back(std::move(r));
+    return true;
+  }
+  size_t rows() const override { return rows_.size(); }
+
+  std::string type_;
+  uint32_t partition_;
+  std::vector<EventRow> rows_;
+  size_t bytes_ = 64;
+};
+
+class MemoryEventLog : public EventLog {
+ public:
+  explicit MemoryEventLog(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+
+  bool healthy() const override { return open_; }
+  Status Open() override {
+    if (open_) return Status::Ok();
+    return s_->Enter(MemoryStorage::Op::kOpen, &open_);
+  }
+
+  Result<uint64_t> Head(const std::string& type, uint32_t partition) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kHead));
+    Lock lock(s_->mu());
+    const auto& t = s_->tables().events[{type, partition}];
+    return t.empty() ? uint64_t{0} : t.rbegin()->first;
+  }
+
+  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
+                                                   uint64_t event_id) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kSecondsSinceCommit));
+    Lock lock(s_->mu());
+    const auto& t = s_->tables().events[{type, partition}];
+    const auto it = t.find(event_id);
+    if (it == t.end()) return std::optional<double>();
+    return std::optional<double>(std::max(0.0, static_cast<double>(NowUs() - it->second.committed_at_us) / 1e6));
+  }
+
+  Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,
+                                                              const std::vector<std::pair<uint32_t, uint64_t>>& from,
+                                                              uint32_t limit) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kReadAfter));
+    Lock lock(s_->mu());
+    std::map<uint32_t, std::vector<EventRow>> out;
+    for (const auto& [partition, after] : from) {
+      auto& list = out[partition];
+      const auto& t = s_->tables().events[{type, partition}];
+      for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) {
+        EventRow r = it->second;
+        r.request.clear();
+        r.response.clear();
+        list.push_back(std::move(r));
+      }
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> LatestOf(const std::string& type, uint32_t partition,
+                                         const std::vector<std::string>& ids) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kLatestOf));
+    Lock lock(s_->mu());
+    std::vector<EventRow> out;
+    for (const auto& [id, row] : Latest(type, partition, ids)) out.push_back(row);
+    return out;
+  }
+
+  Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
+                                                         const std::vector<std::string>& ids) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kLatestVersions));
+    Lock lock(s_->mu());
+    std::map<std::string, uint64_t> out;
+    for (const auto& [id, row] : Latest(type, partition, ids)) out[id] = row.version;
+    return out;
+  }
+
+  Result<std::vector<EventRow>> FindCommands(const std::string& type, uint32_t partition,
+                                             const std::vector<std::pair<std::string, std::string>>& commands) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kFindCommands));
+    Lock lock(s_->mu());
+    const std::set<std::pair<std::string, std::string>> wanted(commands.begin(), commands.end());
+    std::vector<EventRow> out;
+    for (const auto& [id, row] : s_->tables().events[{type, partition}]) {
+      if (wanted.count({row.entity_id, row.command_id})) out.push_back(row);
+    }
+    return out;
+  }
+
+  std::unique_ptr<EventAppend> NewAppend(const std::string& type, uint32_t partition) override {
+    return std::make_unique<MemoryAppend>(type, partition);
+  }
+
+  Status Append(EventAppend& append) override {
+    if (append.rows() == 0) return Status::Ok();
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kAppend));
+    auto& a = static_cast<MemoryAppend&>(append);
+    Lock lock(s_->mu());
+    return s_->InsertLocked(a.type_, a.partition_, a.rows_);
+  }
+
+ private:
+  Status Begin(MemoryStorage::Op op) {
+    RETURN_IF_ERROR(Open());
+    return s_->Enter(op, &open_);
+  }
+  // Under the mutex: the latest row of each of ids that has one.
+  std::map<std::string, EventRow> Latest(const std::string& type, uint32_t partition,
+                                         const std::vector<std::string>& ids) {
+    const std::set<std::string> wanted(ids.begin(), ids.end());
+    std::map<std::string, EventRow> out;
+    for (const auto& [event_id, row] : s_->tables().events[{type, partition}]) {
+      if (!wanted.count(row.entity_id)) continue;
+      auto it = out.find(row.entity_id);
+      if (it == out.end() || it->second.version < row.version) out[row.entity_id] = row;
+    }
+    return out;
+  }
+
+  std::shared_ptr<MemoryStorage> s_;
+  bool open_ = false;
+};
+
+class MemoryOffsetTable : public OffsetTable {
+ public:
+  explicit MemoryOffsetTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+
+  Result<std::map<uint32_t, OffsetRow>> Load(const std::string& sink, const std::string& type) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kOffsetsLoad));
+    Lock lock(s_->mu());
+    return s_->tables().offsets[{sink, type}];
+  }
+  Status Save(const std::string& sink, const std::string& type, const std::map<uint32_t, OffsetRow>& rows) override {
+    if (rows.empty()) return Status::Ok();
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kOffsetsSave));
+    Lock lock(s_->mu());
+    auto& stored = s_->tables().offsets[{sink, type}];
+    for (const auto& [p, row] : rows) {
+      stored[p] = row;
+      stored[p].last_error = row.last_error.substr(0, 2000);
+    }
+    return Status::Ok();
+  }
+  Status Delete(const std::string& sink, const std::string& type) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kOffsetsDelete));
+    Lock lock(s_->mu());
+    s_->tables().offsets.erase({sink, type});
+    return Status::Ok();
+  }
+
+ private:
+  Status Begin(MemoryStorage::Op op) {
+    if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
+    return s_->Enter(op, &open_);
+  }
+  std::shared_ptr<MemoryStorage> s_;
+  bool open_ = false;
+};
+
+class MemoryDeadLetterTable : public DeadLetterTable {
+ public:
+  explicit MemoryDeadLetterTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+
+  Status Add(const DeadLetter& d) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterAdd));
+    Lock lock(s_->mu());
+    for (const auto& x : s_->tables().dead_letters) {
+      if (std::tie(x.sink, x.entity_type, x.partition, x.event_id) ==
+          std::tie(d.sink, d.entity_type, d.partition, d.event_id)) {
+        return Status::Ok();  // INSERT IGNORE
+      }
+    }
+    DeadLetter copy = d;
+    copy.error = d.error.substr(0, 4000);
+    s_->tables().dead_letters.push_back(std::move(copy));
+    return Status::Ok();
+  }
+
+  Result<std::set<std::pair<uint32_t, uint64_t>>> Among(
+      const std::string& sink, const std::string& type,
+      const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterAmong));
+    Lock lock(s_->mu());
+    const std::set<std::pair<uint32_t, uint64_t>> wanted(events.begin(), events.end());
+    std::set<std::pair<uint32_t, uint64_t>> out;
+    for (const auto& x : s_->tables().dead_letters) {
+      if (x.sink == sink && x.entity_type == type && wanted.count({x.partition, x.event_id})) {
+        out.emplace(x.partition, x.event_id);
+      }
+    }
+    return out;
+  }
+
+ private:
+  Status Begin(MemoryStorage::Op op) {
+    if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
+    return s_->Enter(op, &open_);
+  }
+  std::shared_ptr<MemoryStorage> s_;
+  bool open_ = false;
+};
+
+}  // namespace
+
+MemoryStorage::MemoryStorage() : tables_(std::make_unique<Tables>()) {}
+
+std::shared_ptr<MemoryStorage> MemoryStorage::Create() { return std::shared_ptr<MemoryStorage>(new MemoryStorage()); }
+
+std::unique_ptr<EventLog> MemoryStorage::OpenEventLog() {
+  return std::make_unique<MemoryEventLog>(shared_from_this());
+}
+std::unique_ptr<OffsetTable> MemoryStorage::OpenOffsets() {
+  return std::make_unique<MemoryOffsetTable>(shared_from_this());
+}
+std::unique_ptr<DeadLetterTable> MemoryStorage::OpenDeadLetters() {
+  return std::make_unique<MemoryDeadLetterTable>(shared_from_this());
+}
+
+void MemoryStorage::FailNext(Op op, Status status, int times) {
+  Lock lock(mu_);
+  for (int i = 0; i < times; ++i) failures_[op].push_back(status);
+}
+
+uint64_t MemoryStorage::calls(Op op) const {
+  Lock lock(mu_);
+  const auto it = calls_.find(op);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+Status MemoryStorage::Enter(Op op, bool* healthy) {
+  Lock lock(mu_);
+  ++calls_[op];
+  auto& queued = failures_[op];
+  if (queued.empty()) {
+    if (op == Op::kOpen) *healthy = true;
+    return Status::Ok();
+  }
+  Status st = queued.front();
+  queued.erase(queued.begin());
+  if (st.code() == StatusCode::kUnavailable) *healthy = false;
+  return st;
+}
+
+Status MemoryStorage::InsertLocked(const std::string& type, uint32_t partition, std::vector<EventRow> rows) {
+  auto& table = tables_->events[{type, partition}];
+  // All or nothing, checked in the order MariaDB reports: the first row's keys first.
+  std::set<uint64_t> ids;
+  std::set<std::pair<std::string, uint64_t>> versions;
+  std::set<std::pair<std::string, std::string>> commands;
+  for (const auto& [id, r] : table) {
+    versions.emplace(r.entity_id, r.version);
+    commands.emplace(r.entity_id, r.command_id);
+  }
+  for (const auto& r : rows) {
+    if (table.count(r.event_id) || !ids.insert(r.event_id).second) return Duplicate("PRIMARY");
+    if (!versions.emplace(r.entity_id, r.version).second) return Duplicate("uk_entity_version");
+    if (!commands.emplace(r.entity_id, r.command_id).second) return Duplicate("uk_entity_command");
+  }
+  const int64_t now = NowUs();
+  for (auto& r : rows) {
+    if (r.committed_at_us == 0) r.committed_at_us = now;
+    const uint64_t id = r.event_id;
+    table.emplace(id, std::move(r));
+  }
+  return Status::Ok();
+}
+
+Status MemoryStorage::Insert(const std::string& type, uint32_t partition, EventRow row) {
+  Lock lock(mu_);
+  std::vector<EventRow> rows;
+  rows.push_back(std::move(row));
+  return InsertLocked(type, partition, std::move(rows));
+}
+
+std::vector<EventRow> MemoryStorage::Events(const std::string& type, uint32_t partition) const {
+  Lock lock(mu_);
+  std::vector<EventRow> out;
+  const auto it = tables_->events.find({type, partition});
+  if (it == tables_->events.end()) return out;
+  for (const auto& [id, row] : it->second) out.push_back(row);
+  return out;
+}
+
+std::map<uint32_t, OffsetRow> MemoryStorage::Offsets(const std::string& sink, const std::string& type) const {
+  Lock lock(mu_);
+  const auto it = tables_->offsets.find({sink, type});
+  return it == tables_->offsets.end() ? std::map<uint32_t, OffsetRow>{} : it->second;
+}
+
+std::vector<DeadLetter> MemoryStorage::DeadLetters() const {
+  Lock lock(mu_);
+  return tables_->dead_letters;
+}
+
+}  // namespace sluice::sql

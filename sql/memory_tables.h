@@ -1,0 +1,82 @@
+// MemoryStorage: an in-memory fake of the access layer (sql/tables.h), for
+// unit tests of the logic above it (the pull loop, offset flushing, the
+// partition worker) without a server. It keeps the event tables' keys as
+// MariaDB does (PRIMARY event_id, uk_entity_version, uk_entity_command, with
+// the same kAborted message, so DuplicateKeyName works on it), files dead
+// letters once per key and replaces offset rows.
+//
+// Tests inject failures per operation (FailNext) and read or change the
+// tables directly, e.g. to play another writer (Insert).
+//
+// Threads: every method may be called from any thread (one mutex); objects
+// it opens share its tables.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sql/tables.h"
+
+namespace sluice::sql {
+
+class MemoryStorage : public Storage, public std::enable_shared_from_this<MemoryStorage> {
+ public:
+  // The operations a test can make fail.
+  enum class Op {
+    kOpen,            // opening a session (any object's first call, or after kUnavailable)
+    kHead,
+    kSecondsSinceCommit,
+    kReadAfter,
+    kLatestOf,
+    kLatestVersions,
+    kFindCommands,
+    kAppend,
+    kOffsetsLoad,
+    kOffsetsSave,
+    kOffsetsDelete,
+    kDeadLetterAdd,
+    kDeadLetterAmong,
+  };
+
+  // Made through Create(): the objects it opens keep it alive.
+  static std::shared_ptr<MemoryStorage> Create();
+
+  std::unique_ptr<EventLog> OpenEventLog() override;
+  std::unique_ptr<OffsetTable> OpenOffsets() override;
+  std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
+
+  // The next `times` calls of `op` fail with `status` (and write nothing). A
+  // kUnavailable failure also breaks the calling object's session.
+  void FailNext(Op op, Status status, int times = 1);
+  // How many times `op` was called (failed calls included).
+  uint64_t calls(Op op) const;
+
+  // Stores a row as another writer would (same keys as Append); committed_at_us
+  // 0 means now.
+  Status Insert(const std::string& type, uint32_t partition, EventRow row);
+  // Every row of (type, partition) in event_id order.
+  std::vector<EventRow> Events(const std::string& type, uint32_t partition) const;
+  std::map<uint32_t, OffsetRow> Offsets(const std::string& sink, const std::string& type) const;
+  std::vector<DeadLetter> DeadLetters() const;
+
+  // Internal to the objects it opens: runs one call under the mutex.
+  struct Tables;
+  Status Enter(Op op, bool* healthy);
+  std::mutex& mu() const { return mu_; }
+  Tables& tables() { return *tables_; }
+  Status InsertLocked(const std::string& type, uint32_t partition, std::vector<EventRow> rows);
+
+ private:
+  MemoryStorage();
+
+  mutable std::mutex mu_;
+  std::unique_ptr<Tables> tables_;
+  std::map<Op, std::vector<Status>> failures_;
+  std::map<Op, uint64_t> calls_;
+};
+
+}  // namespace sluice::sql

@@ -1,0 +1,185 @@
+// The access layer of sluice's own tables in main storage: the event tables
+// (one per entity type and partition), sluice_offsets and sluice_dead_letters.
+// Every statement the engine, the offset store and the writer's partition
+// workers run on those tables is behind these interfaces; the MariaDB
+// implementation (mariadb_tables.h) holds the SQL, the in-memory fake
+// (memory_tables.h) lets the logic above be tested without a server.
+//
+// Lifecycle: a Storage is made once per process (or per test) and shared; it
+// opens one EventLog, OffsetTable or DeadLetterTable per calling thread.
+// Each of those owns its session: it opens it on first use and again after a
+// call failed with kUnavailable (the session is gone).
+//
+// Errors (core/status.h), as sql::Connection classifies them:
+//   kUnavailable  the server is unreachable or the session broke: retry later
+//   kAborted      a duplicate key (its name: DuplicateKeyName), a deadlock or a
+//                 lock wait timeout: reload and retry
+//   others        stop and report
+//
+// Threads: Storage's methods may be called from any thread. An object it
+// returns is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sluice::sql {
+
+// One row of an event table. A read fills what its caller asks for (the
+// comments below say which columns); the others keep their defaults.
+struct EventRow {
+  uint64_t event_id = 0;
+  std::string entity_id;
+  uint64_t version = 0;
+  std::string command_id;
+  std::string command_name;
+  std::optional<uint64_t> expected_version;  // the command's If-Match
+  std::string request;                       // canonical JSON
+  std::string response;                      // canonical JSON
+  std::string state;                         // JSON of the state after the event; empty when deleted
+  bool deleted = false;
+  int64_t committed_at_us = 0;               // microseconds since the Unix epoch (UTC)
+};
+
+// A new event as the writer appends it; the views point into the caller's
+// strings, which must outlive the EventAppend::TryAdd() call.
+struct NewEvent {
+  uint64_t event_id = 0;
+  std::string_view entity_id;
+  uint64_t version = 0;
+  std::string_view command_id;
+  std::string_view command_name;
+  std::optional<uint64_t> expected_version;
+  std::string_view request;
+  std::string_view response;
+  std::string_view state;  // ignored when deleted
+  bool deleted = false;
+};
+
+// A multi-row append being built for one partition (EventLog::NewAppend).
+class EventAppend {
+ public:
+  virtual ~EventAppend() = default;
+  // Adds the event unless the append already holds rows and would then grow
+  // past max_bytes (its statement's size); false: not added, cut the batch here.
+  virtual bool TryAdd(const NewEvent& event, size_t max_bytes) = 0;
+  // Rows added so far.
+  virtual size_t rows() const = 0;
+};
+
+// The event tables of main storage.
+class EventLog {
+ public:
+  virtual ~EventLog() = default;
+
+  // Whether the session is open and usable (no call has failed with kUnavailable since it was opened).
+  virtual bool healthy() const = 0;
+  // Opens a new session when there is no healthy one.
+  virtual Status Open() = 0;
+
+  // The partition head: the highest event_id of (type, partition), 0 when empty.
+  virtual Result<uint64_t> Head(const std::string& type, uint32_t partition) = 0;
+  // How long ago event `event_id` of (type, partition) committed, in seconds
+  // (never negative); nullopt when there is no such event. Lag in seconds
+  // is this for the first event a sink has not applied.
+  virtual Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
+                                                           uint64_t event_id) = 0;
+
+  // ---- the pull loop ----
+  // For each (partition, after) in `from`, up to `limit` events with
+  // event_id > after in event_id order, in one round trip. Columns:
+  // event_id, entity_id, version, deleted, state, command_name, command_id,
+  // committed_at_us. One entry per partition asked for.
+  virtual Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& from, uint32_t limit) = 0;
+
+  // ---- the writer ----
+  // The latest event of each of `ids` that has one. Columns: entity_id,
+  // version, state, deleted.
+  virtual Result<std::vector<EventRow>> LatestOf(const std::string& type, uint32_t partition,
+                                                 const std::vector<std::string>& ids) = 0;
+  // The latest version of each of `ids` that has events.
+  virtual Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
+                                                                 const std::vector<std::string>& ids) = 0;
+  // The stored events of the given (entity_id, command_id) pairs. Columns:
+  // entity_id, command_id, version, event_id, command_name,
+  // expected_version, request, response.
+  virtual Result<std::vector<EventRow>> FindCommands(
+      const std::string& type, uint32_t partition,
+      const std::vector<std::pair<std::string, std::string>>& commands) = 0;
+  // An empty append for (type, partition).
+  virtual std::unique_ptr<EventAppend> NewAppend(const std::string& type, uint32_t partition) = 0;
+  // Stores every row of the append in one transaction, all or nothing. A
+  // duplicate key is kAborted and names the key: PRIMARY (the event_id is
+  // taken), uk_entity_version, uk_entity_command.
+  virtual Status Append(EventAppend& append) = 0;
+};
+
+// One row of sluice_offsets: a sink's progress on one partition.
+struct OffsetRow {
+  uint64_t event_id = 0;  // last applied event_id (0: nothing yet)
+  uint64_t applied = 0;   // cumulative counters
+  uint64_t stale = 0;
+  uint64_t dead_lettered = 0;
+  std::string state = "running";  // running | backoff | paused | stopped
+  std::string last_error;
+};
+
+// sluice_offsets.
+class OffsetTable {
+ public:
+  virtual ~OffsetTable() = default;
+  // Every stored partition of (sink, type).
+  virtual Result<std::map<uint32_t, OffsetRow>> Load(const std::string& sink, const std::string& type) = 0;
+  // Inserts or replaces the given partitions' rows in one statement
+  // (last_error is cut to 2,000 bytes). Nothing to do when empty.
+  virtual Status Save(const std::string& sink, const std::string& type,
+                      const std::map<uint32_t, OffsetRow>& rows) = 0;
+  // Removes every row of (sink, type).
+  virtual Status Delete(const std::string& sink, const std::string& type) = 0;
+};
+
+// One event a sink rejected for good.
+struct DeadLetter {
+  std::string sink;
+  std::string entity_type;
+  uint32_t partition = 0;
+  uint64_t event_id = 0;
+  std::string entity_id;
+  uint64_t version = 0;
+  std::string error;  // cut to 4,000 bytes
+};
+
+// sluice_dead_letters, as the pull loop uses it (the operator's listing,
+// retry and discard are in engine/operator.cc).
+class DeadLetterTable {
+ public:
+  virtual ~DeadLetterTable() = default;
+  // Files the event; a second filing of the same (sink, type, partition,
+  // event_id) is ignored.
+  virtual Status Add(const DeadLetter& letter) = 0;
+  // Which of the (partition, event_id) are filed for (sink, type).
+  virtual Result<std::set<std::pair<uint32_t, uint64_t>>> Among(
+      const std::string& sink, const std::string& type,
+      const std::vector<std::pair<uint32_t, uint64_t>>& events) = 0;
+};
+
+// Opens the objects above. Thread-safe.
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  virtual std::unique_ptr<EventLog> OpenEventLog() = 0;
+  virtual std::unique_ptr<OffsetTable> OpenOffsets() = 0;
+  virtual std::unique_ptr<DeadLetterTable> OpenDeadLetters() = 0;
+};
+
+}  // namespace sluice::sql

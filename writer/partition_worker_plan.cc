@@ -1,0 +1,91 @@
+#include "writer/command_request.h"
+#include "writer/partition_worker_batch.h"
+
+namespace sluice::writer {
+
+// Runs every pending command against the state the earlier ones leave and
+// adds a row to the append for each that writes. A row that would make the
+// statement too large cuts the batch there (b.n).
+void PartitionWorker::Plan(BatchState& b, Attempt& a) {
+  std::unordered_map<std::string, size_t> first_with_key;
+  a.insert = log_->NewAppend(options_.type, options_.partition);
+  for (size_t i = 0; i < b.n; ++i) {
+    if (b.done[i]) continue;
+    Command& c = b.batch[i];
+    Planned& p = b.plan[i];
+    p = Planned{};
+    const std::string key = CommandKey(c.entity_id, c.command_id);
+    const std::string fingerprint = Fingerprint(c.name, c.expected_version, c.request_text);
+    if (auto it = first_with_key.find(key); it != first_with_key.end()) {
+      const Command& first = b.batch[it->second];
+      if (Fingerprint(first.name, first.expected_version, first.request_text) == fingerprint) {
+        p.kind = Planned::Kind::kDuplicateOf;
+        p.duplicate_of = it->second;
+      } else {
+        p.reply = ReuseReply();
+      }
+      continue;
+    }
+    if (const RecentCommand* recent = recent_.Find(key)) {
+      if (recent->fingerprint == fingerprint) {
+        p.reply.body = recent->body;
+        p.reply.replayed = true;
+      } else {
+        p.reply = ReuseReply();
+      }
+      continue;
+    }
+    auto ov = a.overlay.find(c.entity_id);
+    if (ov == a.overlay.end()) {
+      const EntityState* cached = entities_.Find(c.entity_id);
+      ov = a.overlay.emplace(c.entity_id, cached ? *cached : EntityState{}).first;
+      a.base_version.emplace(c.entity_id, ov->second.version);
+    }
+    EntityState& entity = ov->second;
+    if (std::optional<Reply> mismatch = CheckExpectedVersion(c.expected_version, entity.version)) {
+      p.reply = std::move(*mismatch);
+      p.check_storage = true;
+      a.rejected.push_back(i);
+      continue;
+    }
+    CommandOutcome out =
+        commands_.Run(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request, c.command_id);
+    if (!out.applied) {
+      p.reply = ErrorReply(out.http_status, out.error_code, out.message);
+      p.check_storage = true;
+      a.rejected.push_back(i);
+      continue;
+    }
+    p.kind = Planned::Kind::kWrite;
+    p.version = entity.version + 1;
+    p.event_id = *head_ + a.writes.size() + 1;
+    p.response_text = CanonicalJson(out.response);
+    p.deleted = out.deleted;
+    if (!out.deleted) p.state_text = CanonicalJson(out.new_state);
+    sql::NewEvent row;
+    row.event_id = p.event_id;
+    row.entity_id = c.entity_id;
+    row.version = p.version;
+    row.command_id = c.command_id;
+    row.command_name = c.name;
+    row.expected_version = c.expected_version;
+    row.request = c.request_text;
+    row.response = p.response_text;
+    row.state = p.state_text;
+    row.deleted = out.deleted;
+    if (!a.insert->TryAdd(row, options_.max_statement_bytes)) {
+      // Cut the batch here; commands from i on are requeued by Run().
+      p = Planned{};
+      b.n = i;
+      break;
+    }
+    a.writes.push_back(i);
+    first_with_key.emplace(key, i);
+    entity.version = p.version;
+    entity.exists = !out.deleted;
+    entity.state = std::move(out.new_state);
+  }
+  std::erase_if(a.rejected, [&](size_t i) { return i >= b.n; });
+}
+
+}  // namespace sluice::writer

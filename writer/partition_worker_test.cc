@@ -1,0 +1,220 @@
+// PartitionWorker on the in-memory event tables: batching, the statement-size
+// cut, and each kind of conflict (DESIGN 3.3 step 6, I4), without a server.
+#include "writer/partition_worker.h"
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sql/memory_tables.h"
+
+namespace sluice::writer {
+namespace {
+
+using sql::MemoryStorage;
+
+constexpr const char* kType = "account";
+
+class PartitionWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { storage_ = MemoryStorage::Create(); }
+
+  std::unique_ptr<PartitionWorker> MakeWorker(size_t max_statement_bytes = 8 << 20) {
+    PartitionWorkerOptions o;
+    o.type = kType;
+    o.partition = 0;
+    o.storage = storage_;
+    o.batch_max = 100;
+    o.cache_entries = 1000;
+    o.conflict_retries = 4;
+    o.max_statement_bytes = max_statement_bytes;
+    return std::make_unique<PartitionWorker>(std::move(o));
+  }
+
+  // A put of {"n": n} on entity `id`, its reply delivered to the returned future.
+  static Command Put(const std::string& id, const std::string& command_id, int n,
+                     std::promise<Reply>* done, std::optional<uint64_t> if_match = std::nullopt) {
+    Command c;
+    c.entity_id = id;
+    c.name = "put";
+    c.command_id = command_id;
+    c.expected_version = if_match;
+    c.request = Json{{"n", n}};
+    c.request_text = CanonicalJson(c.request);
+    c.reply = [done](Reply r) { done->set_value(std::move(r)); };
+    return c;
+  }
+
+  // Submits one put to a started worker and waits for its reply.
+  static Reply Run(PartitionWorker& w, const std::string& id, const std::string& command_id, int n,
+                   std::optional<uint64_t> if_match = std::nullopt) {
+    std::promise<Reply> done;
+    auto f = done.get_future();
+    w.Submit(Put(id, command_id, n, &done, if_match));
+    return f.get();
+  }
+
+  static Json Body(const Reply& r) { return Json::parse(r.body); }
+
+  // A row another writer stored.
+  void OtherWriter(uint64_t event_id, const std::string& id, uint64_t version, const std::string& command_id) {
+    sql::EventRow r;
+    r.event_id = event_id;
+    r.entity_id = id;
+    r.version = version;
+    r.command_id = command_id;
+    r.command_name = "put";
+    r.request = R"({"n":0})";
+    r.response = "null";
+    r.state = R"({"n":0})";
+    ASSERT_TRUE(storage_->Insert(kType, 0, r).ok());
+  }
+
+  std::shared_ptr<MemoryStorage> storage_;
+};
+
+TEST_F(PartitionWorkerTest, QueuedCommandsGoInOneBatchWithDenseEventIdsAndVersions) {
+  auto w = MakeWorker();
+  std::vector<std::promise<Reply>> done(6);
+  // Queued before the thread starts: taken as one batch.
+  for (int i = 0; i < 6; ++i) w->Submit(Put(i % 2 == 0 ? "a" : "b", "c" + std::to_string(i), i, &done[i]));
+  w->Start();
+  for (int i = 0; i < 6; ++i) {
+    const Reply r = done[i].get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Body(r)["event_id"], i + 1);
+    EXPECT_EQ(Body(r)["version"], i / 2 + 1);
+  }
+  w->Stop();
+  EXPECT_EQ(w->stats().batches, 1u);
+  EXPECT_EQ(w->stats().events, 6u);
+  const auto rows = storage_->Events(kType, 0);
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[5].entity_id, "b");
+  EXPECT_EQ(rows[5].version, 3u);
+  EXPECT_EQ(rows[5].state, R"({"n":5})");
+}
+
+TEST_F(PartitionWorkerTest, ABatchIsCutBeforeItsStatementGrowsTooLarge) {
+  auto w = MakeWorker(/*max_statement_bytes=*/300);
+  std::vector<std::promise<Reply>> done(5);
+  for (int i = 0; i < 5; ++i) w->Submit(Put("e" + std::to_string(i), "c", i, &done[i]));
+  w->Start();
+  for (int i = 0; i < 5; ++i) {
+    const Reply r = done[i].get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Body(r)["event_id"], i + 1);
+  }
+  w->Stop();
+  EXPECT_GT(w->stats().batches, 1u);
+  EXPECT_EQ(w->stats().events, 5u);
+}
+
+TEST_F(PartitionWorkerTest, ARetryIsAnsweredFromTheCacheByteForByte) {
+  auto w = MakeWorker();
+  w->Start();
+  const Reply first = Run(*w, "a", "k1", 1);
+  const Reply again = Run(*w, "a", "k1", 1);
+  const Reply other = Run(*w, "a", "k1", 2);  // same key, other request
+  w->Stop();
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_TRUE(again.replayed);
+  EXPECT_EQ(other.status, 409);
+  EXPECT_EQ(storage_->Events(kType, 0).size(), 1u);
+}
+
+TEST_F(PartitionWorkerTest, AnEventIdTakenByAnotherWriterReloadsTheHead) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  OtherWriter(2, "z", 1, "other");
+  const Reply r = Run(*w, "a", "k2", 2);
+  w->Stop();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Body(r)["event_id"], 3);
+  EXPECT_EQ(Body(r)["version"], 2);
+  EXPECT_EQ(w->stats().conflicts_primary, 1u);
+}
+
+TEST_F(PartitionWorkerTest, AStaleCachedEntityIsReloadedOnAVersionConflict) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  OtherWriter(10, "a", 2, "other");  // the worker's cache still says version 1
+  const Reply r = Run(*w, "a", "k2", 2);
+  w->Stop();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Body(r)["version"], 3);
+  EXPECT_EQ(Body(r)["event_id"], 11);
+  EXPECT_EQ(w->stats().conflicts_version, 1u);
+}
+
+TEST_F(PartitionWorkerTest, ARetryThatRacedItsOriginalIsAnsweredFromStorage) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  // Another writer stored command k2 of entity a (as version 5, so only the command key collides).
+  sql::EventRow stored;
+  stored.event_id = 20;
+  stored.entity_id = "a";
+  stored.version = 5;
+  stored.command_id = "k2";
+  stored.command_name = "put";
+  stored.request = R"({"n":2})";
+  stored.response = "null";
+  stored.state = R"({"n":2})";
+  ASSERT_TRUE(storage_->Insert(kType, 0, stored).ok());
+  const Reply r = Run(*w, "a", "k2", 2);
+  w->Stop();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.replayed);
+  EXPECT_EQ(Body(r)["event_id"], 20);
+  EXPECT_EQ(Body(r)["version"], 5);
+  EXPECT_EQ(w->stats().conflicts_command, 1u);
+  EXPECT_EQ(storage_->Events(kType, 0).size(), 2u);
+}
+
+TEST_F(PartitionWorkerTest, ARefusalOnAStaleCachedEntityIsCheckedAgainstStorage) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  OtherWriter(2, "a", 2, "other");
+  // If-Match 2 fails on the cached version 1, but storage holds 2: no 409.
+  const Reply r = Run(*w, "a", "k2", 2, /*if_match=*/2);
+  w->Stop();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Body(r)["version"], 3);
+  EXPECT_EQ(w->stats().stale_refusals, 1u);
+}
+
+TEST_F(PartitionWorkerTest, UnavailableStorageAnswers503AndTheNextBatchReconnects) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  storage_->FailNext(MemoryStorage::Op::kAppend, Unavailable("connection lost"));
+  const Reply failed = Run(*w, "a", "k2", 2);
+  const Reply retried = Run(*w, "a", "k2", 2);
+  w->Stop();
+  EXPECT_EQ(failed.status, 503);
+  ASSERT_EQ(retried.status, 200) << retried.body;
+  EXPECT_EQ(Body(retried)["version"], 2);
+  EXPECT_EQ(w->stats().unavailable, 1u);
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kOpen), 2u);
+}
+
+TEST_F(PartitionWorkerTest, EndlessConflictsGiveUpWith503) {
+  auto w = MakeWorker();
+  w->Start();
+  ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
+  storage_->FailNext(MemoryStorage::Op::kAppend,
+                     Aborted("MySQL error 1062 (23000): Duplicate entry '2' for key 'PRIMARY'"), 10);
+  const Reply r = Run(*w, "a", "k2", 2);
+  w->Stop();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(w->stats().conflicts_primary, 5u);
+}
+
+}  // namespace
+}  // namespace sluice::writer
