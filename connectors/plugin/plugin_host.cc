@@ -368,9 +368,11 @@ class PluginSink final : public Sink {
   const std::string& name() const override { return name_; }
 
   Capabilities capabilities() const override {
-    const uint32_t c = entry_.type->capabilities;
-    return Capabilities{(c & SLUICE_CAP_POINT_VIEW) != 0, (c & SLUICE_CAP_CAN_PUSH) != 0,
-                        (c & SLUICE_CAP_KEEPS_OFFSETS) != 0};
+    // SLUICE_CAP_POINT_VIEW and SLUICE_CAP_KEEPS_OFFSETS stay in the ABI for
+    // plugins that set them, but the host has no use for them.
+    Capabilities c;
+    c.can_push = (entry_.type->capabilities & SLUICE_CAP_CAN_PUSH) != 0;
+    return c;
   }
 
   Status Open() override {

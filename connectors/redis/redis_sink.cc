@@ -295,9 +295,7 @@ class RedisSink final : public Sink {
 
   Capabilities capabilities() const override {
     Capabilities c;
-    c.point_view = true;
     c.can_push = true;
-    c.keeps_offsets = false;
     c.entity_checks = true;
     c.overwrite = true;
     return c;
