@@ -25,6 +25,7 @@
 #endif
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 #include "admin/admin_client.h"
 #include "admin/admin_service.h"
@@ -142,7 +143,7 @@ void RaiseFileLimit() {
 }
 
 Result<config::Config> LoadOrExplain(const std::string& path) {
-  auto cfg = config::LoadConfig(path);
+  auto cfg = config::LoadConfig(path, connectors::BuiltinSinkTypes());
   if (!cfg.ok()) {
     std::cerr << cfg.status().message() << "\n";
     return cfg;

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "connectors/builtin_sink_types.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -260,7 +261,7 @@ Status Load(Library& lib, Host& host) {
       problems.push_back("sink type '" + name + "' is malformed: " + strides.status().message());
     } else if (!IsTypeName(name)) {
       problems.push_back("sink type name '" + name + "' must match [a-z][a-z0-9_]{0,31}");
-    } else if (config::IsBuiltinSinkType(name)) {
+    } else if (IsBuiltinSinkType(name)) {
       problems.push_back("sink type '" + name + "' clashes with the built-in sink type of that name");
     } else if (auto it = host.types.find(name); it != host.types.end()) {
       problems.push_back("sink type '" + name + "' is already provided by " + it->second.library->path);
@@ -619,7 +620,7 @@ Status CheckPlugins(const config::Config& config) {
   std::string problems;
   if (Status s = LoadAllLocked(host, config); !s.ok()) problems = s.message();
   for (const config::SinkConfig& sink : config.sinks) {
-    if (config::IsBuiltinSinkType(sink.type)) continue;
+    if (IsBuiltinSinkType(sink.type)) continue;
     auto made = CreateLocked(host, sink, config);
     if (!made.ok()) problems += (problems.empty() ? "" : "\n") + made.status().message();
   }
