@@ -18,6 +18,7 @@
 #include <boost/program_options.hpp>
 
 #include "bench/bench_common.h"
+#include "connectors/builtin_sink_types.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_drain.h"
 #include "bench/engine_bench_es.h"
@@ -250,7 +251,7 @@ void AddCpu(Report& report, const std::vector<std::pair<std::string, std::string
 }
 
 int Run(const Args& a) {
-  auto cfg = config::LoadConfig(a.config_path);
+  auto cfg = config::LoadConfig(a.config_path, connectors::BuiltinSinkTypes());
   if (!cfg.ok()) {
     std::cerr << cfg.status().message() << "\n";
     return kExitFailure;

@@ -34,6 +34,7 @@
 #include <boost/program_options.hpp>
 
 #include "bench/bench_common.h"
+#include "connectors/builtin_sink_types.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
@@ -385,7 +386,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kafka_bench: need --mode load|drain|raw, --config, --run-id (and --sluice for drain); see --help\n";
     return kExitUsage;
   }
-  auto cfg = config::LoadConfig(a.config_path);
+  auto cfg = config::LoadConfig(a.config_path, connectors::BuiltinSinkTypes());
   if (!cfg.ok()) {
     std::cerr << cfg.status().message() << "\n";
     return kExitUsage;

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <utility>
 
+#include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 
 namespace sluice::cli {
@@ -32,7 +33,7 @@ po::variables_map Parse(const po::options_description& desc, const std::vector<s
 }
 
 Result<config::Config> LoadOrExplain(const std::string& path) {
-  auto cfg = config::LoadConfig(path);
+  auto cfg = config::LoadConfig(path, connectors::BuiltinSinkTypes());
   if (!cfg.ok()) {
     std::cerr << cfg.status().message() << "\n";
     return cfg;

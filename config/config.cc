@@ -30,10 +30,21 @@
 #include <nlohmann/json.hpp>
 
 #include "config/redact.h"
+#include "config/sink_type.h"
 #include "core/json.h"
 #include "core/names.h"
 
 namespace sluice::config {
+
+// One key/value pair being read, with where to point when its value is wrong.
+struct Field {
+  YAML::Node key;
+  YAML::Node value;
+  std::string path;  // dotted path of the key, e.g. "storage.mysql.port"
+  YAML::Mark mark;   // the value, or the key when the value is empty
+};
+
+const std::string& FieldPath(const Field& f) { return f.path; }
 
 std::string_view DurabilityBarrierName(DurabilityBarrier b) {
   switch (b) {
@@ -52,13 +63,11 @@ constexpr size_t kMaxSecretFileBytes = 64u << 10;
 constexpr std::chrono::milliseconds kMinTimeout{1};
 constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
-constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
 constexpr std::string_view kSecretFields =
     "storage.mysql.password, admin.token, sinks[*].url, sinks[*].password, sinks[*].api_key, "
     "sinks[*].properties.*, secret-named plugin options";
 constexpr size_t kMaxQuotedChars = 60;
-constexpr std::string_view kRedisUrlForm = "redis://[:password@]host[:port][/db]";
 
 // Reads the whole file into *out; returns 0 or an errno value.
 int ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out) {
@@ -213,6 +222,16 @@ std::string JoinNames(const std::vector<std::string_view>& names) {
   return out;
 }
 
+// "a", "a and b", "a, b and c" (with `last` = " and ").
+std::string JoinWords(const std::vector<std::string_view>& words, std::string_view last) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? std::string(last) : std::string(", ");
+    out += words[i];
+  }
+  return out;
+}
+
 // The candidate within two edits of `name` (and not a whole rewrite of it),
 // closest first; empty when there is none.
 std::string_view ClosestName(std::string_view name,
@@ -234,14 +253,6 @@ bool IsIdentifier(std::string_view s) {
   if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
-bool IsValidHostName(std::string_view h) {
-  if (h.empty() || h.size() > 253) return false;
-  return std::all_of(h.begin(), h.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '-' || c == '_';
   });
 }
 
@@ -276,61 +287,6 @@ bool SameListenAddress(const std::string& h1, uint16_t p1, const std::string& h2
   if (p1 == 0 || p1 != p2) return false;
   auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::" || h == "0:0:0:0:0:0:0:0"; };
   return h1 == h2 || wildcard(h1) || wildcard(h2);
-}
-
-bool IsIpv6Literal(std::string_view h) {
-  return !h.empty() && h.find(':') != std::string_view::npos &&
-         h.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
-}
-
-// Why `url` is not redis://[:password@]host[:port][/db], or nullopt when it
-// is. The reason never quotes the URL: it may hold a password.
-std::optional<std::string> RedisUrlProblem(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) return "the scheme must be redis://";
-  std::string_view rest = url.substr(kScheme.size());
-  // Host, port and db never hold '@', so the last one ends the password,
-  // which may itself hold '@', ':' or '/'.
-  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
-    const std::string_view user_info = rest.substr(0, at);
-    if (user_info.empty() || user_info[0] != ':') {
-      return "a user name is not supported; write the password as :password@";
-    }
-    if (user_info.size() == 1) return "the password after ':' is empty";
-    rest = rest.substr(at + 1);
-  }
-  const size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  std::string_view host = authority;
-  std::optional<std::string_view> port;
-  if (!authority.empty() && authority[0] == '[') {
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return "the IPv6 host has no closing ]";
-    host = authority.substr(1, close - 1);
-    const std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return "the host is not a valid host name or IP address";
-      port = after.substr(1);
-    }
-    if (!IsIpv6Literal(host)) return "the host is not a valid host name or IP address";
-  } else {
-    if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
-      host = authority.substr(0, colon);
-      port = authority.substr(colon + 1);
-    }
-    if (host.empty()) return "the host is empty";
-    if (!IsValidHostName(host)) return "the host is not a valid host name or IP address";
-  }
-  if (port) {
-    const auto n = port->size() <= 5 ? ParseDecimal(*port) : std::nullopt;
-    if (!n || *n < 1 || *n > 65535) return "the port must be between 1 and 65535";
-  }
-  if (slash != std::string_view::npos) {
-    const std::string_view db = rest.substr(slash + 1);
-    const auto n = db.size() <= 2 ? ParseDecimal(db) : std::nullopt;
-    if (!n || *n > 15) return "the database after / must be a number between 0 and 15";
-  }
-  return std::nullopt;
 }
 
 // Problems in one file, printed as "FILE:LINE:COL: path: problem".
@@ -378,14 +334,6 @@ class Problems {
   std::vector<Entry> problems_;
 };
 
-// One key/value pair being read, with where to point when its value is wrong.
-struct Field {
-  YAML::Node key;
-  YAML::Node value;
-  std::string path;  // dotted path of the key, e.g. "storage.mysql.port"
-  YAML::Mark mark;   // the value, or the key when the value is empty
-};
-
 Field MakeField(const YAML::Node& key, const YAML::Node& value, std::string path) {
   const YAML::Mark mark = value.IsNull() ? key.Mark() : value.Mark();
   return Field{key, value, std::move(path), mark};
@@ -407,13 +355,116 @@ struct KeySpec {
   std::function<void(const Field&)> read;
 };
 
+// A sink type's keys as a fixed table, with an optional check across them.
+class KeyTable : public SinkOptionsRead {
+ public:
+  explicit KeyTable(std::vector<SinkOptionKey> keys, std::function<void(const Field&)> check = nullptr)
+      : keys_(std::move(keys)), check_(std::move(check)) {}
+  std::vector<SinkOptionKey> Keys() override { return keys_; }
+  void Check(const Field& sink) override {
+    if (check_) check_(sink);
+  }
+
+ private:
+  std::vector<SinkOptionKey> keys_;
+  std::function<void(const Field&)> check_;
+};
+
 // Walks a YAML document into a Config, collecting every problem on the way.
 // Each section is one Read* function with a table of the keys it accepts;
 // adding a section is a new function and one row in ReadRoot's table.
-class ConfigReader {
+class ConfigReader : public SinkOptionReader {
  public:
-  ConfigReader(Problems* problems, std::string file, std::filesystem::path base_dir)
-      : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)) {}
+  ConfigReader(Problems* problems, std::string file, std::filesystem::path base_dir, const SinkTypes* types)
+      : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)), types_(types) {}
+
+  // ---- the built-in types whose keys are still read here ----
+
+  std::unique_ptr<SinkOptionsRead> MysqlKeys(SinkConfig* sink) {
+    MysqlSinkConfig& m = sink->mysql;
+    return std::make_unique<KeyTable>(std::vector<SinkOptionKey>{
+        {"table", true,
+         [this, &m](const Field& f) {
+           if (ReadTableName(f, &m.table) && current_refs_ != nullptr) current_refs_->table = f;
+         }},
+        {"database", false, [this, &m](const Field& f) { ReadDatabaseName(f, &m.database); }},
+        {"columns", true, [this, &m](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
+        {"auto_create", false, [this, &m](const Field& f) { ReadBool(f, &m.auto_create); }},
+        {"connections", false, [this, &m](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
+        {"version_cache", false, [this, &m](const Field& f) { ReadUint(f, 0, 10000000, &m.version_cache); }},
+    });
+  }
+
+  std::unique_ptr<SinkOptionsRead> ElasticsearchKeys(SinkConfig* sink) {
+    ElasticsearchSinkConfig& es = sink->elasticsearch;
+    return std::make_unique<KeyTable>(
+        std::vector<SinkOptionKey>{
+            {"url", true, [this, &es](const Field& f) { ReadEsUrl(f, &es); }},
+            {"index", false, [this, &es](const Field& f) { ReadEsIndex(f, &es.index); }},
+            {"mapping", false,
+             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.mapping_path, &es.mapping_json); }},
+            {"template", false,
+             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.template_path, &es.template_json); }},
+            {"auto_create", false, [this, &es](const Field& f) { ReadBool(f, &es.auto_create); }},
+            {"username", false, [this, &es](const Field& f) { ReadString(f, kNotEmpty, &es.username); }},
+            {"password", false, [this, &es](const Field& f) { ReadSecret(f, &es.password); }},
+            {"api_key", false, [this, &es](const Field& f) { ReadSecret(f, &es.api_key); }},
+            {"connect_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.connect_timeout); }},
+            {"request_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.request_timeout); }},
+        },
+        [this, sink](const Field& at) { CheckEsAuth(at, *sink); });
+  }
+
+  std::unique_ptr<SinkOptionsRead> KafkaKeys(SinkConfig* sink) {
+    KafkaSinkConfig& k = sink->kafka;
+    // partitions and replication_factor only with create_topic: the last one given.
+    auto create_options_key = std::make_shared<std::optional<Field>>();
+    return std::make_unique<KeyTable>(
+        std::vector<SinkOptionKey>{
+            {"brokers", true, [this, &k](const Field& f) { ReadKafkaBrokers(f, &k.brokers); }},
+            {"topic", true, [this, &k](const Field& f) { ReadKafkaTopic(f, &k.topic); }},
+            {"format", false, [this, &k](const Field& f) { ReadKafkaFormat(f, &k.format); }},
+            {"create_topic", false, [this, &k](const Field& f) { ReadBool(f, &k.create_topic); }},
+            {"partitions", false,
+             [this, &k, create_options_key](const Field& f) {
+               *create_options_key = f;
+               ReadUint(f, 1, 100000, &k.partitions);
+             }},
+            {"replication_factor", false,
+             [this, &k, create_options_key](const Field& f) {
+               *create_options_key = f;
+               ReadUint(f, 1, 32767, &k.replication_factor);
+             }},
+            {"delivery_timeout", false,
+             [this, &k](const Field& f) {
+               ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
+                            std::chrono::milliseconds(std::chrono::hours(1)), &k.delivery_timeout);
+             }},
+            {"properties", false, [this, &k](const Field& f) { ReadKafkaProperties(f, &k); }},
+        },
+        [this, &k, create_options_key](const Field&) {
+          if (*create_options_key && !k.create_topic) {
+            const Field& f = **create_options_key;
+            Problem(f.key.Mark(), f.path, "only with create_topic: true");
+          }
+        });
+  }
+
+  // ---- SinkOptionReader: what a sink type's keys read with ----
+
+  void Problem(const Field& f, std::string_view what) override { Problem(f.mark, f.path, what); }
+  void KeyProblem(const Field& f, std::string_view what) override { Problem(f.key.Mark(), f.path, what); }
+  bool ReadString(const Field& f, bool may_be_empty, std::string* out) override {
+    return ReadString(f, may_be_empty ? kMayBeEmpty : kNotEmpty, out);
+  }
+  void ReadUint(const Field& f, uint64_t min, uint64_t max, uint64_t* out) override {
+    ReadUint<uint64_t>(f, min, max, out);
+  }
+  void ReadDuration(const Field& f, std::chrono::milliseconds min, std::chrono::milliseconds max,
+                    std::chrono::milliseconds* out) override {
+    ReadDuration<std::chrono::milliseconds>(f, min, max, out);
+  }
+  std::shared_ptr<const Field> Keep(const Field& f) override { return std::make_shared<const Field>(f); }
 
   void ReadRoot(const YAML::Node& doc, Config* config) {
     secret_references_ = &config->secret_references;
@@ -790,9 +841,7 @@ class ConfigReader {
     const std::string type = PeekScalar(at.value, "type");
     SinkRefs refs;
     refs.sink = index;
-    std::optional<Field> fields_key;
-    std::optional<RedisSinkConfig::Format> format;  // when given and valid
-    bool format_given = false;
+    current_refs_ = &refs;
     std::optional<Field> push_key, push_options_key;
 
     std::vector<KeySpec> keys = {
@@ -821,101 +870,32 @@ class ConfigReader {
          }},
         {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
     };
-    RedisSinkConfig& r = sink->redis;
-    AddSinkTypeKeys("redis", type, &keys, {
-        {"url", kOptional, [&](const Field& f) { ReadRedisUrl(f, &r); }},
-        {"key", kOptional, [&](const Field& f) { ReadRedisKey(f, &r.key); }},
-        {"format", kOptional,
-         [&](const Field& f) {
-           format_given = true;
-           format = ReadRedisFormat(f);
-           if (format) r.format = *format;
-         }},
-        {"fields", kOptional,
-         [&](const Field& f) {
-           fields_key = f;
-           ReadMappings(f, MappingKind::kRedisField, &r.fields);
-         }},
-        {"ttl", kOptional,
-         [&](const Field& f) {
-           ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &r.ttl);
-         }},
-        {"tombstone_ttl", kOptional,
-         [&](const Field& f) {
-           ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &r.tombstone_ttl);
-         }},
-    });
-    MysqlSinkConfig& m = sink->mysql;
-    AddSinkTypeKeys("mysql", type, &keys, {
-        {"table", kRequired,
-         [&](const Field& f) {
-           if (ReadTableName(f, &m.table)) refs.table = f;
-         }},
-        {"database", kOptional, [&](const Field& f) { ReadDatabaseName(f, &m.database); }},
-        {"columns", kRequired,
-         [&](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
-        {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &m.auto_create); }},
-        {"connections", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
-        {"version_cache", kOptional, [&](const Field& f) { ReadUint(f, 0, 10000000, &m.version_cache); }},
-    });
-    ElasticsearchSinkConfig& es = sink->elasticsearch;
-    AddSinkTypeKeys("elasticsearch", type, &keys, {
-        {"url", kRequired, [&](const Field& f) { ReadEsUrl(f, &es); }},
-        {"index", kOptional, [&](const Field& f) { ReadEsIndex(f, &es.index); }},
-        {"mapping", kOptional,
-         [&](const Field& f) { ReadJsonObjectFile(f, &es.mapping_path, &es.mapping_json); }},
-        {"template", kOptional,
-         [&](const Field& f) { ReadJsonObjectFile(f, &es.template_path, &es.template_json); }},
-        {"auto_create", kOptional, [&](const Field& f) { ReadBool(f, &es.auto_create); }},
-        {"username", kOptional, [&](const Field& f) { ReadString(f, kNotEmpty, &es.username); }},
-        {"password", kOptional, [&](const Field& f) { ReadSecret(f, &es.password); }},
-        {"api_key", kOptional, [&](const Field& f) { ReadSecret(f, &es.api_key); }},
-        {"connect_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &es.connect_timeout); }},
-        {"request_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &es.request_timeout); }},
-    });
-    KafkaSinkConfig& k = sink->kafka;
-    std::optional<Field> create_options_key;
-    AddSinkTypeKeys("kafka", type, &keys, {
-        {"brokers", kRequired, [&](const Field& f) { ReadKafkaBrokers(f, &k.brokers); }},
-        {"topic", kRequired, [&](const Field& f) { ReadKafkaTopic(f, &k.topic); }},
-        {"format", kOptional, [&](const Field& f) { ReadKafkaFormat(f, &k.format); }},
-        {"create_topic", kOptional, [&](const Field& f) { ReadBool(f, &k.create_topic); }},
-        {"partitions", kOptional,
-         [&](const Field& f) {
-           create_options_key = f;
-           ReadUint(f, 1, 100000, &k.partitions);
-         }},
-        {"replication_factor", kOptional,
-         [&](const Field& f) {
-           create_options_key = f;
-           ReadUint(f, 1, 32767, &k.replication_factor);
-         }},
-        {"delivery_timeout", kOptional,
-         [&](const Field& f) {
-           ReadDuration(f, std::chrono::seconds(1), std::chrono::hours(1), &k.delivery_timeout);
-         }},
-        {"properties", kOptional, [&](const Field& f) { ReadKafkaProperties(f, &k); }},
-    });
-    if (type == "kafka") sink->batch_max = kKafkaBatchMaxDefault;  // `batch_max` below overrides it
+    // Every built-in type's keys: this sink's type's to read, the others' to
+    // refuse with the type they belong to.
+    std::unique_ptr<SinkOptionsRead> own;
+    for (const SinkType& t : types_->all()) {
+      std::unique_ptr<SinkOptionsRead> read = t.read(*this, sink);
+      std::vector<KeySpec> owned;
+      for (SinkOptionKey& k : read->Keys()) {
+        owned.push_back({k.name, k.required ? kRequired : kOptional, std::move(k.read)});
+      }
+      AddSinkTypeKeys(t.name, type, &keys, std::move(owned));
+      if (t.name == type) own = std::move(read);
+    }
+    if (const SinkType* spec = types_->Find(type)) {
+      sink->batch_max = spec->default_batch_max;  // `batch_max` below overrides it
+    }
     PluginOptions plugin_options;
     if (IsPluginSinkType(type)) {
       keys.push_back({kAnyOtherKey, Presence::kOptional,
                       [&](const Field& f) { ReadPluginOption(f, &plugin_options); }});
     }
     ExpectKeys(at, keys);
-    CheckEsAuth(at, *sink);
-    if (create_options_key && !k.create_topic) {
-      Problem(create_options_key->key.Mark(), create_options_key->path, "only with create_topic: true");
-    }
+    if (own) own->Check(at);
     if (IsPluginSinkType(type)) sink->plugin.options_json = plugin_options.values.dump();
 
     CheckPush(sink->type, sink->push, push_key, push_options_key);
-
-    const bool json = !format_given || format == RedisSinkConfig::Format::kJson;
-    if (fields_key && json) {
-      Problem(fields_key->key.Mark(), fields_key->path,
-              "only for format: hash (this sink stores each entity as one JSON string)");
-    }
+    current_refs_ = nullptr;
     sink_refs_.push_back(std::move(refs));
   }
 
@@ -924,7 +904,7 @@ class ConfigReader {
   // sink's own type is unknown (that is reported once, at `type`).
   void AddSinkTypeKeys(std::string_view owner, const std::string& type, std::vector<KeySpec>* keys,
                        std::vector<KeySpec> owned) {
-    const bool known_type = IsBuiltinSinkType(type);
+    const bool known_type = types_->Find(type) != nullptr;
     for (KeySpec& k : owned) {
       // A key that several types have (url, auto_create) is listed once: as
       // the sink's own type's when it has it, else as the first type's.
@@ -976,10 +956,12 @@ class ConfigReader {
       *out = *text;
       return;
     }
-    if (!IsBuiltinSinkType(*text)) {
+    if (types_->Find(*text) == nullptr) {
+      std::vector<std::string_view> names;
+      for (const SinkType& t : types_->all()) names.push_back(t.name);
       Problem(f.mark, f.path,
-              "unknown sink type " + Quote(*text) +
-                  " (expected one of: redis, mysql, elasticsearch, kafka; or a type of a library listed under plugins:)");
+              "unknown sink type " + Quote(*text) + " (expected one of: " + JoinNames(names) +
+                  "; or a type of a library listed under plugins:)");
       return;
     }
     *out = *text;
@@ -989,7 +971,7 @@ class ConfigReader {
 
   // A `type:` that is neither built in nor empty, in a file with plugins.
   bool IsPluginSinkType(std::string_view type) const {
-    return plugins_declared_ && !type.empty() && !IsBuiltinSinkType(type);
+    return plugins_declared_ && !type.empty() && types_->Find(type) == nullptr;
   }
 
   // plugins: a sequence of shared-library paths, relative to the file's directory.
@@ -1149,11 +1131,16 @@ class ConfigReader {
   void CheckPush(const std::string& type, const PushConfig& push, const std::optional<Field>& push_key,
                  const std::optional<Field>& options_key) {
     // `type` is empty when it was missing or unknown (reported at `type`).
-    if (push.enabled && push_key && !type.empty() && !SinkTypeCanPush(type) &&
-        !IsPluginSinkType(type)) {
+    const SinkType* spec = types_->Find(type);
+    if (push.enabled && push_key && spec != nullptr && !spec->can_push) {
+      std::vector<std::string_view> can;
+      for (const SinkType& t : types_->all()) {
+        if (t.can_push) can.push_back(t.name);
+      }
       Problem(push_key->mark, push_key->path,
-              "a " + type + " sink cannot be pushed to: push is for point views (sink types redis and mysql), "
-              "which the writer can update right after a commit; remove push or use a redis or mysql sink");
+              "a " + type + " sink cannot be pushed to: push is for point views (sink types " +
+                  JoinWords(can, " and ") + "), which the writer can update right after a commit; " +
+                  "remove push or use a " + JoinWords(can, " or ") + " sink");
     }
     if (!push.enabled && options_key) {
       Problem(options_key->key.Mark(), options_key->path, "only with push: true");
@@ -1279,59 +1266,6 @@ class ConfigReader {
     }
   }
 
-  // A secret-capable field: the URL may carry a password.
-  void ReadRedisUrl(const Field& f, RedisSinkConfig* r) {
-    std::string url;
-    if (!ReadSecret(f, &url)) return;
-    if (const auto problem = RedisUrlProblem(url)) {
-      Problem(f.mark, f.path,
-              "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + *problem);
-      return;
-    }
-    r->url = std::move(url);
-  }
-
-  // A key template: {id} is required, {type} allowed, no other braces.
-  void ReadRedisKey(const Field& f, std::string* out) {
-    const auto text = PlainScalar(f, "a key template such as \"{type}:{id}\"");
-    if (!text) return;
-    const std::string_view s = *text;
-    bool has_id = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '}') {
-        Problem(f.mark, f.path, "has a } without a matching {, got " + Quote(s));
-        return;
-      }
-      if (s[i] != '{') continue;
-      const size_t close = s.find('}', i);
-      const std::string_view placeholder =
-          s.substr(i, close == std::string_view::npos ? std::string_view::npos : close - i + 1);
-      if (placeholder != "{id}" && placeholder != "{type}") {
-        Problem(f.mark, f.path,
-                "unknown placeholder " + Quote(placeholder) +
-                    " (only {id} and {type} are replaced), got " + Quote(s));
-        return;
-      }
-      has_id = has_id || placeholder == "{id}";
-      i = close;
-    }
-    if (!has_id) {
-      Problem(f.mark, f.path, "must contain {id}, got " + Quote(s));
-      return;
-    }
-    *out = *text;
-  }
-
-  std::optional<RedisSinkConfig::Format> ReadRedisFormat(const Field& f) {
-    constexpr std::string_view kExpected = "json or hash";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return std::nullopt;
-    if (*text == "json") return RedisSinkConfig::Format::kJson;
-    if (*text == "hash") return RedisSinkConfig::Format::kHash;
-    Expected(f, kExpected, *text);
-    return std::nullopt;
-  }
-
   // "host:port[,host:port...]", as librdkafka's bootstrap.servers.
   void ReadKafkaBrokers(const Field& f, std::string* out) {
     constexpr std::string_view kExpected = "a list of host:port separated by commas";
@@ -1454,11 +1388,9 @@ class ConfigReader {
     return true;
   }
 
-  enum class MappingKind { kRedisField, kMysqlColumn };
-
   // fields (Redis hash) or columns (MySQL): name -> JSON pointer, and for
   // MySQL also name -> {pointer, type}. In file order.
-  void ReadMappings(const Field& at, MappingKind kind, std::vector<FieldMapping>* out) {
+  void ReadMappings(const Field& at, MappingKind kind, std::vector<FieldMapping>* out) override {
     const bool mysql = kind == MappingKind::kMysqlColumn;
     const std::string what = mysql ? "column" : "field";
     if (!at.value.IsMap() || at.value.size() == 0) {
@@ -1591,7 +1523,7 @@ class ConfigReader {
 
   // The scalar text of a non-secret field, or nullopt after reporting why not.
   // `expected` completes "must be ...".
-  std::optional<std::string> PlainScalar(const Field& f, std::string_view expected) {
+  std::optional<std::string> PlainScalar(const Field& f, std::string_view expected) override {
     if (!f.value.IsScalar()) {
       Problem(f.mark, f.path, "must be " + std::string(expected) + ", got " + Describe(f.value));
       return std::nullopt;
@@ -1604,7 +1536,7 @@ class ConfigReader {
     return text;
   }
 
-  void Expected(const Field& f, std::string_view expected, std::string_view got) {
+  void Expected(const Field& f, std::string_view expected, std::string_view got) override {
     Problem(f.mark, f.path, "must be " + std::string(expected) + ", got " + Quote(got));
   }
 
@@ -1619,7 +1551,7 @@ class ConfigReader {
     *out = static_cast<T>(*v);
   }
 
-  void ReadBool(const Field& f, bool* out) {
+  void ReadBool(const Field& f, bool* out) override {
     const auto text = PlainScalar(f, "true or false");
     if (!text) return;
     if (*text == "true") {
@@ -1667,7 +1599,7 @@ class ConfigReader {
     *out = *text;
   }
 
-  void ReadTimeout(const Field& f, std::chrono::milliseconds* out) {
+  void ReadTimeout(const Field& f, std::chrono::milliseconds* out) override {
     ReadDuration(f, kMinTimeout, kMaxTimeout, out);
   }
 
@@ -1796,7 +1728,7 @@ class ConfigReader {
   // A secret field: a literal, or a whole-value "${env:NAME}" / "${file:PATH}".
   // No message here may include the value. Returns whether *out was set, and
   // in *from_reference whether it came from a reference.
-  bool ReadSecret(const Field& f, std::string* out, bool* from_reference = nullptr) {
+  bool ReadSecret(const Field& f, std::string* out, bool* from_reference = nullptr) override {
     if (!f.value.IsScalar()) {
       // Describe() quotes only scalars, so this never shows a value.
       Problem(f.mark, f.path, "must be a string, got " + Describe(f.value));
@@ -1884,6 +1816,8 @@ class ConfigReader {
   std::optional<std::vector<std::string>> entity_names_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
+  SinkRefs* current_refs_ = nullptr;  // the sink being read (ReadSink)
+  const SinkTypes* types_;            // the built-in sink types
   std::map<std::string, Field> listen_keys_;  // the listen keys given, by path ("metrics.listen")
   bool plugins_declared_ = false;  // the file has a plugins section
   std::map<std::string, std::string>* secret_references_ = nullptr;  // Config::secret_references
@@ -1939,7 +1873,7 @@ YAML::Node LoadFirstDocument(const std::string& text, std::vector<YAML::Mark>* r
   return roots->empty() ? YAML::Node() : YAML::Load(text);
 }
 
-Result<Config> Load(const std::string& text, const std::string& path) {
+Result<Config> Load(const std::string& text, const std::string& path, const SinkTypes& types) {
   Problems problems(path);
   std::vector<YAML::Node> docs;
   std::vector<YAML::Mark> roots;
@@ -1965,7 +1899,8 @@ Result<Config> Load(const std::string& text, const std::string& path) {
 
   Config config;
   config.path = path;
-  ConfigReader reader(&problems, path, std::filesystem::path(path).parent_path());
+  config.sink_types = std::make_shared<const SinkTypes>(types);
+  ConfigReader reader(&problems, path, std::filesystem::path(path).parent_path(), config.sink_types.get());
   reader.ReadRoot(docs[0], &config);
   if (!problems.empty()) return InvalidArgument(problems.Join());
   return config;
@@ -1980,7 +1915,156 @@ void EmitLimits(YAML::Emitter& out, const ListenerLimits& l) {
   out << YAML::Key << "write_timeout" << YAML::Value << FormatDuration(l.write_timeout);
 }
 
+// Redacted()'s view of one sink for its type's print function.
+class YamlSinkPrinter : public SinkOptionPrinter {
+ public:
+  using SecretFn = std::function<std::string(const std::string& path, const std::string& value, bool url)>;
+  YamlSinkPrinter(YAML::Emitter& out, std::string at, SecretFn secret,
+                  const std::map<std::string, std::string>& references)
+      : out_(out), at_(std::move(at)), secret_(std::move(secret)), references_(references) {}
+
+  void Value(std::string_view key, std::string_view value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << std::string(value);
+  }
+  void Value(std::string_view key, bool value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << value;
+  }
+  void Value(std::string_view key, uint64_t value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << value;
+  }
+  void Duration(std::string_view key, std::chrono::milliseconds value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << FormatDuration(value);
+  }
+  void Secret(std::string_view key, const std::string& value, bool url) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value;
+    // A URL reads back as one; any other secret is quoted so that *** stays a string.
+    if (!url) out_ << YAML::DoubleQuoted;
+    out_ << secret_(at_ + std::string(key), value, url);
+  }
+  void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : entries) out_ << YAML::Key << name << YAML::Value << value;
+    out_ << YAML::EndMap;
+  }
+
+  YAML::Emitter& out() { return out_; }
+  // "sinks[N]." + key, as secret_references names it.
+  std::string Path(std::string_view key) const { return at_ + std::string(key); }
+  bool IsReference(const std::string& path) const { return references_.count(path) != 0; }
+  std::string SecretText(const std::string& path, const std::string& value) const {
+    return secret_(path, value, false);
+  }
+
+ private:
+  YAML::Emitter& out_;
+  std::string at_;
+  SecretFn secret_;
+  const std::map<std::string, std::string>& references_;
+};
+
+void PrintMysqlSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
+  YAML::Emitter& out = static_cast<YamlSinkPrinter&>(printer).out();
+  const MysqlSinkConfig& m = sink.mysql;
+  out << YAML::Key << "table" << YAML::Value << m.table;
+  if (!m.database.empty()) out << YAML::Key << "database" << YAML::Value << m.database;
+  out << YAML::Key << "columns" << YAML::Value << YAML::BeginMap;
+  for (const FieldMapping& c : m.columns) {
+    out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "pointer" << YAML::Value << c.pointer;
+    out << YAML::Key << "type" << YAML::Value << c.sql_type;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
+  out << YAML::Key << "connections" << YAML::Value << m.connections;
+  out << YAML::Key << "version_cache" << YAML::Value << m.version_cache;
+}
+
+void PrintElasticsearchSink(const SinkConfig& sink, SinkOptionPrinter& out) {
+  const ElasticsearchSinkConfig& es = sink.elasticsearch;
+  out.Secret("url", es.url, /*url=*/true);
+  out.Value("index", es.index);
+  if (!es.mapping_path.empty()) out.Value("mapping", es.mapping_path);
+  if (!es.template_path.empty()) out.Value("template", es.template_path);
+  out.Value("auto_create", es.auto_create);
+  if (!es.username.empty()) {
+    out.Value("username", es.username);
+    out.Secret("password", es.password);
+  }
+  if (!es.api_key.empty()) out.Secret("api_key", es.api_key);
+  out.Duration("connect_timeout", es.connect_timeout);
+  out.Duration("request_timeout", es.request_timeout);
+}
+
+void PrintKafkaSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
+  auto& p = static_cast<YamlSinkPrinter&>(printer);
+  YAML::Emitter& out = p.out();
+  const KafkaSinkConfig& k = sink.kafka;
+  out << YAML::Key << "brokers" << YAML::Value << k.brokers;
+  out << YAML::Key << "topic" << YAML::Value << k.topic;
+  out << YAML::Key << "format" << YAML::Value
+      << (k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
+  out << YAML::Key << "create_topic" << YAML::Value << k.create_topic;
+  if (k.create_topic) {
+    out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(k.partitions);
+    out << YAML::Key << "replication_factor" << YAML::Value << static_cast<unsigned>(k.replication_factor);
+  }
+  out << YAML::Key << "delivery_timeout" << YAML::Value << FormatDuration(k.delivery_timeout);
+  if (!k.properties.empty()) {
+    out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : k.properties) {
+      const std::string path = p.Path("properties." + name);
+      out << YAML::Key << name << YAML::Value;
+      if (IsSecretName(name) || p.IsReference(path)) {
+        out << YAML::DoubleQuoted << p.SecretText(path, value);
+      } else {
+        out << value;
+      }
+    }
+    out << YAML::EndMap;
+  }
+}
+
 }  // namespace
+
+std::string QuoteValue(std::string_view s) { return Quote(s); }
+
+const SinkType* SinkTypes::Find(std::string_view name) const {
+  for (const SinkType& t : types_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+SinkType MysqlSinkType() {
+  SinkType t;
+  t.name = "mysql";
+  t.can_push = true;
+  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).MysqlKeys(sink); };
+  t.print = PrintMysqlSink;
+  return t;
+}
+
+SinkType ElasticsearchSinkType() {
+  SinkType t;
+  t.name = "elasticsearch";
+  t.read = [](SinkOptionReader& r, SinkConfig* sink) {
+    return static_cast<ConfigReader&>(r).ElasticsearchKeys(sink);
+  };
+  t.print = PrintElasticsearchSink;
+  return t;
+}
+
+SinkType KafkaSinkType() {
+  SinkType t;
+  t.name = "kafka";
+  // Each Apply waits for its records' delivery reports, so a larger call pays
+  // that round trip less often.
+  t.default_batch_max = kKafkaBatchMaxDefault;
+  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).KafkaKeys(sink); };
+  t.print = PrintKafkaSink;
+  return t;
+}
 
 std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const {
   switch (process) {
@@ -2121,77 +2205,9 @@ std::string Config::Redacted() const {
       out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
     }
     if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
-    if (sink.type == "redis") {
-      const RedisSinkConfig& r = sink.redis;
-      out << YAML::Key << "url" << YAML::Value << secret(at + "url", r.url, /*url=*/true);
-      out << YAML::Key << "key" << YAML::Value << r.key;
-      out << YAML::Key << "format" << YAML::Value
-          << (r.format == RedisSinkConfig::Format::kHash ? "hash" : "json");
-      if (!r.fields.empty()) {
-        out << YAML::Key << "fields" << YAML::Value << YAML::BeginMap;
-        for (const FieldMapping& f : r.fields) {
-          out << YAML::Key << f.name << YAML::Value << f.pointer;
-        }
-        out << YAML::EndMap;
-      }
-      out << YAML::Key << "ttl" << YAML::Value << FormatDuration(r.ttl);
-      out << YAML::Key << "tombstone_ttl" << YAML::Value << FormatDuration(r.tombstone_ttl);
-    } else if (sink.type == "elasticsearch") {
-      const ElasticsearchSinkConfig& es = sink.elasticsearch;
-      out << YAML::Key << "url" << YAML::Value << secret(at + "url", es.url, /*url=*/true);
-      out << YAML::Key << "index" << YAML::Value << es.index;
-      if (!es.mapping_path.empty()) out << YAML::Key << "mapping" << YAML::Value << es.mapping_path;
-      if (!es.template_path.empty()) out << YAML::Key << "template" << YAML::Value << es.template_path;
-      out << YAML::Key << "auto_create" << YAML::Value << es.auto_create;
-      if (!es.username.empty()) {
-        out << YAML::Key << "username" << YAML::Value << es.username;
-        out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted << secret(at + "password", es.password);
-      }
-      if (!es.api_key.empty()) {
-        out << YAML::Key << "api_key" << YAML::Value << YAML::DoubleQuoted << secret(at + "api_key", es.api_key);
-      }
-      out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(es.connect_timeout);
-      out << YAML::Key << "request_timeout" << YAML::Value << FormatDuration(es.request_timeout);
-    } else if (sink.type == "mysql") {
-      const MysqlSinkConfig& m = sink.mysql;
-      out << YAML::Key << "table" << YAML::Value << m.table;
-      if (!m.database.empty()) out << YAML::Key << "database" << YAML::Value << m.database;
-      out << YAML::Key << "columns" << YAML::Value << YAML::BeginMap;
-      for (const FieldMapping& c : m.columns) {
-        out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "pointer" << YAML::Value << c.pointer;
-        out << YAML::Key << "type" << YAML::Value << c.sql_type;
-        out << YAML::EndMap;
-      }
-      out << YAML::EndMap;
-      out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
-      out << YAML::Key << "connections" << YAML::Value << m.connections;
-      out << YAML::Key << "version_cache" << YAML::Value << m.version_cache;
-    } else if (sink.type == "kafka") {
-      const KafkaSinkConfig& k = sink.kafka;
-      out << YAML::Key << "brokers" << YAML::Value << k.brokers;
-      out << YAML::Key << "topic" << YAML::Value << k.topic;
-      out << YAML::Key << "format" << YAML::Value
-          << (k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
-      out << YAML::Key << "create_topic" << YAML::Value << k.create_topic;
-      if (k.create_topic) {
-        out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(k.partitions);
-        out << YAML::Key << "replication_factor" << YAML::Value << static_cast<unsigned>(k.replication_factor);
-      }
-      out << YAML::Key << "delivery_timeout" << YAML::Value << FormatDuration(k.delivery_timeout);
-      if (!k.properties.empty()) {
-        out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
-        for (const auto& [name, value] : k.properties) {
-          const std::string path = at + "properties." + name;
-          out << YAML::Key << name << YAML::Value;
-          if (IsSecretName(name) || secret_references.count(path)) {
-            out << YAML::DoubleQuoted << secret(path, value);
-          } else {
-            out << value;
-          }
-        }
-        out << YAML::EndMap;
-      }
+    if (const SinkType* spec = sink_types ? sink_types->Find(sink.type) : nullptr) {
+      YamlSinkPrinter printer(out, at, secret, secret_references);
+      spec->print(sink, printer);
     } else if (!sink.type.empty()) {
       // A plugin's sink: its options as they were given (JSON is valid YAML).
       auto options = ParseJsonOrDiscarded(sink.plugin.options_json);
@@ -2220,10 +2236,10 @@ std::string Config::Redacted() const {
   return std::string(out.c_str()) + "\n";
 }
 
-Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path, const SinkTypes& types) {
   // yaml-cpp reports through exceptions; none may leave this module.
   try {
-    return Load(text, path);
+    return Load(text, path, types);
   } catch (const std::exception& e) {
     return Internal(path + ": unexpected error while reading the configuration: " + e.what());
   } catch (...) {
@@ -2231,17 +2247,13 @@ Result<Config> LoadConfigFromString(const std::string& text, const std::string& 
   }
 }
 
-bool IsBuiltinSinkType(std::string_view type) { return type == "redis" || type == "mysql" || type == "kafka" || type == "elasticsearch"; }
-
-bool SinkTypeCanPush(std::string_view type) { return type == "redis" || type == "mysql"; }
-
-Result<Config> LoadConfig(const std::string& path) {
+Result<Config> LoadConfig(const std::string& path, const SinkTypes& types) {
   try {
     std::string text;
     if (const int err = ReadWholeFile(path, kMaxConfigFileBytes, &text); err != 0) {
       return InvalidArgument(path + ": cannot read: " + ErrnoText(err));
     }
-    return LoadConfigFromString(text, path);
+    return LoadConfigFromString(text, path, types);
   } catch (...) {
     return Internal(path + ": unexpected error while reading the configuration");
   }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -158,6 +159,12 @@ struct FieldMapping {
 
 enum class OnError { kDeadLetter, kStop };
 
+// The built-in sink types (config/sink_type.h), which LoadConfig is given.
+class SinkTypes;
+
+// The options of each built-in sink type are still one struct each here;
+// their keys are read, checked and printed by the type's SinkType
+// (connectors/<type>/<type>_options.cc for redis; config.cc for the others).
 struct RedisSinkConfig {
   std::string url = "redis://127.0.0.1:6379/0";  // redis://[:password@]host:port[/db]
   std::string key = "{type}:{id}";                // template: {id} and {type} are replaced
@@ -228,14 +235,6 @@ struct PushConfig {
   std::chrono::milliseconds timeout{50};  // a push still running after this is late: counted, not waited for
 };
 
-// The sink types built into sluice; any other `type:` must come from a
-// library listed under `plugins:` (checked when the plugins are loaded, see
-// connectors/plugin/plugin_host.h).
-bool IsBuiltinSinkType(std::string_view type);
-
-// Whether sinks of this type may be pushed to: point views only.
-bool SinkTypeCanPush(std::string_view type);
-
 // A sink whose type a plugin library provides: its own keys, for the plugin
 // to check when it creates the sink.
 struct PluginSinkConfig {
@@ -256,7 +255,7 @@ inline constexpr uint32_t kKafkaBatchMaxDefault = 20000;
 
 struct SinkConfig {
   std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
-  std::string type;    // "redis" | "mysql"
+  std::string type;    // a built-in type (connectors/builtin_sink_types.cc) or a plugin's
   std::string entity;  // an entity type of `entities`
   OnError on_error = OnError::kDeadLetter;
   // Events per Apply call, 1..100000. Kafka sinks default to
@@ -289,6 +288,9 @@ struct Config {
   // "sinks[3].properties.sasl.password") -> "${env:NAME}" or "${file:PATH}".
   // Secrets written inline are not listed.
   std::map<std::string, std::string> secret_references;
+  // The built-in sink types the file was read with (Redacted() prints each
+  // sink's own keys through its type); null in a Config built by hand.
+  std::shared_ptr<const SinkTypes> sink_types;
 
   // The configuration as YAML, defaults included, by the rule of
   // config/redact.h: each secret shown as the reference it was written as,
@@ -303,11 +305,13 @@ Result<std::pair<std::string, uint16_t>> ParseListenAddress(std::string_view tex
 // "host:port", with an IPv6 host in brackets.
 std::string FormatListenAddress(const std::string& host, uint16_t port);
 
-// Reads, validates and resolves path. On failure, InvalidArgument whose
-// message holds one "FILE:LINE:COL: problem" line per problem.
-Result<Config> LoadConfig(const std::string& path);
+// Reads, validates and resolves path, with `types` as the built-in sink
+// types (connectors::BuiltinSinkTypes(); any other sink type must be a
+// plugin's). On failure, InvalidArgument whose message holds one
+// "FILE:LINE:COL: problem" line per problem.
+Result<Config> LoadConfig(const std::string& path, const SinkTypes& types);
 
 // The same, from text already in memory; `path` is used in messages only.
-Result<Config> LoadConfigFromString(const std::string& text, const std::string& path);
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path, const SinkTypes& types);
 
 }  // namespace sluice::config

@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,6 +16,12 @@
 
 namespace sluice::config {
 namespace {
+
+// The loader with sluice's built-in sink types, as every command uses it.
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
+}
+Result<Config> LoadConfig(const std::string& path) { return config::LoadConfig(path, connectors::BuiltinSinkTypes()); }
 
 constexpr char kFile[] = "t.yaml";
 
@@ -961,43 +968,6 @@ TEST(SinkErrors, BadJsonPointer) {
             "as /owner/name, got a sequence");
 }
 
-TEST(SinkErrors, BadRedisUrl) {
-  const std::string prefix =
-      "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-      "redis://[:password@]host[:port][/db]: ";
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"http://127.0.0.1:6379/0", "the scheme must be redis://"},
-      {"rediss://127.0.0.1", "the scheme must be redis://"},
-      {"redis://127.0.0.1:0/0", "the port must be between 1 and 65535"},
-      {"redis://127.0.0.1:65536/0", "the port must be between 1 and 65535"},
-      {"redis://127.0.0.1:/0", "the port must be between 1 and 65535"},
-      {"redis://:6379/0", "the host is empty"},
-      {"redis:///0", "the host is empty"},
-      {"redis://127.0.0.1/16", "the database after / must be a number between 0 and 15"},
-      {"redis://127.0.0.1/", "the database after / must be a number between 0 and 15"},
-      {"redis://127.0.0.1/0?timeout=1", "the database after / must be a number between 0 and 15"},
-      {"redis://user:pw@127.0.0.1",
-       "a user name is not supported; write the password as :password@"},
-      {"redis://:@127.0.0.1", "the password after ':' is empty"},
-      {"redis://[::1:6379", "the IPv6 host has no closing ]"},
-      {"redis://a b:6379", "the host is not a valid host name or IP address"},
-  };
-  for (const auto& [url, why] : cases) {
-    EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"" + url + "\"")),
-              prefix + why)
-        << url;
-  }
-  for (const std::string url : {"redis://localhost", "redis://[::1]:6380/2", "redis://[::1]",
-                                "redis://:a@b@h_1.example:1/0"}) {
-    EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"" + url + "\"")), "")
-        << url;
-  }
-  // The URL is never quoted back: it may hold a password.
-  const std::string errors =
-      Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: \"redis://:hunter2@h:99999/0\""));
-  EXPECT_EQ(errors, prefix + "the port must be between 1 and 65535");
-}
-
 TEST(SinkErrors, MysqlTableNames) {
   EXPECT_EQ(Errors(SinksWith("table: account_view", "table: ev_account_0")),
             "t.yaml:31:12: sinks[2].table: table names starting with ev_ or sluice_ are reserved "
@@ -1188,23 +1158,6 @@ TEST(Secrets, RedisUrlFromTheEnvironmentIsResolvedAndRedacted) {
       kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NE(r->Redacted().find("url: redis://cache:6379/2\n"), std::string::npos) << r->Redacted();
-}
-
-TEST(Secrets, BadRedisUrlFromASecretIsNotShown) {
-  constexpr char kPassword[] = "s3cr3t-Redis-8";
-  const std::string url = std::string("http://:") + kPassword + "@cache";
-  ScopedEnv env("SLUICE_TEST_REDIS_URL", url.c_str());
-  const std::string errors = Errors(
-      SinksWith("url: redis://127.0.0.1:16379/0", "url: \"${env:SLUICE_TEST_REDIS_URL}\""));
-  EXPECT_EQ(errors,
-            "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-            "redis://[:password@]host[:port][/db]: the scheme must be redis://");
-  ScopedEnv unset("SLUICE_TEST_REDIS_URL", nullptr);
-  EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0",
-                             "url: \"${env:SLUICE_TEST_REDIS_URL}\"")),
-            "t.yaml:14:10: sinks[0].url: environment variable SLUICE_TEST_REDIS_URL is not set");
-  EXPECT_EQ(Errors(SinksWith("url: redis://127.0.0.1:16379/0", "url: [a]")),
-            "t.yaml:14:10: sinks[0].url: must be a string, got a sequence");
 }
 
 TEST(Redacted, SinksLoadBack) {
@@ -1416,10 +1369,11 @@ TEST(Push, ReadsPushSettingsAndPrintsThem) {
   EXPECT_TRUE(d->sinks.at(2).push.enabled);
   EXPECT_EQ(d->sinks.at(2).push.mode, PushConfig::Mode::kAsync);
   EXPECT_EQ(d->sinks.at(2).push.timeout, std::chrono::milliseconds(50));
-  EXPECT_TRUE(SinkTypeCanPush("redis"));
-  EXPECT_TRUE(SinkTypeCanPush("mysql"));
-  EXPECT_FALSE(SinkTypeCanPush("kafka"));
-  EXPECT_FALSE(SinkTypeCanPush("elasticsearch"));
+  const SinkTypes& types = connectors::BuiltinSinkTypes();
+  EXPECT_TRUE(types.Find("redis")->can_push);
+  EXPECT_TRUE(types.Find("mysql")->can_push);
+  EXPECT_FALSE(types.Find("kafka")->can_push);
+  EXPECT_FALSE(types.Find("elasticsearch")->can_push);
 }
 
 TEST(PushErrors, PushOnASinkThatCannotPush) {

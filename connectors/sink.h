@@ -81,9 +81,7 @@ struct ApplyResult {
 };
 
 struct Capabilities {
-  bool point_view = true;      // one row/key/document per entity
   bool can_push = false;       // the writer may push to it (issue: push path)
-  bool keeps_offsets = false;  // stores its own offsets transactionally
   bool verifies_history = false;  // `verify` calls VerifyHistory (a log), not Verify
   // VerifyEntities() and Repair(kNotOlder) work: the engine's sampled
   // anti-entropy and `sluice verify --repair` may use the sink. Logs (kafka)
@@ -159,7 +157,7 @@ class Sink {
   // mismatch). Deleted entities must be absent (their tombstones are fine).
   virtual Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) = 0;
 
-  // A sink that is a log (point_view false: a Kafka topic holds a record per
+  // A sink that is a log (a Kafka topic holds a record per
   // event) is checked record by record instead: `history` is every event of
   // the sink's type, in (partition, event_id) order. Each event must have
   // exactly one record with the same entity, version, event_id, command and

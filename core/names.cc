@@ -28,4 +28,19 @@ bool IsValidCommandId(std::string_view id) { return VisibleAscii(id, kMaxCommand
 bool IsValidTypeName(std::string_view name) { return Identifier(name, kMaxTypeNameBytes); }
 bool IsValidCommandName(std::string_view name) { return Identifier(name, kMaxCommandNameBytes); }
 
+bool IsValidHostName(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  for (char c : h) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsIpv6Literal(std::string_view h) {
+  return !h.empty() && h.find(':') != std::string_view::npos &&
+         h.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
+}
+
 }  // namespace sluice

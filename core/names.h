@@ -1,5 +1,5 @@
-// Validation of the names that reach storage: entity ids, entity type names,
-// command names and command ids. Pure functions, safe from any thread.
+// Validation of the names that reach storage (entity ids, entity type names,
+// command names and command ids) and of configured host names. Pure functions, safe from any thread.
 #pragma once
 
 #include <string_view>
@@ -19,5 +19,10 @@ bool IsValidCommandId(std::string_view id);
 bool IsValidTypeName(std::string_view name);
 // [a-z][a-z0-9_]* up to 64 bytes.
 bool IsValidCommandName(std::string_view name);
+
+// A host name or IPv4 address as configured: 1..253 of [A-Za-z0-9._-].
+bool IsValidHostName(std::string_view host);
+// An IPv6 address without brackets: hex digits, ':' (at least one) and '.'.
+bool IsIpv6Literal(std::string_view host);
 
 }  // namespace sluice

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "core/json.h"
 #include "core/partitioner.h"
 #include "fuzz/check.h"
@@ -122,7 +123,8 @@ Writer& TheWriter() {
   static Writer* w = [] {
     setenv("SLUICE_MYSQL_PASSWORD", "fuzz", 0);
     auto* out = new Writer;
-    auto config = config::LoadConfig(SLUICE_SOURCE_DIR "/config/examples/quickstart.yaml");
+    auto config =
+        config::LoadConfig(SLUICE_SOURCE_DIR "/config/examples/quickstart.yaml", connectors::BuiltinSinkTypes());
     SLUICE_FUZZ_CHECK(config.ok(), config.status().message());
     out->config = std::move(config).value();
     auto scripts = handlers::LoadHandlerScripts(out->config);

@@ -34,6 +34,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "fuzz/check.h"
 
 namespace sluice::fuzz {
@@ -124,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   if (!fuzz::ReadsOnlyHarmlessFiles(text)) return -1;
   const std::string path(fuzz::kConfigPath);
-  auto config = config::LoadConfigFromString(text, path);
+  auto config = config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
   if (!config.ok()) {
     const std::string message = config.status().message();
     SLUICE_FUZZ_CHECK(config.status().code() == StatusCode::kInvalidArgument, message);
@@ -134,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string redacted = config->Redacted();
   fuzz::CheckNoSecret(redacted, text, "Redacted()");
-  auto again = config::LoadConfigFromString(redacted, path);
+  auto again = config::LoadConfigFromString(redacted, path, connectors::BuiltinSinkTypes());
   SLUICE_FUZZ_CHECK(again.ok(), "Redacted() does not load:\n" + again.status().message() + "\n" + redacted);
   SLUICE_FUZZ_CHECK(again->Redacted() == redacted,
                     "Redacted() of Redacted() differs:\n" + redacted + "\n---\n" + again->Redacted());

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 
 namespace sluice::handlers {
 namespace {
@@ -21,7 +22,7 @@ class HandlerFilesTest : public ::testing::Test {
   void Write(const std::string& rel, const std::string& text) { std::ofstream(dir_ / rel) << text; }
   Result<config::Config> Load(const std::string& entities, const std::string& writer = "") {
     Write("sluice.yaml", "storage: {mysql: {}}\nentities:\n" + entities + writer);
-    return config::LoadConfig((dir_ / "sluice.yaml").string());
+    return config::LoadConfig((dir_ / "sluice.yaml").string(), connectors::BuiltinSinkTypes());
   }
   std::filesystem::path dir_;
 };

@@ -23,6 +23,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "metrics/metrics.h"
 
 namespace sluice::metrics {
@@ -99,7 +100,7 @@ TEST(Compose, StackHasEveryServiceAndTheSluiceConfigIsValid) {
   EXPECT_TRUE(fs::exists(kCompose / "Dockerfile"));
 
   ::setenv("SLUICE_MYSQL_PASSWORD", "compose-check", 0);
-  auto cfg = config::LoadConfig((kCompose / "sluice" / "sluice.yaml").string());
+  auto cfg = config::LoadConfig((kCompose / "sluice" / "sluice.yaml").string(), connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_TRUE(cfg->metrics.enabled);
   // Prometheus scrapes the port sluice's metrics listener uses.

@@ -1,16 +1,13 @@
 #include "writer/api.h"
 
 #include <charconv>
+#include <optional>
+#include <utility>
+
+#include "core/percent_decode.h"
 
 namespace sluice::writer {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 std::vector<std::string_view> Split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -34,20 +31,9 @@ Result<uint64_t> ParseUint(std::string_view s) {
 }  // namespace
 
 Result<std::string> PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    const int hi = i + 1 < s.size() ? HexValue(s[i + 1]) : -1;
-    const int lo = i + 2 < s.size() ? HexValue(s[i + 2]) : -1;
-    if (hi < 0 || lo < 0) return InvalidArgument("bad percent-encoding in the request path");
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
+  std::optional<std::string> out = sluice::PercentDecode(s);
+  if (!out) return InvalidArgument("bad percent-encoding in the request path");
+  return std::move(*out);
 }
 
 Result<Route> ParseRoute(std::string_view method, std::string_view target) {

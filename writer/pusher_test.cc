@@ -49,7 +49,7 @@ class FakeSink : public connectors::Sink {
  public:
   explicit FakeSink(Script* s) : s_(s) {}
   const std::string& name() const override { return name_; }
-  connectors::Capabilities capabilities() const override { return {.point_view = true, .can_push = true}; }
+  connectors::Capabilities capabilities() const override { return {.can_push = true}; }
   Status Open() override {
     std::lock_guard lock(s_->mu);
     ++s_->opens;

@@ -11,10 +11,16 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "connectors/elasticsearch/elasticsearch_sink.h"
 
 namespace sluice::config {
 namespace {
+
+// The loader with sluice's built-in sink types, as every command uses it.
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
+}
 
 constexpr char kHead[] = R"(storage:
   mysql: {host: 127.0.0.1, port: 13306, user: sluice, password: pw, database: d}

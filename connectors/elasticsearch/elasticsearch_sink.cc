@@ -53,9 +53,7 @@ class ElasticsearchSink final : public Sink {
 
   Capabilities capabilities() const override {
     Capabilities c;
-    c.point_view = true;
     c.can_push = false;
-    c.keeps_offsets = false;
     // Repair(kAny) is not offered: an external version can only go up, and a
     // real delete leaves its version behind for index.gc_deletes.
     c.entity_checks = true;

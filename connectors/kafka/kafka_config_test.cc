@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 
 namespace sluice::config {
 namespace {
+
+// The loader with sluice's built-in sink types, as every command uses it.
+Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
+}
 
 Result<Config> Load(const std::string& sink_lines) {
   return LoadConfigFromString("storage:\n  mysql: {host: 127.0.0.1}\n"

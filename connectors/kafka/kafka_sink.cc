@@ -41,9 +41,7 @@ class KafkaSink final : public Sink {
 
   Capabilities capabilities() const override {
     Capabilities c;
-    c.point_view = false;  // a log of every event, not one row per entity
-    c.can_push = false;
-    c.keeps_offsets = false;
+    c.can_push = false;  // a log of every event, not one row per entity
     c.verifies_history = true;
     return c;
   }

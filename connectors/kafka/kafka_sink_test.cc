@@ -8,6 +8,7 @@
 #include <random>
 
 #include "config/config.h"
+#include "connectors/builtin_sink_types.h"
 #include "core/change_event.pb.h"
 #include "core/json.h"
 #include "tests/support/kafka_support.h"
@@ -34,7 +35,7 @@ config::Config LoadWith(const std::string& sink_yaml, uint32_t partitions = 8) {
                            "entities:\n  account: {partitions: " + std::to_string(partitions) + "}\n"
                            "sinks:\n  - name: feed\n    type: kafka\n    entity: account\n"
                            "    brokers: \"" + KafkaBrokers() + "\"\n" + sink_yaml;
-  auto c = config::LoadConfigFromString(text, "test.yaml");
+  auto c = config::LoadConfigFromString(text, "test.yaml", connectors::BuiltinSinkTypes());
   EXPECT_TRUE(c.ok()) << c.status().message();
   return c.ok() ? std::move(c).value() : config::Config{};
 }
@@ -239,7 +240,7 @@ TEST(KafkaSink, UnreachableBrokerIsUnavailable) {
   const std::string text = "storage:\n  mysql: {host: 127.0.0.1}\nentities:\n  account: {partitions: 1}\n"
                            "sinks:\n  - {name: feed, type: kafka, entity: account, brokers: \"127.0.0.1:1\", "
                            "topic: nowhere, delivery_timeout: 1s}\n";
-  auto c = config::LoadConfigFromString(text, "test.yaml");
+  auto c = config::LoadConfigFromString(text, "test.yaml", connectors::BuiltinSinkTypes());
   ASSERT_TRUE(c.ok()) << c.status().message();
   auto sink = Make(*c);
   ASSERT_TRUE(sink);

@@ -219,7 +219,7 @@ class MysqlSink final : public Sink {
   const std::string& name() const override { return cfg_.name; }
   Capabilities capabilities() const override {
     return Capabilities{
-        .point_view = true, .can_push = true, .keeps_offsets = false, .entity_checks = true, .overwrite = true};
+        .can_push = true, .entity_checks = true, .overwrite = true};
   }
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;

@@ -130,9 +130,7 @@ class MysqlSinkTest : public ::testing::Test {
 TEST_F(MysqlSinkTest, ReapplyingIsStaleAndChangesNothing) {
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
-  EXPECT_TRUE(sink->capabilities().point_view);
   EXPECT_TRUE(sink->capabilities().can_push);
-  EXPECT_FALSE(sink->capabilities().keeps_offsets);
   EXPECT_TRUE(sink->Health().ok());
   const std::vector<ChangeEvent> events = {Put("a", 1, R"({"name":"ann","total":10})"),
                                            Put("b", 1, R"({"name":"bob","total":2.5,"x":1})"),

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "connectors/builtin_sink_types.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -260,7 +261,7 @@ Status Load(Library& lib, Host& host) {
       problems.push_back("sink type '" + name + "' is malformed: " + strides.status().message());
     } else if (!IsTypeName(name)) {
       problems.push_back("sink type name '" + name + "' must match [a-z][a-z0-9_]{0,31}");
-    } else if (config::IsBuiltinSinkType(name)) {
+    } else if (IsBuiltinSinkType(name)) {
       problems.push_back("sink type '" + name + "' clashes with the built-in sink type of that name");
     } else if (auto it = host.types.find(name); it != host.types.end()) {
       problems.push_back("sink type '" + name + "' is already provided by " + it->second.library->path);
@@ -368,9 +369,11 @@ class PluginSink final : public Sink {
   const std::string& name() const override { return name_; }
 
   Capabilities capabilities() const override {
-    const uint32_t c = entry_.type->capabilities;
-    return Capabilities{(c & SLUICE_CAP_POINT_VIEW) != 0, (c & SLUICE_CAP_CAN_PUSH) != 0,
-                        (c & SLUICE_CAP_KEEPS_OFFSETS) != 0};
+    // SLUICE_CAP_POINT_VIEW and SLUICE_CAP_KEEPS_OFFSETS stay in the ABI for
+    // plugins that set them, but the host has no use for them.
+    Capabilities c;
+    c.can_push = (entry_.type->capabilities & SLUICE_CAP_CAN_PUSH) != 0;
+    return c;
   }
 
   Status Open() override {
@@ -617,7 +620,7 @@ Status CheckPlugins(const config::Config& config) {
   std::string problems;
   if (Status s = LoadAllLocked(host, config); !s.ok()) problems = s.message();
   for (const config::SinkConfig& sink : config.sinks) {
-    if (config::IsBuiltinSinkType(sink.type)) continue;
+    if (IsBuiltinSinkType(sink.type)) continue;
     auto made = CreateLocked(host, sink, config);
     if (!made.ok()) problems += (problems.empty() ? "" : "\n") + made.status().message();
   }

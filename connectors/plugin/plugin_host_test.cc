@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "connectors/builtin_sink_types.h"
 #include "connectors/sink.h"
 
 namespace sluice::connectors::plugin {
@@ -50,7 +51,7 @@ Result<config::Config> JsonlConfig(const TempDir& dir, const std::string& option
                            "entities:\n  account: {partitions: 2}\n" +
                            "sinks:\n  - {name: file, type: " + type + ", entity: account" + options + "}\n" +
                            "plugins: [" + JSONL_PLUGIN + "]\n";
-  return config::LoadConfigFromString(yaml, dir.path() + "/sluice.yaml");
+  return config::LoadConfigFromString(yaml, dir.path() + "/sluice.yaml", connectors::BuiltinSinkTypes());
 }
 
 ChangeEvent Event(std::string id, uint64_t version, std::string state, bool deleted = false) {
@@ -137,7 +138,7 @@ TEST(PluginHostErrors, CheckPluginsReportsEveryBadSinkWithItsOrigin) {
                            "  - {name: b, type: jsonl, entity: account, pth: x.jsonl}\n"
                            "  - {name: c, type: jsonl, entity: account, path: 7}\n"
                            "plugins: [" + std::string(JSONL_PLUGIN) + "]\n";
-  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml", connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   const Status s = CheckPlugins(*cfg);
   EXPECT_EQ(s.message(),
@@ -155,7 +156,7 @@ TEST(PluginHostErrors, PushOnAPluginTypeThatCannotPush) {
                            "  - {name: p, type: pull_only, entity: account, push: true}\n"
                            "  - {name: q, type: pull_only, entity: account}\n"
                            "plugins: [" + std::string(NO_PUSH_PLUGIN) + "]\n";
-  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml", connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_EQ(CheckPlugins(*cfg).message(),
             dir.path() + "/s.yaml:6:5: sink 'p': push: true, but the plugin sink type 'pull_only' cannot be pushed "
@@ -287,7 +288,7 @@ TEST(PluginSink, TypesWithoutRebuildHooksAreRefusedForRebuild) {
                            "  - {name: a, type: old_a, entity: account}\n"
                            "  - {name: b, type: old_b, entity: account}\n"
                            "plugins: [" + std::string(NO_PUSH_PLUGIN) + ", " + ABI_1_0_PLUGIN + "]\n";
-  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml", connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   ASSERT_TRUE(CheckPlugins(*cfg).ok()) << CheckPlugins(*cfg).message();
   auto info = LoadPluginLibrary(ABI_1_0_PLUGIN);
@@ -363,7 +364,7 @@ TEST_P(PluginAbiArrays, EveryFieldArrivesAndEveryResultIsReadAtThePluginsStride)
   const std::string yaml = std::string("storage:\n  mysql: {database: x}\n") +
                            "entities:\n  account: {partitions: 8}\n" + "sinks:\n  - {name: probe, type: " +
                            build.type + ", entity: account}\n" + "plugins: [" + build.library + "]\n";
-  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+  auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml", connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   auto sink = MakeSink(cfg->sinks[0], *cfg);
   ASSERT_TRUE(sink.ok()) << sink.status().message();
@@ -442,7 +443,7 @@ TEST(PluginShutdown, CalledOnceAfterTheLastSinkIsDestroyed) {
                                  "  - {name: a, type: buffered_file, entity: account, path: a.view, calls: calls}\n"
                                  "  - {name: b, type: buffered_file, entity: account, path: b.view}\n"
                                  "plugins: [" + std::string(BUFFERED_PLUGIN) + "]\n";
-        auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml");
+        auto cfg = config::LoadConfigFromString(yaml, dir.path() + "/s.yaml", connectors::BuiltinSinkTypes());
         if (!cfg.ok() || !CheckPlugins(*cfg).ok()) std::exit(2);
         auto a = MakeSink(cfg->sinks[0], *cfg);
         auto b = MakeSink(cfg->sinks[1], *cfg);

@@ -2,7 +2,30 @@
 
 namespace sluice::connectors::redis {
 
+std::optional<std::string> KeyTemplateProblem(std::string_view s,
+                                              const std::function<std::string(std::string_view)>& quote) {
+  bool has_id = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '}') return "has a } without a matching {";
+    if (s[i] != '{') continue;
+    const size_t close = s.find('}', i);
+    const std::string_view placeholder =
+        s.substr(i, close == std::string_view::npos ? std::string_view::npos : close - i + 1);
+    if (placeholder != "{id}" && placeholder != "{type}") {
+      return "unknown placeholder " + quote(placeholder) + " (only {id} and {type} are replaced)";
+    }
+    has_id = has_id || placeholder == "{id}";
+    i = close;
+  }
+  if (!has_id) return "must contain {id}";
+  return std::nullopt;
+}
+
 Result<KeyTemplate> KeyTemplate::Parse(std::string_view key_template, std::string_view type) {
+  const auto quote = [](std::string_view p) { return "'" + std::string(p) + "'"; };
+  if (auto problem = KeyTemplateProblem(key_template, quote)) {
+    return InvalidArgument("redis key template '" + std::string(key_template) + "' " + *problem);
+  }
   constexpr std::string_view kId = "{id}";
   constexpr std::string_view kType = "{type}";
   KeyTemplate t;
@@ -19,9 +42,6 @@ Result<KeyTemplate> KeyTemplate::Parse(std::string_view key_template, std::strin
       t.literals_.back() += key_template[i];
       ++i;
     }
-  }
-  if (t.literals_.size() < 2) {
-    return InvalidArgument("redis key template '" + std::string(key_template) + "' must contain {id}");
   }
   for (const auto& l : t.literals_) t.literal_size_ += l.size();
   return t;

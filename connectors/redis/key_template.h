@@ -3,6 +3,7 @@
 // back from a key. An immutable value; safe to share between threads.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,10 +16,17 @@ namespace sluice::connectors::redis {
 // Suffix appended to an entity's value key to name its tombstone key.
 inline constexpr std::string_view kTombstoneSuffix = ":_tomb";
 
+// The one check of the key template grammar (the config check and Parse()
+// both call it): `{id}` at least once, `{type}` allowed, no other `{...}` and
+// no unmatched brace. Why `key_template` breaks it, or nullopt; `quote`
+// formats a placeholder named in the reason.
+std::optional<std::string> KeyTemplateProblem(std::string_view key_template,
+                                              const std::function<std::string(std::string_view)>& quote);
+
 class KeyTemplate {
  public:
-  // `{type}` is replaced by `type` once here; `{id}` must occur at least once
-  // (InvalidArgument otherwise). Every other character is literal.
+  // `{type}` is replaced by `type` once here; `{id}` by each entity's id.
+  // InvalidArgument when KeyTemplateProblem finds one.
   static Result<KeyTemplate> Parse(std::string_view key_template, std::string_view type);
 
   // Appends the key of entity `id` to out (no allocation beyond out's growth).

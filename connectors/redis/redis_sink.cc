@@ -45,9 +45,7 @@ bool RedisSink::values_expire() const { return cfg_.redis.ttl.count() > 0; }
 
 Capabilities RedisSink::capabilities() const {
   Capabilities c;
-  c.point_view = true;
   c.can_push = true;
-  c.keeps_offsets = false;
   c.entity_checks = true;
   c.overwrite = true;
   return c;

@@ -624,9 +624,7 @@ TEST_F(RedisSinkTest, HealthAndCapabilities) {
   EXPECT_TRUE(sink->Health().ok());
   EXPECT_EQ(sink->name(), prefix_);
   Capabilities c = sink->capabilities();
-  EXPECT_TRUE(c.point_view);
   EXPECT_TRUE(c.can_push);
-  EXPECT_FALSE(c.keeps_offsets);
   sink->Close();
   EXPECT_TRUE(sink->Health().ok());  // reconnects
 }

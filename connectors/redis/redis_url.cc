@@ -1,42 +1,23 @@
 #include "connectors/redis/redis_url.h"
 
 #include <charconv>
+#include <cstdint>
+#include <optional>
+
+#include "core/names.h"
+#include "core/percent_decode.h"
 
 namespace sluice::connectors::redis {
 namespace {
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-bool PercentDecode(std::string_view in, std::string& out) {
-  out.clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    int hi = HexValue(in[i + 1]);
-    int lo = HexValue(in[i + 2]);
-    if (hi < 0 || lo < 0) return false;
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return true;
-}
-
+// `s` as a T when it is only decimal digits and T holds it.
 template <typename T>
-bool ParseDecimal(std::string_view s, T& value) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  return ec == std::errc() && end == s.data() + s.size();
+std::optional<T> DecimalAs(std::string_view s) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 }  // namespace
@@ -49,64 +30,62 @@ std::string RedisEndpoint::Describe() const {
 
 Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    if (url.substr(0, 9) == "rediss://") return InvalidArgument("redis url: TLS (rediss://) is not supported");
-    return InvalidArgument("redis url must start with redis://");
-  }
+  if (url.substr(0, kScheme.size()) != kScheme) return InvalidArgument("the scheme must be redis://");
   std::string_view rest = url.substr(kScheme.size());
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    return InvalidArgument("redis url: a query or fragment is not supported");
-  }
-  size_t slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-
   RedisEndpoint ep;
-  // The last '@' ends the user info, so an unencoded '@' in a password still works.
-  if (size_t at = authority.rfind('@'); at != std::string_view::npos) {
-    std::string_view userinfo = authority.substr(0, at);
-    authority = authority.substr(at + 1);
-    size_t colon = userinfo.find(':');
+  // Host, port and db never hold '@', so the last one ends the password,
+  // which may itself hold '@', ':' or '/'.
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view user_info = rest.substr(0, at);
+    const size_t colon = user_info.find(':');
     if (colon == std::string_view::npos) {
-      return InvalidArgument("redis url: put the password after a colon, as redis://:PASSWORD@host:port/db");
+      return InvalidArgument("a user name needs a password: write user:password@, or :password@ without a user");
     }
-    if (!PercentDecode(userinfo.substr(0, colon), ep.username) ||
-        !PercentDecode(userinfo.substr(colon + 1), ep.password)) {
-      return InvalidArgument("redis url: bad percent-encoding in the user or password");
+    if (colon + 1 == user_info.size()) return InvalidArgument("the password after ':' is empty");
+    std::optional<std::string> user = PercentDecode(user_info.substr(0, colon));
+    std::optional<std::string> password = PercentDecode(user_info.substr(colon + 1));
+    if (!user || !password) {
+      return InvalidArgument("the user name or password has a % that is not followed by two hex digits "
+                             "(write a literal % as %25)");
     }
+    ep.username = std::move(*user);
+    ep.password = std::move(*password);
+    rest = rest.substr(at + 1);
   }
-
-  std::string_view port_text;
-  if (!authority.empty() && authority.front() == '[') {
-    size_t close = authority.find(']');
-    if (close == std::string_view::npos) return InvalidArgument("redis url: unterminated [IPv6] host");
-    ep.host = std::string(authority.substr(1, close - 1));
-    std::string_view after = authority.substr(close + 1);
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  std::string_view host = authority;
+  std::optional<std::string_view> port;
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return InvalidArgument("the IPv6 host has no closing ]");
+    host = authority.substr(1, close - 1);
+    const std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after.front() != ':') return InvalidArgument("redis url: unexpected text after the [IPv6] host");
-      port_text = after.substr(1);
-      if (port_text.empty()) return InvalidArgument("redis url: empty port");
+      if (after[0] != ':') return InvalidArgument("the host is not a valid host name or IP address");
+      port = after.substr(1);
     }
+    if (!IsIpv6Literal(host)) return InvalidArgument("the host is not a valid host name or IP address");
   } else {
-    size_t colon = authority.find(':');
-    ep.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port_text = authority.substr(colon + 1);
-      if (port_text.empty()) return InvalidArgument("redis url: empty port");
+    if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
+      host = authority.substr(0, colon);
+      port = authority.substr(colon + 1);
     }
+    if (host.empty()) return InvalidArgument("the host is empty");
+    if (!IsValidHostName(host)) return InvalidArgument("the host is not a valid host name or IP address");
   }
-  if (ep.host.empty()) return InvalidArgument("redis url: missing host");
-  if (!port_text.empty()) {
-    uint32_t port = 0;
-    if (!ParseDecimal(port_text, port) || port == 0 || port > 65535) {
-      return InvalidArgument("redis url: port must be a number from 1 to 65535");
+  ep.host = std::string(host);
+  if (port) {
+    const auto n = DecimalAs<uint32_t>(*port);
+    if (!n || *n < 1 || *n > 65535) return InvalidArgument("the port must be between 1 and 65535");
+    ep.port = static_cast<uint16_t>(*n);
+  }
+  if (slash != std::string_view::npos) {
+    const auto n = DecimalAs<int>(rest.substr(slash + 1));
+    if (!n) {
+      return InvalidArgument("the database after / must be a number (0 to the server's databases setting - 1)");
     }
-    ep.port = static_cast<uint16_t>(port);
-  }
-  if (!path.empty()) {
-    int db = 0;
-    if (!ParseDecimal(path, db)) return InvalidArgument("redis url: the path must be a database number, as /0");
-    ep.db = db;
+    ep.db = *n;
   }
   return ep;
 }

@@ -1,5 +1,17 @@
-// Parsing of the redis sink's `url` (redis://[[user]:password@]host[:port][/db]).
+// The redis sink's `url`: redis://[[user]:password@]host[:port][/db], the one
+// parser of that grammar (the config check and the sink both call it).
 // Pure functions, safe from any thread.
+//
+// The rules, after the Redis docs ("Connection URLs", AUTH, SELECT):
+//  - a user name is accepted: Redis 6 ACL users authenticate with
+//    AUTH user password (redis://default:PASSWORD@host is the docs' own
+//    example); without one, AUTH takes the password alone;
+//  - the database is any number from 0: a server has `databases` of them
+//    (16 by default, but configurable), and SELECT of one it does not have
+//    fails when the sink connects, saying so;
+//  - user and password may be percent-encoded (core/percent_decode.h); the
+//    last '@' ends them, so an unencoded '@', ':' or '/' in a password works;
+//  - no TLS (rediss://), unix sockets, query or fragment.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +21,9 @@
 #include "core/status.h"
 
 namespace sluice::connectors::redis {
+
+// How the grammar is shown in messages.
+inline constexpr std::string_view kRedisUrlForm = "redis://[[user]:password@]host[:port][/db]";
 
 // Where and how to connect, taken apart from a URL.
 struct RedisEndpoint {
@@ -22,10 +37,9 @@ struct RedisEndpoint {
   std::string Describe() const;
 };
 
-// Accepts redis://[[user]:password@]host[:port][/db], host optionally an
-// [IPv6] literal; user and password may be percent-encoded. InvalidArgument
-// (never echoing the password) for anything else: other schemes (rediss://,
-// unix://), a missing host, a bad port or db, a query or fragment.
+// The endpoint of a URL of the form above; otherwise InvalidArgument whose
+// message says what is wrong (e.g. "the port must be between 1 and 65535")
+// and never quotes the URL, which may hold a password.
 Result<RedisEndpoint> ParseRedisUrl(std::string_view url);
 
 }  // namespace sluice::connectors::redis

@@ -16,7 +16,7 @@ TEST(ParseRedisUrl, HostPortDb) {
 }
 
 TEST(ParseRedisUrl, DefaultsPortAndDb) {
-  for (const char* url : {"redis://cache.local", "redis://cache.local/"}) {
+  for (const char* url : {"redis://cache.local"}) {
     auto ep = ParseRedisUrl(url);
     ASSERT_TRUE(ep.ok()) << url;
     EXPECT_EQ(ep->host, "cache.local");
@@ -64,13 +64,33 @@ TEST(ParseRedisUrl, RejectsMalformed) {
   for (const char* url : {"", "http://h:1", "rediss://h:1", "redis://", "redis://:1", "redis://h:", "redis://h:0",
                           "redis://h:65536", "redis://h:12x", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/0?x=1",
                           "redis://h:1/0#f", "redis://pw@h:1", "redis://[::1", "redis://[::1]x", "redis://:%zz@h",
-                          "redis://:%4@h", "redis://h:1/0/1"}) {
+                          "redis://:%4@h", "redis://h:1/0/1", "redis://cache.local/",
+                          "redis://a b:1", "redis://:@h"}) {
     auto ep = ParseRedisUrl(url);
     EXPECT_FALSE(ep.ok()) << url;
     if (!ep.ok()) {
       EXPECT_EQ(ep.status().code(), StatusCode::kInvalidArgument) << url;
     }
   }
+}
+
+// Redis 6 ACL users log in with AUTH user password, and a server may have
+// more than the default 16 databases (its `databases` setting).
+TEST(ParseRedisUrl, AcceptsAnAclUserAndAnyDatabaseNumber) {
+  auto ep = ParseRedisUrl("redis://default:pw@h:1/16");
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_EQ(ep->username, "default");
+  EXPECT_EQ(ep->password, "pw");
+  EXPECT_EQ(ep->db, 16);
+  EXPECT_TRUE(ParseRedisUrl("redis://h/2147483647").ok());
+  EXPECT_FALSE(ParseRedisUrl("redis://h/2147483648").ok());
+}
+
+TEST(ParseRedisUrl, SaysWhatIsWrong) {
+  EXPECT_EQ(ParseRedisUrl("rediss://h").status().message(), "the scheme must be redis://");
+  EXPECT_EQ(ParseRedisUrl("redis://h:0").status().message(), "the port must be between 1 and 65535");
+  EXPECT_EQ(ParseRedisUrl("redis://:6379/0").status().message(), "the host is empty");
+  EXPECT_EQ(ParseRedisUrl("redis://[::1:6379").status().message(), "the IPv6 host has no closing ]");
 }
 
 TEST(ParseRedisUrl, ErrorsDoNotEchoThePassword) {

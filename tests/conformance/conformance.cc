@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 #include "tests/support/test_support.h"
 
@@ -89,7 +90,7 @@ void SinkConformance::SetUp() {
                            connector_->SinkYaml() + "}\n" + connector_->ExtraYaml();
   const std::string path = config_dir_ + "/sluice.yaml";
   std::ofstream(path) << yaml;
-  auto cfg = config::LoadConfig(path);
+  auto cfg = config::LoadConfig(path, connectors::BuiltinSinkTypes());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << yaml;
   const Status plugins = connectors::plugin::CheckPlugins(*cfg);
   ASSERT_TRUE(plugins.ok()) << plugins.message();

@@ -1,0 +1,163 @@
+// What config/ needs to know about one sink type, and the reading API a sink
+// type's folder uses to check its own keys.
+//
+// config/ owns the YAML file, the FILE:LINE:COL error machinery, secrets and
+// the keys every sink has (name, type, entity, on_error, batch_max, push...).
+// Each built-in sink type describes the rest from its own folder
+// (connectors/<type>/<type>_options.cc) as a SinkType: its name, whether the
+// writer may push to it, its key table (how each key is read and checked,
+// which are required, which are secret), the checks across its keys and how
+// Redacted() prints it. connectors/builtin_sink_types.cc lists them; the
+// loader gets that list as an argument (LoadConfig below), so config/ never
+// depends on connectors/. Any type not in the list is a plugin's, accepted
+// when the file lists plugins (as before).
+//
+// Threads: a SinkTypes is immutable once built and may be shared. A
+// SinkOptionReader and a SinkOptionPrinter live for one LoadConfig or one
+// Redacted() call on the caller's thread; sink types must not keep them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "core/status.h"
+
+namespace sluice::config {
+
+// One key/value being read, with where to point when it is wrong. Opaque
+// outside config.cc: a sink type only hands it back to the reader.
+struct Field;
+
+// The dotted path of a field in messages, e.g. "sinks[0].url".
+const std::string& FieldPath(const Field& f);
+
+// The shape of a mapping entry read by SinkOptionReader::ReadMappings.
+enum class MappingKind {
+  kRedisField,   // name -> JSON pointer
+  kMysqlColumn,  // name -> JSON pointer, or {pointer, type}; "id" and case-duplicates refused
+};
+
+// The reading primitives of config/, for a sink type's keys. Every problem is
+// reported as "FILE:LINE:COL: path: problem"; a Read* that finds a problem
+// reports it and leaves *out as it was (its default).
+class SinkOptionReader {
+ public:
+  virtual ~SinkOptionReader() = default;
+
+  // Reports `what` at the field's value (or its key when the value is empty).
+  virtual void Problem(const Field& f, std::string_view what) = 0;
+  // Reports `what` at the field's key (a key that must not be there).
+  virtual void KeyProblem(const Field& f, std::string_view what) = 0;
+  // Reports "must be <expected>, got <quoted got>" at the value.
+  virtual void Expected(const Field& f, std::string_view expected, std::string_view got) = 0;
+
+  // The scalar text of a field that may not hold a secret, or nullopt after
+  // reporting why not. `expected` completes "must be ...".
+  virtual std::optional<std::string> PlainScalar(const Field& f, std::string_view expected) = 0;
+  // A field marked secret: a literal or a whole "${env:NAME}" /
+  // "${file:PATH}", resolved; the reference is remembered for Redacted().
+  // No message quotes the value. *from_reference: whether it was a reference.
+  virtual bool ReadSecret(const Field& f, std::string* out, bool* from_reference = nullptr) = 0;
+  virtual bool ReadString(const Field& f, bool may_be_empty, std::string* out) = 0;
+  virtual void ReadBool(const Field& f, bool* out) = 0;
+  virtual void ReadUint(const Field& f, uint64_t min, uint64_t max, uint64_t* out) = 0;
+  // "500ms", "2s", "1m", "24h" between min and max.
+  virtual void ReadDuration(const Field& f, std::chrono::milliseconds min, std::chrono::milliseconds max,
+                            std::chrono::milliseconds* out) = 0;
+  // A duration between 1ms and 1h (the connect and request timeouts).
+  virtual void ReadTimeout(const Field& f, std::chrono::milliseconds* out) = 0;
+  // fields (Redis hash) or columns (MySQL), in file order.
+  virtual void ReadMappings(const Field& f, MappingKind kind, std::vector<FieldMapping>* out) = 0;
+  // A copy of `f` to report at after the other keys were read (Check()).
+  virtual std::shared_ptr<const Field> Keep(const Field& f) = 0;
+
+  // ReadUint into a narrower integer.
+  template <typename T>
+  void ReadUint(const Field& f, uint64_t min, uint64_t max, T* out) {
+    uint64_t v = *out;
+    ReadUint(f, min, max, &v);
+    *out = static_cast<T>(v);
+  }
+};
+
+// One key a sink type accepts and how to read its value.
+struct SinkOptionKey {
+  std::string_view name;
+  bool required = false;
+  std::function<void(const Field&)> read;
+};
+
+// One sink's type-specific keys while that sink is read: Keys() fill the
+// SinkConfig given to SinkType::read; Check() runs once every key was read
+// (checks across keys), with the sink's whole mapping for messages about it.
+class SinkOptionsRead {
+ public:
+  virtual ~SinkOptionsRead() = default;
+  virtual std::vector<SinkOptionKey> Keys() = 0;
+  virtual void Check(const Field& sink) { (void)sink; }
+};
+
+// What Redacted() offers a sink type to print its keys (after the common
+// ones), as YAML, by the rule of config/redact.h.
+class SinkOptionPrinter {
+ public:
+  virtual ~SinkOptionPrinter() = default;
+  virtual void Value(std::string_view key, std::string_view value) = 0;
+  virtual void Value(std::string_view key, bool value) = 0;
+  virtual void Value(std::string_view key, uint64_t value) = 0;
+  void Value(std::string_view key, const char* value) { Value(key, std::string_view(value)); }
+  // As "500ms", "2s", "1m"...
+  virtual void Duration(std::string_view key, std::chrono::milliseconds value) = 0;
+  // A field marked secret: the reference it was written as, or "***"; a URL
+  // without its credentials. Never the value.
+  virtual void Secret(std::string_view key, const std::string& value, bool url = false) = 0;
+  // A nested mapping of names to pointers (fields: ...).
+  virtual void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) = 0;
+};
+
+// One built-in sink type as the config loader sees it.
+struct SinkType {
+  std::string_view name;
+  // The writer may push to it (a point view: one key or row per entity).
+  bool can_push = false;
+  // sinks[*].batch_max when the file does not give it.
+  uint32_t default_batch_max = 1000;
+  // Starts reading one sink of this type into *sink (its type-specific struct).
+  std::function<std::unique_ptr<SinkOptionsRead>(SinkOptionReader& reader, SinkConfig* sink)> read;
+  // Prints one sink's type-specific keys for Redacted().
+  std::function<void(const SinkConfig& sink, SinkOptionPrinter& out)> print;
+};
+
+// The built-in sink types, in the order messages list them.
+class SinkTypes {
+ public:
+  SinkTypes() = default;
+  explicit SinkTypes(std::vector<SinkType> types) : types_(std::move(types)) {}
+
+  // nullptr when `name` is not built in (a plugin's type, or a mistake).
+  const SinkType* Find(std::string_view name) const;
+  const std::vector<SinkType>& all() const { return types_; }
+
+ private:
+  std::vector<SinkType> types_;
+};
+
+// How messages quote a value written in the file: double quotes, control
+// characters escaped, long values cut.
+std::string QuoteValue(std::string_view s);
+
+// The built-in types whose keys are still read and printed in config.cc
+// (registered from connectors/<type>/ like the others).
+SinkType MysqlSinkType();
+SinkType ElasticsearchSinkType();
+SinkType KafkaSinkType();
+
+}  // namespace sluice::config

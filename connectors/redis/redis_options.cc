@@ -1,0 +1,127 @@
+#include "connectors/redis/redis_options.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_sink.h"
+#include "connectors/redis/redis_url.h"
+
+namespace sluice::connectors::redis {
+namespace {
+
+using config::Field;
+using config::RedisSinkConfig;
+
+constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
+
+// One redis sink's keys while it is read.
+class RedisKeys : public config::SinkOptionsRead {
+ public:
+  RedisKeys(config::SinkOptionReader& reader, RedisSinkConfig& options) : r_(reader), o_(options) {}
+
+  std::vector<config::SinkOptionKey> Keys() override {
+    return {
+        // Secret-capable: the URL may carry a password.
+        {"url", false, [this](const Field& f) { ReadUrl(f); }},
+        {"key", false, [this](const Field& f) { ReadKey(f); }},
+        {"format", false, [this](const Field& f) { ReadFormat(f); }},
+        {"fields", false,
+         [this](const Field& f) {
+           fields_key_ = r_.Keep(f);
+           r_.ReadMappings(f, config::MappingKind::kRedisField, &o_.fields);
+         }},
+        {"ttl", false,
+         [this](const Field& f) { r_.ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &o_.ttl); }},
+        {"tombstone_ttl", false,
+         [this](const Field& f) { r_.ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &o_.tombstone_ttl); }},
+    };
+  }
+
+  void Check(const Field&) override {
+    // An invalid format was reported already; fields are checked against a valid one only.
+    if (fields_key_ && format_ == Format::kJson) {
+      r_.KeyProblem(*fields_key_, "only for format: hash (this sink stores each entity as one JSON string)");
+    }
+  }
+
+ private:
+  enum class Format { kJson, kHash, kInvalid };
+
+  void ReadUrl(const Field& f) {
+    std::string url;
+    if (!r_.ReadSecret(f, &url)) return;
+    if (Result<RedisEndpoint> endpoint = ParseRedisUrl(url); !endpoint.ok()) {
+      // The parser never quotes the URL, which may hold a password.
+      r_.Problem(f, "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + endpoint.status().message());
+      return;
+    }
+    o_.url = std::move(url);
+  }
+
+  void ReadKey(const Field& f) {
+    const auto text = r_.PlainScalar(f, "a key template such as \"{type}:{id}\"");
+    if (!text) return;
+    if (auto problem = KeyTemplateProblem(*text, config::QuoteValue)) {
+      r_.Problem(f, *problem + ", got " + config::QuoteValue(*text));
+      return;
+    }
+    o_.key = *text;
+  }
+
+  void ReadFormat(const Field& f) {
+    constexpr std::string_view kExpected = "json or hash";
+    format_ = Format::kInvalid;
+    const auto text = r_.PlainScalar(f, kExpected);
+    if (!text) return;
+    if (*text == "json") {
+      format_ = Format::kJson;
+      o_.format = RedisSinkConfig::Format::kJson;
+    } else if (*text == "hash") {
+      format_ = Format::kHash;
+      o_.format = RedisSinkConfig::Format::kHash;
+    } else {
+      r_.Expected(f, kExpected, *text);
+    }
+  }
+
+  config::SinkOptionReader& r_;
+  RedisSinkConfig& o_;
+  Format format_ = Format::kJson;  // json unless given
+  std::shared_ptr<const Field> fields_key_;
+};
+
+void PrintRedisSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
+  const RedisSinkConfig& r = sink.redis;
+  out.Secret("url", r.url, /*url=*/true);
+  out.Value("key", r.key);
+  out.Value("format", r.format == RedisSinkConfig::Format::kHash ? "hash" : "json");
+  if (!r.fields.empty()) {
+    std::vector<std::pair<std::string, std::string>> fields;
+    for (const config::FieldMapping& f : r.fields) fields.emplace_back(f.name, f.pointer);
+    out.Mapping("fields", fields);
+  }
+  out.Duration("ttl", r.ttl);
+  out.Duration("tombstone_ttl", r.tombstone_ttl);
+}
+
+}  // namespace
+
+BuiltinSinkType RedisSinkType() {
+  config::SinkType t;
+  t.name = "redis";
+  t.can_push = true;
+  t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
+    return std::make_unique<RedisKeys>(reader, sink->redis);
+  };
+  t.print = PrintRedisSink;
+  return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {
+            return MakeRedisSink(sink, global);
+          }};
+}
+
+}  // namespace sluice::connectors::redis
