@@ -76,6 +76,20 @@ void PrintViewCheck(const engine::ViewCheck& check, std::ostream& out) {
   }
 }
 
+// verify --repair's lines for one view: what the first comparison found,
+// then (if the repair ran to its end) what now matches and what remains.
+void PrintRepairReport(const engine::RepairReport& r, std::ostream& out) {
+  if (!r.compared) return;
+  out << r.sink << ": " << r.checked << " entities checked, " << r.found << " differences";
+  for (const auto& [k, n] : r.found_by_kind) out << ", " << k << "=" << n;
+  out << "\n";
+  if (!r.finished || r.differing == 0) return;
+  out << r.sink << ": " << r.differing - r.remaining << " of " << r.differing << " differing entities now match ("
+      << r.rewritten << " rewritten from main storage), " << r.remaining << " remain\n";
+  for (const auto& left : r.left) out << "  " << left.kind << " " << left.entity_id << ": " << left.detail << "; " << left.why << "\n";
+  if (r.remaining > r.left.size()) out << "  ... and " << r.remaining - r.left.size() << " more\n";
+}
+
 void PrintDeadLetters(const std::vector<engine::DeadLetter>& letters, bool json, std::ostream& out) {
   if (json) {
     Json list = Json::array();
@@ -188,7 +202,8 @@ int Verify(const Invocation& call) {
       std::cout << check.sink << ": not repaired: a " << check.type
                 << " sink cannot rewrite single entities (sluice verify reports its differences only)\n";
     };
-    diffs = engine::VerifyAndRepair(*cfg, sink, not_repairable, std::cout);
+    diffs = engine::VerifyAndRepair(*cfg, sink, not_repairable,
+                                    [](const engine::RepairReport& r) { PrintRepairReport(r, std::cout); });
   } else {
     std::vector<engine::ViewCheck> checks;
     diffs = engine::Verify(*cfg, sink, checks);

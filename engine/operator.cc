@@ -292,7 +292,7 @@ Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLett
 
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
                                  const std::function<void(const ViewCheck&)>& not_repairable,
-                                 std::ostream& repair_report) {
+                                 const std::function<void(const RepairReport&)>& repaired) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
   // What goes from storage to a view passes the barrier, as in the engine.
@@ -309,11 +309,13 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
       continue;
     }
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
-    auto summary = RepairView(*conn, *view, s, config.entities.at(s.entity).partitions,
-                              [&barrier] { return barrier.Wait(); }, repair_report);
+    RepairReport report;
+    const Status st = RepairView(*conn, *view, s, config.entities.at(s.entity).partitions,
+                                 [&barrier] { return barrier.Wait(); }, report);
     view->Close();
-    RETURN_IF_ERROR(summary.status().WithContext("sink " + s.name));
-    remaining += summary->remaining;
+    repaired(report);
+    RETURN_IF_ERROR(st.WithContext("sink " + s.name));
+    remaining += report.remaining;
   }
   return remaining;
 }

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
+#include "engine/view_repair.h"
 
 namespace sluice::engine {
 
@@ -66,13 +66,14 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
 
 // `sluice verify --repair`: compares like Verify, then rewrites in each view
 // (or only `sink`) the entities that differ from their latest event in main
-// storage and compares them again (engine/view_repair.h, whose report goes
-// to `repair_report`). Sinks without entity checks (kafka, plugins) are only
-// verified: `not_repairable` gets their ViewCheck. Returns the number of
-// differences that remain.
+// storage and compares them again (engine/view_repair.h); `repaired` gets
+// each view's RepairReport, also the partial one of a repair that failed.
+// Sinks without entity checks (kafka, plugins) are only verified:
+// `not_repairable` gets their ViewCheck. Returns the number of differences
+// that remain.
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
                                  const std::function<void(const ViewCheck&)>& not_repairable,
-                                 std::ostream& repair_report);
+                                 const std::function<void(const RepairReport&)>& repaired);
 
 // The dead letters a retry or discard acts on: the one with `id`, else the
 // unresolved ones of `sink`, else (neither) every unresolved one.

@@ -69,23 +69,24 @@ ChangeEvent Removal(const std::string& type, uint32_t partitions, const std::str
 
 }  // namespace
 
-Result<RepairSummary> RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
-                                 uint32_t partitions, const std::function<Status()>& barrier, std::ostream& out) {
+Status RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
+                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& summary) {
   const std::string& type = sink.entity;
-  RepairSummary summary;
+  summary.sink = sink.name;
   ASSIGN_OR_RETURN(auto truth, ReadTruth(storage, type, partitions));
-  summary.checked = truth.size();
   std::vector<Difference> found;
   RETURN_IF_ERROR(view.Verify(truth, found));
-  std::map<std::string_view, uint64_t> by_kind;
-  for (const auto& d : found) ++by_kind[connectors::DifferenceKindName(d.kind)];
-  out << sink.name << ": " << truth.size() << " entities checked, " << found.size() << " differences";
-  for (const auto& [k, n] : by_kind) out << ", " << k << "=" << n;
-  out << "\n";
+  summary.checked = truth.size();
+  summary.found = found.size();
+  for (const auto& d : found) ++summary.found_by_kind[std::string(connectors::DifferenceKindName(d.kind))];
+  summary.compared = true;
   std::set<std::string> ids;
   for (const auto& d : found) ids.insert(d.entity_id);
   summary.differing = ids.size();
-  if (ids.empty()) return summary;
+  if (ids.empty()) {
+    summary.finished = true;
+    return Status::Ok();
+  }
 
   // Step 2: the differing entities again, as they are now.
   ASSIGN_OR_RETURN(auto latest, LatestOf(storage, type, partitions, ids));
@@ -171,25 +172,18 @@ Result<RepairSummary> RepairView(sql::Connection& storage, connectors::Sink& vie
   std::set<std::string> remaining_ids;
   for (const Difference& d : remaining) remaining_ids.insert(d.entity_id);
   summary.remaining = remaining_ids.size();
-  out << sink.name << ": " << summary.differing - summary.remaining << " of " << summary.differing
-      << " differing entities now match (" << summary.rewritten << " rewritten from main storage), "
-      << summary.remaining << " remain\n";
-  size_t shown = 0;
   std::set<std::string> reported;
   for (const Difference& d : remaining) {
     if (!reported.insert(d.entity_id).second) continue;
-    if (++shown > 50) {
-      out << "  ... and " << remaining_ids.size() - 50 << " more\n";
-      break;
-    }
+    if (summary.left.size() == RepairReport::kMaxListed) break;
     const auto w = why.find(d.entity_id);
-    out << "  " << connectors::DifferenceKindName(d.kind) << " " << d.entity_id << ": " << d.detail << "; "
-        << (w != why.end() ? w->second
-                           : "it changed while it was repaired (is an engine applying events to this view?): run "
-                             "`sluice verify --repair` again")
-        << "\n";
+    summary.left.push_back({std::string(connectors::DifferenceKindName(d.kind)), d.entity_id, d.detail,
+                            w != why.end() ? w->second
+                                           : "it changed while it was repaired (is an engine applying events to this "
+                                             "view?): run `sluice verify --repair` again"});
   }
-  return summary;
+  summary.finished = true;
+  return Status::Ok();
 }
 
 }  // namespace sluice::engine

@@ -30,8 +30,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <ostream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "connectors/sink.h"
@@ -40,17 +41,34 @@
 
 namespace sluice::engine {
 
-struct RepairSummary {
-  uint64_t checked = 0;    // entities of the type in storage
+// What a repair of one view found and did, filled as it goes (so that on an
+// error what was found before is there); the CLI prints it.
+struct RepairReport {
+  std::string sink;
+  uint64_t checked = 0;  // entities of the type in storage
+  uint64_t found = 0;    // differences the first comparison found
+  std::map<std::string, uint64_t> found_by_kind;  // DifferenceKindName -> count
+  bool compared = false;  // the first comparison ran (checked, found, found_by_kind are set)
+  bool finished = false;  // the repair ran to its end (the fields below are set)
   uint64_t differing = 0;  // entities the first comparison found different
   uint64_t rewritten = 0;  // entities written by the repair (each at most once, plus re-applies)
   uint64_t remaining = 0;  // entities still different at the end
+  // The entities still different, at most kMaxListed, each with what stands
+  // in the way of its repair.
+  struct Left {
+    std::string kind;  // DifferenceKindName
+    std::string entity_id;
+    std::string detail;
+    std::string why;
+  };
+  static constexpr size_t kMaxListed = 50;
+  std::vector<Left> left;
 };
 
 // Repairs the view of `sink` (entity type with `partitions` partitions),
 // reading main storage on `storage`; `barrier` is waited for after every
-// read whose events go to the view. Writes the report to `out`.
-Result<RepairSummary> RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
-                                 uint32_t partitions, const std::function<Status()>& barrier, std::ostream& out);
+// read whose events go to the view. Fills `report` as it goes.
+Status RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
+                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& report);
 
 }  // namespace sluice::engine
