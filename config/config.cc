@@ -45,6 +45,7 @@ struct Field {
 };
 
 const std::string& FieldPath(const Field& f) { return f.path; }
+int FieldLine(const Field& f) { return f.mark.line + 1; }
 
 std::string_view DurabilityBarrierName(DurabilityBarrier b) {
   switch (b) {
@@ -248,14 +249,6 @@ std::string_view ClosestName(std::string_view name,
   return best;
 }
 
-// [A-Za-z_][A-Za-z0-9_]{0,63}: a MySQL table or column name, or a hash field.
-bool IsIdentifier(std::string_view s) {
-  if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 // "host:port" or "[ipv6]:port"; false when it is neither.
 bool ParseHostPort(std::string_view s, std::string* host, uint16_t* port) {
   std::string_view h;
@@ -379,21 +372,6 @@ class ConfigReader : public SinkOptionReader {
       : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)), types_(types) {}
 
   // ---- the built-in types whose keys are still read here ----
-
-  std::unique_ptr<SinkOptionsRead> MysqlKeys(SinkConfig* sink) {
-    MysqlSinkConfig& m = sink->mysql;
-    return std::make_unique<KeyTable>(std::vector<SinkOptionKey>{
-        {"table", true,
-         [this, &m](const Field& f) {
-           if (ReadTableName(f, &m.table) && current_refs_ != nullptr) current_refs_->table = f;
-         }},
-        {"database", false, [this, &m](const Field& f) { ReadDatabaseName(f, &m.database); }},
-        {"columns", true, [this, &m](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
-        {"auto_create", false, [this, &m](const Field& f) { ReadBool(f, &m.auto_create); }},
-        {"connections", false, [this, &m](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
-        {"version_cache", false, [this, &m](const Field& f) { ReadUint(f, 0, 10000000, &m.version_cache); }},
-    });
-  }
 
   std::unique_ptr<SinkOptionsRead> ElasticsearchKeys(SinkConfig* sink) {
     ElasticsearchSinkConfig& es = sink->elasticsearch;
@@ -841,7 +819,6 @@ class ConfigReader : public SinkOptionReader {
     const std::string type = PeekScalar(at.value, "type");
     SinkRefs refs;
     refs.sink = index;
-    current_refs_ = &refs;
     std::optional<Field> push_key, push_options_key;
 
     std::vector<KeySpec> keys = {
@@ -895,7 +872,7 @@ class ConfigReader : public SinkOptionReader {
     if (IsPluginSinkType(type)) sink->plugin.options_json = plugin_options.values.dump();
 
     CheckPush(sink->type, sink->push, push_key, push_options_key);
-    current_refs_ = nullptr;
+    refs.own = std::move(own);
     sink_refs_.push_back(std::move(refs));
   }
 
@@ -1369,25 +1346,6 @@ class ConfigReader : public SinkOptionReader {
     rd_kafka_conf_destroy(conf);
   }
 
-  bool ReadTableName(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a table name matching [A-Za-z_][A-Za-z0-9_]{0,63}";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return false;
-    if (!IsIdentifier(*text)) {
-      Expected(f, kExpected, *text);
-      return false;
-    }
-    const std::string lower = ToLower(*text);
-    if (lower.rfind("ev_", 0) == 0 || lower.rfind("sluice_", 0) == 0) {
-      Problem(f.mark, f.path,
-              "table names starting with ev_ or sluice_ are reserved for sluice's own tables, "
-              "got " + Quote(*text));
-      return false;
-    }
-    *out = *text;
-    return true;
-  }
-
   // fields (Redis hash) or columns (MySQL): name -> JSON pointer, and for
   // MySQL also name -> {pointer, type}. In file order.
   void ReadMappings(const Field& at, MappingKind kind, std::vector<FieldMapping>* out) override {
@@ -1488,9 +1446,9 @@ class ConfigReader : public SinkOptionReader {
   }
 
   // Checks that need the whole file: each sink's entity type exists, and
-  // no two MySQL sinks write the same table.
+  // each sink type's own (SinkType::check_file: no two MySQL sinks write the
+  // same table).
   void CheckSinkReferences(const Config& config) {
-    std::map<std::string, std::pair<std::string, int>> tables;  // db.table (lower) -> sink, line
     for (const SinkRefs& refs : sink_refs_) {
       const SinkConfig& sink = config.sinks[refs.sink];
       // Without a usable entities section that is the problem to report, not every sink.
@@ -1504,18 +1462,14 @@ class ConfigReader : public SinkOptionReader {
                     (best.empty() ? " (expected one of: " + JoinNames(names) + ")"
                                   : " (did you mean " + Quote(best) + "?)"));
       }
-      if (refs.table && sink.type == "mysql") {
-        const std::string database =
-            sink.mysql.database.empty() ? config.mysql.database : sink.mysql.database;
-        const std::string qualified = database + "." + sink.mysql.table;
-        const auto [it, inserted] =
-            tables.emplace(ToLower(qualified), std::pair(sink.name, refs.table->mark.line + 1));
-        if (!inserted) {
-          Problem(refs.table->mark, refs.table->path,
-                  "table " + qualified + " is already written by sink " + Quote(it->second.first) +
-                      " (line " + std::to_string(it->second.second) + ")");
-        }
+    }
+    for (const SinkType& t : types_->all()) {
+      if (!t.check_file) continue;
+      std::vector<std::pair<size_t, SinkOptionsRead*>> sinks;
+      for (const SinkRefs& refs : sink_refs_) {
+        if (refs.own && config.sinks[refs.sink].type == t.name) sinks.emplace_back(refs.sink, refs.own.get());
       }
+      t.check_file(config, sinks);
     }
   }
 
@@ -1590,12 +1544,7 @@ class ConfigReader : public SinkOptionReader {
     constexpr std::string_view kExpected = "a name matching [A-Za-z0-9_]{1,64}";
     const auto text = PlainScalar(f, kExpected);
     if (!text) return;
-    const bool ok = !text->empty() && text->size() <= 64 &&
-                    std::all_of(text->begin(), text->end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                             (c >= '0' && c <= '9') || c == '_';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
+    if (!IsDatabaseName(*text)) return Expected(f, kExpected, *text);
     *out = *text;
   }
 
@@ -1805,7 +1754,8 @@ class ConfigReader : public SinkOptionReader {
   struct SinkRefs {
     size_t sink = 0;              // index in Config::sinks
     std::optional<Field> entity;  // its `entity`, when that was a string
-    std::optional<Field> table;   // its `table` (MySQL), when that was valid
+    // Its type's keys as read (for SinkType::check_file); null for a plugin's.
+    std::unique_ptr<SinkOptionsRead> own;
   };
 
   Problems* problems_;
@@ -1816,8 +1766,7 @@ class ConfigReader : public SinkOptionReader {
   std::optional<std::vector<std::string>> entity_names_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
-  SinkRefs* current_refs_ = nullptr;  // the sink being read (ReadSink)
-  const SinkTypes* types_;            // the built-in sink types
+  const SinkTypes* types_;  // the built-in sink types
   std::map<std::string, Field> listen_keys_;  // the listen keys given, by path ("metrics.listen")
   bool plugins_declared_ = false;  // the file has a plugins section
   std::map<std::string, std::string>* secret_references_ = nullptr;  // Config::secret_references
@@ -1946,6 +1895,17 @@ class YamlSinkPrinter : public SinkOptionPrinter {
     for (const auto& [name, value] : entries) out_ << YAML::Key << name << YAML::Value << value;
     out_ << YAML::EndMap;
   }
+  void FlowMappings(
+      std::string_view key,
+      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, values] : entries) {
+      out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [k, v] : values) out_ << YAML::Key << k << YAML::Value << v;
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndMap;
+  }
 
   YAML::Emitter& out() { return out_; }
   // "sinks[N]." + key, as secret_references names it.
@@ -1961,24 +1921,6 @@ class YamlSinkPrinter : public SinkOptionPrinter {
   SecretFn secret_;
   const std::map<std::string, std::string>& references_;
 };
-
-void PrintMysqlSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
-  YAML::Emitter& out = static_cast<YamlSinkPrinter&>(printer).out();
-  const MysqlSinkConfig& m = sink.mysql;
-  out << YAML::Key << "table" << YAML::Value << m.table;
-  if (!m.database.empty()) out << YAML::Key << "database" << YAML::Value << m.database;
-  out << YAML::Key << "columns" << YAML::Value << YAML::BeginMap;
-  for (const FieldMapping& c : m.columns) {
-    out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "pointer" << YAML::Value << c.pointer;
-    out << YAML::Key << "type" << YAML::Value << c.sql_type;
-    out << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
-  out << YAML::Key << "connections" << YAML::Value << m.connections;
-  out << YAML::Key << "version_cache" << YAML::Value << m.version_cache;
-}
 
 void PrintElasticsearchSink(const SinkConfig& sink, SinkOptionPrinter& out) {
   const ElasticsearchSinkConfig& es = sink.elasticsearch;
@@ -2029,20 +1971,24 @@ void PrintKafkaSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
 
 std::string QuoteValue(std::string_view s) { return Quote(s); }
 
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+bool IsDatabaseName(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+         });
+}
+
 const SinkType* SinkTypes::Find(std::string_view name) const {
   for (const SinkType& t : types_) {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-SinkType MysqlSinkType() {
-  SinkType t;
-  t.name = "mysql";
-  t.can_push = true;
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).MysqlKeys(sink); };
-  t.print = PrintMysqlSink;
-  return t;
 }
 
 SinkType ElasticsearchSinkType() {

@@ -38,6 +38,9 @@ struct Field;
 
 // The dotted path of a field in messages, e.g. "sinks[0].url".
 const std::string& FieldPath(const Field& f);
+// The 1-based line a problem about the field points at (its value's, or its
+// key's when the value is empty), for messages that refer to another line.
+int FieldLine(const Field& f);
 
 // The shape of a mapping entry read by SinkOptionReader::ReadMappings.
 enum class MappingKind {
@@ -121,6 +124,10 @@ class SinkOptionPrinter {
   virtual void Secret(std::string_view key, const std::string& value, bool url = false) = 0;
   // A nested mapping of names to pointers (fields: ...).
   virtual void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) = 0;
+  // A nested mapping of names to one-line mappings (columns: {id: {pointer: ..., type: ...}}).
+  virtual void FlowMappings(
+      std::string_view key,
+      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) = 0;
 };
 
 // One built-in sink type as the config loader sees it.
@@ -134,6 +141,14 @@ struct SinkType {
   std::function<std::unique_ptr<SinkOptionsRead>(SinkOptionReader& reader, SinkConfig* sink)> read;
   // Prints one sink's type-specific keys for Redacted().
   std::function<void(const SinkConfig& sink, SinkOptionPrinter& out)> print;
+  // Optional: checks that need the whole file (across the sinks of this
+  // type, or against another section such as storage.mysql.database, which
+  // may come after sinks:). Runs once, after every section was read, with
+  // each sink of this type in file order: its index in config.sinks and the
+  // SinkOptionsRead that `read` returned for it (still alive, so it may keep
+  // Fields to report at through its reader).
+  std::function<void(const Config& config, const std::vector<std::pair<size_t, SinkOptionsRead*>>& sinks)>
+      check_file;
 };
 
 // The built-in sink types, in the order messages list them.
@@ -154,9 +169,14 @@ class SinkTypes {
 // characters escaped, long values cut.
 std::string QuoteValue(std::string_view s);
 
+// [A-Za-z_][A-Za-z0-9_]{0,63}: a MySQL table or column name, or a hash field.
+bool IsIdentifier(std::string_view s);
+// [A-Za-z0-9_]{1,64}: a MySQL database name (storage.mysql.database and a
+// mysql sink's database).
+bool IsDatabaseName(std::string_view s);
+
 // The built-in types whose keys are still read and printed in config.cc
 // (registered from connectors/<type>/ like the others).
-SinkType MysqlSinkType();
 SinkType ElasticsearchSinkType();
 SinkType KafkaSinkType();
 
