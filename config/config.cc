@@ -373,26 +373,6 @@ class ConfigReader : public SinkOptionReader {
 
   // ---- the built-in types whose keys are still read here ----
 
-  std::unique_ptr<SinkOptionsRead> ElasticsearchKeys(SinkConfig* sink) {
-    ElasticsearchSinkConfig& es = sink->elasticsearch;
-    return std::make_unique<KeyTable>(
-        std::vector<SinkOptionKey>{
-            {"url", true, [this, &es](const Field& f) { ReadEsUrl(f, &es); }},
-            {"index", false, [this, &es](const Field& f) { ReadEsIndex(f, &es.index); }},
-            {"mapping", false,
-             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.mapping_path, &es.mapping_json); }},
-            {"template", false,
-             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.template_path, &es.template_json); }},
-            {"auto_create", false, [this, &es](const Field& f) { ReadBool(f, &es.auto_create); }},
-            {"username", false, [this, &es](const Field& f) { ReadString(f, kNotEmpty, &es.username); }},
-            {"password", false, [this, &es](const Field& f) { ReadSecret(f, &es.password); }},
-            {"api_key", false, [this, &es](const Field& f) { ReadSecret(f, &es.api_key); }},
-            {"connect_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.connect_timeout); }},
-            {"request_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.request_timeout); }},
-        },
-        [this, sink](const Field& at) { CheckEsAuth(at, *sink); });
-  }
-
   std::unique_ptr<SinkOptionsRead> KafkaKeys(SinkConfig* sink) {
     KafkaSinkConfig& k = sink->kafka;
     // partitions and replication_factor only with create_topic: the last one given.
@@ -1137,71 +1117,9 @@ class ConfigReader : public SinkOptionReader {
     }
   }
 
-  // sinks[*].url of an elasticsearch sink: http(s)://host[:port][/prefix],
-  // credentials in username/password or api_key rather than in the URL.
-  void ReadEsUrl(const Field& f, ElasticsearchSinkConfig* es) {
-    std::string url;
-    bool from_secret = false;
-    if (!ReadSecret(f, &url, &from_secret)) return;
-    constexpr std::string_view kForm = "http(s)://host[:port][/path]";
-    const std::string_view s = url;
-    const size_t scheme = s.find("://");
-    const std::string_view name = scheme == std::string_view::npos ? "" : s.substr(0, scheme);
-    const std::string_view rest = scheme == std::string_view::npos ? "" : s.substr(scheme + 3);
-    const std::string_view authority = rest.substr(0, rest.find('/'));
-    std::string_view problem;
-    if (name != "http" && name != "https") {
-      problem = "the scheme must be http or https";
-    } else if (authority.empty()) {
-      problem = "the host is missing";
-    } else if (authority.find('@') != std::string_view::npos) {
-      problem = "put credentials in username/password or api_key, not in the URL";
-    } else if (s.find_first_of(" ?#") != std::string_view::npos) {
-      problem = "no spaces, query or fragment";
-    }
-    if (!problem.empty()) {
-      // Quoted without its credentials; a reference's value not at all.
-      Problem(f.mark, f.path,
-              "must be a URL of the form " + std::string(kForm) + ": " + std::string(problem) +
-                  (from_secret ? "" : ", got " + Quote(RedactUrl(s))));
-      return;
-    }
-    while (!url.empty() && url.back() == '/') url.pop_back();
-    es->url = std::move(url);
-  }
-
-  // An index name template: lowercase, {type} the only placeholder, and
-  // none of the characters Elasticsearch forbids in index names.
-  void ReadEsIndex(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected =
-        "an index name template such as \"{type}_view\" (lowercase; {type} is replaced)";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    // The name as it would be with a one-letter type (in a loop rather than
-    // with replace(), which GCC 12 -O3 wrongly warns about: -Wrestrict).
-    const std::string_view given = *text;
-    std::string rest;
-    for (size_t i = 0; i < given.size();) {
-      if (given.substr(i, 6) == "{type}") {
-        rest += 't';
-        i += 6;
-      } else {
-        rest += given[i++];
-      }
-    }
-    const bool ok = !rest.empty() && rest.size() <= 200 && rest != "." && rest != ".." &&
-                    rest[0] != '-' && rest[0] != '_' && rest[0] != '+' &&
-                    std::all_of(rest.begin(), rest.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                             c == '-' || c == '.' || c == '+';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
-    *out = *text;
-  }
-
   // A readable file, relative to the config file's folder, holding one JSON
   // object: its path and its text.
-  void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) {
+  void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) override {
     std::string path;
     if (!ReadString(f, kNotEmpty, &path)) return;
     std::filesystem::path p(path);
@@ -1216,18 +1134,6 @@ class ConfigReader : public SinkOptionReader {
     }
     *path_out = p.lexically_normal().string();
     *json_out = std::move(text);
-  }
-
-  // An elasticsearch sink authenticates one way at most.
-  void CheckEsAuth(const Field& at, const SinkConfig& sink) {
-    if (sink.type != "elasticsearch") return;
-    const ElasticsearchSinkConfig& es = sink.elasticsearch;
-    if (es.username.empty() != es.password.empty()) {
-      Problem(at.mark, at.path, "username and password go together (basic auth)");
-    }
-    if (!es.api_key.empty() && !es.username.empty()) {
-      Problem(at.mark, at.path, "give either api_key or username/password, not both");
-    }
   }
 
   void ReadOnError(const Field& f, OnError* out) {
@@ -1922,22 +1828,6 @@ class YamlSinkPrinter : public SinkOptionPrinter {
   const std::map<std::string, std::string>& references_;
 };
 
-void PrintElasticsearchSink(const SinkConfig& sink, SinkOptionPrinter& out) {
-  const ElasticsearchSinkConfig& es = sink.elasticsearch;
-  out.Secret("url", es.url, /*url=*/true);
-  out.Value("index", es.index);
-  if (!es.mapping_path.empty()) out.Value("mapping", es.mapping_path);
-  if (!es.template_path.empty()) out.Value("template", es.template_path);
-  out.Value("auto_create", es.auto_create);
-  if (!es.username.empty()) {
-    out.Value("username", es.username);
-    out.Secret("password", es.password);
-  }
-  if (!es.api_key.empty()) out.Secret("api_key", es.api_key);
-  out.Duration("connect_timeout", es.connect_timeout);
-  out.Duration("request_timeout", es.request_timeout);
-}
-
 void PrintKafkaSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
   auto& p = static_cast<YamlSinkPrinter&>(printer);
   YAML::Emitter& out = p.out();
@@ -1989,16 +1879,6 @@ const SinkType* SinkTypes::Find(std::string_view name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-SinkType ElasticsearchSinkType() {
-  SinkType t;
-  t.name = "elasticsearch";
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) {
-    return static_cast<ConfigReader&>(r).ElasticsearchKeys(sink);
-  };
-  t.print = PrintElasticsearchSink;
-  return t;
 }
 
 SinkType KafkaSinkType() {

@@ -77,6 +77,9 @@ class SinkOptionReader {
                             std::chrono::milliseconds* out) = 0;
   // A duration between 1ms and 1h (the connect and request timeouts).
   virtual void ReadTimeout(const Field& f, std::chrono::milliseconds* out) = 0;
+  // A readable file (relative to the config file's folder) holding one JSON
+  // object: its normalized path and its text.
+  virtual void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) = 0;
   // fields (Redis hash) or columns (MySQL), in file order.
   virtual void ReadMappings(const Field& f, MappingKind kind, std::vector<FieldMapping>* out) = 0;
   // A copy of `f` to report at after the other keys were read (Check()).
@@ -177,7 +180,6 @@ bool IsDatabaseName(std::string_view s);
 
 // The built-in types whose keys are still read and printed in config.cc
 // (registered from connectors/<type>/ like the others).
-SinkType ElasticsearchSinkType();
 SinkType KafkaSinkType();
 
 }  // namespace sluice::config
