@@ -6,7 +6,6 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
-#include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <array>
@@ -45,6 +44,7 @@ struct Field {
 };
 
 const std::string& FieldPath(const Field& f) { return f.path; }
+const std::string& FieldKey(const Field& f) { return f.key.Scalar(); }
 int FieldLine(const Field& f) { return f.mark.line + 1; }
 
 std::string_view DurabilityBarrierName(DurabilityBarrier b) {
@@ -373,41 +373,6 @@ class ConfigReader : public SinkOptionReader {
 
   // ---- the built-in types whose keys are still read here ----
 
-  std::unique_ptr<SinkOptionsRead> KafkaKeys(SinkConfig* sink) {
-    KafkaSinkConfig& k = sink->kafka;
-    // partitions and replication_factor only with create_topic: the last one given.
-    auto create_options_key = std::make_shared<std::optional<Field>>();
-    return std::make_unique<KeyTable>(
-        std::vector<SinkOptionKey>{
-            {"brokers", true, [this, &k](const Field& f) { ReadKafkaBrokers(f, &k.brokers); }},
-            {"topic", true, [this, &k](const Field& f) { ReadKafkaTopic(f, &k.topic); }},
-            {"format", false, [this, &k](const Field& f) { ReadKafkaFormat(f, &k.format); }},
-            {"create_topic", false, [this, &k](const Field& f) { ReadBool(f, &k.create_topic); }},
-            {"partitions", false,
-             [this, &k, create_options_key](const Field& f) {
-               *create_options_key = f;
-               ReadUint(f, 1, 100000, &k.partitions);
-             }},
-            {"replication_factor", false,
-             [this, &k, create_options_key](const Field& f) {
-               *create_options_key = f;
-               ReadUint(f, 1, 32767, &k.replication_factor);
-             }},
-            {"delivery_timeout", false,
-             [this, &k](const Field& f) {
-               ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
-                            std::chrono::milliseconds(std::chrono::hours(1)), &k.delivery_timeout);
-             }},
-            {"properties", false, [this, &k](const Field& f) { ReadKafkaProperties(f, &k); }},
-        },
-        [this, &k, create_options_key](const Field&) {
-          if (*create_options_key && !k.create_topic) {
-            const Field& f = **create_options_key;
-            Problem(f.key.Mark(), f.path, "only with create_topic: true");
-          }
-        });
-  }
-
   // ---- SinkOptionReader: what a sink type's keys read with ----
 
   void Problem(const Field& f, std::string_view what) override { Problem(f.mark, f.path, what); }
@@ -459,7 +424,7 @@ class ConfigReader : public SinkOptionReader {
 
   // Calls `each` for every entry of the mapping at `at` (an empty value counts
   // as an empty mapping), reporting non-string and duplicate keys.
-  void ForEachEntry(const Field& at, const std::function<void(const Field&)>& each) {
+  void ForEachEntry(const Field& at, const std::function<void(const Field&)>& each) override {
     if (at.value.IsNull()) return;
     if (!at.value.IsMap()) {
       Problem(at.mark, at.path, "must be a mapping, got " + Describe(at.value));
@@ -1149,109 +1114,6 @@ class ConfigReader : public SinkOptionReader {
     }
   }
 
-  // "host:port[,host:port...]", as librdkafka's bootstrap.servers.
-  void ReadKafkaBrokers(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a list of host:port separated by commas";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    std::string_view rest = *text;
-    while (true) {
-      const size_t comma = rest.find(',');
-      const std::string_view one = rest.substr(0, comma);
-      const size_t colon = one.rfind(':');
-      const auto port = colon == std::string_view::npos ? std::nullopt : ParseDecimal(one.substr(colon + 1));
-      if (colon == std::string_view::npos || !IsValidHostName(std::string(one.substr(0, colon))) || !port ||
-          *port < 1 || *port > 65535) {
-        return Expected(f, kExpected, *text);
-      }
-      if (comma == std::string_view::npos) break;
-      rest = rest.substr(comma + 1);
-    }
-    *out = *text;
-  }
-
-  // A topic name template: {type} is replaced; the rest must be legal in a
-  // Kafka topic name ([A-Za-z0-9._-], at most 249 characters).
-  void ReadKafkaTopic(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a topic name of [A-Za-z0-9._-] (with {type} for the entity type)";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    std::string literal = *text;
-    for (size_t at; (at = literal.find("{type}")) != std::string::npos;) literal.erase(at, 6);
-    const bool ok = !text->empty() && text->size() <= 249 && *text != "." && *text != ".." &&
-                    std::all_of(literal.begin(), literal.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                             c == '.' || c == '_' || c == '-';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
-    *out = *text;
-  }
-
-  void ReadKafkaFormat(const Field& f, KafkaSinkConfig::Format* out) {
-    constexpr std::string_view kExpected = "json or protobuf";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    if (*text == "json") {
-      *out = KafkaSinkConfig::Format::kJson;
-    } else if (*text == "protobuf") {
-      *out = KafkaSinkConfig::Format::kProtobuf;
-    } else {
-      Expected(f, kExpected, *text);
-    }
-  }
-
-  // librdkafka properties, each checked by librdkafka itself (its message is
-  // quoted), except those the sink sets for its guarantees.
-  void ReadKafkaProperties(const Field& at, KafkaSinkConfig* k) {
-    static const std::map<std::string_view, std::string_view> kOwned = {
-        {"bootstrap.servers", "set brokers instead"},
-        {"metadata.broker.list", "set brokers instead"},
-        {"enable.idempotence", "the sink always uses the idempotent producer"},
-        {"acks", "the sink always uses acks=all"},
-        {"request.required.acks", "the sink always uses acks=all"},
-        {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
-        {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
-        {"message.timeout.ms", "set delivery_timeout instead"},
-        {"delivery.timeout.ms", "set delivery_timeout instead"},
-        // librdkafka would dlopen these while the config is read, in every
-        // command (even `config check`): code runs from a config file only
-        // through plugins:.
-        {"plugin.library.paths", "librdkafka would load those libraries into sluice; sluice loads no code from "
-                                 "sink properties (list connector plugins under plugins:)"},
-        {"ssl.engine.location", "librdkafka would load that library into sluice; sluice loads no code from "
-                                "sink properties"},
-    };
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    ForEachEntry(at, [&](const Field& f) {
-      const std::string& name = f.key.Scalar();
-      if (const auto it = kOwned.find(name); it != kOwned.end()) {
-        Problem(f.key.Mark(), f.path, "is set by the kafka sink: " + std::string(it->second));
-        return;
-      }
-      std::string value;
-      bool reference = false;
-      if (!ReadSecret(f, &value, &reference)) return;
-      char errstr[512];
-      if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-        // librdkafka quotes the value; a secret one is kept out of the message.
-        std::string why = errstr;
-        const bool secret = reference || IsSecretName(name);
-        if (secret && !value.empty()) {
-          const std::string quoted = "\"" + value + "\"";
-          for (size_t at; (at = why.find(quoted)) != std::string::npos;) {
-            why.replace(at, quoted.size(), "\"" + std::string(kRedactedValue) + "\"");
-          }
-        }
-        Problem(f.mark, f.path, secret && !value.empty() && why.find(value) != std::string::npos
-                                    ? "librdkafka refuses this property (its value is secret)"
-                                    : "librdkafka refuses it: " + why);
-        return;
-      }
-      k->properties[name] = value;
-    });
-    rd_kafka_conf_destroy(conf);
-  }
-
   // fields (Redis hash) or columns (MySQL): name -> JSON pointer, and for
   // MySQL also name -> {pointer, type}. In file order.
   void ReadMappings(const Field& at, MappingKind kind, std::vector<FieldMapping>* out) override {
@@ -1812,13 +1674,18 @@ class YamlSinkPrinter : public SinkOptionPrinter {
     }
     out_ << YAML::EndMap;
   }
-
-  YAML::Emitter& out() { return out_; }
-  // "sinks[N]." + key, as secret_references names it.
-  std::string Path(std::string_view key) const { return at_ + std::string(key); }
-  bool IsReference(const std::string& path) const { return references_.count(path) != 0; }
-  std::string SecretText(const std::string& path, const std::string& value) const {
-    return secret_(path, value, false);
+  void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : entries) {
+      const std::string path = at_ + std::string(key) + "." + name;
+      out_ << YAML::Key << name << YAML::Value;
+      if (IsSecretName(name) || references_.count(path) != 0) {
+        out_ << YAML::DoubleQuoted << secret_(path, value, false);
+      } else {
+        out_ << value;
+      }
+    }
+    out_ << YAML::EndMap;
   }
 
  private:
@@ -1827,35 +1694,6 @@ class YamlSinkPrinter : public SinkOptionPrinter {
   SecretFn secret_;
   const std::map<std::string, std::string>& references_;
 };
-
-void PrintKafkaSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
-  auto& p = static_cast<YamlSinkPrinter&>(printer);
-  YAML::Emitter& out = p.out();
-  const KafkaSinkConfig& k = sink.kafka;
-  out << YAML::Key << "brokers" << YAML::Value << k.brokers;
-  out << YAML::Key << "topic" << YAML::Value << k.topic;
-  out << YAML::Key << "format" << YAML::Value
-      << (k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
-  out << YAML::Key << "create_topic" << YAML::Value << k.create_topic;
-  if (k.create_topic) {
-    out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(k.partitions);
-    out << YAML::Key << "replication_factor" << YAML::Value << static_cast<unsigned>(k.replication_factor);
-  }
-  out << YAML::Key << "delivery_timeout" << YAML::Value << FormatDuration(k.delivery_timeout);
-  if (!k.properties.empty()) {
-    out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
-    for (const auto& [name, value] : k.properties) {
-      const std::string path = p.Path("properties." + name);
-      out << YAML::Key << name << YAML::Value;
-      if (IsSecretName(name) || p.IsReference(path)) {
-        out << YAML::DoubleQuoted << p.SecretText(path, value);
-      } else {
-        out << value;
-      }
-    }
-    out << YAML::EndMap;
-  }
-}
 
 }  // namespace
 
@@ -1879,17 +1717,6 @@ const SinkType* SinkTypes::Find(std::string_view name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-SinkType KafkaSinkType() {
-  SinkType t;
-  t.name = "kafka";
-  // Each Apply waits for its records' delivery reports, so a larger call pays
-  // that round trip less often.
-  t.default_batch_max = kKafkaBatchMaxDefault;
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).KafkaKeys(sink); };
-  t.print = PrintKafkaSink;
-  return t;
 }
 
 std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const {

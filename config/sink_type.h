@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,8 @@ struct Field;
 
 // The dotted path of a field in messages, e.g. "sinks[0].url".
 const std::string& FieldPath(const Field& f);
+// The key as written, e.g. "sasl.password" for "sinks[0].properties.sasl.password".
+const std::string& FieldKey(const Field& f);
 // The 1-based line a problem about the field points at (its value's, or its
 // key's when the value is empty), for messages that refer to another line.
 int FieldLine(const Field& f);
@@ -80,6 +83,10 @@ class SinkOptionReader {
   // A readable file (relative to the config file's folder) holding one JSON
   // object: its normalized path and its text.
   virtual void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) = 0;
+  // Each entry of a mapping (nothing when the value is empty), as a Field
+  // whose path is "<f's path>.<key>"; a value that is not a mapping, a key
+  // that is not a string and a duplicate key are reported and skipped.
+  virtual void ForEachEntry(const Field& f, const std::function<void(const Field&)>& each) = 0;
   // fields (Redis hash) or columns (MySQL), in file order.
   virtual void ReadMappings(const Field& f, MappingKind kind, std::vector<FieldMapping>* out) = 0;
   // A copy of `f` to report at after the other keys were read (Check()).
@@ -127,6 +134,10 @@ class SinkOptionPrinter {
   virtual void Secret(std::string_view key, const std::string& value, bool url = false) = 0;
   // A nested mapping of names to pointers (fields: ...).
   virtual void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) = 0;
+  // A nested mapping of names to values, each shown as a secret (quoted,
+  // never the value) when its name looks secret (IsSecretName) or it was
+  // written as a reference (properties: ...).
+  virtual void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) = 0;
   // A nested mapping of names to one-line mappings (columns: {id: {pointer: ..., type: ...}}).
   virtual void FlowMappings(
       std::string_view key,
@@ -177,9 +188,5 @@ bool IsIdentifier(std::string_view s);
 // [A-Za-z0-9_]{1,64}: a MySQL database name (storage.mysql.database and a
 // mysql sink's database).
 bool IsDatabaseName(std::string_view s);
-
-// The built-in types whose keys are still read and printed in config.cc
-// (registered from connectors/<type>/ like the others).
-SinkType KafkaSinkType();
 
 }  // namespace sluice::config
