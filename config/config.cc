@@ -348,21 +348,6 @@ struct KeySpec {
   std::function<void(const Field&)> read;
 };
 
-// A sink type's keys as a fixed table, with an optional check across them.
-class KeyTable : public SinkOptionsRead {
- public:
-  explicit KeyTable(std::vector<SinkOptionKey> keys, std::function<void(const Field&)> check = nullptr)
-      : keys_(std::move(keys)), check_(std::move(check)) {}
-  std::vector<SinkOptionKey> Keys() override { return keys_; }
-  void Check(const Field& sink) override {
-    if (check_) check_(sink);
-  }
-
- private:
-  std::vector<SinkOptionKey> keys_;
-  std::function<void(const Field&)> check_;
-};
-
 // Walks a YAML document into a Config, collecting every problem on the way.
 // Each section is one Read* function with a table of the keys it accepts;
 // adding a section is a new function and one row in ReadRoot's table.
