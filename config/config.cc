@@ -6,7 +6,6 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
-#include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <array>
@@ -45,6 +44,8 @@ struct Field {
 };
 
 const std::string& FieldPath(const Field& f) { return f.path; }
+const std::string& FieldKey(const Field& f) { return f.key.Scalar(); }
+int FieldLine(const Field& f) { return f.mark.line + 1; }
 
 std::string_view DurabilityBarrierName(DurabilityBarrier b) {
   switch (b) {
@@ -248,14 +249,6 @@ std::string_view ClosestName(std::string_view name,
   return best;
 }
 
-// [A-Za-z_][A-Za-z0-9_]{0,63}: a MySQL table or column name, or a hash field.
-bool IsIdentifier(std::string_view s) {
-  if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 // "host:port" or "[ipv6]:port"; false when it is neither.
 bool ParseHostPort(std::string_view s, std::string* host, uint16_t* port) {
   std::string_view h;
@@ -355,21 +348,6 @@ struct KeySpec {
   std::function<void(const Field&)> read;
 };
 
-// A sink type's keys as a fixed table, with an optional check across them.
-class KeyTable : public SinkOptionsRead {
- public:
-  explicit KeyTable(std::vector<SinkOptionKey> keys, std::function<void(const Field&)> check = nullptr)
-      : keys_(std::move(keys)), check_(std::move(check)) {}
-  std::vector<SinkOptionKey> Keys() override { return keys_; }
-  void Check(const Field& sink) override {
-    if (check_) check_(sink);
-  }
-
- private:
-  std::vector<SinkOptionKey> keys_;
-  std::function<void(const Field&)> check_;
-};
-
 // Walks a YAML document into a Config, collecting every problem on the way.
 // Each section is one Read* function with a table of the keys it accepts;
 // adding a section is a new function and one row in ReadRoot's table.
@@ -379,76 +357,6 @@ class ConfigReader : public SinkOptionReader {
       : problems_(problems), file_(std::move(file)), base_dir_(std::move(base_dir)), types_(types) {}
 
   // ---- the built-in types whose keys are still read here ----
-
-  std::unique_ptr<SinkOptionsRead> MysqlKeys(SinkConfig* sink) {
-    MysqlSinkConfig& m = sink->mysql;
-    return std::make_unique<KeyTable>(std::vector<SinkOptionKey>{
-        {"table", true,
-         [this, &m](const Field& f) {
-           if (ReadTableName(f, &m.table) && current_refs_ != nullptr) current_refs_->table = f;
-         }},
-        {"database", false, [this, &m](const Field& f) { ReadDatabaseName(f, &m.database); }},
-        {"columns", true, [this, &m](const Field& f) { ReadMappings(f, MappingKind::kMysqlColumn, &m.columns); }},
-        {"auto_create", false, [this, &m](const Field& f) { ReadBool(f, &m.auto_create); }},
-        {"connections", false, [this, &m](const Field& f) { ReadUint(f, 1, 64, &m.connections); }},
-        {"version_cache", false, [this, &m](const Field& f) { ReadUint(f, 0, 10000000, &m.version_cache); }},
-    });
-  }
-
-  std::unique_ptr<SinkOptionsRead> ElasticsearchKeys(SinkConfig* sink) {
-    ElasticsearchSinkConfig& es = sink->elasticsearch;
-    return std::make_unique<KeyTable>(
-        std::vector<SinkOptionKey>{
-            {"url", true, [this, &es](const Field& f) { ReadEsUrl(f, &es); }},
-            {"index", false, [this, &es](const Field& f) { ReadEsIndex(f, &es.index); }},
-            {"mapping", false,
-             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.mapping_path, &es.mapping_json); }},
-            {"template", false,
-             [this, &es](const Field& f) { ReadJsonObjectFile(f, &es.template_path, &es.template_json); }},
-            {"auto_create", false, [this, &es](const Field& f) { ReadBool(f, &es.auto_create); }},
-            {"username", false, [this, &es](const Field& f) { ReadString(f, kNotEmpty, &es.username); }},
-            {"password", false, [this, &es](const Field& f) { ReadSecret(f, &es.password); }},
-            {"api_key", false, [this, &es](const Field& f) { ReadSecret(f, &es.api_key); }},
-            {"connect_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.connect_timeout); }},
-            {"request_timeout", false, [this, &es](const Field& f) { ReadTimeout(f, &es.request_timeout); }},
-        },
-        [this, sink](const Field& at) { CheckEsAuth(at, *sink); });
-  }
-
-  std::unique_ptr<SinkOptionsRead> KafkaKeys(SinkConfig* sink) {
-    KafkaSinkConfig& k = sink->kafka;
-    // partitions and replication_factor only with create_topic: the last one given.
-    auto create_options_key = std::make_shared<std::optional<Field>>();
-    return std::make_unique<KeyTable>(
-        std::vector<SinkOptionKey>{
-            {"brokers", true, [this, &k](const Field& f) { ReadKafkaBrokers(f, &k.brokers); }},
-            {"topic", true, [this, &k](const Field& f) { ReadKafkaTopic(f, &k.topic); }},
-            {"format", false, [this, &k](const Field& f) { ReadKafkaFormat(f, &k.format); }},
-            {"create_topic", false, [this, &k](const Field& f) { ReadBool(f, &k.create_topic); }},
-            {"partitions", false,
-             [this, &k, create_options_key](const Field& f) {
-               *create_options_key = f;
-               ReadUint(f, 1, 100000, &k.partitions);
-             }},
-            {"replication_factor", false,
-             [this, &k, create_options_key](const Field& f) {
-               *create_options_key = f;
-               ReadUint(f, 1, 32767, &k.replication_factor);
-             }},
-            {"delivery_timeout", false,
-             [this, &k](const Field& f) {
-               ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
-                            std::chrono::milliseconds(std::chrono::hours(1)), &k.delivery_timeout);
-             }},
-            {"properties", false, [this, &k](const Field& f) { ReadKafkaProperties(f, &k); }},
-        },
-        [this, &k, create_options_key](const Field&) {
-          if (*create_options_key && !k.create_topic) {
-            const Field& f = **create_options_key;
-            Problem(f.key.Mark(), f.path, "only with create_topic: true");
-          }
-        });
-  }
 
   // ---- SinkOptionReader: what a sink type's keys read with ----
 
@@ -501,7 +409,7 @@ class ConfigReader : public SinkOptionReader {
 
   // Calls `each` for every entry of the mapping at `at` (an empty value counts
   // as an empty mapping), reporting non-string and duplicate keys.
-  void ForEachEntry(const Field& at, const std::function<void(const Field&)>& each) {
+  void ForEachEntry(const Field& at, const std::function<void(const Field&)>& each) override {
     if (at.value.IsNull()) return;
     if (!at.value.IsMap()) {
       Problem(at.mark, at.path, "must be a mapping, got " + Describe(at.value));
@@ -841,7 +749,6 @@ class ConfigReader : public SinkOptionReader {
     const std::string type = PeekScalar(at.value, "type");
     SinkRefs refs;
     refs.sink = index;
-    current_refs_ = &refs;
     std::optional<Field> push_key, push_options_key;
 
     std::vector<KeySpec> keys = {
@@ -895,7 +802,7 @@ class ConfigReader : public SinkOptionReader {
     if (IsPluginSinkType(type)) sink->plugin.options_json = plugin_options.values.dump();
 
     CheckPush(sink->type, sink->push, push_key, push_options_key);
-    current_refs_ = nullptr;
+    refs.own = std::move(own);
     sink_refs_.push_back(std::move(refs));
   }
 
@@ -1160,71 +1067,9 @@ class ConfigReader : public SinkOptionReader {
     }
   }
 
-  // sinks[*].url of an elasticsearch sink: http(s)://host[:port][/prefix],
-  // credentials in username/password or api_key rather than in the URL.
-  void ReadEsUrl(const Field& f, ElasticsearchSinkConfig* es) {
-    std::string url;
-    bool from_secret = false;
-    if (!ReadSecret(f, &url, &from_secret)) return;
-    constexpr std::string_view kForm = "http(s)://host[:port][/path]";
-    const std::string_view s = url;
-    const size_t scheme = s.find("://");
-    const std::string_view name = scheme == std::string_view::npos ? "" : s.substr(0, scheme);
-    const std::string_view rest = scheme == std::string_view::npos ? "" : s.substr(scheme + 3);
-    const std::string_view authority = rest.substr(0, rest.find('/'));
-    std::string_view problem;
-    if (name != "http" && name != "https") {
-      problem = "the scheme must be http or https";
-    } else if (authority.empty()) {
-      problem = "the host is missing";
-    } else if (authority.find('@') != std::string_view::npos) {
-      problem = "put credentials in username/password or api_key, not in the URL";
-    } else if (s.find_first_of(" ?#") != std::string_view::npos) {
-      problem = "no spaces, query or fragment";
-    }
-    if (!problem.empty()) {
-      // Quoted without its credentials; a reference's value not at all.
-      Problem(f.mark, f.path,
-              "must be a URL of the form " + std::string(kForm) + ": " + std::string(problem) +
-                  (from_secret ? "" : ", got " + Quote(RedactUrl(s))));
-      return;
-    }
-    while (!url.empty() && url.back() == '/') url.pop_back();
-    es->url = std::move(url);
-  }
-
-  // An index name template: lowercase, {type} the only placeholder, and
-  // none of the characters Elasticsearch forbids in index names.
-  void ReadEsIndex(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected =
-        "an index name template such as \"{type}_view\" (lowercase; {type} is replaced)";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    // The name as it would be with a one-letter type (in a loop rather than
-    // with replace(), which GCC 12 -O3 wrongly warns about: -Wrestrict).
-    const std::string_view given = *text;
-    std::string rest;
-    for (size_t i = 0; i < given.size();) {
-      if (given.substr(i, 6) == "{type}") {
-        rest += 't';
-        i += 6;
-      } else {
-        rest += given[i++];
-      }
-    }
-    const bool ok = !rest.empty() && rest.size() <= 200 && rest != "." && rest != ".." &&
-                    rest[0] != '-' && rest[0] != '_' && rest[0] != '+' &&
-                    std::all_of(rest.begin(), rest.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                             c == '-' || c == '.' || c == '+';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
-    *out = *text;
-  }
-
   // A readable file, relative to the config file's folder, holding one JSON
   // object: its path and its text.
-  void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) {
+  void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) override {
     std::string path;
     if (!ReadString(f, kNotEmpty, &path)) return;
     std::filesystem::path p(path);
@@ -1241,18 +1086,6 @@ class ConfigReader : public SinkOptionReader {
     *json_out = std::move(text);
   }
 
-  // An elasticsearch sink authenticates one way at most.
-  void CheckEsAuth(const Field& at, const SinkConfig& sink) {
-    if (sink.type != "elasticsearch") return;
-    const ElasticsearchSinkConfig& es = sink.elasticsearch;
-    if (es.username.empty() != es.password.empty()) {
-      Problem(at.mark, at.path, "username and password go together (basic auth)");
-    }
-    if (!es.api_key.empty() && !es.username.empty()) {
-      Problem(at.mark, at.path, "give either api_key or username/password, not both");
-    }
-  }
-
   void ReadOnError(const Field& f, OnError* out) {
     constexpr std::string_view kExpected = "dead_letter or stop";
     const auto text = PlainScalar(f, kExpected);
@@ -1264,128 +1097,6 @@ class ConfigReader : public SinkOptionReader {
     } else {
       Expected(f, kExpected, *text);
     }
-  }
-
-  // "host:port[,host:port...]", as librdkafka's bootstrap.servers.
-  void ReadKafkaBrokers(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a list of host:port separated by commas";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    std::string_view rest = *text;
-    while (true) {
-      const size_t comma = rest.find(',');
-      const std::string_view one = rest.substr(0, comma);
-      const size_t colon = one.rfind(':');
-      const auto port = colon == std::string_view::npos ? std::nullopt : ParseDecimal(one.substr(colon + 1));
-      if (colon == std::string_view::npos || !IsValidHostName(std::string(one.substr(0, colon))) || !port ||
-          *port < 1 || *port > 65535) {
-        return Expected(f, kExpected, *text);
-      }
-      if (comma == std::string_view::npos) break;
-      rest = rest.substr(comma + 1);
-    }
-    *out = *text;
-  }
-
-  // A topic name template: {type} is replaced; the rest must be legal in a
-  // Kafka topic name ([A-Za-z0-9._-], at most 249 characters).
-  void ReadKafkaTopic(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a topic name of [A-Za-z0-9._-] (with {type} for the entity type)";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    std::string literal = *text;
-    for (size_t at; (at = literal.find("{type}")) != std::string::npos;) literal.erase(at, 6);
-    const bool ok = !text->empty() && text->size() <= 249 && *text != "." && *text != ".." &&
-                    std::all_of(literal.begin(), literal.end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                             c == '.' || c == '_' || c == '-';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
-    *out = *text;
-  }
-
-  void ReadKafkaFormat(const Field& f, KafkaSinkConfig::Format* out) {
-    constexpr std::string_view kExpected = "json or protobuf";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return;
-    if (*text == "json") {
-      *out = KafkaSinkConfig::Format::kJson;
-    } else if (*text == "protobuf") {
-      *out = KafkaSinkConfig::Format::kProtobuf;
-    } else {
-      Expected(f, kExpected, *text);
-    }
-  }
-
-  // librdkafka properties, each checked by librdkafka itself (its message is
-  // quoted), except those the sink sets for its guarantees.
-  void ReadKafkaProperties(const Field& at, KafkaSinkConfig* k) {
-    static const std::map<std::string_view, std::string_view> kOwned = {
-        {"bootstrap.servers", "set brokers instead"},
-        {"metadata.broker.list", "set brokers instead"},
-        {"enable.idempotence", "the sink always uses the idempotent producer"},
-        {"acks", "the sink always uses acks=all"},
-        {"request.required.acks", "the sink always uses acks=all"},
-        {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
-        {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
-        {"message.timeout.ms", "set delivery_timeout instead"},
-        {"delivery.timeout.ms", "set delivery_timeout instead"},
-        // librdkafka would dlopen these while the config is read, in every
-        // command (even `config check`): code runs from a config file only
-        // through plugins:.
-        {"plugin.library.paths", "librdkafka would load those libraries into sluice; sluice loads no code from "
-                                 "sink properties (list connector plugins under plugins:)"},
-        {"ssl.engine.location", "librdkafka would load that library into sluice; sluice loads no code from "
-                                "sink properties"},
-    };
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    ForEachEntry(at, [&](const Field& f) {
-      const std::string& name = f.key.Scalar();
-      if (const auto it = kOwned.find(name); it != kOwned.end()) {
-        Problem(f.key.Mark(), f.path, "is set by the kafka sink: " + std::string(it->second));
-        return;
-      }
-      std::string value;
-      bool reference = false;
-      if (!ReadSecret(f, &value, &reference)) return;
-      char errstr[512];
-      if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-        // librdkafka quotes the value; a secret one is kept out of the message.
-        std::string why = errstr;
-        const bool secret = reference || IsSecretName(name);
-        if (secret && !value.empty()) {
-          const std::string quoted = "\"" + value + "\"";
-          for (size_t at; (at = why.find(quoted)) != std::string::npos;) {
-            why.replace(at, quoted.size(), "\"" + std::string(kRedactedValue) + "\"");
-          }
-        }
-        Problem(f.mark, f.path, secret && !value.empty() && why.find(value) != std::string::npos
-                                    ? "librdkafka refuses this property (its value is secret)"
-                                    : "librdkafka refuses it: " + why);
-        return;
-      }
-      k->properties[name] = value;
-    });
-    rd_kafka_conf_destroy(conf);
-  }
-
-  bool ReadTableName(const Field& f, std::string* out) {
-    constexpr std::string_view kExpected = "a table name matching [A-Za-z_][A-Za-z0-9_]{0,63}";
-    const auto text = PlainScalar(f, kExpected);
-    if (!text) return false;
-    if (!IsIdentifier(*text)) {
-      Expected(f, kExpected, *text);
-      return false;
-    }
-    const std::string lower = ToLower(*text);
-    if (lower.rfind("ev_", 0) == 0 || lower.rfind("sluice_", 0) == 0) {
-      Problem(f.mark, f.path,
-              "table names starting with ev_ or sluice_ are reserved for sluice's own tables, "
-              "got " + Quote(*text));
-      return false;
-    }
-    *out = *text;
-    return true;
   }
 
   // fields (Redis hash) or columns (MySQL): name -> JSON pointer, and for
@@ -1488,9 +1199,9 @@ class ConfigReader : public SinkOptionReader {
   }
 
   // Checks that need the whole file: each sink's entity type exists, and
-  // no two MySQL sinks write the same table.
+  // each sink type's own (SinkType::check_file: no two MySQL sinks write the
+  // same table).
   void CheckSinkReferences(const Config& config) {
-    std::map<std::string, std::pair<std::string, int>> tables;  // db.table (lower) -> sink, line
     for (const SinkRefs& refs : sink_refs_) {
       const SinkConfig& sink = config.sinks[refs.sink];
       // Without a usable entities section that is the problem to report, not every sink.
@@ -1504,18 +1215,14 @@ class ConfigReader : public SinkOptionReader {
                     (best.empty() ? " (expected one of: " + JoinNames(names) + ")"
                                   : " (did you mean " + Quote(best) + "?)"));
       }
-      if (refs.table && sink.type == "mysql") {
-        const std::string database =
-            sink.mysql.database.empty() ? config.mysql.database : sink.mysql.database;
-        const std::string qualified = database + "." + sink.mysql.table;
-        const auto [it, inserted] =
-            tables.emplace(ToLower(qualified), std::pair(sink.name, refs.table->mark.line + 1));
-        if (!inserted) {
-          Problem(refs.table->mark, refs.table->path,
-                  "table " + qualified + " is already written by sink " + Quote(it->second.first) +
-                      " (line " + std::to_string(it->second.second) + ")");
-        }
+    }
+    for (const SinkType& t : types_->all()) {
+      if (!t.check_file) continue;
+      std::vector<std::pair<size_t, SinkOptionsRead*>> sinks;
+      for (const SinkRefs& refs : sink_refs_) {
+        if (refs.own && config.sinks[refs.sink].type == t.name) sinks.emplace_back(refs.sink, refs.own.get());
       }
+      t.check_file(config, sinks);
     }
   }
 
@@ -1590,12 +1297,7 @@ class ConfigReader : public SinkOptionReader {
     constexpr std::string_view kExpected = "a name matching [A-Za-z0-9_]{1,64}";
     const auto text = PlainScalar(f, kExpected);
     if (!text) return;
-    const bool ok = !text->empty() && text->size() <= 64 &&
-                    std::all_of(text->begin(), text->end(), [](char c) {
-                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                             (c >= '0' && c <= '9') || c == '_';
-                    });
-    if (!ok) return Expected(f, kExpected, *text);
+    if (!IsDatabaseName(*text)) return Expected(f, kExpected, *text);
     *out = *text;
   }
 
@@ -1805,7 +1507,8 @@ class ConfigReader : public SinkOptionReader {
   struct SinkRefs {
     size_t sink = 0;              // index in Config::sinks
     std::optional<Field> entity;  // its `entity`, when that was a string
-    std::optional<Field> table;   // its `table` (MySQL), when that was valid
+    // Its type's keys as read (for SinkType::check_file); null for a plugin's.
+    std::unique_ptr<SinkOptionsRead> own;
   };
 
   Problems* problems_;
@@ -1816,8 +1519,7 @@ class ConfigReader : public SinkOptionReader {
   std::optional<std::vector<std::string>> entity_names_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
-  SinkRefs* current_refs_ = nullptr;  // the sink being read (ReadSink)
-  const SinkTypes* types_;            // the built-in sink types
+  const SinkTypes* types_;  // the built-in sink types
   std::map<std::string, Field> listen_keys_;  // the listen keys given, by path ("metrics.listen")
   bool plugins_declared_ = false;  // the file has a plugins section
   std::map<std::string, std::string>* secret_references_ = nullptr;  // Config::secret_references
@@ -1946,13 +1648,29 @@ class YamlSinkPrinter : public SinkOptionPrinter {
     for (const auto& [name, value] : entries) out_ << YAML::Key << name << YAML::Value << value;
     out_ << YAML::EndMap;
   }
-
-  YAML::Emitter& out() { return out_; }
-  // "sinks[N]." + key, as secret_references names it.
-  std::string Path(std::string_view key) const { return at_ + std::string(key); }
-  bool IsReference(const std::string& path) const { return references_.count(path) != 0; }
-  std::string SecretText(const std::string& path, const std::string& value) const {
-    return secret_(path, value, false);
+  void FlowMappings(
+      std::string_view key,
+      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, values] : entries) {
+      out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [k, v] : values) out_ << YAML::Key << k << YAML::Value << v;
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndMap;
+  }
+  void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : entries) {
+      const std::string path = at_ + std::string(key) + "." + name;
+      out_ << YAML::Key << name << YAML::Value;
+      if (IsSecretName(name) || references_.count(path) != 0) {
+        out_ << YAML::DoubleQuoted << secret_(path, value, false);
+      } else {
+        out_ << value;
+      }
+    }
+    out_ << YAML::EndMap;
   }
 
  private:
@@ -1962,108 +1680,28 @@ class YamlSinkPrinter : public SinkOptionPrinter {
   const std::map<std::string, std::string>& references_;
 };
 
-void PrintMysqlSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
-  YAML::Emitter& out = static_cast<YamlSinkPrinter&>(printer).out();
-  const MysqlSinkConfig& m = sink.mysql;
-  out << YAML::Key << "table" << YAML::Value << m.table;
-  if (!m.database.empty()) out << YAML::Key << "database" << YAML::Value << m.database;
-  out << YAML::Key << "columns" << YAML::Value << YAML::BeginMap;
-  for (const FieldMapping& c : m.columns) {
-    out << YAML::Key << c.name << YAML::Value << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "pointer" << YAML::Value << c.pointer;
-    out << YAML::Key << "type" << YAML::Value << c.sql_type;
-    out << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "auto_create" << YAML::Value << m.auto_create;
-  out << YAML::Key << "connections" << YAML::Value << m.connections;
-  out << YAML::Key << "version_cache" << YAML::Value << m.version_cache;
-}
-
-void PrintElasticsearchSink(const SinkConfig& sink, SinkOptionPrinter& out) {
-  const ElasticsearchSinkConfig& es = sink.elasticsearch;
-  out.Secret("url", es.url, /*url=*/true);
-  out.Value("index", es.index);
-  if (!es.mapping_path.empty()) out.Value("mapping", es.mapping_path);
-  if (!es.template_path.empty()) out.Value("template", es.template_path);
-  out.Value("auto_create", es.auto_create);
-  if (!es.username.empty()) {
-    out.Value("username", es.username);
-    out.Secret("password", es.password);
-  }
-  if (!es.api_key.empty()) out.Secret("api_key", es.api_key);
-  out.Duration("connect_timeout", es.connect_timeout);
-  out.Duration("request_timeout", es.request_timeout);
-}
-
-void PrintKafkaSink(const SinkConfig& sink, SinkOptionPrinter& printer) {
-  auto& p = static_cast<YamlSinkPrinter&>(printer);
-  YAML::Emitter& out = p.out();
-  const KafkaSinkConfig& k = sink.kafka;
-  out << YAML::Key << "brokers" << YAML::Value << k.brokers;
-  out << YAML::Key << "topic" << YAML::Value << k.topic;
-  out << YAML::Key << "format" << YAML::Value
-      << (k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
-  out << YAML::Key << "create_topic" << YAML::Value << k.create_topic;
-  if (k.create_topic) {
-    out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(k.partitions);
-    out << YAML::Key << "replication_factor" << YAML::Value << static_cast<unsigned>(k.replication_factor);
-  }
-  out << YAML::Key << "delivery_timeout" << YAML::Value << FormatDuration(k.delivery_timeout);
-  if (!k.properties.empty()) {
-    out << YAML::Key << "properties" << YAML::Value << YAML::BeginMap;
-    for (const auto& [name, value] : k.properties) {
-      const std::string path = p.Path("properties." + name);
-      out << YAML::Key << name << YAML::Value;
-      if (IsSecretName(name) || p.IsReference(path)) {
-        out << YAML::DoubleQuoted << p.SecretText(path, value);
-      } else {
-        out << value;
-      }
-    }
-    out << YAML::EndMap;
-  }
-}
-
 }  // namespace
 
 std::string QuoteValue(std::string_view s) { return Quote(s); }
+
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || s.size() > 64 || (s[0] >= '0' && s[0] <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+bool IsDatabaseName(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+         });
+}
 
 const SinkType* SinkTypes::Find(std::string_view name) const {
   for (const SinkType& t : types_) {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-SinkType MysqlSinkType() {
-  SinkType t;
-  t.name = "mysql";
-  t.can_push = true;
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).MysqlKeys(sink); };
-  t.print = PrintMysqlSink;
-  return t;
-}
-
-SinkType ElasticsearchSinkType() {
-  SinkType t;
-  t.name = "elasticsearch";
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) {
-    return static_cast<ConfigReader&>(r).ElasticsearchKeys(sink);
-  };
-  t.print = PrintElasticsearchSink;
-  return t;
-}
-
-SinkType KafkaSinkType() {
-  SinkType t;
-  t.name = "kafka";
-  // Each Apply waits for its records' delivery reports, so a larger call pays
-  // that round trip less often.
-  t.default_batch_max = kKafkaBatchMaxDefault;
-  t.read = [](SinkOptionReader& r, SinkConfig* sink) { return static_cast<ConfigReader&>(r).KafkaKeys(sink); };
-  t.print = PrintKafkaSink;
-  return t;
 }
 
 std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const {

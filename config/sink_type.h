@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,11 @@ struct Field;
 
 // The dotted path of a field in messages, e.g. "sinks[0].url".
 const std::string& FieldPath(const Field& f);
+// The key as written, e.g. "sasl.password" for "sinks[0].properties.sasl.password".
+const std::string& FieldKey(const Field& f);
+// The 1-based line a problem about the field points at (its value's, or its
+// key's when the value is empty), for messages that refer to another line.
+int FieldLine(const Field& f);
 
 // The shape of a mapping entry read by SinkOptionReader::ReadMappings.
 enum class MappingKind {
@@ -74,6 +80,13 @@ class SinkOptionReader {
                             std::chrono::milliseconds* out) = 0;
   // A duration between 1ms and 1h (the connect and request timeouts).
   virtual void ReadTimeout(const Field& f, std::chrono::milliseconds* out) = 0;
+  // A readable file (relative to the config file's folder) holding one JSON
+  // object: its normalized path and its text.
+  virtual void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) = 0;
+  // Each entry of a mapping (nothing when the value is empty), as a Field
+  // whose path is "<f's path>.<key>"; a value that is not a mapping, a key
+  // that is not a string and a duplicate key are reported and skipped.
+  virtual void ForEachEntry(const Field& f, const std::function<void(const Field&)>& each) = 0;
   // fields (Redis hash) or columns (MySQL), in file order.
   virtual void ReadMappings(const Field& f, MappingKind kind, std::vector<FieldMapping>* out) = 0;
   // A copy of `f` to report at after the other keys were read (Check()).
@@ -121,6 +134,14 @@ class SinkOptionPrinter {
   virtual void Secret(std::string_view key, const std::string& value, bool url = false) = 0;
   // A nested mapping of names to pointers (fields: ...).
   virtual void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) = 0;
+  // A nested mapping of names to values, each shown as a secret (quoted,
+  // never the value) when its name looks secret (IsSecretName) or it was
+  // written as a reference (properties: ...).
+  virtual void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) = 0;
+  // A nested mapping of names to one-line mappings (columns: {id: {pointer: ..., type: ...}}).
+  virtual void FlowMappings(
+      std::string_view key,
+      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) = 0;
 };
 
 // One built-in sink type as the config loader sees it.
@@ -134,6 +155,14 @@ struct SinkType {
   std::function<std::unique_ptr<SinkOptionsRead>(SinkOptionReader& reader, SinkConfig* sink)> read;
   // Prints one sink's type-specific keys for Redacted().
   std::function<void(const SinkConfig& sink, SinkOptionPrinter& out)> print;
+  // Optional: checks that need the whole file (across the sinks of this
+  // type, or against another section such as storage.mysql.database, which
+  // may come after sinks:). Runs once, after every section was read, with
+  // each sink of this type in file order: its index in config.sinks and the
+  // SinkOptionsRead that `read` returned for it (still alive, so it may keep
+  // Fields to report at through its reader).
+  std::function<void(const Config& config, const std::vector<std::pair<size_t, SinkOptionsRead*>>& sinks)>
+      check_file;
 };
 
 // The built-in sink types, in the order messages list them.
@@ -154,10 +183,10 @@ class SinkTypes {
 // characters escaped, long values cut.
 std::string QuoteValue(std::string_view s);
 
-// The built-in types whose keys are still read and printed in config.cc
-// (registered from connectors/<type>/ like the others).
-SinkType MysqlSinkType();
-SinkType ElasticsearchSinkType();
-SinkType KafkaSinkType();
+// [A-Za-z_][A-Za-z0-9_]{0,63}: a MySQL table or column name, or a hash field.
+bool IsIdentifier(std::string_view s);
+// [A-Za-z0-9_]{1,64}: a MySQL database name (storage.mysql.database and a
+// mysql sink's database).
+bool IsDatabaseName(std::string_view s);
 
 }  // namespace sluice::config

@@ -1,14 +1,17 @@
-// The elasticsearch sink type as sluice registers it (connectors/builtin_sink_types.cc):
-// its keys, their checks and their redaction, and its factory.
+// The elasticsearch sink type as sluice registers it
+// (connectors/builtin_sink_types.cc): the keys an elasticsearch sink accepts
+// in the config file, how each is read and checked, which are secret, how
+// `config check --print` shows them, and the factory. To add an option: a
+// field in config::ElasticsearchSinkConfig (config/config.h, with its
+// default), a row in ElasticsearchKeys::Keys() and a line in
+// PrintElasticsearchSink (elasticsearch_options.cc), and the key in
+// docs/configuration.md; tests in elasticsearch_config_test.cc.
 #pragma once
 
 #include "connectors/builtin_sink_types.h"
 
 namespace sluice::connectors::elasticsearch {
 
-// Its keys are still read and printed in config/config.cc
-// (config::ElasticsearchSinkType()); the redis type shows where they are headed
-// (connectors/redis/redis_options.cc).
 BuiltinSinkType ElasticsearchSinkType();
 
 }  // namespace sluice::connectors::elasticsearch

@@ -1,12 +1,203 @@
 #include "connectors/kafka/kafka_options.h"
 
+#include <librdkafka/rdkafka.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/redact.h"
 #include "connectors/kafka/kafka_sink.h"
+#include "core/names.h"
 
 namespace sluice::connectors::kafka {
+namespace {
+
+using config::Field;
+using config::KafkaSinkConfig;
+
+// One kafka sink's keys while it is read.
+class KafkaKeys : public config::SinkOptionsRead {
+ public:
+  KafkaKeys(config::SinkOptionReader& reader, KafkaSinkConfig& options) : r_(reader), o_(options) {}
+
+  std::vector<config::SinkOptionKey> Keys() override {
+    return {
+        {"brokers", true, [this](const Field& f) { ReadBrokers(f); }},
+        {"topic", true, [this](const Field& f) { ReadTopic(f); }},
+        {"format", false, [this](const Field& f) { ReadFormat(f); }},
+        {"create_topic", false, [this](const Field& f) { r_.ReadBool(f, &o_.create_topic); }},
+        {"partitions", false,
+         [this](const Field& f) {
+           create_options_key_ = r_.Keep(f);
+           r_.ReadUint(f, 1, 100000, &o_.partitions);
+         }},
+        {"replication_factor", false,
+         [this](const Field& f) {
+           create_options_key_ = r_.Keep(f);
+           r_.ReadUint(f, 1, 32767, &o_.replication_factor);
+         }},
+        {"delivery_timeout", false,
+         [this](const Field& f) {
+           r_.ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
+                           std::chrono::milliseconds(std::chrono::hours(1)), &o_.delivery_timeout);
+         }},
+        {"properties", false, [this](const Field& f) { ReadProperties(f); }},
+    };
+  }
+
+  // partitions and replication_factor only with create_topic: the last one given.
+  void Check(const Field&) override {
+    if (create_options_key_ && !o_.create_topic) r_.KeyProblem(*create_options_key_, "only with create_topic: true");
+  }
+
+ private:
+  // "host:port[,host:port...]", as librdkafka's bootstrap.servers.
+  void ReadBrokers(const Field& f) {
+    constexpr std::string_view kExpected = "a list of host:port separated by commas";
+    const auto text = r_.PlainScalar(f, kExpected);
+    if (!text) return;
+    std::string_view rest = *text;
+    while (true) {
+      const size_t comma = rest.find(',');
+      const std::string_view one = rest.substr(0, comma);
+      const size_t colon = one.rfind(':');
+      const std::string_view digits = colon == std::string_view::npos ? "" : one.substr(colon + 1);
+      uint32_t port = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+      const bool port_ok = !digits.empty() && digits.size() <= 19 && ec == std::errc() &&
+                           end == digits.data() + digits.size() && port >= 1 && port <= 65535;
+      if (colon == std::string_view::npos || !IsValidHostName(std::string(one.substr(0, colon))) || !port_ok) {
+        return r_.Expected(f, kExpected, *text);
+      }
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    o_.brokers = *text;
+  }
+
+  // A topic name template: {type} is replaced; the rest must be legal in a
+  // Kafka topic name ([A-Za-z0-9._-], at most 249 characters).
+  void ReadTopic(const Field& f) {
+    constexpr std::string_view kExpected = "a topic name of [A-Za-z0-9._-] (with {type} for the entity type)";
+    const auto text = r_.PlainScalar(f, kExpected);
+    if (!text) return;
+    std::string literal = *text;
+    for (size_t at; (at = literal.find("{type}")) != std::string::npos;) literal.erase(at, 6);
+    const bool ok = !text->empty() && text->size() <= 249 && *text != "." && *text != ".." &&
+                    std::all_of(literal.begin(), literal.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                             c == '.' || c == '_' || c == '-';
+                    });
+    if (!ok) return r_.Expected(f, kExpected, *text);
+    o_.topic = *text;
+  }
+
+  void ReadFormat(const Field& f) {
+    constexpr std::string_view kExpected = "json or protobuf";
+    const auto text = r_.PlainScalar(f, kExpected);
+    if (!text) return;
+    if (*text == "json") {
+      o_.format = KafkaSinkConfig::Format::kJson;
+    } else if (*text == "protobuf") {
+      o_.format = KafkaSinkConfig::Format::kProtobuf;
+    } else {
+      r_.Expected(f, kExpected, *text);
+    }
+  }
+
+  // librdkafka properties, each checked by librdkafka itself (its message is
+  // quoted), except those the sink sets for its guarantees.
+  void ReadProperties(const Field& at) {
+    static const std::map<std::string_view, std::string_view> kOwned = {
+        {"bootstrap.servers", "set brokers instead"},
+        {"metadata.broker.list", "set brokers instead"},
+        {"enable.idempotence", "the sink always uses the idempotent producer"},
+        {"acks", "the sink always uses acks=all"},
+        {"request.required.acks", "the sink always uses acks=all"},
+        {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
+        {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
+        {"message.timeout.ms", "set delivery_timeout instead"},
+        {"delivery.timeout.ms", "set delivery_timeout instead"},
+        // librdkafka would dlopen these while the config is read, in every
+        // command (even `config check`): code runs from a config file only
+        // through plugins:.
+        {"plugin.library.paths", "librdkafka would load those libraries into sluice; sluice loads no code from "
+                                 "sink properties (list connector plugins under plugins:)"},
+        {"ssl.engine.location", "librdkafka would load that library into sluice; sluice loads no code from "
+                                "sink properties"},
+    };
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    r_.ForEachEntry(at, [&](const Field& f) {
+      const std::string& name = config::FieldKey(f);
+      if (const auto it = kOwned.find(name); it != kOwned.end()) {
+        r_.KeyProblem(f, "is set by the kafka sink: " + std::string(it->second));
+        return;
+      }
+      std::string value;
+      bool reference = false;
+      if (!r_.ReadSecret(f, &value, &reference)) return;
+      char errstr[512];
+      if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        // librdkafka quotes the value; a secret one is kept out of the message.
+        std::string why = errstr;
+        const bool secret = reference || config::IsSecretName(name);
+        if (secret && !value.empty()) {
+          const std::string quoted = "\"" + value + "\"";
+          for (size_t i; (i = why.find(quoted)) != std::string::npos;) {
+            why.replace(i, quoted.size(), "\"" + std::string(config::kRedactedValue) + "\"");
+          }
+        }
+        r_.Problem(f, secret && !value.empty() && why.find(value) != std::string::npos
+                          ? "librdkafka refuses this property (its value is secret)"
+                          : "librdkafka refuses it: " + why);
+        return;
+      }
+      o_.properties[name] = value;
+    });
+    rd_kafka_conf_destroy(conf);
+  }
+
+  config::SinkOptionReader& r_;
+  KafkaSinkConfig& o_;
+  std::shared_ptr<const Field> create_options_key_;
+};
+
+void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
+  const KafkaSinkConfig& k = sink.kafka;
+  out.Value("brokers", k.brokers);
+  out.Value("topic", k.topic);
+  out.Value("format", k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
+  out.Value("create_topic", k.create_topic);
+  if (k.create_topic) {
+    out.Value("partitions", uint64_t{k.partitions});
+    out.Value("replication_factor", uint64_t{k.replication_factor});
+  }
+  out.Duration("delivery_timeout", k.delivery_timeout);
+  if (!k.properties.empty()) out.SecretMapping("properties", k.properties);
+}
+
+}  // namespace
 
 BuiltinSinkType KafkaSinkType() {
-  return {config::KafkaSinkType(),
-          [](const config::SinkConfig& sink, const config::Config& global) { return MakeKafkaSink(sink, global); }};
+  config::SinkType t;
+  t.name = "kafka";
+  // Each Apply waits for its records' delivery reports, so a larger call pays
+  // that round trip less often.
+  t.default_batch_max = config::kKafkaBatchMaxDefault;
+  t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
+    return std::make_unique<KafkaKeys>(reader, sink->kafka);
+  };
+  t.print = PrintKafkaSink;
+  return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {
+            return MakeKafkaSink(sink, global);
+          }};
 }
 
 }  // namespace sluice::connectors::kafka

@@ -1,14 +1,16 @@
 // The mysql sink type as sluice registers it (connectors/builtin_sink_types.cc):
-// its keys, their checks and their redaction, and its factory.
+// the keys a mysql sink accepts in the config file, how each is read and
+// checked (also across sinks: no two write one table), how `config check
+// --print` shows them, and the factory. To add a mysql sink option: a field
+// in config::MysqlSinkConfig (config/config.h, with its default), a row in
+// MysqlKeys::Keys() and a line in PrintMysqlSink (mysql_options.cc), and the
+// key in docs/configuration.md; tests in config/config_test.cc.
 #pragma once
 
 #include "connectors/builtin_sink_types.h"
 
 namespace sluice::connectors::mysql {
 
-// Its keys are still read and printed in config/config.cc
-// (config::MysqlSinkType()); the redis type shows where they are headed
-// (connectors/redis/redis_options.cc).
 BuiltinSinkType MysqlSinkType();
 
 }  // namespace sluice::connectors::mysql
