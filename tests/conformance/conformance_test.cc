@@ -9,24 +9,6 @@ namespace {
 
 using connectors::ChangeEvent;
 
-// The view holds `id` live at `version` with n == `n`.
-#define EXPECT_LIVE(id, version_, n_)                                             \
-  do {                                                                            \
-    const auto row = Row(id);                                                     \
-    ASSERT_TRUE(row.has_value()) << id << " is missing from the view";            \
-    EXPECT_FALSE(row->deleted) << id << " is a tombstone";                        \
-    EXPECT_EQ(row->version, static_cast<uint64_t>(version_)) << id;               \
-    EXPECT_EQ(row->n, std::optional<int64_t>(n_)) << id;                          \
-  } while (0)
-
-// The view holds nothing live for `id` (absent, or a tombstone).
-#define EXPECT_NOT_LIVE(id)                                                       \
-  do {                                                                            \
-    const auto row = Row(id);                                                     \
-    EXPECT_TRUE(!row.has_value() || row->deleted)                                 \
-        << id << " is live at version " << row->version;                          \
-  } while (0)
-
 TEST_P(SinkConformance, IdempotentReapply) {
   auto sink = OpenSink();
   ASSERT_TRUE(sink);

@@ -21,23 +21,6 @@ using connectors::Difference;
 using connectors::EntitySnapshot;
 using connectors::RepairGuard;
 
-// The view holds `id` live at `version` with n == `n` (as in conformance_test.cc).
-#define EXPECT_LIVE(id, version_, n_)                                  \
-  do {                                                                 \
-    const auto row = Row(id);                                          \
-    ASSERT_TRUE(row.has_value()) << id << " is missing from the view"; \
-    EXPECT_FALSE(row->deleted) << id << " is a tombstone";             \
-    EXPECT_EQ(row->version, static_cast<uint64_t>(version_)) << id;    \
-    EXPECT_EQ(row->n, std::optional<int64_t>(n_)) << id;               \
-  } while (0)
-
-// The view holds nothing live for `id` (absent, or a tombstone).
-#define EXPECT_NOT_LIVE(id)                                                                              \
-  do {                                                                                                   \
-    const auto row = Row(id);                                                                            \
-    EXPECT_TRUE(!row.has_value() || row->deleted) << id << " is live at version " << row->version;      \
-  } while (0)
-
 // What storage would say after `e`.
 EntitySnapshot Snap(const ChangeEvent& e) { return EntitySnapshot{e.entity_id, e.version, e.deleted, e.state}; }
 
