@@ -212,6 +212,24 @@ struct PreparedEvent {
   bool rejected = false;                           // its state cannot be read: rejected without SQL
 };
 
+// The row of `p` in an INSERT's VALUES list: (id, version, deleted, columns...).
+void AppendRow(sql::Connection& conn, const PreparedEvent& p, std::string& sql) {
+  sql += '(';
+  conn.AppendQuoted(sql, p.event->entity_id);
+  sql += ',';
+  AppendUint(sql, p.event->version);
+  sql += p.event->deleted ? ",1" : ",0";
+  for (const auto& v : p.values) {
+    sql += ',';
+    if (v) {
+      conn.AppendQuoted(sql, *v);
+    } else {
+      sql += "NULL";
+    }
+  }
+  sql += ')';
+}
+
 class MysqlSink final : public Sink {
  public:
   MysqlSink(config::SinkConfig cfg, sql::ConnectParams params);
@@ -746,20 +764,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     for (size_t k = 0; k < rows.size(); ++k) {
       const PreparedEvent& p = chunk[rows[k]];
       if (k > 0) sql += ',';
-      sql += '(';
-      conn->AppendQuoted(sql, p.event->entity_id);
-      sql += ',';
-      AppendUint(sql, p.event->version);
-      sql += p.event->deleted ? ",1" : ",0";
-      for (const auto& v : p.values) {
-        sql += ',';
-        if (v) {
-          conn->AppendQuoted(sql, *v);
-        } else {
-          sql += "NULL";
-        }
-      }
-      sql += ')';
+      AppendRow(*conn, p, sql);
     }
     sql += upsert_suffix_;
     if (sql.size() > max_statement_bytes_) {
@@ -1041,20 +1046,7 @@ Status MysqlSink::RepairInTransaction(std::span<PreparedEvent> chunk, std::span<
       continue;
     }
     upsert += upsert.empty() ? insert_prefix_ : ",";
-    upsert += '(';
-    conn->AppendQuoted(upsert, p.event->entity_id);
-    upsert += ',';
-    AppendUint(upsert, p.event->version);
-    upsert += p.event->deleted ? ",1" : ",0";
-    for (const auto& v : p.values) {
-      upsert += ',';
-      if (v) {
-        conn->AppendQuoted(upsert, *v);
-      } else {
-        upsert += "NULL";
-      }
-    }
-    upsert += ')';
+    AppendRow(*conn, p, upsert);
   }
   for (std::string* statement : {&upsert, &removed}) {
     if (statement->empty()) continue;
