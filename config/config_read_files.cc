@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -134,21 +135,29 @@ void ConfigReader::RememberReference(const Field& f, const std::string& referenc
   if (secret_references_ != nullptr) (*secret_references_)[f.path] = reference;
 }
 
+std::optional<std::filesystem::path> ConfigReader::ReadNamedFile(const Field& f, std::string_view what,
+                                                                 std::string* text) {
+  std::string path;
+  if (!ReadString(f, kNotEmpty, &path)) return std::nullopt;
+  std::filesystem::path p = ResolvePath(path);
+  if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, text); err != 0) {
+    Problem(f.mark, f.path, "cannot read " + std::string(what) + QuoteValue(p.string()) + ": " + ErrnoText(err));
+    return std::nullopt;
+  }
+  return p;
+}
+
 // A readable file, relative to the config file's folder, holding one JSON
 // object: its path and its text.
 void ConfigReader::ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) {
-  std::string path;
-  if (!ReadString(f, kNotEmpty, &path)) return;
-  const std::filesystem::path p = ResolvePath(path);
   std::string text;
-  if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, &text); err != 0) {
-    return Problem(f.mark, f.path, "cannot read " + QuoteValue(p.string()) + ": " + ErrnoText(err));
-  }
+  const std::optional<std::filesystem::path> p = ReadNamedFile(f, "", &text);
+  if (!p) return;
   const nlohmann::json parsed = ParseJsonOrDiscarded(text);
   if (parsed.is_discarded() || !parsed.is_object()) {
-    return Problem(f.mark, f.path, QuoteValue(p.string()) + " must hold one JSON object");
+    return Problem(f.mark, f.path, QuoteValue(p->string()) + " must hold one JSON object");
   }
-  *path_out = p.lexically_normal().string();
+  *path_out = p->lexically_normal().string();
   *json_out = std::move(text);
 }
 

@@ -72,14 +72,10 @@ void ConfigReader::ReadEntities(const Field& at, std::map<std::string, EntityTyp
 // entities.<type>.handlers: a readable JavaScript file, relative to the
 // config file's folder. Compiling it is the handlers module's job.
 void ConfigReader::ReadHandlersFile(const Field& f, EntityTypeConfig* entity) {
-  std::string path;
-  if (!ReadString(f, kNotEmpty, &path)) return;
-  const std::filesystem::path p = ResolvePath(path);
   std::string source;
-  if (const int err = ReadWholeFile(p.string(), kMaxConfigFileBytes, &source); err != 0) {
-    return Problem(f.mark, f.path, "cannot read handler file " + QuoteValue(p.string()) + ": " + ErrnoText(err));
-  }
-  entity->handlers = p.lexically_normal().string();
+  const std::optional<std::filesystem::path> p = ReadNamedFile(f, "handler file ", &source);
+  if (!p) return;
+  entity->handlers = p->lexically_normal().string();
   entity->handlers_origin = Origin(f.mark);
 }
 

@@ -197,6 +197,10 @@ class ConfigReader final : public SinkOptionReader {
 
   // A path as written, relative to the config file's folder.
   std::filesystem::path ResolvePath(std::string_view written) const;
+  // The file a string field names (relative to the config file's folder):
+  // its path, and its text in *text; nullopt after reporting "cannot read
+  // <what><path>: <why>".
+  std::optional<std::filesystem::path> ReadNamedFile(const Field& f, std::string_view what, std::string* text);
   // Redacted() shows a secret given as a reference as it was written.
   void RememberReference(const Field& f, const std::string& reference);
 
