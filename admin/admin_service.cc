@@ -159,7 +159,7 @@ http::Response AdminService::Status_() {
     const auto t = runner->totals();
     Json parts = Json::array();
     for (const auto& [p, off] : t.offsets) parts.push_back({{"partition", p}, {"offset", off}});
-    Json s = {{"name", runner->name()}, {"state", t.state},       {"paused", t.paused},
+    Json s = {{"name", runner->name()}, {"state", SinkStateName(t.state)},       {"paused", t.paused},
               {"last_error", t.last_error}, {"applied", t.applied}, {"stale", t.stale},
               {"dead_lettered", t.dead_lettered}, {"partitions", parts}, {"rebuild", nullptr}};
     {
@@ -196,7 +196,7 @@ http::Response AdminService::Change(const std::string& sink, const std::string& 
   if (!st.ok()) return ErrorFrom(st);
   Log(LogLevel::kInfo, "admin: sink " + sink + (action == "pause" ? " paused" : " resumed"));
   const auto t = runner->totals();
-  return Reply(200, Json{{"sink", sink}, {"state", t.state}, {"paused", t.paused}});
+  return Reply(200, Json{{"sink", sink}, {"state", SinkStateName(t.state)}, {"paused", t.paused}});
 }
 
 http::Response AdminService::Rewind(engine::SinkRunner& runner, const std::string& body) {

@@ -96,7 +96,7 @@ Status ViewRebuild::WaitShadowReaches(const std::map<uint32_t, uint64_t>& target
   for (;;) {
     if (abandon_) return Aborted("the process is stopping");
     const auto t = shadow_->totals();
-    if (t.state == "stopped") return FailedPrecondition("the shadow view stopped: " + t.last_error);
+    if (t.state == SinkState::kStopped) return FailedPrecondition("the shadow view stopped: " + t.last_error);
     bool reached = true;
     for (const auto& [p, want] : target) {
       const auto it = t.offsets.find(p);

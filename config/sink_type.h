@@ -36,7 +36,7 @@
 namespace sluice::config {
 
 // One key/value being read, with where to point when it is wrong. Opaque
-// outside config.cc: a sink type only hands it back to the reader.
+// outside config/ (config_reader.h): a sink type only hands it back to the reader.
 struct Field;
 
 // The dotted path of a field in messages, e.g. "sinks[0].url".

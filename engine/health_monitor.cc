@@ -146,11 +146,10 @@ void HealthMonitor::Check() {
     const auto& sinks = config_.sinks;
     for (const auto& runner : engine_->runners()) {
       const SinkRunner::Totals t = runner->totals();
-      const metrics::SinkState state = metrics::SinkStateOf(t.state);
-      runner->metrics().SetState(state);
-      const bool healthy = state == metrics::SinkState::kRunning || state == metrics::SinkState::kPaused;
+      runner->metrics().SetState(t.state);
+      const bool healthy = SinkStateHealthy(t.state);
       ready = ready && healthy;
-      Json js = {{"name", runner->name()}, {"state", t.state}, {"healthy", healthy}};
+      Json js = {{"name", runner->name()}, {"state", SinkStateName(t.state)}, {"healthy", healthy}};
       if (!t.last_error.empty()) js["last_error"] = t.last_error;
       // Lag only from fresh heads: with storage down the gauges keep their last values.
       const config::SinkConfig* cfg = nullptr;

@@ -23,7 +23,11 @@ SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Si
       storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
       metrics_(options_.metrics ? options_.metrics
                                 : std::make_shared<metrics::SinkMetrics>(metrics::UnexportedRegistry(),
-                                                                         options_.sink.name, options_.partitions)) {}
+                                                                         options_.sink.name, options_.partitions)),
+      loop_(std::make_unique<connectors::ApplyLoop>(
+          *sink_, connectors::ApplyLoop::Options{.chunk_max = options_.sink.batch_max,
+                                                 .backoff_min = std::chrono::milliseconds(50),
+                                                 .backoff_max = options_.engine.retry_backoff_max})) {}
 
 SinkRunner::~SinkRunner() { Stop(); }
 
@@ -34,15 +38,15 @@ Status SinkRunner::Start() {
   for (uint32_t p = 0; p < options_.partitions; ++p) {
     offsets::PartitionProgress pp = stored.count(p) ? stored[p] : offsets::PartitionProgress{};
     // An operator's pause outlives a restart.
-    if (pp.state == "paused") paused_ = true;
-    pp.state = "running";
+    if (SinkStateFromName(pp.state) == SinkState::kPaused) paused_ = true;
+    pp.state = SinkStateName(SinkState::kRunning);
     pp.last_error.clear();
     start_offsets_[p] = pp.event_id;
     progress_[p] = pp;
   }
   if (paused_) {
-    state_ = "paused";
-    for (auto& [p, pp] : progress_) pp.state = "paused";
+    state_ = SinkState::kPaused;
+    for (auto& [p, pp] : progress_) pp.state = SinkStateName(state_);
   }
   flushed_ = progress_;
   last_flush_ = std::chrono::steady_clock::now();
@@ -77,7 +81,7 @@ Result<StepReport> SinkRunner::CompareOnApplier(std::vector<connectors::ChangeEv
     std::map<uint32_t, uint64_t> offsets;
     {
       std::lock_guard lock(mu_);
-      if (paused_ || state_ != "running") {
+      if (paused_ || state_ != SinkState::kRunning) {
         *report = StepReport::Skipped();
         return Status::Ok();
       }
@@ -160,7 +164,7 @@ Status SinkRunner::Pause() {
       std::lock_guard lock(mu_);
       paused_ = true;
     }
-    SetState("paused", "");
+    SetState(SinkState::kPaused, "");
     // A failed flush is logged and goes back to the last one; the pause holds.
     SaveOffsets().IgnoreError();
     return Status::Ok();
@@ -174,7 +178,7 @@ Status SinkRunner::Resume() {
       if (!paused_) return Status::Ok();
       paused_ = false;
     }
-    SetState("running", "");
+    SetState(SinkState::kRunning, "");
     SaveOffsets().IgnoreError();  // paused: nothing was acknowledged since the pause's flush
     return Status::Ok();
   });
@@ -381,12 +385,16 @@ void SinkRunner::ReadLoop() {
   }
 }
 
-void SinkRunner::SetState(const std::string& state, const std::string& error) {
+void SinkRunner::SetState(SinkState state, const std::string& error) {
   std::lock_guard lock(mu_);
+  SetStateLocked(state, error);
+}
+
+void SinkRunner::SetStateLocked(SinkState state, const std::string& error) {
   state_ = state;
   last_error_ = error;
   for (auto& [p, pp] : progress_) {
-    pp.state = state;
+    pp.state = SinkStateName(state);
     pp.last_error = error;
   }
   dirty_ = true;
@@ -419,20 +427,21 @@ Status SinkRunner::FlushSink() {
       std::lock_guard lock(mu_);
       flushed_ = progress_;
     }
-    if (std::exchange(flush_failing_, false) && state_ == "backoff") SetState("running", "");
+    if (std::exchange(flush_failing_, false) && state_ == SinkState::kBackoff) SetState(SinkState::kRunning, "");
     return st;
   }
   // Until a flush succeeds the sink is in backoff (a paused one stays
   // paused), also in the offsets saved meanwhile.
   flush_failing_ = true;
-  if (state_ == "running" || state_ == "backoff") SetState("backoff", "flushing the sink failed: " + st.message());
+  if (state_ == SinkState::kRunning || state_ == SinkState::kBackoff) {
+    SetState(SinkState::kBackoff, "flushing the sink failed: " + st.message());
+  }
   LogRateLimited(LogLevel::kWarn, "engine.flush." + options_.sink.name,
                  "engine: sink " + options_.sink.name + ": flushing the sink failed; its events since the last "
                  "flush are applied again: " + st.message());
   // What it buffered since its last flush may be gone with the close: its
   // offsets and counters go back there and those events are read again.
-  sink_open_ = false;
-  sink_->Close();
+  loop_->Close();
   {
     std::lock_guard lock(mu_);
     std::map<uint32_t, uint64_t> back;
@@ -453,8 +462,7 @@ Status SinkRunner::FlushSink() {
 void SinkRunner::CloseSink() {
   // A failed flush has closed the sink and gone back to the last flush.
   if (!FlushSink().ok()) return;
-  sink_open_ = false;
-  sink_->Close();
+  loop_->Close();
 }
 
 Status SinkRunner::SaveOffsets() {
@@ -477,135 +485,124 @@ Status SinkRunner::SaveOffsets() {
   return flushed;
 }
 
-size_t SinkRunner::ChunkMax() const { return std::max<uint32_t>(1, options_.sink.batch_max); }
-
 bool SinkRunner::ApplyWork(Work& work) {
-  const size_t chunk_max = ChunkMax();
-  Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
-  size_t done = 0;
-  while (done < work.events.size()) {
-    if (!Checkpoint()) return false;
-    {
-      std::lock_guard lock(mu_);
-      // SetOffsets moved a partition meanwhile: its events go. Work of
-      // several segments fits in one chunk, so none of it is applied yet.
-      const auto outdated = [this](const Work::Segment& g) { return Outdated(g.partition, g.epoch); };
-      if (std::any_of(work.segments.begin(), work.segments.end(), outdated)) {
-        if (work.segments.size() == 1) return true;
-        Work kept;
-        for (const auto& g : work.segments) {
-          if (outdated(g)) continue;
-          Batch b{g.partition, g.epoch, {}};
-          b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
-                          std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
-          kept.Add(std::move(b));
-        }
-        work = std::move(kept);
-        if (work.events.empty()) return true;
-      }
-    }
-    const std::span<const connectors::ChangeEvent> all(work.events);
-    const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
-    Status st;
-    connectors::ApplyResult r;
-    if (!sink_open_) {
-      st = sink_->Open();
-      sink_open_ = st.ok();
-    }
-    if (st.ok()) {
-      const auto apply_start = std::chrono::steady_clock::now();
-      r = sink_->Apply(chunk);
-      metrics_->ApplyCall(chunk.size(),
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - apply_start).count());
-      st = r.status;
-    }
-    if (st.ok() && r.results.size() != chunk.size()) {
-      st = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
-                    std::to_string(chunk.size()) + " events");
-    }
-    // Dead letters are written before the offset may pass them.
-    size_t stop_at = chunk.size();
-    bool dead_letter_failed = false;
-    if (st.ok()) {
-      for (size_t i = 0; i < chunk.size() && st.ok(); ++i) {
-        if (r.results[i].outcome != Outcome::kRejected) continue;
-        if (options_.sink.on_error == config::OnError::kStop) {
-          stop_at = i;
-          break;
-        }
-        st = DeadLetter(chunk[i], r.results[i].reason);
-        if (!st.ok()) {
-          st = Unavailable("cannot write the dead letter: " + st.message());
-          dead_letter_failed = true;
-        }
-      }
-    }
-    if (!st.ok()) {
-      if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kAborted) {
-        {
-          std::lock_guard lock(mu_);
-          ++retries_;
-          metrics_->Retry(dead_letter_failed                        ? metrics::RetryClass::kStorageUnavailable
-                          : st.code() == StatusCode::kAborted ? metrics::RetryClass::kSinkAborted
-                                                              : metrics::RetryClass::kSinkUnavailable);
-        }
-        SetState("backoff", st.message());
-        LogRateLimited(LogLevel::kWarn, "engine.apply." + options_.sink.name,
-                       "engine: sink " + options_.sink.name + " is unavailable, retrying with backoff: " +
-                           st.message());
-        CloseSink();
-        if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
-          SaveOffsets().IgnoreError();  // CloseSink flushed, or went back to the last flush
-        }
-        if (!ApplierSleep(backoff.Next())) return false;
-        continue;  // the same chunk again; the version check makes a partial apply harmless
-      }
-      SetState("stopped", st.message());
-      Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + st.message() +
-                                " (fix the sink's configuration or server, then restart)");
-      return false;
-    }
-    {
-      std::lock_guard lock(mu_);
-      // Per segment, the events of this chunk up to stop_at are acknowledged.
-      uint64_t applied = 0, stale = 0, dead = 0;
-      for (const auto& g : work.segments) {
-        const size_t from = std::max(g.begin, done), to = std::min(g.end, done + stop_at);
-        if (from >= to) continue;
-        auto& pp = progress_[g.partition];
-        for (size_t i = from; i < to; ++i) {
-          switch (r.results[i - done].outcome) {
-            case Outcome::kApplied: ++pp.applied, ++applied; break;
-            case Outcome::kStale: ++pp.stale, ++stale; break;
-            case Outcome::kRejected: ++pp.dead_lettered, ++dead; break;
+  for (;;) {
+    bool stopping = false, outdated = false;
+    loop_->Run(
+        work.events,
+        [&](size_t) {
+          if (!Checkpoint()) {
+            stopping = true;
+            return connectors::ApplyLoop::Next::kStop;
           }
-        }
-        pp.event_id = work.events[to - 1].event_id;
-      }
-      metrics_->Applied(applied, stale, dead);
-      dirty_ = true;
-      unflushed_ = true;
-      if (state_ != "running" && !flush_failing_) {  // a failing flush keeps it in backoff
-        state_ = "running";
-        last_error_.clear();
-        for (auto& [p, q] : progress_) {
-          q.state = "running";
-          q.last_error.clear();
-        }
-      }
+          std::lock_guard lock(mu_);
+          const auto old = [this](const Work::Segment& g) { return Outdated(g.partition, g.epoch); };
+          outdated = std::any_of(work.segments.begin(), work.segments.end(), old);
+          return outdated ? connectors::ApplyLoop::Next::kStop : connectors::ApplyLoop::Next::kContinue;
+        },
+        [&](connectors::ChunkResult& chunk) {
+          const auto next = AfterChunk(work, chunk);
+          stopping = next == connectors::ApplyLoop::Next::kStop;
+          return next;
+        });
+    if (stopping) return false;
+    if (!outdated) return true;
+    // SetOffsets moved a partition meanwhile: its events go. Work of
+    // several segments fits in one chunk, so none of it is applied yet.
+    std::lock_guard lock(mu_);
+    if (work.segments.size() == 1) return true;
+    Work kept;
+    for (const auto& g : work.segments) {
+      if (Outdated(g.partition, g.epoch)) continue;
+      Batch b{g.partition, g.epoch, {}};
+      b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
+                      std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
+      kept.Add(std::move(b));
     }
-    if (stop_at < chunk.size()) {
-      const auto& e = chunk[stop_at];
-      SetState("stopped", "event " + std::to_string(e.event_id) + " of partition " + std::to_string(e.partition) +
-                              " (entity " + e.entity_id + ") was rejected and on_error is stop: " +
-                              r.results[stop_at].reason);
-      Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + last_error_);
-      return false;
-    }
-    (void)SLUICE_FAILPOINT("engine.after_apply");  // `crash`: applied but offset not saved
-    done += chunk.size();
+    work = std::move(kept);
+    if (work.events.empty()) return true;
   }
-  return true;
+}
+
+connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors::ChunkResult& chunk) {
+  using Next = connectors::ApplyLoop::Next;
+  using connectors::FailureClass;
+  if (chunk.applied) metrics_->ApplyCall(chunk.events.size(), chunk.seconds);
+  Status st = chunk.status;
+  FailureClass failure = chunk.failure;
+  // Dead letters are written before the offset may pass them.
+  size_t stop_at = chunk.events.size();
+  bool dead_letter_failed = false;
+  for (size_t i = 0; failure == FailureClass::kNone && i < chunk.events.size(); ++i) {
+    if (chunk.results[i].outcome != Outcome::kRejected) continue;
+    if (options_.sink.on_error == config::OnError::kStop) {
+      stop_at = i;
+      break;
+    }
+    if (Status filed = DeadLetter(chunk.events[i], chunk.results[i].reason); !filed.ok()) {
+      st = Unavailable("cannot write the dead letter: " + filed.message());
+      failure = FailureClass::kUnavailable;
+      dead_letter_failed = true;
+    }
+  }
+  if (failure == FailureClass::kFatal) {
+    SetState(SinkState::kStopped, st.message());
+    Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + st.message() +
+                              " (fix the sink's configuration or server, then restart)");
+    return Next::kStop;
+  }
+  if (failure != FailureClass::kNone) {
+    {
+      std::lock_guard lock(mu_);
+      ++retries_;
+      metrics_->Retry(dead_letter_failed                      ? metrics::RetryClass::kStorageUnavailable
+                      : failure == FailureClass::kAborted ? metrics::RetryClass::kSinkAborted
+                                                          : metrics::RetryClass::kSinkUnavailable);
+    }
+    SetState(SinkState::kBackoff, st.message());
+    LogRateLimited(LogLevel::kWarn, "engine.apply." + options_.sink.name,
+                   "engine: sink " + options_.sink.name + " is unavailable, retrying with backoff: " + st.message());
+    CloseSink();
+    if (std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
+      SaveOffsets().IgnoreError();  // CloseSink flushed, or went back to the last flush
+    }
+    // The same chunk again; the version check makes a partial apply harmless.
+    return ApplierSleep(loop_->NextBackoff()) ? Next::kRetry : Next::kStop;
+  }
+  {
+    std::lock_guard lock(mu_);
+    // Per segment, the events of this chunk up to stop_at are acknowledged.
+    const size_t done = chunk.offset;
+    uint64_t applied = 0, stale = 0, dead = 0;
+    for (const auto& g : work.segments) {
+      const size_t from = std::max(g.begin, done), to = std::min(g.end, done + stop_at);
+      if (from >= to) continue;
+      auto& pp = progress_[g.partition];
+      for (size_t i = from; i < to; ++i) {
+        switch (chunk.results[i - done].outcome) {
+          case Outcome::kApplied: ++pp.applied, ++applied; break;
+          case Outcome::kStale: ++pp.stale, ++stale; break;
+          case Outcome::kRejected: ++pp.dead_lettered, ++dead; break;
+        }
+      }
+      pp.event_id = work.events[to - 1].event_id;
+    }
+    metrics_->Applied(applied, stale, dead);
+    dirty_ = true;
+    unflushed_ = true;
+    // A failing flush keeps it in backoff.
+    if (state_ != SinkState::kRunning && !flush_failing_) SetStateLocked(SinkState::kRunning, "");
+  }
+  if (stop_at < chunk.events.size()) {
+    const auto& e = chunk.events[stop_at];
+    SetState(SinkState::kStopped, "event " + std::to_string(e.event_id) + " of partition " +
+                                      std::to_string(e.partition) + " (entity " + e.entity_id +
+                                      ") was rejected and on_error is stop: " + chunk.results[stop_at].reason);
+    Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + last_error_);
+    return Next::kStop;
+  }
+  (void)SLUICE_FAILPOINT("engine.after_apply");  // `crash`: applied but offset not saved
+  return Next::kContinue;
 }
 
 void SinkRunner::ApplyLoop() {
@@ -622,7 +619,7 @@ void SinkRunner::ApplyLoop() {
       // chunk; none while controls wait (the next Checkpoint runs them). The
       // flush below runs either way: controls that come often (the
       // anti-entropy's) must not hold back the offsets.
-      const size_t chunk_max = ChunkMax();
+      const size_t chunk_max = loop_->chunk_max();
       while (controls_.empty() && !queue_.empty()) {
         Batch& next = queue_.front();
         if (!work.events.empty() && work.events.size() + next.events.size() > chunk_max) break;
@@ -654,7 +651,7 @@ void SinkRunner::ApplyLoop() {
         }
         if (!ApplierSleep(flush_backoff.Next())) break;
       } else {
-        SetState("stopped", st.message());
+        SetState(SinkState::kStopped, st.message());
         Log(LogLevel::kError, "engine: sink " + options_.sink.name + " stopped: " + st.message() +
                                   " (fix the sink's configuration or server, then restart)");
         break;
@@ -663,7 +660,7 @@ void SinkRunner::ApplyLoop() {
   }
   // A failed flush here is logged, and the saved offsets stay at the last one.
   SaveOffsets().IgnoreError();
-  sink_->Close();
+  loop_->Close();
   // A stopped sink stops its reader too, and refuses controls.
   std::deque<std::shared_ptr<Control>> refused;
   {

@@ -12,7 +12,8 @@
 //                   once; when every partition is idle it sleeps 1 ms,
 //                   doubling up to engine.idle_poll_max, unless Wake() says
 //                   new events were committed.
-//   applier thread  applies each batch in chunks of sink.batch_max, then
+//   applier thread  applies each batch in chunks of sink.batch_max (through
+//                   connectors::ApplyLoop, as the writer's push does), then
 //                   advances the partition's in-memory offset past what the
 //                   sink acknowledged: applied, stale, or rejected and written
 //                   to the dead-letter table. Unavailable: capped exponential
@@ -58,7 +59,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "connectors/apply_loop.h"
 #include "connectors/sink.h"
+#include "core/sink_state.h"
 #include "engine/anti_entropy.h"
 #include "engine/durability_barrier.h"
 #include "metrics/metrics.h"
@@ -102,7 +105,7 @@ class SinkRunner {
 
   struct Totals {
     uint64_t read = 0, applied = 0, stale = 0, dead_lettered = 0, gaps = 0, retries = 0;
-    std::string state;  // running | backoff | paused | stopped
+    SinkState state = SinkState::kRunning;
     std::string last_error;
     bool paused = false;
     std::map<uint32_t, uint64_t> offsets;  // per partition: last acknowledged event_id
@@ -160,11 +163,12 @@ class SinkRunner {
   // with the offsets of the moment; a skipped report while the sink is not
   // running (paused, backing off, stopped).
   Result<StepReport> CompareOnApplier(std::vector<connectors::ChangeEvent> latest);
-  // Applies the work until it is acknowledged or the runner must stop;
-  // false when the runner stops.
+  // Applies the work through loop_ until it is acknowledged or the runner
+  // must stop; false when the runner stops.
   bool ApplyWork(Work& work);
-  // Events per Apply(): the sink's batch_max, at least 1.
-  size_t ChunkMax() const;
+  // After each chunk of ApplyWork: files dead letters, moves the offsets
+  // past what the sink acknowledged, or backs off (and retries) or stops.
+  connectors::ApplyLoop::Next AfterChunk(const Work& work, connectors::ChunkResult& chunk);
   Status DeadLetter(const connectors::ChangeEvent& e, const std::string& reason);
   // Applier thread: makes what the sink acknowledged since its last flush
   // durable (Sink::Flush). On failure the sink is closed and every partition
@@ -182,7 +186,8 @@ class SinkRunner {
   // Applier thread: which of the (partition, event_id) are dead letters of this sink.
   Result<std::set<std::pair<uint32_t, uint64_t>>> DeadLettersAmong(
       const std::vector<std::pair<uint32_t, uint64_t>>& events);
-  void SetState(const std::string& state, const std::string& error);
+  void SetState(SinkState state, const std::string& error);
+  void SetStateLocked(SinkState state, const std::string& error);  // mu_ held
   // Sleeps up to d unless stopping; false when stopping.
   bool SleepUnlessStopping(std::chrono::milliseconds d);
   // Applier thread: sleeps up to d unless stopping or a control arrives.
@@ -200,6 +205,8 @@ class SinkRunner {
   const std::shared_ptr<DurabilityBarrier> barrier_;
   const std::shared_ptr<sql::Storage> storage_;  // never null
   const std::shared_ptr<metrics::SinkMetrics> metrics_;  // never null
+  // Opens, chunks, applies, checks and classifies for the applier thread.
+  const std::unique_ptr<connectors::ApplyLoop> loop_;
 
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;   // queue_ changed or stopping_
@@ -216,13 +223,12 @@ class SinkRunner {
 
   // Applier-thread state (read under mu_ by totals()).
   std::map<uint32_t, offsets::PartitionProgress> progress_;
-  std::string state_ = "running";
+  SinkState state_ = SinkState::kRunning;
   std::string last_error_;
   uint64_t read_ = 0, gaps_ = 0, retries_ = 0;
 
   std::unique_ptr<offsets::OffsetStore> store_;
   std::unique_ptr<sql::DeadLetterTable> dead_letters_;  // applier thread
-  bool sink_open_ = false;
   // Applier thread: progress_ as of the sink's last successful Flush() (or
   // as loaded); saved offsets never pass it. unflushed_: the sink has
   // acknowledged events since (only while it is open).

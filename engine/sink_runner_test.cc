@@ -222,7 +222,7 @@ TEST_F(SinkRunnerUnitTest, ARejectionWithOnErrorStopStopsBeforeTheEvent) {
   Append(0, 5);
   script_.reject = {{0, 3}};
   Start(config::OnError::kStop);
-  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == "stopped"; }));
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == SinkState::kStopped; }));
   runner_->Stop();
   EXPECT_EQ(Saved(0), 2u);
   EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "stopped");

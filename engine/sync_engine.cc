@@ -39,7 +39,7 @@ void SyncEngine::Stop() {
     Log(LogLevel::kInfo, "engine: sink " + r->name() + " stopped: read " + std::to_string(t.read) + ", applied " +
                              std::to_string(t.applied) + ", stale " + std::to_string(t.stale) + ", dead-lettered " +
                              std::to_string(t.dead_lettered) + " (cumulative), gaps " + std::to_string(t.gaps) +
-                             ", retries " + std::to_string(t.retries) + ", state " + t.state);
+                             ", retries " + std::to_string(t.retries) + ", state " + std::string(SinkStateName(t.state)));
   }
 }
 

@@ -317,23 +317,6 @@ std::string_view RetryClassName(RetryClass c) {
   return "sink_unavailable";
 }
 
-std::string_view SinkStateName(SinkState s) {
-  switch (s) {
-    case SinkState::kRunning: return "running";
-    case SinkState::kBackoff: return "backoff";
-    case SinkState::kPaused: return "paused";
-    case SinkState::kStopped: return "stopped";
-  }
-  return "stopped";
-}
-
-SinkState SinkStateOf(std::string_view name) {
-  for (size_t i = 0; i < kSinkStates; ++i) {
-    if (SinkStateName(static_cast<SinkState>(i)) == name) return static_cast<SinkState>(i);
-  }
-  return SinkState::kStopped;
-}
-
 SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitions) {
   const prometheus::Labels labels = {{"sink", sink}};
   // A scrape collects families in the order they were registered, one after
@@ -378,7 +361,7 @@ SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitio
 
 void SinkMetrics::SetState(SinkState s) {
   for (size_t i = 0; i < kSinkStates; ++i) state_[i]->Set(i == static_cast<size_t>(s) ? 1 : 0);
-  healthy_->Set(s == SinkState::kRunning || s == SinkState::kPaused ? 1 : 0);
+  healthy_->Set(SinkStateHealthy(s) ? 1 : 0);
 }
 
 void SinkMetrics::SetLag(uint32_t partition, uint64_t events, double seconds) {

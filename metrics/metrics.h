@@ -30,6 +30,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include "core/sink_state.h"
 #include "http/server.h"
 
 namespace sluice::metrics {
@@ -206,14 +207,6 @@ enum class RetryClass : uint8_t { kSinkUnavailable, kSinkAborted, kStorageUnavai
 inline constexpr size_t kRetryClasses = 3;
 std::string_view RetryClassName(RetryClass c);
 
-// running: applying; backoff: retrying an unavailable sink; paused: by an
-// operator; stopped: needs a fix (misconfigured, or a rejection with
-// on_error: stop). Running and paused count as healthy.
-enum class SinkState : uint8_t { kRunning, kBackoff, kPaused, kStopped };
-inline constexpr size_t kSinkStates = 4;
-std::string_view SinkStateName(SinkState s);
-// The state named by SinkRunner's state text; unknown text is kStopped.
-SinkState SinkStateOf(std::string_view name);
 
 // What the engine's anti-entropy found when it compared an entity with the
 // view: the view lacks it (missing), holds a deleted one (extra), holds an

@@ -65,15 +65,7 @@ PushStack MakePushStack(const std::string& name, uint32_t partitions, uint16_t r
 }
 
 std::unique_ptr<SluiceProcess> StartMode(const PushStack& s, const std::string& mode) {
-  const std::string& path = mode == "sync" ? s.engine_path : s.path;
-  auto p = std::make_unique<SluiceProcess>(std::vector<std::string>{mode, "--config", path}, s.cfg.port);
-  std::string why;
-  if (mode == "sync") {
-    EXPECT_TRUE(p->StartNoHttp(&why, "syncing")) << why;
-  } else {
-    EXPECT_TRUE(p->Start(&why)) << why;
-  }
-  return p;
+  return StartSluice(mode, mode == "sync" ? s.engine_path : s.path, s.cfg.port);
 }
 
 // The counters of the writer's "writer push to sink <name>: ..." stop line.

@@ -227,7 +227,7 @@ TEST_F(SinkRunnerTest, AStopInsideAMergedApplyMovesEachOffsetOnlyPastWhatWasAckn
     script_.reject.insert({1, 5});  // the second new event of partition 1
   }
   ASSERT_TRUE(runner_->Resume().ok());
-  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == "stopped"; }));
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == SinkState::kStopped; }));
   const auto totals = runner_->totals();
   // The merged Apply held p0 4,5 | p1 4,5 | p2 4,5 | p3 4,5 (partition order of the read).
   EXPECT_EQ(totals.offsets.at(0), 5u);
@@ -304,7 +304,7 @@ TEST_F(SinkRunnerTest, AFailedFlushKeepsTheOffsetsBackAndAppliesItsEventsAgain) 
   EXPECT_EQ(Stored().at(0), 3u) << "the offset passed events the sink failed to flush";
   const auto failing = runner_->totals();
   EXPECT_GE(failing.retries, 1u);
-  EXPECT_EQ(failing.state, "backoff");  // while flushes fail, even between successful applies
+  EXPECT_EQ(failing.state, SinkState::kBackoff);  // while flushes fail, even between successful applies
   EXPECT_NE(failing.last_error.find("the remote store refused the buffered batch"), std::string::npos)
       << failing.last_error;
   {
@@ -319,7 +319,7 @@ TEST_F(SinkRunnerTest, AFailedFlushKeepsTheOffsetsBackAndAppliesItsEventsAgain) 
   EXPECT_GE(script_.applies.at({0, 4}), 2);
   const auto recovered = runner_->totals();
   EXPECT_EQ(recovered.applied, 7u);
-  EXPECT_EQ(recovered.state, "running");
+  EXPECT_EQ(recovered.state, SinkState::kRunning);
 }
 
 TEST_F(SinkRunnerTest, TheSinkIsFlushedBeforeItIsClosedAfterAFailureAndWhenPaused) {

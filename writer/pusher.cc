@@ -24,8 +24,9 @@ std::string_view PushOutcomeName(PushOutcome outcome) {
 
 Pusher::Pusher(Options options, SinkFactory factory)
     : options_(std::move(options)),
-      factory_(std::move(factory)),
-      backoff_(options_.reopen_backoff_min, options_.reopen_backoff_max) {}
+      loop_(std::move(factory), connectors::ApplyLoop::Options{.chunk_max = options_.sink.batch_max,
+                                                               .backoff_min = options_.reopen_backoff_min,
+                                                               .backoff_max = options_.reopen_backoff_max}) {}
 
 Pusher::~Pusher() { Stop(); }
 
@@ -149,7 +150,7 @@ void Pusher::Run() {
     }
     done_cv_.notify_all();
   }
-  if (sink_ && open_) sink_->Close();
+  loop_.Close();
   done_cv_.notify_all();
 }
 
@@ -171,39 +172,8 @@ std::vector<PushOutcome> Pusher::Apply(const std::vector<std::shared_ptr<Ticket>
   }
   if (pending.empty()) return outcomes;
 
-  auto fail_rest = [&](size_t from, const Status& st) {
-    for (size_t i = from; i < pending.size(); ++i) outcomes[slot[i]] = PushOutcome::kFailed;
-    counters_.failed.fetch_add(pending.size() - from, std::memory_order_relaxed);
-    if (open_) sink_->Close();
-    open_ = false;
-    std::lock_guard lock(mu_);
-    reopen_at_ = Clock::now() + backoff_.Next();
-    LogRateLimited(LogLevel::kWarn, "writer.push." + options_.sink.name,
-                   "writer: push to " + options_.where + " failed (the pull path will apply it): " + st.message());
-  };
-
-  if (!open_) {
-    Status st;
-    if (!sink_) {
-      auto made = factory_();
-      if (made.ok()) {
-        sink_ = std::move(made).value();
-      } else {
-        st = made.status();
-      }
-    }
-    if (st.ok()) st = sink_->Open();
-    if (!st.ok()) {
-      fail_rest(0, st);
-      return outcomes;
-    }
-    open_ = true;
-    backoff_.Reset();
-  }
-
   // The sink takes a contiguous span: one ticket's events as they are, more
   // than one copied together.
-  const size_t chunk_max = std::max<uint32_t>(1, options_.sink.batch_max);
   std::vector<ChangeEvent> joined;
   std::span<const ChangeEvent> all;
   if (batch.size() == 1 && pending.size() == batch[0]->events->size()) {
@@ -213,36 +183,29 @@ std::vector<PushOutcome> Pusher::Apply(const std::vector<std::shared_ptr<Ticket>
     for (const ChangeEvent* e : pending) joined.push_back(*e);
     all = std::span<const ChangeEvent>(joined);
   }
-  for (size_t done = 0; done < all.size();) {
-    const auto chunk = all.subspan(done, std::min(chunk_max, all.size() - done));
-    connectors::ApplyResult r = sink_->Apply(chunk);
-    if (r.status.ok() && r.results.size() != chunk.size()) {
-      r.status = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
-                          std::to_string(chunk.size()) + " events");
+  // Push never retries: a failed chunk fails the rest (the pull path applies
+  // them) and keeps the sink down for a backoff.
+  loop_.Run(all, nullptr, [&](connectors::ChunkResult& chunk) {
+    if (chunk.failure != connectors::FailureClass::kNone) {
+      for (size_t i = chunk.offset; i < pending.size(); ++i) outcomes[slot[i]] = PushOutcome::kFailed;
+      counters_.failed.fetch_add(pending.size() - chunk.offset, std::memory_order_relaxed);
+      loop_.Close();
+      std::lock_guard lock(mu_);
+      reopen_at_ = Clock::now() + loop_.NextBackoff();
+      LogRateLimited(LogLevel::kWarn, "writer.push." + options_.sink.name,
+                     "writer: push to " + options_.where + " failed (the pull path will apply it): " +
+                         chunk.status.message());
+      return connectors::ApplyLoop::Next::kStop;
     }
-    if (!r.status.ok()) {
-      fail_rest(done, r.status);
-      return outcomes;
+    for (size_t i = 0; i < chunk.events.size(); ++i) {
+      PushOutcome& o = outcomes[slot[chunk.offset + i]];
+      o = chunk.results[i].outcome == Outcome::kRejected ? PushOutcome::kRejected : PushOutcome::kUpdated;
     }
-    for (size_t i = 0; i < chunk.size(); ++i) {
-      PushOutcome& o = outcomes[slot[done + i]];
-      switch (r.results[i].outcome) {
-        case Outcome::kApplied:
-          o = PushOutcome::kUpdated;
-          counters_.applied.fetch_add(1, std::memory_order_relaxed);
-          break;
-        case Outcome::kStale:
-          o = PushOutcome::kUpdated;
-          counters_.stale.fetch_add(1, std::memory_order_relaxed);
-          break;
-        case Outcome::kRejected:
-          o = PushOutcome::kRejected;
-          counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-          break;
-      }
-    }
-    done += chunk.size();
-  }
+    counters_.applied.fetch_add(chunk.counts.applied, std::memory_order_relaxed);
+    counters_.stale.fetch_add(chunk.counts.stale, std::memory_order_relaxed);
+    counters_.rejected.fetch_add(chunk.counts.rejected, std::memory_order_relaxed);
+    return connectors::ApplyLoop::Next::kContinue;
+  });
   return outcomes;
 }
 

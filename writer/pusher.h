@@ -16,8 +16,9 @@
 //   Wait()    (push_mode: sync) blocks until the ticket is finished or its
 //             deadline passes, whichever comes first.
 //
-// The thread takes every queued batch at once and applies them in one
-// Apply() call (so a slow sink sees larger batches, not a longer queue).
+// The thread takes every queued batch at once and applies them together,
+// in chunks of the sink's batch_max, through connectors::ApplyLoop (the
+// pull loop's way), so a slow sink sees larger batches, not a longer queue.
 // A batch-level failure closes the sink; the next batch reopens it, no
 // sooner than a capped backoff after the failure.
 //
@@ -38,8 +39,8 @@
 #include <vector>
 
 #include "config/config.h"
+#include "connectors/apply_loop.h"
 #include "connectors/sink.h"
-#include "core/backoff.h"
 #include "core/status.h"
 #include "metrics/metrics.h"
 
@@ -57,7 +58,7 @@ std::string_view PushOutcomeName(PushOutcome outcome);  // "pending" is sent as 
 class Pusher {
  public:
   using Clock = std::chrono::steady_clock;
-  using SinkFactory = std::function<Result<std::unique_ptr<connectors::Sink>>()>;
+  using SinkFactory = connectors::ApplyLoop::SinkFactory;
 
   struct Options {
     config::SinkConfig sink;          // push.enabled; name, mode and timeout are used
@@ -121,7 +122,6 @@ class Pusher {
   void Observe(const Ticket& ticket, Clock::time_point now, bool late);
 
   const Options options_;
-  const SinkFactory factory_;
   Counters counters_;
 
   std::mutex mu_;
@@ -133,10 +133,9 @@ class Pusher {
   Clock::time_point reopen_at_{};  // the sink is down until then: fail fast
   std::thread thread_;
 
-  // Pusher thread only.
-  std::unique_ptr<connectors::Sink> sink_;
-  bool open_ = false;
-  Backoff backoff_;
+  // Pusher thread only: makes, opens, chunks, applies and classifies (the
+  // pull loop's way), and keeps the backoff of consecutive failures.
+  connectors::ApplyLoop loop_;
 };
 
 }  // namespace sluice::writer

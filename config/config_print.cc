@@ -1,0 +1,236 @@
+// Config::Redacted(): the configuration printed back as YAML, by the rule of
+// config/redact.h, and the printer each built-in sink type prints its keys to.
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "config/config_text.h"
+#include "config/redact.h"
+#include "config/sink_type.h"
+#include "core/json.h"
+
+namespace sluice::config {
+namespace {
+
+// The limit keys of a listener section.
+void EmitLimits(YAML::Emitter& out, const ListenerLimits& l) {
+  out << YAML::Key << "max_connections" << YAML::Value << static_cast<unsigned>(l.max_connections);
+  out << YAML::Key << "header_timeout" << YAML::Value << FormatDuration(l.header_timeout);
+  out << YAML::Key << "body_timeout" << YAML::Value << FormatDuration(l.body_timeout);
+  out << YAML::Key << "idle_timeout" << YAML::Value << FormatDuration(l.idle_timeout);
+  out << YAML::Key << "write_timeout" << YAML::Value << FormatDuration(l.write_timeout);
+}
+
+// Redacted()'s view of one sink for its type's print function.
+class YamlSinkPrinter : public SinkOptionPrinter {
+ public:
+  using SecretFn = std::function<std::string(const std::string& path, const std::string& value, bool url)>;
+  YamlSinkPrinter(YAML::Emitter& out, std::string at, SecretFn secret,
+                  const std::map<std::string, std::string>& references)
+      : out_(out), at_(std::move(at)), secret_(std::move(secret)), references_(references) {}
+
+  void Value(std::string_view key, std::string_view value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << std::string(value);
+  }
+  void Value(std::string_view key, bool value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << value;
+  }
+  void Value(std::string_view key, uint64_t value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << value;
+  }
+  void Duration(std::string_view key, std::chrono::milliseconds value) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << FormatDuration(value);
+  }
+  void Secret(std::string_view key, const std::string& value, bool url) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value;
+    // A URL reads back as one; any other secret is quoted so that *** stays a string.
+    if (!url) out_ << YAML::DoubleQuoted;
+    out_ << secret_(at_ + std::string(key), value, url);
+  }
+  void Mapping(std::string_view key, const std::vector<std::pair<std::string, std::string>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : entries) out_ << YAML::Key << name << YAML::Value << value;
+    out_ << YAML::EndMap;
+  }
+  void FlowMappings(
+      std::string_view key,
+      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, values] : entries) {
+      out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [k, v] : values) out_ << YAML::Key << k << YAML::Value << v;
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndMap;
+  }
+  void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, value] : entries) {
+      const std::string path = at_ + std::string(key) + "." + name;
+      out_ << YAML::Key << name << YAML::Value;
+      if (IsSecretName(name) || references_.count(path) != 0) {
+        out_ << YAML::DoubleQuoted << secret_(path, value, false);
+      } else {
+        out_ << value;
+      }
+    }
+    out_ << YAML::EndMap;
+  }
+
+ private:
+  YAML::Emitter& out_;
+  std::string at_;
+  SecretFn secret_;
+  const std::map<std::string, std::string>& references_;
+};
+
+}  // namespace
+
+std::string Config::Redacted() const {
+  // The rule of config/redact.h: a secret given as a reference is shown as
+  // written, one given inline as ***, or, for a URL, without its credentials.
+  const auto secret = [this](const std::string& path, const std::string& value, bool url = false) {
+    if (const auto it = secret_references.find(path); it != secret_references.end()) return it->second;
+    return url ? RedactUrl(value) : std::string(kRedactedValue);
+  };
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mysql" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "host" << YAML::Value << mysql.host;
+  out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(mysql.port);
+  if (!mysql.socket.empty()) out << YAML::Key << "socket" << YAML::Value << mysql.socket;
+  out << YAML::Key << "user" << YAML::Value << mysql.user;
+  // Always shown as *** (or its reference), even when empty, so the output says nothing about it.
+  out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted
+      << secret("storage.mysql.password", mysql.password);
+  out << YAML::Key << "database" << YAML::Value << mysql.database;
+  out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(mysql.connect_timeout);
+  out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(mysql.io_timeout);
+  out << YAML::EndMap << YAML::EndMap;
+
+  out << YAML::Key << "entities" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, entity] : entities) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(entity.partitions);
+    if (!entity.handlers.empty()) out << YAML::Key << "handlers" << YAML::Value << entity.handlers;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+
+  out << YAML::Key << "writer" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "listen" << YAML::Value << FormatListenAddress(writer.listen_host, writer.listen_port);
+  out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(writer.batch_max);
+  out << YAML::Key << "max_body_bytes" << YAML::Value
+      << static_cast<unsigned long long>(writer.max_body_bytes);
+  out << YAML::Key << "max_json_depth" << YAML::Value << static_cast<unsigned>(writer.max_json_depth);
+  out << YAML::Key << "io_threads" << YAML::Value << static_cast<unsigned>(writer.io_threads);
+  out << YAML::Key << "read_threads" << YAML::Value << static_cast<unsigned>(writer.read_threads);
+  out << YAML::Key << "entity_cache_entries" << YAML::Value
+      << static_cast<unsigned>(writer.entity_cache_entries);
+  out << YAML::Key << "conflict_retries" << YAML::Value
+      << static_cast<unsigned>(writer.conflict_retries);
+  out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
+  out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
+  out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
+  out << YAML::Key << "push_thread_slice" << YAML::Value << FormatDuration(writer.push_thread_slice);
+  EmitLimits(out, writer.limits);
+  out << YAML::EndMap;
+
+  if (admin.enabled) {
+    out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "listen" << YAML::Value << FormatListenAddress(admin.listen_host, admin.listen_port);
+    if (!admin.token.empty()) {
+      out << YAML::Key << "token" << YAML::Value << YAML::DoubleQuoted << secret("admin.token", admin.token);
+    }
+    EmitLimits(out, admin.limits);
+    out << YAML::EndMap;
+  }
+
+  out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "offset_flush_interval" << YAML::Value
+      << FormatDuration(engine.offset_flush_interval);
+  out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(engine.batch_max);
+  out << YAML::Key << "idle_poll_max" << YAML::Value << FormatDuration(engine.idle_poll_max);
+  out << YAML::Key << "retry_backoff_max" << YAML::Value
+      << FormatDuration(engine.retry_backoff_max);
+  out << YAML::Key << "inflight_batches" << YAML::Value
+      << static_cast<unsigned>(engine.inflight_batches);
+  out << YAML::Key << "durability_barrier" << YAML::Value << std::string(DurabilityBarrierName(engine.durability_barrier));
+  out << YAML::Key << "anti_entropy" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << engine.anti_entropy.enabled;
+  out << YAML::Key << "rate" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.rate);
+  out << YAML::Key << "batch" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.batch);
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+
+  if (metrics.enabled) {
+    out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "listen" << YAML::Value << FormatListenAddress(metrics.listen_host, metrics.listen_port);
+    out << YAML::Key << "writer_listen" << YAML::Value
+        << FormatListenAddress(metrics.writer_listen_host, metrics.writer_listen_port);
+    out << YAML::Key << "sync_listen" << YAML::Value
+        << FormatListenAddress(metrics.sync_listen_host, metrics.sync_listen_port);
+    EmitLimits(out, metrics.limits);
+    out << YAML::EndMap;
+  }
+
+  out << YAML::Key << "sinks" << YAML::Value;
+  if (sinks.empty()) out << YAML::Flow;
+  out << YAML::BeginSeq;
+  for (size_t index = 0; index < sinks.size(); ++index) {
+    const SinkConfig& sink = sinks[index];
+    const std::string at = "sinks[" + std::to_string(index) + "].";
+    out << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << sink.name;
+    out << YAML::Key << "type" << YAML::Value << sink.type;
+    out << YAML::Key << "entity" << YAML::Value << sink.entity;
+    out << YAML::Key << "on_error" << YAML::Value
+        << (sink.on_error == OnError::kStop ? "stop" : "dead_letter");
+    out << YAML::Key << "batch_max" << YAML::Value << static_cast<unsigned>(sink.batch_max);
+    if (sink.push.enabled) {
+      out << YAML::Key << "push" << YAML::Value << true;
+      out << YAML::Key << "push_mode" << YAML::Value
+          << (sink.push.mode == PushConfig::Mode::kSync ? "sync" : "async");
+      out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
+    }
+    if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
+    if (const SinkType* spec = sink_types ? sink_types->Find(sink.type) : nullptr) {
+      YamlSinkPrinter printer(out, at, secret, secret_references);
+      spec->print(sink, printer);
+    } else if (!sink.type.empty()) {
+      // A plugin's sink: its options as they were given (JSON is valid YAML).
+      auto options = ParseJsonOrDiscarded(sink.plugin.options_json);
+      for (auto& [key, value] : options.items()) {
+        out << YAML::Key << key << YAML::Value;
+        if (key == "url" || IsSecretName(key)) {
+          out << YAML::DoubleQuoted
+              << secret(at + key, value.is_string() ? value.get<std::string>() : value.dump(), key == "url");
+        } else if (value.is_string()) {
+          // Quoted, so that "true" or "3" read back as strings.
+          out << YAML::DoubleQuoted << value.get<std::string>();
+        } else {
+          out << YAML::Flow << YAML::Load(value.dump());
+        }
+      }
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  if (!plugins.empty()) {
+    out << YAML::Key << "plugins" << YAML::Value << YAML::Block << YAML::BeginSeq;
+    for (const PluginConfig& p : plugins) out << p.path;
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace sluice::config

@@ -1,0 +1,93 @@
+#include "connectors/apply_loop.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sluice::connectors {
+
+FailureClass ClassifyFailure(const Status& status) {
+  if (status.ok()) return FailureClass::kNone;
+  switch (status.code()) {
+    case StatusCode::kUnavailable: return FailureClass::kUnavailable;
+    case StatusCode::kAborted: return FailureClass::kAborted;
+    default: return FailureClass::kFatal;
+  }
+}
+
+ApplyLoop::ApplyLoop(Sink& sink, Options options)
+    : sink_(&sink), chunk_max_(std::max<size_t>(1, options.chunk_max)), backoff_(options.backoff_min, options.backoff_max) {}
+
+ApplyLoop::ApplyLoop(SinkFactory make, Options options)
+    : make_(std::move(make)),
+      chunk_max_(std::max<size_t>(1, options.chunk_max)),
+      backoff_(options.backoff_min, options.backoff_max) {}
+
+Status ApplyLoop::OpenSink() {
+  if (sink_ == nullptr) {
+    ASSIGN_OR_RETURN(owned_, make_());
+    sink_ = owned_.get();
+  }
+  RETURN_IF_ERROR(sink_->Open());
+  open_ = true;
+  return Status::Ok();
+}
+
+ChunkResult ApplyLoop::ApplyChunk(std::span<const ChangeEvent> chunk) {
+  ChunkResult r;
+  r.events = chunk;
+  if (!open_) r.status = OpenSink();
+  if (r.status.ok()) {
+    const auto start = std::chrono::steady_clock::now();
+    ApplyResult applied = sink_->Apply(chunk);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.applied = true;
+    r.status = std::move(applied.status);
+    r.results = std::move(applied.results);
+  }
+  if (r.status.ok() && r.results.size() != chunk.size()) {
+    r.status = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
+                        std::to_string(chunk.size()) + " events");
+  }
+  r.failure = ClassifyFailure(r.status);
+  if (r.failure != FailureClass::kNone) {
+    r.results.clear();
+    state_ = SinkState::kBackoff;
+    return r;
+  }
+  for (const EventResult& e : r.results) {
+    switch (e.outcome) {
+      case Outcome::kApplied: ++r.counts.applied; break;
+      case Outcome::kStale: ++r.counts.stale; break;
+      case Outcome::kRejected: ++r.counts.rejected; break;
+    }
+  }
+  return r;
+}
+
+size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& before, const AfterChunk& after) {
+  size_t done = 0;
+  while (done < events.size()) {
+    if (before && before(done) == Next::kStop) return done;
+    const auto chunk = events.subspan(done, std::min(chunk_max_, events.size() - done));
+    ChunkResult r = ApplyChunk(chunk);
+    r.offset = done;
+    switch (after(r)) {
+      case Next::kContinue:
+        done += chunk.size();
+        state_ = SinkState::kRunning;
+        backoff_.Reset();
+        break;
+      case Next::kRetry: state_ = SinkState::kBackoff; break;
+      case Next::kStop: return done;
+    }
+  }
+  return done;
+}
+
+void ApplyLoop::Close() {
+  if (!open_) return;
+  open_ = false;
+  sink_->Close();
+}
+
+}  // namespace sluice::connectors
