@@ -612,6 +612,34 @@ TEST(Redacted, BracketsIpv6ListenHostsAndKeepsSubSecondDurations) {
 
 // ---- engine and sinks ----
 
+// A sink's type options are a value: defaults until set, copied (never
+// shared) with the SinkConfig, replaced by another type's.
+TEST(Sinks, TypeOptionsAreAValueOfTheirOwnType) {
+  struct A {
+    std::string text = "default";
+  };
+  struct B {
+    int n = 7;
+  };
+  SinkConfig sink;
+  EXPECT_EQ(sink.Options<A>().text, "default");
+  sink.MutableOptions<A>().text = "set";
+  EXPECT_EQ(sink.Options<A>().text, "set");
+  EXPECT_EQ(sink.Options<B>().n, 7);  // another type: its defaults
+
+  SinkConfig copy = sink;
+  copy.MutableOptions<A>().text = "changed in the copy";
+  EXPECT_EQ(sink.Options<A>().text, "set");
+  EXPECT_EQ(copy.Options<A>().text, "changed in the copy");
+  copy = sink;
+  EXPECT_EQ(copy.Options<A>().text, "set");
+
+  sink.MutableOptions<B>().n = 8;
+  EXPECT_EQ(sink.Options<B>().n, 8);
+  EXPECT_EQ(sink.Options<A>().text, "default");  // replaced
+  EXPECT_EQ(copy.Options<A>().text, "set");
+}
+
 TEST(Sinks, ReadsEveryKeyInFileOrder) {
   Result<Config> r = LoadConfigFromString(std::string(kValid) + kSinks, kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
