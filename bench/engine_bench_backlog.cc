@@ -12,6 +12,7 @@
 #include "bench/bench_common.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/mysql/mysql_options.h"
 #include "connectors/sink.h"
 #include "core/partitioner.h"
 #include "sql/params.h"
@@ -248,25 +249,26 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint&
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
                                     const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads) {
   if (sink.type != "mysql") return InvalidArgument("sink " + sink.name + " is not a mysql sink");
-  if (sink.mysql.columns.size() != 3 || sink.mysql.columns[0].pointer != "/owner" ||
-      sink.mysql.columns[1].pointer != "/balance" || sink.mysql.columns[2].pointer != "/note") {
+  const auto& view = sink.Options<connectors::mysql::MysqlSinkOptions>();
+  if (view.columns.size() != 3 || view.columns[0].pointer != "/owner" || view.columns[1].pointer != "/balance" ||
+      view.columns[2].pointer != "/note") {
     return InvalidArgument("sink " + sink.name + " must map exactly the columns /owner, /balance, /note in that order");
   }
   sql::ConnectParams params = sql::ParamsFrom(config.mysql);
-  if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+  if (!view.database.empty()) params.database = view.database;
   ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(params));
   // The sink itself creates the table, so that the baseline writes exactly its shape.
-  RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
+  RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(view.table)).status());
   {
     ASSIGN_OR_RETURN(auto maker, connectors::MakeSink(sink, config));
     RETURN_IF_ERROR(maker->Open());
     maker->Close();
   }
-  std::string prefix = "INSERT INTO " + sql::QuoteIdent(sink.mysql.table) + " (`id`,`_version`,`_deleted`";
-  for (const auto& c : sink.mysql.columns) prefix += "," + sql::QuoteIdent(c.name);
+  std::string prefix = "INSERT INTO " + sql::QuoteIdent(view.table) + " (`id`,`_version`,`_deleted`";
+  for (const auto& c : view.columns) prefix += "," + sql::QuoteIdent(c.name);
   prefix += ") VALUES ";
   std::string suffix = " ON DUPLICATE KEY UPDATE ";
-  for (const auto& c : sink.mysql.columns) {
+  for (const auto& c : view.columns) {
     suffix += sql::QuoteIdent(c.name) + "=VALUES(" + sql::QuoteIdent(c.name) + "),";
   }
   suffix += "`_deleted`=VALUES(`_deleted`),`_version`=VALUES(`_version`)";
@@ -368,10 +370,11 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   } else if (sink.type == "elasticsearch") {
     RETURN_IF_ERROR(DropEsIndex(sink, servers.opensearch));
   } else {
+    const auto& table = sink.Options<connectors::mysql::MysqlSinkOptions>();
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
-    if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+    if (!table.database.empty()) params.database = table.database;
     ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(params));
-    RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
+    RETURN_IF_ERROR(conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(table.table)).status());
   }
   ASSIGN_OR_RETURN(auto view, connectors::MakeSink(sink, config));
   RETURN_IF_ERROR(view->Open());

@@ -10,6 +10,7 @@
 #include "bench/engine_bench_es.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/mysql/mysql_options.h"
 #include "sql/connection.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -181,11 +182,12 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     ASSIGN_OR_RETURN(std::string index, BenchIndexName(sink));
     probe = std::make_unique<EsProbe>(std::make_unique<HttpConnection>(options.servers.opensearch), std::move(index), ids);
   } else {
+    const auto& table = sink.Options<connectors::mysql::MysqlSinkOptions>();
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);
-    if (!sink.mysql.database.empty()) params.database = sink.mysql.database;
+    if (!table.database.empty()) params.database = table.database;
     ASSIGN_OR_RETURN(auto view_conn, sql::Connection::Open(params));
-    RETURN_IF_ERROR(view_conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(sink.mysql.table)).status());
-    probe = std::make_unique<MysqlProbe>(std::move(view_conn), sink.mysql.table, ids);
+    RETURN_IF_ERROR(view_conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(table.table)).status());
+    probe = std::make_unique<MysqlProbe>(std::move(view_conn), table.table, ids);
   }
 
   DrainResult r;

@@ -19,6 +19,7 @@
 
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/redis/redis_options.h"
 #include "core/partitioner.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -462,7 +463,8 @@ class StorageLoad {
 }  // namespace
 
 Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig& sink, const LagOptions& o) {
-  if (sink.type != "redis" || sink.redis.format != config::RedisSinkConfig::Format::kJson) {
+  using connectors::redis::RedisSinkOptions;
+  if (sink.type != "redis" || sink.Options<RedisSinkOptions>().format != RedisSinkOptions::Format::kJson) {
     return InvalidArgument("the lag benchmark needs a redis sink with format json");
   }
   if (o.rate <= 0 || o.seconds <= 0 || o.connections == 0 || o.entities == 0) {

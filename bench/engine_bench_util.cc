@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "connectors/elasticsearch/elasticsearch_options.h"
+#include "connectors/redis/redis_options.h"
 
 namespace sluice::bench {
 
@@ -145,7 +147,7 @@ Result<Endpoint> ParseHostPort(std::string_view text) {
 }
 
 Result<RedisKeys> BenchRedisKeys(const config::SinkConfig& sink) {
-  const std::string& key = sink.redis.key;
+  const std::string& key = sink.Options<connectors::redis::RedisSinkOptions>().key;
   constexpr std::string_view kId = "{id}";
   if (key.size() <= kId.size() || !key.ends_with(kId) ||
       key.find_first_of("{}*?[]\\") != key.size() - kId.size()) {
@@ -155,7 +157,7 @@ Result<RedisKeys> BenchRedisKeys(const config::SinkConfig& sink) {
 }
 
 Result<std::string> BenchIndexName(const config::SinkConfig& sink) {
-  const std::string& index = sink.elasticsearch.index;
+  const std::string& index = sink.Options<connectors::elasticsearch::ElasticsearchSinkOptions>().index;
   if (index.empty() || index.find_first_of("{}") != std::string::npos) {
     return InvalidArgument("sink " + sink.name + ": the benchmarks need a literal index name, got " + index);
   }

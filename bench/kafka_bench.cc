@@ -39,6 +39,7 @@
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "connectors/kafka/kafka_client.h"
+#include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
 #include "sql/params.h"
 
@@ -75,7 +76,7 @@ Result<kafka::KafkaHandle> Client(const config::SinkConfig& sink, rd_kafka_type_
   o.client_id = "kafka_bench";
   o.delivery_report = dr;
   o.opaque = opaque;
-  return kafka::NewClient(sink.kafka, o);
+  return kafka::NewClient(sink.Options<kafka::KafkaSinkOptions>(), o);
 }
 
 Result<uint64_t> SumHighWatermarks(rd_kafka_t* rk, const std::string& topic, int32_t partitions) {
@@ -95,7 +96,8 @@ std::string CreateEmptyTopic(rd_kafka_t* rk, const config::SinkConfig& sink, con
   if (kafka::TopicPartitionCount(rk, topic, kTimeout).ok()) {
     return "topic " + topic + " already exists: each run starts from a new, empty topic";
   }
-  const int32_t partitions = static_cast<int32_t>(sink.kafka.partitions != 0 ? sink.kafka.partitions : b.spec().partitions);
+  const uint32_t wanted = sink.Options<kafka::KafkaSinkOptions>().partitions;
+  const int32_t partitions = static_cast<int32_t>(wanted != 0 ? wanted : b.spec().partitions);
   if (Status st = kafka::CreateTopic(rk, topic, partitions, 1, kTimeout); !st.ok()) return st.message();
   for (int i = 0; i < 200; ++i) {
     auto n = kafka::TopicPartitionCount(rk, topic, kTimeout);
@@ -172,7 +174,7 @@ int Finish(const Args& a, const Backlog& b, double seconds, uint64_t records,
 }
 
 int Drain(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
-  const std::string topic = kafka::TopicName(sink.kafka.topic, sink.entity);
+  const std::string topic = kafka::TopicName(sink.Options<kafka::KafkaSinkOptions>().topic, sink.entity);
   auto rk = Client(sink, RD_KAFKA_PRODUCER);
   if (!rk.ok()) {
     std::cerr << rk.status().message() << "\n";
@@ -261,14 +263,16 @@ void OnRawDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
 }
 
 int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
-  const std::string topic = kafka::TopicName(sink.kafka.topic, sink.entity);
+  const std::string topic = kafka::TopicName(sink.Options<kafka::KafkaSinkOptions>().topic, sink.entity);
   // A plain producer: the sink's brokers, acks=all and idempotence as the
   // sink has them, every other setting librdkafka's default.
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char errstr[512];
   RawState state;
   for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"bootstrap.servers", sink.kafka.brokers}, {"acks", "all"}, {"enable.idempotence", "true"}}) {
+           {"bootstrap.servers", sink.Options<kafka::KafkaSinkOptions>().brokers},
+           {"acks", "all"},
+           {"enable.idempotence", "true"}}) {
     rd_kafka_conf_set(conf, k.c_str(), v.c_str(), errstr, sizeof(errstr));
   }
   rd_kafka_conf_set_dr_msg_cb(conf, OnRawDelivery);
@@ -304,7 +308,7 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
       for (uint64_t id = 1; id <= b.PartitionEvents(p); ++id) {
         const ChangeEvent e = b.ChangeEventAt(p, id, now_us);
         value.clear();  // one buffer for every record, as the sink has
-        kafka::AppendValue(value, e, sink.kafka.format);
+        kafka::AppendValue(value, e, sink.Options<kafka::KafkaSinkOptions>().format);
         const std::string version = std::to_string(e.version), event_id = std::to_string(e.event_id),
                           partition = std::to_string(p);
         for (;;) {

@@ -162,69 +162,6 @@ enum class OnError { kDeadLetter, kStop };
 // The built-in sink types (config/sink_type.h), which LoadConfig is given.
 class SinkTypes;
 
-// The options of each built-in sink type are still one struct each here;
-// their keys are read, checked and printed by the type's SinkType
-// (connectors/<type>/<type>_options.cc for redis; config.cc for the others).
-struct RedisSinkConfig {
-  std::string url = "redis://127.0.0.1:6379/0";  // redis://[:password@]host:port[/db]
-  std::string key = "{type}:{id}";                // template: {id} and {type} are replaced
-  enum class Format { kJson, kHash } format = Format::kJson;
-  std::vector<FieldMapping> fields;               // hash format: the fields; empty: every top-level member
-  std::chrono::milliseconds ttl{0};               // 0: keys do not expire
-  std::chrono::milliseconds tombstone_ttl{24 * 3600 * 1000};  // how long a delete is remembered
-};
-
-struct MysqlSinkConfig {
-  std::string table;                 // [A-Za-z_][A-Za-z0-9_]{0,63}
-  std::string database;              // empty: the main storage database
-  std::vector<FieldMapping> columns; // at least one
-  bool auto_create = true;           // create the table when missing
-  // Connections a batch is applied over in parallel, each with its own ids.
-  uint32_t connections = 1;          // 1..64
-  // Entities whose row version the sink remembers (0..10,000,000; 0: none).
-  // A remembered version lets an event that is newer skip the locking read
-  // of its row; the write's affected-row count confirms the guess.
-  uint32_t version_cache = 262144;
-};
-
-// An Elasticsearch 7/8 or OpenSearch 1/2 index with one document per entity
-// (connectors/elasticsearch, docs/sinks/elasticsearch.md).
-struct ElasticsearchSinkConfig {
-  std::string url;             // http(s)://host[:port][/path prefix]; secret-capable
-  std::string index = "{type}";  // template: {type} is replaced by the entity type
-  // Optional JSON bodies, read from the files named in the YAML: `mapping`
-  // is the create-index body ({"settings": ..., "mappings": ...}) used when
-  // the sink creates the index; `template` is a composable index template
-  // put under the sink's name before that.
-  std::string mapping_path;
-  std::string mapping_json;
-  std::string template_path;
-  std::string template_json;
-  bool auto_create = true;     // create the index when missing
-  // Basic auth (username + password) or an API key; password and api_key
-  // are secret-capable and never printed.
-  std::string username;
-  std::string password;
-  std::string api_key;
-  std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::milliseconds request_timeout{30000};  // one _bulk request, end to end
-};
-
-// A Kafka topic fed with one record per event (connectors/kafka, docs/sinks/kafka.md).
-struct KafkaSinkConfig {
-  std::string brokers;  // bootstrap servers, "host:port[,host:port...]"
-  std::string topic;    // template: {type} is replaced by the entity type
-  enum class Format { kJson, kProtobuf } format = Format::kJson;
-  bool create_topic = false;             // create the topic when missing
-  uint32_t partitions = 0;               // for create_topic; 0: the entity's partition count
-  uint32_t replication_factor = 1;       // for create_topic
-  std::chrono::milliseconds delivery_timeout{30000};  // a batch not delivered by then is retried
-  // librdkafka properties passed through as they are (checked with
-  // librdkafka's own validation). Secret: those whose names look secret
-  // (IsSecretName) and those given as ${env:...}/${file:...}.
-  std::map<std::string, std::string> properties;
-};
-
 // The writer applies each committed batch to a push sink right away (DESIGN
 // 3.5); the pull path repairs whatever a push missed.
 struct PushConfig {
@@ -251,26 +188,91 @@ struct PluginConfig {
   std::string origin;  // "file:line:col" of the entry, for messages
 };
 
-inline constexpr uint32_t kKafkaBatchMaxDefault = 20000;
+// The options of one sink beyond the keys every sink has, held by value
+// whatever their type. Each built-in type declares its own struct in its
+// folder (connectors/<type>/<type>_options.h) and fills it when the file is
+// read (SinkType::read, config/sink_type.h), so that config/ never names it.
+// Copying copies the options (nothing is shared between copies).
+//
+// Threads: like any value, a const SinkTypeOptions may be read from any
+// number of threads at once; a change needs the only reference.
+class SinkTypeOptions {
+ public:
+  SinkTypeOptions() = default;
+  SinkTypeOptions(const SinkTypeOptions& other) : held_(other.held_ ? other.held_->Clone() : nullptr) {}
+  SinkTypeOptions& operator=(const SinkTypeOptions& other) {
+    if (this != &other) held_ = other.held_ ? other.held_->Clone() : nullptr;
+    return *this;
+  }
+  SinkTypeOptions(SinkTypeOptions&&) noexcept = default;
+  SinkTypeOptions& operator=(SinkTypeOptions&&) noexcept = default;
+
+  // The T held; when none or another type is held, a default T (so that a
+  // SinkConfig built by hand, as in tests, has the type's defaults).
+  template <class T>
+  const T& Get() const {
+    if (const auto* held = dynamic_cast<const Held<T>*>(held_.get())) return held->value;
+    static const T kDefaults{};
+    return kDefaults;
+  }
+
+  // The T held, for changing it; a default T replaces whatever else was
+  // held. The reference is valid until this is assigned to or moved from,
+  // or Mutable is called for another type.
+  template <class T>
+  T& Mutable() {
+    auto* held = dynamic_cast<Held<T>*>(held_.get());
+    if (held == nullptr) {
+      auto made = std::make_unique<Held<T>>();
+      held = made.get();
+      held_ = std::move(made);
+    }
+    return held->value;
+  }
+
+ private:
+  struct Base {
+    virtual ~Base() = default;
+    virtual std::unique_ptr<Base> Clone() const = 0;
+  };
+  template <class T>
+  struct Held final : Base {
+    T value{};
+    std::unique_ptr<Base> Clone() const override { return std::make_unique<Held>(*this); }
+  };
+  std::unique_ptr<Base> held_;
+};
 
 struct SinkConfig {
   std::string name;    // unique, [a-z][a-z0-9_-]{0,63}
   std::string type;    // a built-in type (connectors/builtin_sink_types.cc) or a plugin's
   std::string entity;  // an entity type of `entities`
   OnError on_error = OnError::kDeadLetter;
-  // Events per Apply call, 1..100000. Kafka sinks default to
-  // kKafkaBatchMaxDefault instead: each Apply waits for its records'
-  // delivery reports, so a larger call pays that round trip less often.
+  // Events per Apply call, 1..100000; the default is the type's
+  // (SinkType::default_batch_max, config/sink_type.h: larger for kafka, whose
+  // Apply waits for its records' delivery reports).
   uint32_t batch_max = 1000;
   PushConfig push;
   bool anti_entropy = true;  // false: the engine's anti-entropy leaves this sink alone
-  RedisSinkConfig redis;  // when type == "redis"
-  MysqlSinkConfig mysql;  // when type == "mysql"
-  ElasticsearchSinkConfig elasticsearch;  // when type == "elasticsearch"
   PluginSinkConfig plugin;  // when type is not built in (a plugin's)
-  KafkaSinkConfig kafka;  // when type == "kafka"
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;
+  // The options of a built-in type (its struct T from
+  // connectors/<type>/<type>_options.h), e.g.
+  // sink.Options<connectors::redis::RedisSinkOptions>().url; defaults when
+  // the sink holds no T. MutableOptions makes them (the type's reader fills
+  // them while the file is read; tests set them by hand).
+  template <class T>
+  const T& Options() const {
+    return type_options_.Get<T>();
+  }
+  template <class T>
+  T& MutableOptions() {
+    return type_options_.Mutable<T>();
+  }
+
+ private:
+  SinkTypeOptions type_options_;
 };
 
 struct Config {

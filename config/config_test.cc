@@ -1,5 +1,8 @@
 #include "config/config.h"
 #include "connectors/builtin_sink_types.h"
+#include "connectors/mysql/mysql_options.h"
+#include "connectors/redis/redis_options.h"
+#include "tests/support/config_support.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,33 +20,17 @@
 namespace sluice::config {
 namespace {
 
-// The loader with sluice's built-in sink types, as every command uses it.
-Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
-  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
-}
-Result<Config> LoadConfig(const std::string& path) { return config::LoadConfig(path, connectors::BuiltinSinkTypes()); }
-
-constexpr char kFile[] = "t.yaml";
-
-// A valid file; tests append to it or replace one line of it.
-constexpr char kValid[] = R"(storage:
-  mysql:
-    host: 127.0.0.1
-    port: 13306
-    user: sluice
-    password: literal-pw
-    database: sluice_demo
-entities:
-  account: {partitions: 4}
-)";
-
-// The error message for `yaml`, or "" when it loads.
-std::string Errors(const std::string& yaml) {
-  Result<Config> r = LoadConfigFromString(yaml, kFile);
-  if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
-  return r.status().message();
-}
+using connectors::mysql::MysqlSinkOptions;
+using connectors::redis::RedisSinkOptions;
+using testing::Errors;
+using testing::kFile;
+using testing::kSinks;
+using testing::kValid;
+using testing::LoadConfig;
+using testing::LoadConfigFromString;
+using testing::ScopedEnv;
+using testing::SinksWith;
+using testing::WithSinks;
 
 // kValid with its line `from` replaced by `to` (both without indentation).
 std::string ValidWith(const std::string& from, const std::string& to) {
@@ -53,31 +40,6 @@ std::string ValidWith(const std::string& from, const std::string& to) {
   s.replace(at, from.size(), to);
   return s;
 }
-
-// Sets an environment variable for one test and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // A scratch directory removed at the end of the test.
 class TempDir {
@@ -126,16 +88,16 @@ TEST(LoadConfig, QuickstartExampleLoads) {
   EXPECT_EQ(c.sinks[0].name, "account_cache");
   EXPECT_EQ(c.sinks[0].type, "redis");
   EXPECT_EQ(c.sinks[0].entity, "account");
-  EXPECT_EQ(c.sinks[0].redis.url, "redis://127.0.0.1:16379/0");
-  EXPECT_EQ(c.sinks[0].redis.key, "account:{id}");
+  EXPECT_EQ(c.sinks[0].Options<RedisSinkOptions>().url, "redis://127.0.0.1:16379/0");
+  EXPECT_EQ(c.sinks[0].Options<RedisSinkOptions>().key, "account:{id}");
   EXPECT_EQ(c.sinks[1].name, "account_table");
   EXPECT_EQ(c.sinks[1].type, "mysql");
-  EXPECT_EQ(c.sinks[1].mysql.table, "account_view");
-  ASSERT_EQ(c.sinks[1].mysql.columns.size(), 2u);
-  EXPECT_EQ(c.sinks[1].mysql.columns[0].name, "owner");
-  EXPECT_EQ(c.sinks[1].mysql.columns[0].pointer, "/owner");
-  EXPECT_EQ(c.sinks[1].mysql.columns[1].name, "balance");
-  EXPECT_EQ(c.sinks[1].mysql.columns[1].pointer, "/balance");
+  EXPECT_EQ(c.sinks[1].Options<MysqlSinkOptions>().table, "account_view");
+  ASSERT_EQ(c.sinks[1].Options<MysqlSinkOptions>().columns.size(), 2u);
+  EXPECT_EQ(c.sinks[1].Options<MysqlSinkOptions>().columns[0].name, "owner");
+  EXPECT_EQ(c.sinks[1].Options<MysqlSinkOptions>().columns[0].pointer, "/owner");
+  EXPECT_EQ(c.sinks[1].Options<MysqlSinkOptions>().columns[1].name, "balance");
+  EXPECT_EQ(c.sinks[1].Options<MysqlSinkOptions>().columns[1].pointer, "/balance");
 }
 
 TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
@@ -650,49 +612,32 @@ TEST(Redacted, BracketsIpv6ListenHostsAndKeepsSubSecondDurations) {
 
 // ---- engine and sinks ----
 
-// kValid plus `sinks:` and then `items` (which start on line 11).
-std::string WithSinks(const std::string& items) { return std::string(kValid) + "sinks:\n" + items; }
+// A sink's type options are a value: defaults until set, copied (never
+// shared) with the SinkConfig, replaced by another type's.
+TEST(Sinks, TypeOptionsAreAValueOfTheirOwnType) {
+  struct A {
+    std::string text = "default";
+  };
+  struct B {
+    int n = 7;
+  };
+  SinkConfig sink;
+  EXPECT_EQ(sink.Options<A>().text, "default");
+  sink.MutableOptions<A>().text = "set";
+  EXPECT_EQ(sink.Options<A>().text, "set");
+  EXPECT_EQ(sink.Options<B>().n, 7);  // another type: its defaults
 
-// Three valid sinks; tests replace one line of it.
-constexpr char kSinks[] = R"yaml(sinks:
-  - name: account_cache
-    type: redis
-    entity: account
-    url: redis://127.0.0.1:16379/0
-    key: "account:{id}"
-  - name: account-hash
-    type: redis
-    entity: account
-    on_error: stop
-    batch_max: 200
-    url: "redis://:p@ss:w/rd@cache.internal:6380/15"
-    key: "{type}/{id}"
-    format: hash
-    fields: {owner: /owner/name, balance: /balance, Total_2: ""}
-    ttl: 10m
-    tombstone_ttl: 48h
-  - name: account_table
-    type: mysql
-    entity: account
-    database: other_db
-    table: account_view
-    columns:
-      owner: /owner/name
-      note: {pointer: /note, type: "varchar(8)"}
-      a_b: /a~1b/~0c
-      amount: {pointer: /amount, type: "decimal(12,2)"}
-      seen: {type: datetime(3), pointer: /seen}
-    auto_create: false
-    connections: 2
-)yaml";
+  SinkConfig copy = sink;
+  copy.MutableOptions<A>().text = "changed in the copy";
+  EXPECT_EQ(sink.Options<A>().text, "set");
+  EXPECT_EQ(copy.Options<A>().text, "changed in the copy");
+  copy = sink;
+  EXPECT_EQ(copy.Options<A>().text, "set");
 
-// kValid + kSinks with its line `from` replaced by `to`.
-std::string SinksWith(const std::string& from, const std::string& to) {
-  std::string s = std::string(kValid) + kSinks;
-  const size_t at = s.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  s.replace(at, from.size(), to);
-  return s;
+  sink.MutableOptions<B>().n = 8;
+  EXPECT_EQ(sink.Options<B>().n, 8);
+  EXPECT_EQ(sink.Options<A>().text, "default");  // replaced
+  EXPECT_EQ(copy.Options<A>().text, "set");
 }
 
 TEST(Sinks, ReadsEveryKeyInFileOrder) {
@@ -707,45 +652,45 @@ TEST(Sinks, ReadsEveryKeyInFileOrder) {
   EXPECT_EQ(json.on_error, OnError::kDeadLetter);
   EXPECT_EQ(json.batch_max, 1000u);
   EXPECT_EQ(json.origin, "t.yaml:11:5");
-  EXPECT_EQ(json.redis.url, "redis://127.0.0.1:16379/0");
+  EXPECT_EQ(json.Options<RedisSinkOptions>().url, "redis://127.0.0.1:16379/0");
   EXPECT_TRUE(r->secret_references.empty());
-  EXPECT_EQ(json.redis.key, "account:{id}");
-  EXPECT_EQ(json.redis.format, RedisSinkConfig::Format::kJson);
-  EXPECT_TRUE(json.redis.fields.empty());
-  EXPECT_EQ(json.redis.ttl, std::chrono::milliseconds(0));
-  EXPECT_EQ(json.redis.tombstone_ttl, std::chrono::hours(24));
-  EXPECT_TRUE(json.mysql.table.empty());
-  EXPECT_TRUE(json.mysql.columns.empty());
+  EXPECT_EQ(json.Options<RedisSinkOptions>().key, "account:{id}");
+  EXPECT_EQ(json.Options<RedisSinkOptions>().format, RedisSinkOptions::Format::kJson);
+  EXPECT_TRUE(json.Options<RedisSinkOptions>().fields.empty());
+  EXPECT_EQ(json.Options<RedisSinkOptions>().ttl, std::chrono::milliseconds(0));
+  EXPECT_EQ(json.Options<RedisSinkOptions>().tombstone_ttl, std::chrono::hours(24));
+  EXPECT_TRUE(json.Options<MysqlSinkOptions>().table.empty());
+  EXPECT_TRUE(json.Options<MysqlSinkOptions>().columns.empty());
 
   const SinkConfig& hash = r->sinks[1];
   EXPECT_EQ(hash.name, "account-hash");
   EXPECT_EQ(hash.on_error, OnError::kStop);
   EXPECT_EQ(hash.batch_max, 200u);
   EXPECT_EQ(hash.origin, "t.yaml:16:5");
-  EXPECT_EQ(hash.redis.url, "redis://:p@ss:w/rd@cache.internal:6380/15");
-  EXPECT_EQ(hash.redis.key, "{type}/{id}");
-  EXPECT_EQ(hash.redis.format, RedisSinkConfig::Format::kHash);
-  ASSERT_EQ(hash.redis.fields.size(), 3u);
-  EXPECT_EQ(hash.redis.fields[0].name, "owner");
-  EXPECT_EQ(hash.redis.fields[0].pointer, "/owner/name");
-  EXPECT_EQ(hash.redis.fields[0].sql_type, "");
-  EXPECT_EQ(hash.redis.fields[1].name, "balance");
-  EXPECT_EQ(hash.redis.fields[1].pointer, "/balance");
-  EXPECT_EQ(hash.redis.fields[2].name, "Total_2");
-  EXPECT_EQ(hash.redis.fields[2].pointer, "");
-  EXPECT_EQ(hash.redis.ttl, std::chrono::minutes(10));
-  EXPECT_EQ(hash.redis.tombstone_ttl, std::chrono::hours(48));
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().url, "redis://:p@ss:w/rd@cache.internal:6380/15");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().key, "{type}/{id}");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().format, RedisSinkOptions::Format::kHash);
+  ASSERT_EQ(hash.Options<RedisSinkOptions>().fields.size(), 3u);
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[0].name, "owner");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[0].pointer, "/owner/name");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[0].sql_type, "");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[1].name, "balance");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[1].pointer, "/balance");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[2].name, "Total_2");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().fields[2].pointer, "");
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().ttl, std::chrono::minutes(10));
+  EXPECT_EQ(hash.Options<RedisSinkOptions>().tombstone_ttl, std::chrono::hours(48));
 
   const SinkConfig& table = r->sinks[2];
   EXPECT_EQ(table.name, "account_table");
   EXPECT_EQ(table.type, "mysql");
   EXPECT_EQ(table.origin, "t.yaml:27:5");
-  EXPECT_EQ(table.mysql.database, "other_db");
-  EXPECT_EQ(table.mysql.table, "account_view");
-  EXPECT_FALSE(table.mysql.auto_create);
-  EXPECT_EQ(table.mysql.connections, 2u);
-  EXPECT_EQ(table.mysql.version_cache, 262144u);  // the default
-  ASSERT_EQ(table.mysql.columns.size(), 5u);
+  EXPECT_EQ(table.Options<MysqlSinkOptions>().database, "other_db");
+  EXPECT_EQ(table.Options<MysqlSinkOptions>().table, "account_view");
+  EXPECT_FALSE(table.Options<MysqlSinkOptions>().auto_create);
+  EXPECT_EQ(table.Options<MysqlSinkOptions>().connections, 2u);
+  EXPECT_EQ(table.Options<MysqlSinkOptions>().version_cache, 262144u);  // the default
+  ASSERT_EQ(table.Options<MysqlSinkOptions>().columns.size(), 5u);
   const std::vector<std::array<std::string, 3>> columns = {
       {"owner", "/owner/name", "TEXT"},
       {"note", "/note", "VARCHAR(8)"},
@@ -753,13 +698,13 @@ TEST(Sinks, ReadsEveryKeyInFileOrder) {
       {"amount", "/amount", "DECIMAL(12,2)"},
       {"seen", "/seen", "DATETIME(3)"}};
   for (size_t i = 0; i < columns.size(); ++i) {
-    EXPECT_EQ(table.mysql.columns[i].name, columns[i][0]);
-    EXPECT_EQ(table.mysql.columns[i].pointer, columns[i][1]);
-    EXPECT_EQ(table.mysql.columns[i].sql_type, columns[i][2]);
+    EXPECT_EQ(table.Options<MysqlSinkOptions>().columns[i].name, columns[i][0]);
+    EXPECT_EQ(table.Options<MysqlSinkOptions>().columns[i].pointer, columns[i][1]);
+    EXPECT_EQ(table.Options<MysqlSinkOptions>().columns[i].sql_type, columns[i][2]);
   }
-  const RedisSinkConfig redis_defaults;
-  EXPECT_EQ(table.redis.url, redis_defaults.url);
-  EXPECT_TRUE(table.redis.fields.empty());
+  const RedisSinkOptions redis_defaults;
+  EXPECT_EQ(table.Options<RedisSinkOptions>().url, redis_defaults.url);
+  EXPECT_TRUE(table.Options<RedisSinkOptions>().fields.empty());
 }
 
 TEST(Sinks, EngineAndSinksAreOptional) {
@@ -838,19 +783,6 @@ TEST(SinkErrors, AntiEntropyValuesOutOfRange) {
             "t.yaml:15:5: engine.anti_entropy.rates: unknown key (did you mean \"rate\"?)");
 }
 
-TEST(Sinks, SinksMayComeBeforeTheEntitiesAndStorageTheyReferTo) {
-  Result<Config> r = LoadConfigFromString(R"(sinks:
-  - {name: a, type: mysql, entity: order, table: t, columns: {x: /x}}
-  - {name: b, type: mysql, entity: order, database: other, table: t, columns: {x: /x}}
-entities: {order: {partitions: 1}}
-storage: {mysql: {database: main}}
-)",
-                                          kFile);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->sinks[0].mysql.database, "");  // the storage database
-  EXPECT_EQ(r->sinks[1].mysql.database, "other");
-}
-
 TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   EXPECT_EQ(Errors(SinksWith("tombstone_ttl: 48h", "tombstone_tll: 48h")),
             "t.yaml:26:5: sinks[1].tombstone_tll: unknown key (did you mean \"tombstone_ttl\"?)");
@@ -924,35 +856,6 @@ TEST(SinkErrors, UnknownEntitySuggestsTheClosestName) {
             "account)");
 }
 
-TEST(SinkErrors, RedisKeyNeedsId) {
-  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"account:\"")),
-            "t.yaml:15:10: sinks[0].key: must contain {id}, got \"account:\"");
-  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"{type}:{name}\"")),
-            "t.yaml:15:10: sinks[0].key: unknown placeholder \"{name}\" (only {id} and {type} are "
-            "replaced), got \"{type}:{name}\"");
-  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"a:{id\"")),
-            "t.yaml:15:10: sinks[0].key: unknown placeholder \"{id\" (only {id} and {type} are "
-            "replaced), got \"a:{id\"");
-  EXPECT_EQ(Errors(SinksWith("key: \"account:{id}\"", "key: \"a}:{id}\"")),
-            "t.yaml:15:10: sinks[0].key: has a } without a matching {, got \"a}:{id}\"");
-}
-
-TEST(SinkErrors, FieldsOnlyWithHashFormat) {
-  EXPECT_EQ(Errors(SinksWith("format: hash", "format: json")),
-            "t.yaml:24:5: sinks[1].fields: only for format: hash (this sink stores each entity "
-            "as one JSON string)");
-  EXPECT_EQ(Errors(SinksWith("    format: hash\n", "")),
-            "t.yaml:23:5: sinks[1].fields: only for format: hash (this sink stores each entity "
-            "as one JSON string)");
-  // A bad format is reported once, not also at fields.
-  EXPECT_EQ(Errors(SinksWith("format: hash", "format: hashes")),
-            "t.yaml:23:13: sinks[1].format: must be json or hash, got \"hashes\"");
-  EXPECT_EQ(Errors(SinksWith("fields: {owner: /owner/name, balance: /balance, Total_2: \"\"}",
-                             "fields: {}")),
-            "t.yaml:24:13: sinks[1].fields: must be a mapping from field name to JSON pointer "
-            "with at least one entry, got an empty mapping");
-}
-
 TEST(SinkErrors, BadJsonPointer) {
   EXPECT_EQ(Errors(SinksWith("owner: /owner/name,", "owner: owner/name,")),
             "t.yaml:24:21: sinks[1].fields.owner: must be a JSON pointer (RFC 6901) such as "
@@ -966,36 +869,6 @@ TEST(SinkErrors, BadJsonPointer) {
   EXPECT_EQ(Errors(SinksWith("{pointer: /note,", "{pointer: [note],")),
             "t.yaml:34:23: sinks[2].columns.note.pointer: must be a JSON pointer (RFC 6901) such "
             "as /owner/name, got a sequence");
-}
-
-TEST(SinkErrors, MysqlTableNames) {
-  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: ev_account_0")),
-            "t.yaml:31:12: sinks[2].table: table names starting with ev_ or sluice_ are reserved "
-            "for sluice's own tables, got \"ev_account_0\"");
-  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: Sluice_offsets")),
-            "t.yaml:31:12: sinks[2].table: table names starting with ev_ or sluice_ are reserved "
-            "for sluice's own tables, got \"Sluice_offsets\"");
-  EXPECT_EQ(Errors(SinksWith("table: account_view", "table: 1view")),
-            "t.yaml:31:12: sinks[2].table: must be a table name matching "
-            "[A-Za-z_][A-Za-z0-9_]{0,63}, got \"1view\"");
-  EXPECT_EQ(Errors(SinksWith("database: other_db", "database: other-db")),
-            "t.yaml:30:15: sinks[2].database: must be a name matching [A-Za-z0-9_]{1,64}, got "
-            "\"other-db\"");
-}
-
-TEST(SinkErrors, TwoMysqlSinksOnOneTable) {
-  // No database means the storage database, sluice_demo; names ignore case.
-  EXPECT_EQ(Errors(WithSinks(
-                "  - {name: a, type: mysql, entity: account, table: View, columns: {x: /x}}\n"
-                "  - {name: b, type: mysql, entity: account, table: view, database: sluice_demo,\n"
-                "     columns: {x: /x}}\n")),
-            "t.yaml:12:52: sinks[1].table: table sluice_demo.view is already written by sink "
-            "\"a\" (line 11)");
-  EXPECT_EQ(Errors(WithSinks(
-                "  - {name: a, type: mysql, entity: account, table: view, columns: {x: /x}}\n"
-                "  - {name: b, type: mysql, entity: account, table: view, database: other,\n"
-                "     columns: {x: /x}}\n")),
-            "");
 }
 
 TEST(SinkErrors, ReservedColumnAndFieldNames) {
@@ -1016,27 +889,6 @@ TEST(SinkErrors, ReservedColumnAndFieldNames) {
             "sluice (_version, _deleted)");
   // "id" is a fine hash field.
   EXPECT_EQ(Errors(SinksWith("{owner: /owner/name,", "{id: /owner/name,")), "");
-}
-
-TEST(SinkErrors, BadColumnType) {
-  const std::string prefix =
-      "t.yaml:34:36: sinks[2].columns.note.type: must be one of TEXT, MEDIUMTEXT, LONGTEXT, "
-      "JSON, VARCHAR(N), CHAR(N), [TINY|SMALL|BIG]INT [UNSIGNED], DECIMAL(M,D), DOUBLE, "
-      "BOOLEAN, DATETIME[(N)], got ";
-  for (const std::string bad : {"VARCHAR(8); DROP TABLE x", "VARCHAR", "varchar(123456)",
-                                "DECIMAL(2,5)", "DATETIME(7)", "INT  UNSIGNED", "BLOB"}) {
-    EXPECT_EQ(Errors(SinksWith("type: \"varchar(8)\"", "type: \"" + bad + "\"")),
-              prefix + "\"" + bad + "\"");
-  }
-  for (const std::string good : {"text", "JSON", "bigint unsigned", "TinyInt", "char(3)",
-                                 "DOUBLE", "boolean", "DATETIME", "decimal(5,5)", "LONGTEXT"}) {
-    Result<Config> r =
-        LoadConfigFromString(SinksWith("type: \"varchar(8)\"", "type: \"" + good + "\""), kFile);
-    ASSERT_TRUE(r.ok()) << good << ": " << r.status().ToString();
-    std::string upper = good;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    EXPECT_EQ(r->sinks[2].mysql.columns[1].sql_type, upper);
-  }
 }
 
 TEST(SinkErrors, KeysOfTheOtherSinkType) {
@@ -1071,7 +923,7 @@ TEST(SinkErrors, OutOfRange) {
   {
     Result<Config> off = LoadConfigFromString(SinksWith("    connections: 2", "    connections: 2\n    version_cache: 0"), kFile);
     ASSERT_TRUE(off.ok()) << off.status().ToString();
-    EXPECT_EQ(off->sinks[2].mysql.version_cache, 0u);
+    EXPECT_EQ(off->sinks[2].Options<MysqlSinkOptions>().version_cache, 0u);
   }
   EXPECT_EQ(Errors(SinksWith("    connections: 2", "    connections: 2\n    ttl: 1m")),
             "t.yaml:40:5: sinks[2].ttl: only for redis sinks (this sink is type mysql)");
@@ -1134,32 +986,6 @@ TEST(SinkErrors, NoEntityErrorsWhenTheEntitiesSectionIsMissing) {
             "t.yaml:1:1: entities: required key is missing");
 }
 
-TEST(Secrets, RedisUrlFromTheEnvironmentIsResolvedAndRedacted) {
-  constexpr char kPassword[] = "s3cr3t-Redis-7";
-  const std::string url = std::string("redis://:") + kPassword + "@cache:6379/1";
-  ScopedEnv env("SLUICE_TEST_REDIS_URL", url.c_str());
-  Result<Config> r = LoadConfigFromString(
-      SinksWith("url: redis://127.0.0.1:16379/0", "url: \"${env:SLUICE_TEST_REDIS_URL}\""), kFile);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->sinks[0].redis.url, url);
-  EXPECT_EQ(r->secret_references, (std::map<std::string, std::string>{{"sinks[0].url", "${env:SLUICE_TEST_REDIS_URL}"}}));
-  const std::string redacted = r->Redacted();
-  EXPECT_EQ(redacted.find(kPassword), std::string::npos) << redacted;
-  EXPECT_EQ(redacted.find("cache:6379"), std::string::npos) << redacted;
-  // The first Redis sink's url as written; the second one's without its password.
-  EXPECT_NE(redacted.find("    url: ${env:SLUICE_TEST_REDIS_URL}\n"), std::string::npos) << redacted;
-  EXPECT_NE(redacted.find("    url: redis://:***@cache.internal:6380/15\n"), std::string::npos) << redacted;
-  EXPECT_EQ(redacted.find("p@ss:w/rd"), std::string::npos) << redacted;
-
-  // A literal url without a password is shown as it is.
-  r = LoadConfigFromString(
-      std::string(kValid) + "sinks:\n"
-          "  - {name: b, type: redis, entity: account, url: \"redis://cache:6379/2\"}\n",
-      kFile);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_NE(r->Redacted().find("url: redis://cache:6379/2\n"), std::string::npos) << r->Redacted();
-}
-
 TEST(Redacted, SinksLoadBack) {
   // Everything loads back, the URL's password as ***.
   Result<Config> ok = LoadConfigFromString(
@@ -1177,10 +1003,10 @@ TEST(Redacted, SinksLoadBack) {
   ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << redacted;
   EXPECT_EQ(again->Redacted(), redacted);
   ASSERT_EQ(again->sinks.size(), 3u);
-  EXPECT_EQ(again->sinks[1].redis.url, "redis://[::1]:6380/15");
-  EXPECT_EQ(again->sinks[1].redis.fields[2].pointer, "");
-  EXPECT_EQ(again->sinks[2].mysql.columns[2].pointer, "/a~1b/~0c");
-  EXPECT_EQ(again->sinks[2].mysql.database, "other_db");
+  EXPECT_EQ(again->sinks[1].Options<RedisSinkOptions>().url, "redis://[::1]:6380/15");
+  EXPECT_EQ(again->sinks[1].Options<RedisSinkOptions>().fields[2].pointer, "");
+  EXPECT_EQ(again->sinks[2].Options<MysqlSinkOptions>().columns[2].pointer, "/a~1b/~0c");
+  EXPECT_EQ(again->sinks[2].Options<MysqlSinkOptions>().database, "other_db");
   EXPECT_EQ(again->engine.idle_poll_max, std::chrono::milliseconds(1500));
 }
 

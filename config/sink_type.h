@@ -4,10 +4,12 @@
 // config/ owns the YAML file, the FILE:LINE:COL error machinery, secrets and
 // the keys every sink has (name, type, entity, on_error, batch_max, push...).
 // Each built-in sink type describes the rest from its own folder
-// (connectors/<type>/<type>_options.cc) as a SinkType: its name, whether the
-// writer may push to it, its key table (how each key is read and checked,
-// which are required, which are secret), the checks across its keys and how
-// Redacted() prints it. connectors/builtin_sink_types.cc lists them; the
+// (connectors/<type>/<type>_options.h/.cc) as a SinkType: its name, whether
+// the writer may push to it, its key table (how each key is read and
+// checked, which are required, which are secret), the checks across its keys
+// and how Redacted() prints it. Its options are a struct of its own, which a
+// SinkConfig holds (SinkConfig::Options<T>(), config.h) without config/
+// knowing the type. connectors/builtin_sink_types.cc lists them; the
 // loader gets that list as an argument (LoadConfig below), so config/ never
 // depends on connectors/. Any type not in the list is a plugin's, accepted
 // when the file lists plugins (as before).
@@ -109,8 +111,9 @@ struct SinkOptionKey {
 };
 
 // One sink's type-specific keys while that sink is read: Keys() fill the
-// SinkConfig given to SinkType::read; Check() runs once every key was read
-// (checks across keys), with the sink's whole mapping for messages about it.
+// options of the SinkConfig given to SinkType::read; Check() runs once every
+// key was read (checks across keys), with the sink's whole mapping for
+// messages about it.
 class SinkOptionsRead {
  public:
   virtual ~SinkOptionsRead() = default;
@@ -151,7 +154,13 @@ struct SinkType {
   bool can_push = false;
   // sinks[*].batch_max when the file does not give it.
   uint32_t default_batch_max = 1000;
-  // Starts reading one sink of this type into *sink (its type-specific struct).
+  // Starts reading one sink's keys of this type into its options (the
+  // type's struct T in its folder, sink->MutableOptions<T>()). Called for
+  // every type for each sink, so that config/ knows every type's key names
+  // (to refuse another type's key by name); only the sink's own type's keys
+  // are ever read, and Check() is only called on its own type's. So the
+  // SinkOptionsRead reaches sink->MutableOptions<T>() when one of its keys is
+  // read, never when it is made; *sink outlives it while the sink is read.
   std::function<std::unique_ptr<SinkOptionsRead>(SinkOptionReader& reader, SinkConfig* sink)> read;
   // Prints one sink's type-specific keys for Redacted().
   std::function<void(const SinkConfig& sink, SinkOptionPrinter& out)> print;

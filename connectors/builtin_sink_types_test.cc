@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "connectors/kafka/kafka_options.h"
+
 namespace sluice::connectors {
 namespace {
 
@@ -28,7 +30,7 @@ TEST(BuiltinSinkTypes, PointViewsCanBePushedTo) {
   EXPECT_TRUE(BuiltinSinkTypes().Find("mysql")->can_push);
   EXPECT_FALSE(BuiltinSinkTypes().Find("elasticsearch")->can_push);
   EXPECT_FALSE(BuiltinSinkTypes().Find("kafka")->can_push);
-  EXPECT_EQ(BuiltinSinkTypes().Find("kafka")->default_batch_max, config::kKafkaBatchMaxDefault);
+  EXPECT_EQ(BuiltinSinkTypes().Find("kafka")->default_batch_max, kafka::kBatchMaxDefault);
 }
 
 }  // namespace

@@ -12,38 +12,38 @@
 namespace sluice::connectors::elasticsearch {
 namespace {
 
-using config::ElasticsearchSinkConfig;
 using config::Field;
 
 // One elasticsearch sink's keys while it is read.
 class ElasticsearchKeys : public config::SinkOptionsRead {
  public:
   ElasticsearchKeys(config::SinkOptionReader& reader, config::SinkConfig& sink)
-      : r_(reader), sink_(sink), o_(sink.elasticsearch) {}
+      : r_(reader), sink_(sink) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
     return {
         {"url", true, [this](const Field& f) { ReadUrl(f); }},
         {"index", false, [this](const Field& f) { ReadIndex(f); }},
-        {"mapping", false, [this](const Field& f) { r_.ReadJsonObjectFile(f, &o_.mapping_path, &o_.mapping_json); }},
+        {"mapping", false, [this](const Field& f) { r_.ReadJsonObjectFile(f, &o().mapping_path, &o().mapping_json); }},
         {"template", false,
-         [this](const Field& f) { r_.ReadJsonObjectFile(f, &o_.template_path, &o_.template_json); }},
-        {"auto_create", false, [this](const Field& f) { r_.ReadBool(f, &o_.auto_create); }},
-        {"username", false, [this](const Field& f) { r_.ReadString(f, /*may_be_empty=*/false, &o_.username); }},
-        {"password", false, [this](const Field& f) { r_.ReadSecret(f, &o_.password); }},
-        {"api_key", false, [this](const Field& f) { r_.ReadSecret(f, &o_.api_key); }},
-        {"connect_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o_.connect_timeout); }},
-        {"request_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o_.request_timeout); }},
+         [this](const Field& f) { r_.ReadJsonObjectFile(f, &o().template_path, &o().template_json); }},
+        {"auto_create", false, [this](const Field& f) { r_.ReadBool(f, &o().auto_create); }},
+        {"username", false, [this](const Field& f) { r_.ReadString(f, /*may_be_empty=*/false, &o().username); }},
+        {"password", false, [this](const Field& f) { r_.ReadSecret(f, &o().password); }},
+        {"api_key", false, [this](const Field& f) { r_.ReadSecret(f, &o().api_key); }},
+        {"connect_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().connect_timeout); }},
+        {"request_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().request_timeout); }},
     };
   }
 
   // An elasticsearch sink authenticates one way at most.
   void Check(const Field& at) override {
     if (sink_.type != "elasticsearch") return;
-    if (o_.username.empty() != o_.password.empty()) {
+    const ElasticsearchSinkOptions& o = sink_.Options<ElasticsearchSinkOptions>();
+    if (o.username.empty() != o.password.empty()) {
       r_.Problem(at, "username and password go together (basic auth)");
     }
-    if (!o_.api_key.empty() && !o_.username.empty()) {
+    if (!o.api_key.empty() && !o.username.empty()) {
       r_.Problem(at, "give either api_key or username/password, not both");
     }
   }
@@ -78,7 +78,7 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
       return;
     }
     while (!url.empty() && url.back() == '/') url.pop_back();
-    o_.url = std::move(url);
+    o().url = std::move(url);
   }
 
   // An index name template: lowercase, {type} the only placeholder, and
@@ -106,16 +106,18 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
                              c == '.' || c == '+';
                     });
     if (!ok) return r_.Expected(f, kExpected, *text);
-    o_.index = *text;
+    o().index = *text;
   }
+
+  // The sink's options, made when one of its keys is read (SinkType::read).
+  ElasticsearchSinkOptions& o() { return sink_.MutableOptions<ElasticsearchSinkOptions>(); }
 
   config::SinkOptionReader& r_;
   config::SinkConfig& sink_;
-  ElasticsearchSinkConfig& o_;
 };
 
 void PrintElasticsearchSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
-  const ElasticsearchSinkConfig& es = sink.elasticsearch;
+  const ElasticsearchSinkOptions& es = sink.Options<ElasticsearchSinkOptions>();
   out.Secret("url", es.url, /*url=*/true);
   out.Value("index", es.index);
   if (!es.mapping_path.empty()) out.Value("mapping", es.mapping_path);

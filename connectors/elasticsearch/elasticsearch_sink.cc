@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "connectors/elasticsearch/bulk.h"
+#include "connectors/elasticsearch/elasticsearch_options.h"
 #include "connectors/elasticsearch/rest_client.h"
 #include "core/json.h"
 
@@ -45,7 +46,7 @@ uint64_t ShadowGeneration(std::string_view live, std::string_view index) {
 class ElasticsearchSink final : public Sink {
  public:
   ElasticsearchSink(const config::SinkConfig& cfg, std::unique_ptr<RestClient> client)
-      : cfg_(cfg), es_(cfg_.elasticsearch), client_(std::move(client)) {
+      : cfg_(cfg), es_(cfg_.Options<ElasticsearchSinkOptions>()), client_(std::move(client)) {
     SetIndex(IndexName(cfg));
   }
 
@@ -432,7 +433,7 @@ class ElasticsearchSink final : public Sink {
   }
 
   const config::SinkConfig cfg_;
-  const config::ElasticsearchSinkConfig& es_;
+  const ElasticsearchSinkOptions& es_;
   std::unique_ptr<RestClient> client_;
   std::string index_;       // the index (or alias) written; a shadow's is set by its first Open()
   std::string index_path_;  // "/" + index_, encoded
@@ -448,7 +449,7 @@ class ElasticsearchSink final : public Sink {
 }  // namespace
 
 std::string IndexName(const config::SinkConfig& sink) {
-  const std::string_view pattern = sink.elasticsearch.index;
+  const std::string_view pattern = sink.Options<ElasticsearchSinkOptions>().index;
   std::string index;
   for (size_t i = 0; i < pattern.size();) {
     if (pattern.substr(i, 6) == "{type}") {
@@ -462,7 +463,7 @@ std::string IndexName(const config::SinkConfig& sink) {
 }
 
 RestClientOptions ClientOptions(const config::SinkConfig& sink) {
-  const config::ElasticsearchSinkConfig& es = sink.elasticsearch;
+  const ElasticsearchSinkOptions& es = sink.Options<ElasticsearchSinkOptions>();
   RestClientOptions options;
   options.base_url = es.url;
   options.username = es.username;
@@ -475,7 +476,9 @@ RestClientOptions ClientOptions(const config::SinkConfig& sink) {
 
 Result<std::unique_ptr<Sink>> MakeElasticsearchSink(const config::SinkConfig& sink, const config::Config& /*global*/) {
   if (sink.type != "elasticsearch") return InvalidArgument("sink '" + sink.name + "' is not an elasticsearch sink");
-  if (sink.elasticsearch.url.empty()) return InvalidArgument("sink '" + sink.name + "': url is required");
+  if (sink.Options<ElasticsearchSinkOptions>().url.empty()) {
+    return InvalidArgument("sink '" + sink.name + "': url is required");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<RestClient> client, RestClient::Make(ClientOptions(sink)));
   return std::unique_ptr<Sink>(std::make_unique<ElasticsearchSink>(sink, std::move(client)));
 }

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "connectors/elasticsearch/elasticsearch_options.h"
 #include "connectors/elasticsearch/elasticsearch_sink.h"
 #include "connectors/elasticsearch/rest_client.h"
 #include "core/json.h"
@@ -70,8 +71,8 @@ class ElasticsearchSinkTest : public ::testing::Test {
     sink_cfg_.name = "es_test";
     sink_cfg_.type = "elasticsearch";
     sink_cfg_.entity = "account";
-    sink_cfg_.elasticsearch.url = TestUrl();
-    sink_cfg_.elasticsearch.index = index_;
+    sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().url = TestUrl();
+    sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().index = index_;
   }
 
   void TearDown() override {
@@ -168,8 +169,8 @@ TEST_F(ElasticsearchSinkTest, MappingConflictRejectsThatDocumentOnly) {
 }
 
 TEST_F(ElasticsearchSinkTest, CreatesTheIndexFromTheMappingFile) {
-  sink_cfg_.elasticsearch.mapping_path = "mapping.json";
-  sink_cfg_.elasticsearch.mapping_json =
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().mapping_path = "mapping.json";
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().mapping_json =
       R"({"settings":{"number_of_shards":2,"number_of_replicas":0},"mappings":{"dynamic":"strict","properties":{"owner":{"type":"keyword"}}}})";
   auto sink = MakeOpenSink();
   ASSERT_NE(sink, nullptr);
@@ -194,7 +195,7 @@ TEST_F(ElasticsearchSinkTest, CreatesTheIndexFromTheMappingFile) {
 }
 
 TEST_F(ElasticsearchSinkTest, MissingIndexWithoutAutoCreateIsMisconfiguration) {
-  sink_cfg_.elasticsearch.auto_create = false;
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().auto_create = false;
   auto sink = MakeElasticsearchSink(sink_cfg_, global_);
   ASSERT_TRUE(sink.ok());
   const Status st = (*sink)->Open();
@@ -206,7 +207,8 @@ TEST_F(ElasticsearchSinkTest, MissingIndexWithoutAutoCreateIsMisconfiguration) {
 }
 
 TEST_F(ElasticsearchSinkTest, BadMappingFileIsMisconfiguration) {
-  sink_cfg_.elasticsearch.mapping_json = R"({"mappings":{"properties":{"x":{"type":"no_such_type"}}}})";
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().mapping_json =
+      R"({"mappings":{"properties":{"x":{"type":"no_such_type"}}}})";
   auto sink = MakeElasticsearchSink(sink_cfg_, global_);
   ASSERT_TRUE(sink.ok());
   const Status st = (*sink)->Open();
@@ -215,7 +217,7 @@ TEST_F(ElasticsearchSinkTest, BadMappingFileIsMisconfiguration) {
 }
 
 TEST_F(ElasticsearchSinkTest, UnreachableServerIsUnavailable) {
-  sink_cfg_.elasticsearch.url = "http://127.0.0.1:1";  // nothing listens on port 1
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().url = "http://127.0.0.1:1";  // nothing listens on port 1
   auto sink = MakeElasticsearchSink(sink_cfg_, global_);
   ASSERT_TRUE(sink.ok());
   EXPECT_EQ((*sink)->Open().code(), StatusCode::kUnavailable);

@@ -57,7 +57,7 @@ void KafkaDeleter::operator()(rd_kafka_t* rk) const {
   if (rk != nullptr) rd_kafka_destroy(rk);
 }
 
-Result<KafkaHandle> NewClient(const config::KafkaSinkConfig& config, const ClientOptions& options) {
+Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options) {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   auto fail = [&](Status st) -> Result<KafkaHandle> {
     rd_kafka_conf_destroy(conf);

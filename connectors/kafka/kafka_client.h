@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "config/config.h"
+#include "connectors/kafka/kafka_options.h"
 #include "core/status.h"
 
 namespace sluice::connectors::kafka {
@@ -37,7 +37,7 @@ struct ClientOptions {
 // A producer (idempotent, acks=all, gapless, records never expire in its queue,
 // then the sink's properties) or a consumer for reading ranges (no group,
 // no commits; producer-only properties are left out).
-Result<KafkaHandle> NewClient(const config::KafkaSinkConfig& config, const ClientOptions& options);
+Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options);
 
 // The number of partitions of `topic`; kNotFound when the cluster says it
 // does not exist, kUnavailable when the cluster does not answer in time.

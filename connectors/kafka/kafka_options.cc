@@ -20,33 +20,32 @@ namespace sluice::connectors::kafka {
 namespace {
 
 using config::Field;
-using config::KafkaSinkConfig;
 
 // One kafka sink's keys while it is read.
 class KafkaKeys : public config::SinkOptionsRead {
  public:
-  KafkaKeys(config::SinkOptionReader& reader, KafkaSinkConfig& options) : r_(reader), o_(options) {}
+  KafkaKeys(config::SinkOptionReader& reader, config::SinkConfig& sink) : r_(reader), sink_(sink) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
     return {
         {"brokers", true, [this](const Field& f) { ReadBrokers(f); }},
         {"topic", true, [this](const Field& f) { ReadTopic(f); }},
         {"format", false, [this](const Field& f) { ReadFormat(f); }},
-        {"create_topic", false, [this](const Field& f) { r_.ReadBool(f, &o_.create_topic); }},
+        {"create_topic", false, [this](const Field& f) { r_.ReadBool(f, &o().create_topic); }},
         {"partitions", false,
          [this](const Field& f) {
            create_options_key_ = r_.Keep(f);
-           r_.ReadUint(f, 1, 100000, &o_.partitions);
+           r_.ReadUint(f, 1, 100000, &o().partitions);
          }},
         {"replication_factor", false,
          [this](const Field& f) {
            create_options_key_ = r_.Keep(f);
-           r_.ReadUint(f, 1, 32767, &o_.replication_factor);
+           r_.ReadUint(f, 1, 32767, &o().replication_factor);
          }},
         {"delivery_timeout", false,
          [this](const Field& f) {
            r_.ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
-                           std::chrono::milliseconds(std::chrono::hours(1)), &o_.delivery_timeout);
+                           std::chrono::milliseconds(std::chrono::hours(1)), &o().delivery_timeout);
          }},
         {"properties", false, [this](const Field& f) { ReadProperties(f); }},
     };
@@ -54,7 +53,9 @@ class KafkaKeys : public config::SinkOptionsRead {
 
   // partitions and replication_factor only with create_topic: the last one given.
   void Check(const Field&) override {
-    if (create_options_key_ && !o_.create_topic) r_.KeyProblem(*create_options_key_, "only with create_topic: true");
+    if (create_options_key_ && !sink_.Options<KafkaSinkOptions>().create_topic) {
+      r_.KeyProblem(*create_options_key_, "only with create_topic: true");
+    }
   }
 
  private:
@@ -79,7 +80,7 @@ class KafkaKeys : public config::SinkOptionsRead {
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
     }
-    o_.brokers = *text;
+    o().brokers = *text;
   }
 
   // A topic name template: {type} is replaced; the rest must be legal in a
@@ -96,7 +97,7 @@ class KafkaKeys : public config::SinkOptionsRead {
                              c == '.' || c == '_' || c == '-';
                     });
     if (!ok) return r_.Expected(f, kExpected, *text);
-    o_.topic = *text;
+    o().topic = *text;
   }
 
   void ReadFormat(const Field& f) {
@@ -104,9 +105,9 @@ class KafkaKeys : public config::SinkOptionsRead {
     const auto text = r_.PlainScalar(f, kExpected);
     if (!text) return;
     if (*text == "json") {
-      o_.format = KafkaSinkConfig::Format::kJson;
+      o().format = KafkaSinkOptions::Format::kJson;
     } else if (*text == "protobuf") {
-      o_.format = KafkaSinkConfig::Format::kProtobuf;
+      o().format = KafkaSinkOptions::Format::kProtobuf;
     } else {
       r_.Expected(f, kExpected, *text);
     }
@@ -159,21 +160,24 @@ class KafkaKeys : public config::SinkOptionsRead {
                           : "librdkafka refuses it: " + why);
         return;
       }
-      o_.properties[name] = value;
+      o().properties[name] = value;
     });
     rd_kafka_conf_destroy(conf);
   }
 
+  // The sink's options, made when one of its keys is read (SinkType::read).
+  KafkaSinkOptions& o() { return sink_.MutableOptions<KafkaSinkOptions>(); }
+
   config::SinkOptionReader& r_;
-  KafkaSinkConfig& o_;
+  config::SinkConfig& sink_;
   std::shared_ptr<const Field> create_options_key_;
 };
 
 void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
-  const KafkaSinkConfig& k = sink.kafka;
+  const KafkaSinkOptions& k = sink.Options<KafkaSinkOptions>();
   out.Value("brokers", k.brokers);
   out.Value("topic", k.topic);
-  out.Value("format", k.format == KafkaSinkConfig::Format::kProtobuf ? "protobuf" : "json");
+  out.Value("format", k.format == KafkaSinkOptions::Format::kProtobuf ? "protobuf" : "json");
   out.Value("create_topic", k.create_topic);
   if (k.create_topic) {
     out.Value("partitions", uint64_t{k.partitions});
@@ -188,11 +192,9 @@ void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
 BuiltinSinkType KafkaSinkType() {
   config::SinkType t;
   t.name = "kafka";
-  // Each Apply waits for its records' delivery reports, so a larger call pays
-  // that round trip less often.
-  t.default_batch_max = config::kKafkaBatchMaxDefault;
+  t.default_batch_max = kBatchMaxDefault;
   t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
-    return std::make_unique<KafkaKeys>(reader, sink->kafka);
+    return std::make_unique<KafkaKeys>(reader, *sink);
   };
   t.print = PrintKafkaSink;
   return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {

@@ -1,15 +1,42 @@
 // The kafka sink type as sluice registers it (connectors/builtin_sink_types.cc):
-// the keys a kafka sink accepts in the config file, how each is read and
-// checked (properties by librdkafka itself), which are secret, how `config
-// check --print` shows them, and the factory. To add a kafka sink option: a
-// field in config::KafkaSinkConfig (config/config.h, with its default), a row
-// in KafkaKeys::Keys() and a line in PrintKafkaSink (kafka_options.cc), and
-// the key in docs/configuration.md; tests in kafka_config_test.cc.
+// its options (KafkaSinkOptions), the keys a kafka sink accepts in the config
+// file, how each is read and checked (properties by librdkafka itself), which
+// are secret, how `config check --print` shows them, and the factory. To add
+// a kafka sink option: a field in KafkaSinkOptions below (with its default),
+// a row in KafkaKeys::Keys() and a line in PrintKafkaSink (kafka_options.cc),
+// the key in docs/configuration.md, and tests in kafka_options_test.cc.
 #pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
 
 #include "connectors/builtin_sink_types.h"
 
 namespace sluice::connectors::kafka {
+
+// A Kafka topic fed with one record per event (docs/sinks/kafka.md): a kafka
+// sink's options, as sink.Options<KafkaSinkOptions>() of a loaded
+// config::SinkConfig (the defaults when the file leaves them out).
+struct KafkaSinkOptions {
+  std::string brokers;  // bootstrap servers, "host:port[,host:port...]"
+  std::string topic;    // template: {type} is replaced by the entity type
+  enum class Format { kJson, kProtobuf } format = Format::kJson;
+  bool create_topic = false;        // create the topic when missing
+  uint32_t partitions = 0;          // for create_topic; 0: the entity's partition count
+  uint32_t replication_factor = 1;  // for create_topic
+  std::chrono::milliseconds delivery_timeout{30000};  // a batch not delivered by then is retried
+  // librdkafka properties passed through as they are (checked with
+  // librdkafka's own validation). Secret: those whose names look secret
+  // (IsSecretName) and those given as ${env:...}/${file:...}.
+  std::map<std::string, std::string> properties;
+};
+
+// A kafka sink's batch_max when the file does not give it: each Apply waits
+// for its records' delivery reports, so a larger call pays that round trip
+// less often.
+inline constexpr uint32_t kBatchMaxDefault = 20000;
 
 BuiltinSinkType KafkaSinkType();
 

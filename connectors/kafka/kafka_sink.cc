@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "connectors/kafka/kafka_client.h"
+#include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -34,10 +35,11 @@ class KafkaSink final : public Sink {
   KafkaSink(config::SinkConfig config, uint32_t source_partitions)
       : config_(std::move(config)),
         source_partitions_(source_partitions),
-        topic_(TopicName(config_.kafka.topic, config_.entity)) {}
+        topic_(TopicName(options().topic, config_.entity)) {}
   ~KafkaSink() override { Close(); }
 
   const std::string& name() const override { return config_.name; }
+  const KafkaSinkOptions& options() const { return config_.Options<KafkaSinkOptions>(); }
 
   Capabilities capabilities() const override {
     Capabilities c;
@@ -52,14 +54,14 @@ class KafkaSink final : public Sink {
     if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
     if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
-      if (!config_.kafka.create_topic) {
+      if (!options().create_topic) {
         return FailedPrecondition(Where() + "topic " + topic_ +
                                   " does not exist; create it or set create_topic: true");
       }
       const int32_t partitions =
-          static_cast<int32_t>(config_.kafka.partitions != 0 ? config_.kafka.partitions : source_partitions_);
+          static_cast<int32_t>(options().partitions != 0 ? options().partitions : source_partitions_);
       Status created = CreateTopic(producer->get(), topic_, partitions,
-                                   static_cast<int32_t>(config_.kafka.replication_factor), kMetadataTimeout);
+                                   static_cast<int32_t>(options().replication_factor), kMetadataTimeout);
       if (!created.ok()) return created.WithContext("sink '" + config_.name + "'");
       // The new topic reaches the broker's metadata cache a moment later:
       // part of creating it, so waited for here (up to the metadata timeout).
@@ -118,7 +120,7 @@ class KafkaSink final : public Sink {
       m = std::max(m, e.event_id);
     }
 
-    const auto deadline = Clock::now() + config_.kafka.delivery_timeout;
+    const auto deadline = Clock::now() + options().delivery_timeout;
     outstanding_ = 0;
     Status failure = Status::Ok();
     for (size_t i : send) {
@@ -182,7 +184,7 @@ class KafkaSink final : public Sink {
     auto producer = Client(RD_KAFKA_PRODUCER, "health");
     if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kHealthTimeout);
-    if (!count.ok() && count.status().code() == StatusCode::kNotFound && config_.kafka.create_topic) {
+    if (!count.ok() && count.status().code() == StatusCode::kNotFound && options().create_topic) {
       return Status::Ok();  // Open creates it
     }
     if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
@@ -343,7 +345,7 @@ class KafkaSink final : public Sink {
     for (int32_t t = 0; t < *count; ++t) {
       ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
       RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
-        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), config_.kafka.format);
+        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), options().format);
         if (!e.ok()) {
           if (decode_error.ok()) decode_error = e.status();
           return;
@@ -359,12 +361,12 @@ class KafkaSink final : public Sink {
   // librdkafka refuses is a misconfiguration (kFailedPrecondition).
   Result<KafkaHandle> Client(rd_kafka_type_t type, const std::string& purpose,
                              void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr) {
-    ClientOptions options;
-    options.type = type;
-    options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
-    options.delivery_report = delivery_report;
-    if (delivery_report != nullptr) options.opaque = this;
-    auto client = NewClient(config_.kafka, options);
+    ClientOptions client_options;
+    client_options.type = type;
+    client_options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
+    client_options.delivery_report = delivery_report;
+    if (delivery_report != nullptr) client_options.opaque = this;
+    auto client = NewClient(options(), client_options);
     if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
     return client;
   }
@@ -398,7 +400,7 @@ class KafkaSink final : public Sink {
                  Clock::time_point deadline) {
     std::string& value = value_buffer_;  // reused: librdkafka copies it (RD_KAFKA_MSG_F_COPY)
     value.clear();
-    AppendValue(value, e, config_.kafka.format);
+    AppendValue(value, e, options().format);
     const std::string version = std::to_string(e.version);
     const std::string event_id = std::to_string(e.event_id);
     const std::string partition = std::to_string(e.partition);
@@ -522,7 +524,8 @@ Result<std::unique_ptr<Sink>> MakeKafkaSink(const config::SinkConfig& sink, cons
   if (entity == global.entities.end()) {
     return InvalidArgument("sink '" + sink.name + "': unknown entity type '" + sink.entity + "'");
   }
-  if (sink.kafka.brokers.empty() || sink.kafka.topic.empty()) {
+  const KafkaSinkOptions& o = sink.Options<KafkaSinkOptions>();
+  if (o.brokers.empty() || o.topic.empty()) {
     return InvalidArgument("sink '" + sink.name + "': brokers and topic are required");
   }
   return std::unique_ptr<Sink>(std::make_unique<KafkaSink>(sink, entity->second.partitions));

@@ -44,14 +44,14 @@ void AppendNumber(std::string& out, Int v) {
 
 }  // namespace
 
-std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format format) {
+std::string EncodeValue(const ChangeEvent& e, KafkaSinkOptions::Format format) {
   std::string out;
   AppendValue(out, e, format);
   return out;
 }
 
-void AppendValue(std::string& out, const ChangeEvent& e, config::KafkaSinkConfig::Format format) {
-  if (format == config::KafkaSinkConfig::Format::kProtobuf) {
+void AppendValue(std::string& out, const ChangeEvent& e, KafkaSinkOptions::Format format) {
+  if (format == KafkaSinkOptions::Format::kProtobuf) {
     sluice::v1::ChangeEvent m;
     m.set_entity_type(e.entity_type);
     m.set_entity_id(e.entity_id);
@@ -90,9 +90,9 @@ void AppendValue(std::string& out, const ChangeEvent& e, config::KafkaSinkConfig
   out += '}';
 }
 
-Result<ChangeEvent> DecodeValue(std::string_view value, config::KafkaSinkConfig::Format format) {
+Result<ChangeEvent> DecodeValue(std::string_view value, KafkaSinkOptions::Format format) {
   ChangeEvent e;
-  if (format == config::KafkaSinkConfig::Format::kProtobuf) {
+  if (format == KafkaSinkOptions::Format::kProtobuf) {
     sluice::v1::ChangeEvent m;
     if (!m.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
       return InvalidArgument("not a sluice.v1.ChangeEvent");

@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "config/config.h"
+#include "connectors/kafka/kafka_options.h"
 #include "connectors/sink.h"
 
 namespace sluice::connectors::kafka {
@@ -38,15 +38,15 @@ inline constexpr std::string_view kHeaderPositions = "sluice-positions";
 std::string TopicName(std::string_view topic_template, std::string_view entity_type);
 
 // The record value of an event in a format.
-std::string EncodeValue(const ChangeEvent& e, config::KafkaSinkConfig::Format format);
+std::string EncodeValue(const ChangeEvent& e, KafkaSinkOptions::Format format);
 // The same, appended to `out`: a producer that reuses one buffer for every
 // record allocates nothing per record here.
-void AppendValue(std::string& out, const ChangeEvent& e, config::KafkaSinkConfig::Format format);
+void AppendValue(std::string& out, const ChangeEvent& e, KafkaSinkOptions::Format format);
 
 // Decodes a record value back into an event (entity_type, entity_id, version,
 // deleted, state, partition, event_id, command_name, command_id,
 // committed_at_us); InvalidArgument when it is not one of ours.
-Result<ChangeEvent> DecodeValue(std::string_view value, config::KafkaSinkConfig::Format format);
+Result<ChangeEvent> DecodeValue(std::string_view value, KafkaSinkOptions::Format format);
 
 // Source partition -> highest delivered event id.
 using Positions = std::map<uint32_t, uint64_t>;

@@ -7,7 +7,7 @@
 namespace sluice::connectors::kafka {
 namespace {
 
-using Format = config::KafkaSinkConfig::Format;
+using Format = KafkaSinkOptions::Format;
 
 ChangeEvent Sample() {
   ChangeEvent e;

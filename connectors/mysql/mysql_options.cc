@@ -15,7 +15,6 @@ namespace sluice::connectors::mysql {
 namespace {
 
 using config::Field;
-using config::MysqlSinkConfig;
 
 std::string ToLower(std::string_view s) {
   std::string out(s);
@@ -26,7 +25,7 @@ std::string ToLower(std::string_view s) {
 // One mysql sink's keys while it is read.
 class MysqlKeys : public config::SinkOptionsRead {
  public:
-  MysqlKeys(config::SinkOptionReader& reader, MysqlSinkConfig& options) : r_(reader), o_(options) {}
+  MysqlKeys(config::SinkOptionReader& reader, config::SinkConfig& sink) : r_(reader), sink_(sink) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
     return {
@@ -36,10 +35,10 @@ class MysqlKeys : public config::SinkOptionsRead {
          }},
         {"database", false, [this](const Field& f) { ReadDatabaseName(f); }},
         {"columns", true,
-         [this](const Field& f) { r_.ReadMappings(f, config::MappingKind::kMysqlColumn, &o_.columns); }},
-        {"auto_create", false, [this](const Field& f) { r_.ReadBool(f, &o_.auto_create); }},
-        {"connections", false, [this](const Field& f) { r_.ReadUint(f, 1, 64, &o_.connections); }},
-        {"version_cache", false, [this](const Field& f) { r_.ReadUint(f, 0, 10000000, &o_.version_cache); }},
+         [this](const Field& f) { r_.ReadMappings(f, config::MappingKind::kMysqlColumn, &o().columns); }},
+        {"auto_create", false, [this](const Field& f) { r_.ReadBool(f, &o().auto_create); }},
+        {"connections", false, [this](const Field& f) { r_.ReadUint(f, 1, 64, &o().connections); }},
+        {"version_cache", false, [this](const Field& f) { r_.ReadUint(f, 0, 10000000, &o().version_cache); }},
     };
   }
 
@@ -51,8 +50,9 @@ class MysqlKeys : public config::SinkOptionsRead {
       const auto& keys = static_cast<const MysqlKeys&>(*read);
       if (!keys.table_key_) continue;
       const config::SinkConfig& sink = config.sinks[index];
-      const std::string database = sink.mysql.database.empty() ? config.mysql.database : sink.mysql.database;
-      const std::string qualified = database + "." + sink.mysql.table;
+      const MysqlSinkOptions& m = sink.Options<MysqlSinkOptions>();
+      const std::string database = m.database.empty() ? config.mysql.database : m.database;
+      const std::string qualified = database + "." + m.table;
       const auto [it, inserted] =
           tables.emplace(ToLower(qualified), std::pair(sink.name, config::FieldLine(*keys.table_key_)));
       if (!inserted) {
@@ -79,7 +79,7 @@ class MysqlKeys : public config::SinkOptionsRead {
                  "got " + config::QuoteValue(*text));
       return false;
     }
-    o_.table = *text;
+    o().table = *text;
     return true;
   }
 
@@ -88,16 +88,19 @@ class MysqlKeys : public config::SinkOptionsRead {
     const auto text = r_.PlainScalar(f, kExpected);
     if (!text) return;
     if (!config::IsDatabaseName(*text)) return r_.Expected(f, kExpected, *text);
-    o_.database = *text;
+    o().database = *text;
   }
 
+  // The sink's options, made when one of its keys is read (SinkType::read).
+  MysqlSinkOptions& o() { return sink_.MutableOptions<MysqlSinkOptions>(); }
+
   config::SinkOptionReader& r_;
-  MysqlSinkConfig& o_;
+  config::SinkConfig& sink_;
   std::shared_ptr<const Field> table_key_;  // `table`, when it was valid
 };
 
 void PrintMysqlSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
-  const MysqlSinkConfig& m = sink.mysql;
+  const MysqlSinkOptions& m = sink.Options<MysqlSinkOptions>();
   out.Value("table", m.table);
   if (!m.database.empty()) out.Value("database", m.database);
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> columns;
@@ -117,7 +120,7 @@ BuiltinSinkType MysqlSinkType() {
   t.name = "mysql";
   t.can_push = true;
   t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
-    return std::make_unique<MysqlKeys>(reader, sink->mysql);
+    return std::make_unique<MysqlKeys>(reader, *sink);
   };
   t.print = PrintMysqlSink;
   t.check_file = MysqlKeys::CheckTables;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "connectors/mysql/mysql_options.h"
 #include "core/json.h"
 #include "sql/connection.h"
 
@@ -281,6 +282,7 @@ class MysqlSink final : public Sink {
   // "sink 'x' (db.t): doing: message" with the code the caller acts on.
   Status Fail(const Status& status, std::string_view doing) const;
   std::string Context() const { return "sink '" + cfg_.name + "' (" + where_ + ")"; }
+  const MysqlSinkOptions& options() const { return cfg_.Options<MysqlSinkOptions>(); }
 
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
@@ -310,12 +312,12 @@ class MysqlSink final : public Sink {
 };
 
 MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
-    : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + cfg_.mysql.table) {
-  const size_t lanes = std::max<size_t>(1, cfg_.mysql.connections);
-  hints_.assign(lanes, VersionHints((cfg_.mysql.version_cache + lanes - 1) / lanes));
-  const std::string table = sql::QuoteIdent(cfg_.mysql.table);
+    : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + options().table) {
+  const size_t lanes = std::max<size_t>(1, options().connections);
+  hints_.assign(lanes, VersionHints((options().version_cache + lanes - 1) / lanes));
+  const std::string table = sql::QuoteIdent(options().table);
   std::vector<std::string> cols;
-  for (const auto& c : cfg_.mysql.columns) cols.push_back(sql::QuoteIdent(c.name));
+  for (const auto& c : options().columns) cols.push_back(sql::QuoteIdent(c.name));
 
   create_sql_ = "CREATE TABLE IF NOT EXISTS " + table +
                 " (`id` VARBINARY(64) NOT NULL,"
@@ -323,7 +325,7 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
                 " `_deleted` TINYINT(1) NOT NULL DEFAULT 0,"
                 " `_updated_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)";
   for (size_t i = 0; i < cols.size(); ++i) {
-    const std::string& type = cfg_.mysql.columns[i].sql_type;
+    const std::string& type = options().columns[i].sql_type;
     create_sql_ += ", " + cols[i] + " " + (type.empty() ? std::string("TEXT") : type) + " NULL";
   }
   create_sql_ += ", PRIMARY KEY (`id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
@@ -387,7 +389,7 @@ Status MysqlSink::Open() {
     shadow_prepared_ = true;
   }
   RETURN_IF_ERROR(CheckOrCreateTable());
-  lanes_.resize(cfg_.mysql.connections - 1);
+  lanes_.resize(options().connections - 1);
   // A new session may find another server or a re-created table.
   for (VersionHints& h : hints_) h.Clear();
   open_ = true;
@@ -399,21 +401,21 @@ constexpr std::string_view kShadowSuffix = "__rebuild";
 constexpr std::string_view kRetiredSuffix = "__old";
 
 Result<std::unique_ptr<Sink>> MysqlSink::MakeRebuildShadow() const {
-  if (cfg_.mysql.table.size() + kShadowSuffix.size() > 64) {
+  if (options().table.size() + kShadowSuffix.size() > 64) {
     return FailedPrecondition(Context() + ": cannot be rebuilt: the table name is longer than " +
                               std::to_string(64 - kShadowSuffix.size()) + " characters, so " +
                               std::string(kShadowSuffix) + " does not fit after it");
   }
   config::SinkConfig shadow_cfg = cfg_;
-  shadow_cfg.mysql.table += kShadowSuffix;
+  shadow_cfg.MutableOptions<MysqlSinkOptions>().table += kShadowSuffix;
   auto shadow = std::make_unique<MysqlSink>(std::move(shadow_cfg), params_);
-  shadow->shadow_of_ = cfg_.mysql.table;
+  shadow->shadow_of_ = options().table;
   std::unique_ptr<Sink> made = std::move(shadow);
   return made;
 }
 
 Status MysqlSink::PrepareShadowTable() {
-  const std::string shadow = sql::QuoteIdent(cfg_.mysql.table);
+  const std::string shadow = sql::QuoteIdent(options().table);
   auto dropped = conn_->Execute("DROP TABLE IF EXISTS " + shadow);
   if (!dropped.ok()) return Fail(dropped.status(), "dropping the table an earlier rebuild left");
   // LIKE keeps whatever the operator added to the live table (indexes,
@@ -428,7 +430,7 @@ Status MysqlSink::PromoteRebuildShadow() {
   RETURN_IF_ERROR(EnsureOpen());
   const std::string live = sql::QuoteIdent(shadow_of_);
   const std::string retired = sql::QuoteIdent(shadow_of_ + std::string(kRetiredSuffix));
-  const std::string shadow = sql::QuoteIdent(cfg_.mysql.table);
+  const std::string shadow = sql::QuoteIdent(options().table);
   auto cleared = conn_->Execute("DROP TABLE IF EXISTS " + retired);
   if (!cleared.ok()) return Fail(cleared.status(), "dropping the table an earlier switch-over left");
   std::string exists = "SELECT COUNT(*) FROM information_schema.TABLES WHERE `TABLE_SCHEMA` = DATABASE() AND `TABLE_NAME` = ";
@@ -451,12 +453,12 @@ Status MysqlSink::PromoteRebuildShadow() {
 Status MysqlSink::CheckOrCreateTable() {
   std::string q =
       "SELECT `COLUMN_NAME` FROM information_schema.COLUMNS WHERE `TABLE_SCHEMA` = DATABASE() AND `TABLE_NAME` = ";
-  conn_->AppendQuoted(q, cfg_.mysql.table);
+  conn_->AppendQuoted(q, options().table);
   auto columns = conn_->Query(q);
   if (!columns.ok()) return Fail(columns.status(), "reading the table's columns");
 
   if (columns->empty()) {
-    if (!cfg_.mysql.auto_create) {
+    if (!options().auto_create) {
       return FailedPrecondition(Context() + ": table " + where_ +
                                 " does not exist; create it or set auto_create: true");
     }
@@ -474,7 +476,7 @@ Status MysqlSink::CheckOrCreateTable() {
     if (!row.empty() && row[0]) have.insert(Lower(*row[0]));
   }
   std::vector<std::string_view> required = {"id", "_version", "_deleted"};
-  for (const auto& c : cfg_.mysql.columns) required.push_back(c.name);
+  for (const auto& c : options().columns) required.push_back(c.name);
   std::string missing;
   for (const std::string_view name : required) {
     if (have.contains(Lower(name))) continue;
@@ -490,7 +492,7 @@ Status MysqlSink::CheckOrCreateTable() {
   std::string pk =
       "SELECT `COLUMN_NAME` FROM information_schema.STATISTICS WHERE `TABLE_SCHEMA` = DATABASE()"
       " AND `INDEX_NAME` = 'PRIMARY' AND `TABLE_NAME` = ";
-  conn_->AppendQuoted(pk, cfg_.mysql.table);
+  conn_->AppendQuoted(pk, options().table);
   auto key = conn_->Query(pk);
   if (!key.ok()) return Fail(key.status(), "reading the table's primary key");
   if (key->size() != 1 || key->front().empty() || !key->front()[0] || Lower(*key->front()[0]) != "id") {
@@ -515,7 +517,7 @@ Status MysqlSink::EnsureOpen() {
 
 bool MysqlSink::Extract(PreparedEvent& p, EventResult& result) const {
   if (p.extracted) return true;
-  const auto& columns = cfg_.mysql.columns;
+  const auto& columns = options().columns;
   p.values.resize(columns.size());
   if (p.event->deleted) {
     p.extracted = true;  // a tombstone: every column NULL
@@ -561,7 +563,7 @@ ApplyResult MysqlSink::Apply(std::span<const ChangeEvent> events) {
     p.event = &events[i];
     // The id goes into the SELECT and the INSERT; the values are at most about the state's size.
     p.bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
-              kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+              kValueOverheadBytes * (options().columns.size() + 4);
     work[lane].index.push_back(i);
     work[lane].prepared.push_back(std::move(p));
   }
@@ -821,7 +823,7 @@ void MysqlSink::Close() {
 
 void MysqlSink::CompareRow(const EntitySnapshot* snap, const sql::Row& row,
                            std::vector<Difference>& differences) const {
-  const auto& columns = cfg_.mysql.columns;
+  const auto& columns = options().columns;
   if (row.size() < 3 + columns.size() || !row[0]) return;
   const std::string& id = *row[0];
   const uint64_t version = ParseUint(row[1]).value_or(0);
@@ -951,7 +953,7 @@ ApplyResult MysqlSink::Repair(std::span<const ChangeEvent> events, RepairGuard g
   for (size_t i = 0; i < events.size(); ++i) {
     prepared[i].event = &events[i];
     prepared[i].bytes = 2 * events[i].entity_id.size() + events[i].state.size() +
-                        kValueOverheadBytes * (cfg_.mysql.columns.size() + 4);
+                        kValueOverheadBytes * (options().columns.size() + 4);
   }
   const std::span<PreparedEvent> all(prepared);
   const std::span<EventResult> results(out.results);
@@ -1041,7 +1043,7 @@ Status MysqlSink::RepairInTransaction(std::span<PreparedEvent> chunk, std::span<
     if (id.winner == SIZE_MAX) continue;
     const PreparedEvent& p = chunk[id.winner];
     if (removal(*p.event)) {
-      removed += removed.empty() ? "DELETE FROM " + sql::QuoteIdent(cfg_.mysql.table) + " WHERE `id` IN (" : ",";
+      removed += removed.empty() ? "DELETE FROM " + sql::QuoteIdent(options().table) + " WHERE `id` IN (" : ",";
       conn->AppendQuoted(removed, p.event->entity_id);
       continue;
     }
@@ -1087,11 +1089,12 @@ std::optional<HintStats> HintStatsOf(const Sink& sink) {
 
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global) {
   const std::string context = "sink '" + sink.name + "'";
-  if (sink.mysql.table.empty()) return InvalidArgument(context + ": mysql.table is empty");
-  if (sink.mysql.columns.empty()) return InvalidArgument(context + ": mysql.columns needs at least one column");
+  const MysqlSinkOptions& o = sink.Options<MysqlSinkOptions>();
+  if (o.table.empty()) return InvalidArgument(context + ": mysql.table is empty");
+  if (o.columns.empty()) return InvalidArgument(context + ": mysql.columns needs at least one column");
   std::unordered_set<std::string> names;
   for (const std::string_view own : kOwnColumns) names.insert(std::string(own));
-  for (const auto& c : sink.mysql.columns) {
+  for (const auto& c : o.columns) {
     if (c.name.empty()) return InvalidArgument(context + ": a column has no name");
     const std::string lower = Lower(c.name);
     if (std::find(std::begin(kOwnColumns), std::end(kOwnColumns), lower) != std::end(kOwnColumns)) {
@@ -1107,7 +1110,7 @@ Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, cons
   p.socket = global.mysql.socket;
   p.user = global.mysql.user;
   p.password = global.mysql.password;
-  p.database = sink.mysql.database.empty() ? global.mysql.database : sink.mysql.database;
+  p.database = o.database.empty() ? global.mysql.database : o.database;
   p.connect_timeout = global.mysql.connect_timeout;
   p.io_timeout = global.mysql.io_timeout;
   if (p.database.empty()) return InvalidArgument(context + ": no database for the view table");

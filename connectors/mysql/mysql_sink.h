@@ -48,7 +48,7 @@
 namespace sluice::connectors::mysql {
 
 // Builds a mysql sink for a validated config (not yet opened). The server is
-// global.mysql; the database is sink.mysql.database or, when empty,
+// global.mysql; the database is the sink's MysqlSinkOptions::database or, when empty,
 // global.mysql.database. InvalidArgument when the columns clash with the
 // sink's own columns or with each other.
 Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, const config::Config& global);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "connectors/mysql/mysql_options.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::connectors::mysql {
@@ -77,8 +78,9 @@ class MysqlSinkTest : public ::testing::Test {
     sink_.name = "order-view";
     sink_.type = "mysql";
     sink_.entity = "order";
-    sink_.mysql.table = "order_view";
-    sink_.mysql.columns = {Column("name", "/name", "VARCHAR(8)"), Column("total", "/total", "DECIMAL(10,2)")};
+    sink_.MutableOptions<MysqlSinkOptions>().table = "order_view";
+    sink_.MutableOptions<MysqlSinkOptions>().columns = {Column("name", "/name", "VARCHAR(8)"),
+                                                        Column("total", "/total", "DECIMAL(10,2)")};
   }
 
   std::unique_ptr<Sink> Make() {
@@ -228,7 +230,7 @@ TEST_F(MysqlSinkTest, HintsSkipTheReadOfNewerEventsAndOutcomesStayExact) {
   EXPECT_EQ(Row("a"), "4 0 a4 NULL");
 
   // Off with version_cache: 0.
-  sink_.mysql.version_cache = 0;
+  sink_.MutableOptions<MysqlSinkOptions>().version_cache = 0;
   auto plain = MakeOpen();
   ASSERT_TRUE(plain);
   EXPECT_EQ(Letters(plain->Apply(std::vector{Put("e", 1, R"({"name":"e1"})")})), "A");
@@ -276,7 +278,7 @@ TEST_F(MysqlSinkTest, AWrongHintIsRolledBackAndDecidedAgainByReading) {
 // Hints per connection, hinted deletes, and a chunk that mixes hinted rows
 // with rows that must be read.
 TEST_F(MysqlSinkTest, HintsOnSeveralConnectionsWithDeletesAndMixedChunks) {
-  sink_.mysql.connections = 3;
+  sink_.MutableOptions<MysqlSinkOptions>().connections = 3;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   auto other = MakeOpen();
@@ -319,7 +321,7 @@ TEST_F(MysqlSinkTest, HintsOnSeveralConnectionsWithDeletesAndMixedChunks) {
 TEST_F(MysqlSinkTest, RefusedValuesRejectOnlyTheirEvents) {
   // One connection: the whole batch is one transaction, whose refusal makes
   // even b's superseded first event go alone (and be refused).
-  sink_.mysql.connections = 1;
+  sink_.MutableOptions<MysqlSinkOptions>().connections = 1;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   const std::string long_id(70, 'x');  // longer than VARBINARY(64)
@@ -351,7 +353,7 @@ TEST_F(MysqlSinkTest, RefusedValuesRejectOnlyTheirEvents) {
 }
 
 TEST_F(MysqlSinkTest, MissingTableWithoutAutoCreateIsMisconfiguration) {
-  sink_.mysql.auto_create = false;
+  sink_.MutableOptions<MysqlSinkOptions>().auto_create = false;
   auto sink = Make();
   ASSERT_TRUE(sink);
   const Status st = sink->Open();
@@ -396,7 +398,7 @@ TEST_F(MysqlSinkTest, DroppedTableIsMisconfiguration) {
 
 TEST_F(MysqlSinkTest, ViewDatabaseCanDifferFromMainStorage) {
   testing::TestDatabase other("mysqlsink_other");
-  sink_.mysql.database = other.name();
+  sink_.MutableOptions<MysqlSinkOptions>().database = other.name();
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   EXPECT_EQ(Letters(sink->Apply(std::vector{Put("a", 1, "{}")})), "A");
@@ -517,7 +519,7 @@ int64_t SinkSessions(testing::TestDatabase& db, const std::string& where = "") {
 }
 
 TEST_F(MysqlSinkTest, SeveralConnectionsKeepEveryOutcomeExact) {
-  sink_.mysql.connections = 4;
+  sink_.MutableOptions<MysqlSinkOptions>().connections = 4;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   EXPECT_EQ(SinkSessions(*db_), 4);
@@ -567,7 +569,7 @@ TEST_F(MysqlSinkTest, SeveralConnectionsKeepEveryOutcomeExact) {
 }
 
 TEST_F(MysqlSinkTest, RefusedValueOnOneConnectionRejectsOnlyItsEvent) {
-  sink_.mysql.connections = 3;
+  sink_.MutableOptions<MysqlSinkOptions>().connections = 3;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   std::vector<ChangeEvent> events;
@@ -600,7 +602,7 @@ TEST_F(MysqlSinkTest, CutWhileOneConnectionWaitsIsUnavailableAndTheRetryConverge
   const sql::ConnectParams p = testing::MysqlParams();
   testing::TcpProxy proxy(p.host, p.port);
   global_.mysql.port = proxy.port();
-  sink_.mysql.connections = 4;
+  sink_.MutableOptions<MysqlSinkOptions>().connections = 4;
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   ASSERT_EQ(Letters(sink->Apply(std::vector{Put("id0", 1, R"({"name":"first"})")})), "A");
@@ -644,7 +646,8 @@ TEST_F(MysqlSinkTest, CutWhileOneConnectionWaitsIsUnavailableAndTheRetryConverge
 // Prints the drain rate of batches of 1000 (200,000 events over 100,000
 // ids, 2 columns); no threshold, the number is for the record.
 TEST_F(MysqlSinkTest, DrainRate) {
-  sink_.mysql.columns = {Column("name", "/customer/name", "VARCHAR(64)"), Column("total", "/total")};
+  sink_.MutableOptions<MysqlSinkOptions>().columns = {Column("name", "/customer/name", "VARCHAR(64)"),
+                                                      Column("total", "/total")};
   auto sink = MakeOpen();
   ASSERT_TRUE(sink);
   constexpr size_t kEvents = 200000;
@@ -699,14 +702,14 @@ TEST(MysqlSinkConfigTest, ColumnsMayNotClash) {
   config::SinkConfig sink;
   sink.name = "v";
   sink.type = "mysql";
-  sink.mysql.table = "v";
-  sink.mysql.columns = {Column("_VERSION", "/v")};
+  sink.MutableOptions<MysqlSinkOptions>().table = "v";
+  sink.MutableOptions<MysqlSinkOptions>().columns = {Column("_VERSION", "/v")};
   EXPECT_EQ(MakeMysqlSink(sink, global).status().code(), StatusCode::kInvalidArgument);
-  sink.mysql.columns = {Column("a", "/a"), Column("A", "/b")};
+  sink.MutableOptions<MysqlSinkOptions>().columns = {Column("a", "/a"), Column("A", "/b")};
   EXPECT_EQ(MakeMysqlSink(sink, global).status().code(), StatusCode::kInvalidArgument);
-  sink.mysql.columns = {};
+  sink.MutableOptions<MysqlSinkOptions>().columns = {};
   EXPECT_EQ(MakeMysqlSink(sink, global).status().code(), StatusCode::kInvalidArgument);
-  sink.mysql.columns = {Column("a", "/a"), Column("b", "/b")};
+  sink.MutableOptions<MysqlSinkOptions>().columns = {Column("a", "/a"), Column("b", "/b")};
   EXPECT_TRUE(MakeMysqlSink(sink, global).ok());
 }
 

@@ -15,14 +15,13 @@ namespace sluice::connectors::redis {
 namespace {
 
 using config::Field;
-using config::RedisSinkConfig;
 
 constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 
 // One redis sink's keys while it is read.
 class RedisKeys : public config::SinkOptionsRead {
  public:
-  RedisKeys(config::SinkOptionReader& reader, RedisSinkConfig& options) : r_(reader), o_(options) {}
+  RedisKeys(config::SinkOptionReader& reader, config::SinkConfig& sink) : r_(reader), sink_(sink) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
     return {
@@ -33,12 +32,12 @@ class RedisKeys : public config::SinkOptionsRead {
         {"fields", false,
          [this](const Field& f) {
            fields_key_ = r_.Keep(f);
-           r_.ReadMappings(f, config::MappingKind::kRedisField, &o_.fields);
+           r_.ReadMappings(f, config::MappingKind::kRedisField, &o().fields);
          }},
         {"ttl", false,
-         [this](const Field& f) { r_.ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &o_.ttl); }},
+         [this](const Field& f) { r_.ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &o().ttl); }},
         {"tombstone_ttl", false,
-         [this](const Field& f) { r_.ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &o_.tombstone_ttl); }},
+         [this](const Field& f) { r_.ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &o().tombstone_ttl); }},
     };
   }
 
@@ -60,7 +59,7 @@ class RedisKeys : public config::SinkOptionsRead {
       r_.Problem(f, "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + endpoint.status().message());
       return;
     }
-    o_.url = std::move(url);
+    o().url = std::move(url);
   }
 
   void ReadKey(const Field& f) {
@@ -70,7 +69,7 @@ class RedisKeys : public config::SinkOptionsRead {
       r_.Problem(f, *problem + ", got " + config::QuoteValue(*text));
       return;
     }
-    o_.key = *text;
+    o().key = *text;
   }
 
   void ReadFormat(const Field& f) {
@@ -80,26 +79,29 @@ class RedisKeys : public config::SinkOptionsRead {
     if (!text) return;
     if (*text == "json") {
       format_ = Format::kJson;
-      o_.format = RedisSinkConfig::Format::kJson;
+      o().format = RedisSinkOptions::Format::kJson;
     } else if (*text == "hash") {
       format_ = Format::kHash;
-      o_.format = RedisSinkConfig::Format::kHash;
+      o().format = RedisSinkOptions::Format::kHash;
     } else {
       r_.Expected(f, kExpected, *text);
     }
   }
 
+  // The sink's options, made when one of its keys is read (SinkType::read).
+  RedisSinkOptions& o() { return sink_.MutableOptions<RedisSinkOptions>(); }
+
   config::SinkOptionReader& r_;
-  RedisSinkConfig& o_;
+  config::SinkConfig& sink_;
   Format format_ = Format::kJson;  // json unless given
   std::shared_ptr<const Field> fields_key_;
 };
 
 void PrintRedisSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
-  const RedisSinkConfig& r = sink.redis;
+  const RedisSinkOptions& r = sink.Options<RedisSinkOptions>();
   out.Secret("url", r.url, /*url=*/true);
   out.Value("key", r.key);
-  out.Value("format", r.format == RedisSinkConfig::Format::kHash ? "hash" : "json");
+  out.Value("format", r.format == RedisSinkOptions::Format::kHash ? "hash" : "json");
   if (!r.fields.empty()) {
     std::vector<std::pair<std::string, std::string>> fields;
     for (const config::FieldMapping& f : r.fields) fields.emplace_back(f.name, f.pointer);
@@ -116,7 +118,7 @@ BuiltinSinkType RedisSinkType() {
   t.name = "redis";
   t.can_push = true;
   t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
-    return std::make_unique<RedisKeys>(reader, sink->redis);
+    return std::make_unique<RedisKeys>(reader, *sink);
   };
   t.print = PrintRedisSink;
   return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_sink_impl.h"
 #include "connectors/redis/redis_url.h"
 #include "connectors/redis/reply_error.h"
@@ -29,19 +30,21 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-RedisSink::RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys, RedisSinkOptions options)
+RedisSink::RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys,
+                     RedisConnectionLimits limits)
     : cfg_(cfg),
       endpoint_(std::move(endpoint)),
       keys_(std::move(keys)),
-      options_(options),
-      hash_(cfg.redis.format == config::RedisSinkConfig::Format::kHash),
-      ttl_ms_(std::to_string(std::max<int64_t>(0, cfg.redis.ttl.count()))),
-      tombstone_ttl_ms_(std::to_string(std::max<int64_t>(0, cfg.redis.tombstone_ttl.count()))),
+      limits_(limits),
+      hash_(options().format == RedisSinkOptions::Format::kHash),
+      ttl_ms_(std::to_string(std::max<int64_t>(0, options().ttl.count()))),
+      tombstone_ttl_ms_(std::to_string(std::max<int64_t>(0, options().tombstone_ttl.count()))),
       where_("sink '" + cfg.name + "' (redis " + endpoint_.Describe() + ")") {}
 
 // The options that the write and check paths read.
-const std::vector<config::FieldMapping>& RedisSink::hash_fields() const { return cfg_.redis.fields; }
-bool RedisSink::values_expire() const { return cfg_.redis.ttl.count() > 0; }
+const RedisSinkOptions& RedisSink::options() const { return cfg_.Options<RedisSinkOptions>(); }
+const std::vector<config::FieldMapping>& RedisSink::hash_fields() const { return options().fields; }
+bool RedisSink::values_expire() const { return options().ttl.count() > 0; }
 
 Capabilities RedisSink::capabilities() const {
   Capabilities c;
@@ -82,16 +85,17 @@ Status RedisSink::Health() {
 // never touches a live key and the two SCAN patterns never meet.
 Result<std::unique_ptr<Sink>> RedisSink::MakeRebuildShadow() const {
   if (keys_.literal_prefix().empty()) {
-    return FailedPrecondition(where_ + ": cannot be rebuilt: the key template '" + cfg_.redis.key +
+    return FailedPrecondition(where_ + ": cannot be rebuilt: the key template '" + options().key +
                               "' starts with {id}, so no prefix keeps the rebuilt keys apart from the live ones; "
                               "start the template with a literal such as '{type}:', or use `sluice rewind --sink " +
                               cfg_.name + " --to beginning`");
   }
   const std::string prefix = ShadowKeyPrefix(keys_.literal_prefix());
   config::SinkConfig shadow_cfg = cfg_;
-  shadow_cfg.redis.key = prefix + cfg_.redis.key;
-  ASSIGN_OR_RETURN(KeyTemplate keys, KeyTemplate::Parse(shadow_cfg.redis.key, cfg_.entity));
-  auto shadow = std::make_unique<RedisSink>(shadow_cfg, endpoint_, std::move(keys), options_);
+  std::string& shadow_key = shadow_cfg.MutableOptions<RedisSinkOptions>().key;
+  shadow_key = prefix + shadow_key;
+  ASSIGN_OR_RETURN(KeyTemplate keys, KeyTemplate::Parse(shadow_key, cfg_.entity));
+  auto shadow = std::make_unique<RedisSink>(shadow_cfg, endpoint_, std::move(keys), limits_);
   shadow->live_keys_ = keys_;
   shadow->shadow_prefix_ = prefix;
   shadow->where_ = where_ + " (rebuild, keys " + prefix + "...)";
@@ -100,10 +104,10 @@ Result<std::unique_ptr<Sink>> RedisSink::MakeRebuildShadow() const {
 
 Status RedisSink::Connect() {
   ctx_.reset();
-  ContextPtr c(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(options_.connect_timeout)));
+  ContextPtr c(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(limits_.connect_timeout)));
   if (!c) return Unavailable(where_ + ": cannot allocate a connection");
   if (c->err) return Unavailable(where_ + ": cannot connect: " + c->errstr);
-  if (redisSetTimeout(c.get(), ToTimeval(options_.io_timeout)) != REDIS_OK) {
+  if (redisSetTimeout(c.get(), ToTimeval(limits_.io_timeout)) != REDIS_OK) {
     return Unavailable(where_ + ": cannot set the io timeout: " + c->errstr);
   }
   redisEnableKeepAlive(c.get());  // best effort: a dead peer is still caught by the io timeout
@@ -168,7 +172,7 @@ Status RedisSink::ServerError(std::string_view command, std::string_view err) {
 Status RedisSink::ConnectionLost() {
   std::string why = ctx_ ? std::string(ctx_->errstr) : std::string("not connected");
   if (why == "Resource temporarily unavailable") {
-    why = "no answer within the io timeout of " + std::to_string(options_.io_timeout.count()) + " ms";
+    why = "no answer within the io timeout of " + std::to_string(limits_.io_timeout.count()) + " ms";
   }
   ctx_.reset();
   return Unavailable(where_ + ": connection lost: " + why);
@@ -236,31 +240,32 @@ Result<std::vector<ReplyPtr>> RedisSink::PipelinePerKey(const char* command, con
 }
 
 Result<std::unique_ptr<Sink>> MakeRedisSink(const config::SinkConfig& sink, const config::Config& global) {
-  return MakeRedisSink(sink, global, RedisSinkOptions{});
+  return MakeRedisSink(sink, global, RedisConnectionLimits{});
 }
 
 Result<std::unique_ptr<Sink>> MakeRedisSink(const config::SinkConfig& sink, const config::Config&,
-                                            const RedisSinkOptions& options) {
+                                            const RedisConnectionLimits& limits) {
   const std::string where = "sink '" + sink.name + "'";
-  Result<RedisEndpoint> endpoint = ParseRedisUrl(sink.redis.url);
+  const RedisSinkOptions& o = sink.Options<RedisSinkOptions>();
+  Result<RedisEndpoint> endpoint = ParseRedisUrl(o.url);
   if (!endpoint.ok()) return endpoint.status().WithContext(where);
-  Result<KeyTemplate> keys = KeyTemplate::Parse(sink.redis.key, sink.entity);
+  Result<KeyTemplate> keys = KeyTemplate::Parse(o.key, sink.entity);
   if (!keys.ok()) return keys.status().WithContext(where);
-  for (const auto& f : sink.redis.fields) {
+  for (const auto& f : o.fields) {
     if (f.name == kVersionMember) return InvalidArgument(where + ": the hash field name _version is reserved");
   }
   // Redis refuses expiry times that overflow when added to now; far below that.
   constexpr int64_t kMaxTtlMs = int64_t{1} << 45;  // about 1100 years
-  for (auto ttl : {sink.redis.ttl, sink.redis.tombstone_ttl}) {
+  for (auto ttl : {o.ttl, o.tombstone_ttl}) {
     if (ttl.count() < 0 || ttl.count() > kMaxTtlMs) {
       return InvalidArgument(where + ": ttl and tombstone_ttl must be from 0 to " + std::to_string(kMaxTtlMs) + " ms");
     }
   }
-  if (options.connect_timeout.count() <= 0 || options.io_timeout.count() <= 0) {
+  if (limits.connect_timeout.count() <= 0 || limits.io_timeout.count() <= 0) {
     return InvalidArgument(where + ": redis timeouts must be positive");
   }
   return std::unique_ptr<Sink>(
-      std::make_unique<RedisSink>(sink, std::move(endpoint).value(), std::move(keys).value(), options));
+      std::make_unique<RedisSink>(sink, std::move(endpoint).value(), std::move(keys).value(), limits));
 }
 
 }  // namespace sluice::connectors::redis

@@ -21,7 +21,7 @@
 namespace sluice::connectors::redis {
 
 // Connection limits; the defaults suit the engine.
-struct RedisSinkOptions {
+struct RedisConnectionLimits {
   // Longest wait for the TCP connection to be established.
   std::chrono::milliseconds connect_timeout{2000};
   // Longest a send or a receive may block (per socket operation, not per
@@ -34,6 +34,6 @@ Result<std::unique_ptr<Sink>> MakeRedisSink(const config::SinkConfig& sink, cons
 
 // The same with explicit connection limits (tests use short ones).
 Result<std::unique_ptr<Sink>> MakeRedisSink(const config::SinkConfig& sink, const config::Config& global,
-                                            const RedisSinkOptions& options);
+                                            const RedisConnectionLimits& limits);
 
 }  // namespace sluice::connectors::redis

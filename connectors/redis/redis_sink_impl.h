@@ -29,6 +29,7 @@
 
 #include "config/config.h"
 #include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_sink.h"
 #include "connectors/redis/redis_url.h"
 #include "connectors/redis/reply_error.h"
@@ -103,7 +104,7 @@ inline ErrorClass Classify(std::string_view err) { return ClassifyReplyError(err
 class RedisSink final : public Sink {
  public:
   // redis_sink.cc
-  RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys, RedisSinkOptions options);
+  RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys, RedisConnectionLimits limits);
   const std::string& name() const override { return cfg_.name; }
   Capabilities capabilities() const override;
   Status Open() override;
@@ -144,6 +145,7 @@ class RedisSink final : public Sink {
 
   // redis_sink.cc: the options the write and check paths read, the
   // connection and its commands.
+  const RedisSinkOptions& options() const;  // cfg_'s
   const std::vector<config::FieldMapping>& hash_fields() const;
   bool values_expire() const;
   Status Connect();
@@ -192,7 +194,7 @@ class RedisSink final : public Sink {
   const config::SinkConfig cfg_;
   const RedisEndpoint endpoint_;
   const KeyTemplate keys_;
-  const RedisSinkOptions options_;
+  const RedisConnectionLimits limits_;
   const bool hash_;
   const std::string ttl_ms_;
   const std::string tombstone_ttl_ms_;

@@ -22,13 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_url.h"
 #include "core/json.h"
 
 namespace sluice::connectors::redis {
 namespace {
 
-using Format = config::RedisSinkConfig::Format;
+using Format = RedisSinkOptions::Format;
 
 std::string TestUrl() {
   const char* url = std::getenv("SLUICE_TEST_REDIS_URL");
@@ -203,13 +204,13 @@ class RedisSinkTest : public ::testing::Test {
     cfg.name = prefix_;
     cfg.type = "redis";
     cfg.entity = "acct";
-    cfg.redis.url = TestUrl();
-    cfg.redis.key = prefix_ + ":{type}:{id}";
-    cfg.redis.format = format;
+    cfg.MutableOptions<RedisSinkOptions>().url = TestUrl();
+    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:{id}";
+    cfg.MutableOptions<RedisSinkOptions>().format = format;
     return cfg;
   }
 
-  std::unique_ptr<Sink> Open(const config::SinkConfig& cfg, RedisSinkOptions options = {}) {
+  std::unique_ptr<Sink> Open(const config::SinkConfig& cfg, RedisConnectionLimits options = {}) {
     auto sink = MakeRedisSink(cfg, global_, options);
     EXPECT_TRUE(sink.ok()) << sink.status().ToString();
     if (!sink.ok()) return nullptr;
@@ -255,7 +256,7 @@ TEST_F(RedisSinkTest, OlderVersionAfterNewerIsStale) {
 
 TEST_F(RedisSinkTest, DeleteLeavesATombstoneThatBlocksOlderWrites) {
   auto cfg = Cfg();
-  cfg.redis.tombstone_ttl = std::chrono::milliseconds(30000);
+  cfg.MutableOptions<RedisSinkOptions>().tombstone_ttl = std::chrono::milliseconds(30000);
   auto sink = Open(cfg);
   ASSERT_TRUE(sink);
   Apply(*sink, {Put("a", 1, R"({"n":1})")});
@@ -288,7 +289,7 @@ TEST_F(RedisSinkTest, DeleteOfAnUnknownEntityStillLeavesATombstone) {
 
 TEST_F(RedisSinkTest, HashWithMappedFieldsReplacesTheHash) {
   auto cfg = Cfg(Format::kHash);
-  cfg.redis.fields = {{"owner", "/owner/name", ""}, {"balance", "/balance", ""}};
+  cfg.MutableOptions<RedisSinkOptions>().fields = {{"owner", "/owner/name", ""}, {"balance", "/balance", ""}};
   auto sink = Open(cfg);
   ASSERT_TRUE(sink);
   Apply(*sink, {Put("a", 1, R"({"owner":{"name":"ann"},"balance":5,"other":1})")});
@@ -336,8 +337,8 @@ TEST_F(RedisSinkTest, TtlIsSetOnValuesOfBothFormats) {
   for (Format format : {Format::kJson, Format::kHash}) {
     auto cfg = Cfg(format);
     cfg.name = prefix_ + (format == Format::kJson ? "j" : "h");
-    cfg.redis.key = prefix_ + ":{type}:" + cfg.name + ":{id}";
-    cfg.redis.ttl = std::chrono::milliseconds(60000);
+    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:" + cfg.name + ":{id}";
+    cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::milliseconds(60000);
     auto sink = Open(cfg);
     ASSERT_TRUE(sink);
     Apply(*sink, {Put("a", 1, R"({"n":1})")});
@@ -369,9 +370,10 @@ TEST_F(RedisSinkTest, OneCallStartsFromValueTombstoneOrNothing) {
   for (bool ttls : {false, true}) {
     auto cfg = Cfg();
     cfg.name = prefix_ + (ttls ? "t" : "n");
-    cfg.redis.key = prefix_ + ":{type}:" + cfg.name + ":{id}";
-    cfg.redis.ttl = std::chrono::milliseconds(ttls ? 60000 : 0);
-    cfg.redis.tombstone_ttl = std::chrono::milliseconds(ttls ? 60000 : 0);  // the default is a day
+    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:" + cfg.name + ":{id}";
+    cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::milliseconds(ttls ? 60000 : 0);
+    // The default tombstone_ttl is a day.
+    cfg.MutableOptions<RedisSinkOptions>().tombstone_ttl = std::chrono::milliseconds(ttls ? 60000 : 0);
     auto sink = Open(cfg);
     ASSERT_TRUE(sink);
     const std::string k = prefix_ + ":acct:" + cfg.name + ":";
@@ -423,7 +425,7 @@ TEST_F(RedisSinkTest, WrongTypeKeysInEveryPosition) {
   // hash: a value key or a tombstone key of another type rejects just its event.
   auto cfg = Cfg(Format::kHash);
   cfg.name = prefix_ + "h";
-  cfg.redis.key = prefix_ + ":{type}:h:{id}";
+  cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:h:{id}";
   auto hsink = Open(cfg);
   ASSERT_TRUE(hsink);
   const std::string hkey = prefix_ + ":acct:h:";
@@ -443,7 +445,7 @@ TEST_F(RedisSinkTest, LongBatchesMatchAModel) {
   for (Format format : {Format::kJson, Format::kHash}) {
     auto cfg = Cfg(format);
     cfg.name = prefix_ + (format == Format::kJson ? "j" : "h");
-    cfg.redis.key = prefix_ + ":{type}:" + cfg.name + ":{id}";
+    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:" + cfg.name + ":{id}";
     auto sink = Open(cfg);
     ASSERT_TRUE(sink);
     struct Model {
@@ -562,7 +564,7 @@ TEST_F(RedisSinkTest, ReconnectsAfterTheConnectionIsKilled) {
 
 TEST_F(RedisSinkTest, ClosedPortIsUnavailable) {
   auto cfg = Cfg();
-  cfg.redis.url = "redis://127.0.0.1:" + std::to_string(ClosedPort()) + "/0";
+  cfg.MutableOptions<RedisSinkOptions>().url = "redis://127.0.0.1:" + std::to_string(ClosedPort()) + "/0";
   auto made = MakeRedisSink(cfg, global_);
   ASSERT_TRUE(made.ok());
   Sink& sink = **made;
@@ -588,8 +590,8 @@ TEST_F(RedisSinkTest, SilentServerIsUnavailableAfterTheIoTimeout) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
 
   auto cfg = Cfg();
-  cfg.redis.url = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/0";
-  RedisSinkOptions options;
+  cfg.MutableOptions<RedisSinkOptions>().url = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/0";
+  RedisConnectionLimits options;
   options.connect_timeout = std::chrono::milliseconds(300);
   options.io_timeout = std::chrono::milliseconds(300);
   auto made = MakeRedisSink(cfg, global_, options);
@@ -607,7 +609,7 @@ TEST_F(RedisSinkTest, WrongPasswordIsAMisconfiguration) {
   auto ep = ParseRedisUrl(TestUrl());
   ASSERT_TRUE(ep.ok());
   auto cfg = Cfg();
-  cfg.redis.url = "redis://:not-the-password-" + prefix_ + "@" + ep->Describe();
+  cfg.MutableOptions<RedisSinkOptions>().url = "redis://:not-the-password-" + prefix_ + "@" + ep->Describe();
   auto made = MakeRedisSink(cfg, global_);
   ASSERT_TRUE(made.ok());
   Status s = (*made)->Open();
@@ -683,7 +685,7 @@ TEST_F(RedisSinkTest, VerifyJsonView) {
 
 TEST_F(RedisSinkTest, VerifyHashView) {
   auto cfg = Cfg(Format::kHash);
-  cfg.redis.fields = {{"owner", "/owner/name", ""}, {"balance", "/balance", ""}};
+  cfg.MutableOptions<RedisSinkOptions>().fields = {{"owner", "/owner/name", ""}, {"balance", "/balance", ""}};
   auto sink = Open(cfg);
   ASSERT_TRUE(sink);
   const std::string s = R"({"owner":{"name":"ann"},"balance":5,"ignored":true})";
@@ -722,7 +724,7 @@ TEST_F(RedisSinkTest, VerifyHashView) {
 // older version and removes keys and tombstones.
 TEST_F(RedisSinkTest, HashViewEntityChecksAndRepairs) {
   auto cfg = Cfg(Format::kHash);
-  cfg.redis.fields = {{"owner", "/owner", ""}, {"balance", "/balance", ""}};
+  cfg.MutableOptions<RedisSinkOptions>().fields = {{"owner", "/owner", ""}, {"balance", "/balance", ""}};
   auto sink = Open(cfg);
   ASSERT_TRUE(sink);
   const std::string s = R"({"owner":"ann","balance":5})";
@@ -769,7 +771,7 @@ TEST_F(RedisSinkTest, HashViewEntityChecksAndRepairs) {
 
 TEST_F(RedisSinkTest, EntityChecksDoNotCallExpiredKeysMissing) {
   auto cfg = Cfg();
-  cfg.redis.ttl = std::chrono::minutes(1);
+  cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::minutes(1);
   auto sink = Open(cfg);
   ASSERT_TRUE(sink);
   Apply(*sink, {Put("t1", 1, "{}"), Put("t2", 1, "{}")});
@@ -863,8 +865,8 @@ TEST_F(RedisSinkTest, ThroughputJson200kEventsOver100kKeys) {
 
 TEST_F(RedisSinkTest, RebuildShadowIsRenamedOntoTheLiveKeysWithTheirTtls) {
   auto cfg = Cfg();
-  cfg.redis.ttl = std::chrono::milliseconds(600000);
-  cfg.redis.tombstone_ttl = std::chrono::milliseconds(600000);
+  cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::milliseconds(600000);
+  cfg.MutableOptions<RedisSinkOptions>().tombstone_ttl = std::chrono::milliseconds(600000);
   auto live = Open(cfg);
   ASSERT_TRUE(live);
   Apply(*live, {Put("a", 1, R"({"n":1})"), Put("b", 1, R"({"n":1})"), Put("c", 1, R"({"n":1})"), Del("c", 2)});
@@ -907,7 +909,7 @@ TEST_F(RedisSinkTest, RebuildShadowIsRenamedOntoTheLiveKeysWithTheirTtls) {
 
 TEST_F(RedisSinkTest, TemplateStartingWithTheIdCannotBeRebuilt) {
   auto cfg = Cfg();
-  cfg.redis.key = "{id}:" + prefix_;
+  cfg.MutableOptions<RedisSinkOptions>().key = "{id}:" + prefix_;
   auto sink = MakeRedisSink(cfg, global_);
   ASSERT_TRUE(sink.ok());
   auto shadow = (*sink)->MakeRebuildShadow();

@@ -1,17 +1,16 @@
-// The kafka sink's section of the configuration (config/config.cc), with
+// The kafka sink's keys as the config loader reads them (kafka_options.cc), with
 // librdkafka's own validation of pass-through properties.
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "connectors/builtin_sink_types.h"
+#include "connectors/kafka/kafka_options.h"
+#include "tests/support/config_support.h"
 
 namespace sluice::config {
 namespace {
 
-// The loader with sluice's built-in sink types, as every command uses it.
-Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
-  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
-}
+using connectors::kafka::KafkaSinkOptions;
+using testing::LoadConfigFromString;
 
 Result<Config> Load(const std::string& sink_lines) {
   return LoadConfigFromString("storage:\n  mysql: {host: 127.0.0.1}\n"
@@ -33,10 +32,10 @@ TEST(KafkaConfig, ReadsEveryKey) {
                 "    delivery_timeout: 5s\n"
                 "    properties: {linger.ms: 7, compression.type: lz4, sasl.password: \"${env:SLUICE_TEST_KAFKA_SECRET}\"}\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  const KafkaSinkConfig& k = c->sinks.at(0).kafka;
+  const KafkaSinkOptions& k = c->sinks.at(0).Options<KafkaSinkOptions>();
   EXPECT_EQ(k.brokers, "127.0.0.1:19092,localhost:9092");
   EXPECT_EQ(k.topic, "sluice.{type}");
-  EXPECT_EQ(k.format, KafkaSinkConfig::Format::kProtobuf);
+  EXPECT_EQ(k.format, KafkaSinkOptions::Format::kProtobuf);
   EXPECT_TRUE(k.create_topic);
   EXPECT_EQ(k.partitions, 12u);
   EXPECT_EQ(k.delivery_timeout, std::chrono::seconds(5));
@@ -54,7 +53,7 @@ TEST(KafkaConfig, InlineSecretPropertiesAreNeverPrinted) {
                 "      sasl.username: sluice\n      sasl.password: inline-sasl-pw\n"
                 "      ssl.key.password: inline-key-pw\n      ssl.keystore.password: inline-store-pw\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->sinks[0].kafka.properties.at("ssl.key.password"), "inline-key-pw");
+  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().properties.at("ssl.key.password"), "inline-key-pw");
   const std::string redacted = c->Redacted();
   EXPECT_EQ(redacted.find("inline-"), std::string::npos) << redacted;
   EXPECT_NE(redacted.find("sasl.password: \"***\""), std::string::npos) << redacted;
@@ -74,10 +73,10 @@ TEST(KafkaConfig, InlineSecretPropertiesAreNeverPrinted) {
 TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   auto c = Load("    brokers: 127.0.0.1:19092\n    topic: t\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->sinks[0].kafka.format, KafkaSinkConfig::Format::kJson);
-  EXPECT_FALSE(c->sinks[0].kafka.create_topic);
+  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().format, KafkaSinkOptions::Format::kJson);
+  EXPECT_FALSE(c->sinks[0].Options<KafkaSinkOptions>().create_topic);
   // A kafka sink's own default; other sinks keep 1000, and a given value wins.
-  EXPECT_EQ(c->sinks[0].batch_max, kKafkaBatchMaxDefault);
+  EXPECT_EQ(c->sinks[0].batch_max, connectors::kafka::kBatchMaxDefault);
   EXPECT_NE(c->Redacted().find("batch_max: 20000"), std::string::npos) << c->Redacted();
   auto given = Load("    brokers: 127.0.0.1:19092\n    topic: t\n    batch_max: 500\n");
   ASSERT_TRUE(given.ok()) << given.status().message();

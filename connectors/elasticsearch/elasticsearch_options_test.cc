@@ -11,16 +11,15 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "connectors/builtin_sink_types.h"
+#include "connectors/elasticsearch/elasticsearch_options.h"
 #include "connectors/elasticsearch/elasticsearch_sink.h"
+#include "tests/support/config_support.h"
 
 namespace sluice::config {
 namespace {
 
-// The loader with sluice's built-in sink types, as every command uses it.
-Result<Config> LoadConfigFromString(const std::string& text, const std::string& path) {
-  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
-}
+using connectors::elasticsearch::ElasticsearchSinkOptions;
+using testing::LoadConfigFromString;
 
 constexpr char kHead[] = R"(storage:
   mysql: {host: 127.0.0.1, port: 13306, user: sluice, password: pw, database: d}
@@ -45,7 +44,7 @@ TEST(ElasticsearchConfig, DefaultsAndIndexTemplate) {
   Result<Config> r = Load("    url: http://127.0.0.1:19200/\n    index: \"{type}_view\"\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const SinkConfig& s = r->sinks.at(0);
-  const ElasticsearchSinkConfig& es = s.elasticsearch;
+  const ElasticsearchSinkOptions& es = s.Options<ElasticsearchSinkOptions>();
   EXPECT_EQ(es.url, "http://127.0.0.1:19200") << "the trailing slash is dropped";
   EXPECT_EQ(connectors::elasticsearch::IndexName(s), "account_view");
   EXPECT_TRUE(es.auto_create);
@@ -62,7 +61,7 @@ TEST(ElasticsearchConfig, SecretsComeFromTheEnvironmentAndAreRedacted) {
       "    url: ${env:SLUICE_TEST_ES_URL}\n    username: sluice\n    password: ${env:SLUICE_TEST_ES_PASSWORD}\n"
       "    request_timeout: 5s\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const ElasticsearchSinkConfig& es = r->sinks.at(0).elasticsearch;
+  const ElasticsearchSinkOptions& es = r->sinks.at(0).Options<ElasticsearchSinkOptions>();
   EXPECT_EQ(es.url, "https://search.internal:9200");
   EXPECT_EQ(es.password, "s3cret-pw");
   EXPECT_EQ(es.request_timeout, std::chrono::milliseconds(5000));
@@ -74,7 +73,7 @@ TEST(ElasticsearchConfig, SecretsComeFromTheEnvironmentAndAreRedacted) {
   setenv("SLUICE_TEST_ES_KEY", "a2V5OnNlY3JldA==", 1);
   r = Load("    url: http://127.0.0.1:19200\n    api_key: ${env:SLUICE_TEST_ES_KEY}\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->sinks.at(0).elasticsearch.api_key, "a2V5OnNlY3JldA==");
+  EXPECT_EQ(r->sinks.at(0).Options<ElasticsearchSinkOptions>().api_key, "a2V5OnNlY3JldA==");
   EXPECT_EQ(r->Redacted().find("a2V5OnNlY3JldA=="), std::string::npos);
   unsetenv("SLUICE_TEST_ES_PASSWORD");
   unsetenv("SLUICE_TEST_ES_URL");
@@ -89,8 +88,8 @@ TEST(ElasticsearchConfig, MappingFileIsReadRelativeToTheConfigFile) {
   std::ofstream(dir / "list.json") << "[1, 2]";
   Result<Config> r = Load("    url: http://h:1\n    mapping: mapping.json\n", (dir / "sluice.yaml").string());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->sinks.at(0).elasticsearch.mapping_path, (dir / "mapping.json").string());
-  EXPECT_NE(r->sinks.at(0).elasticsearch.mapping_json.find("keyword"), std::string::npos);
+  EXPECT_EQ(r->sinks.at(0).Options<ElasticsearchSinkOptions>().mapping_path, (dir / "mapping.json").string());
+  EXPECT_NE(r->sinks.at(0).Options<ElasticsearchSinkOptions>().mapping_json.find("keyword"), std::string::npos);
 
   r = Load("    url: http://h:1\n    mapping: list.json\n    template: missing.json\n", (dir / "sluice.yaml").string());
   ASSERT_FALSE(r.ok());

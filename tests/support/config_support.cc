@@ -1,0 +1,53 @@
+#include "tests/support/config_support.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "connectors/builtin_sink_types.h"
+
+namespace sluice::testing {
+
+Result<config::Config> LoadConfigFromString(const std::string& text, const std::string& path) {
+  return config::LoadConfigFromString(text, path, connectors::BuiltinSinkTypes());
+}
+
+Result<config::Config> LoadConfig(const std::string& path) {
+  return config::LoadConfig(path, connectors::BuiltinSinkTypes());
+}
+
+std::string Errors(const std::string& yaml) {
+  Result<config::Config> r = LoadConfigFromString(yaml, kFile);
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  return r.status().message();
+}
+
+std::string WithSinks(const std::string& items) { return std::string(kValid) + "sinks:\n" + items; }
+
+std::string SinksWith(const std::string& from, const std::string& to) {
+  std::string s = std::string(kValid) + kSinks;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  return s;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+  if (value != nullptr) {
+    setenv(name, value, 1);
+  } else {
+    unsetenv(name);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_) {
+    setenv(name_.c_str(), old_.c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
+}
+
+}  // namespace sluice::testing
