@@ -31,5 +31,34 @@ sql::ContractStorage MakeMariaDb() {
 INSTANTIATE_TEST_SUITE_P(MariaDb, TablesContractTest, ::testing::Values(sql::StorageKind{"MariaDb", MakeMariaDb}),
                          sql::KindName);
 
+// The writer's GET .../events prints committed_at from committed_at_us
+// through TimestampText: byte for byte what MariaDB prints for the column.
+TEST(MariaDbTables, TimestampTextOfCommittedAtIsWhatMariaDbPrints) {
+  SLUICE_REQUIRE_MYSQL();
+  sql::ContractStorage made = MakeMariaDb();
+  ASSERT_NE(made.storage, nullptr);
+  auto& db = *static_cast<TestDatabase*>(made.keep.get());
+  const std::string table = sql::QuoteIdent(sql::EventTableName("account", 0));
+  // A fraction with trailing zeros, one without any, and the server's own clock.
+  const auto exec = [&db](const std::string& statement) {
+    auto done = db.conn().Execute(statement);
+    ASSERT_TRUE(done.ok()) << statement << ": " << done.status().ToString();
+  };
+  exec("INSERT INTO " + table + " " + sql::kEventInsertColumns +
+           " VALUES (1,'a',1,'c1','put',NULL,'{}','{}','{}',NULL,0),(2,'a',2,'c2','put',NULL,'{}','{}','{}',NULL,0),"
+           "(3,'a',3,'c3','delete',NULL,'{}','{}',NULL,NULL,1)");
+  exec("UPDATE " + table + " SET committed_at='2026-11-21 12:00:00.120000' WHERE event_id=1");
+  exec("UPDATE " + table + " SET committed_at='2026-01-02 03:04:05' WHERE event_id=2");
+  auto history = made.storage->OpenEventLog()->History("account", 0, "a", 0, 10);
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  ASSERT_EQ(history->size(), 3u);
+  const auto printed = db.Query("SELECT committed_at FROM " + table + " ORDER BY version");
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sql::TimestampText(history->at(i).committed_at_us), printed.at(i).at(0).value_or("")) << i;
+  }
+  EXPECT_EQ(sql::TimestampText(history->at(0).committed_at_us), "2026-11-21 12:00:00.120000");
+  EXPECT_EQ(sql::TimestampText(history->at(1).committed_at_us), "2026-01-02 03:04:05.000000");
+}
+
 }  // namespace
 }  // namespace sluice::testing
