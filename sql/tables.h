@@ -3,7 +3,8 @@
 // Every statement sluice runs on those tables is behind these interfaces:
 // the engine's pull loop, verify, view repair and anti-entropy, the offset
 // store, the operator's dead-letter commands, the writer's partition workers
-// and its GET reads. The MariaDB implementation (mariadb_tables.h) holds the
+// and its GET reads (the benchmarks in bench/ seed and time the tables with
+// SQL of their own). The MariaDB implementation (mariadb_tables.h) holds the
 // SQL; the in-memory fake (memory_tables.h) lets the logic above be tested
 // without a server.
 //
