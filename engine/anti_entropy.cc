@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "engine/event_reader.h"
+#include "sql/mariadb_tables.h"
 
 namespace sluice::engine {
 
@@ -170,19 +171,12 @@ void AntiEntropy::Run() {
 
 bool AntiEntropy::Step(EntityWalk& walk) {
   const std::string site = "engine.anti_entropy." + options_.sink;
-  if (!conn_ || !conn_->healthy()) {
-    conn_.reset();
-    auto opened = sql::Connection::Open(options_.mysql);
-    if (!opened.ok()) {
-      LogRateLimited(LogLevel::kWarn, site,
-                     "engine: sink " + options_.sink + ": anti-entropy cannot read main storage (will retry): " +
-                         opened.status().message());
-      return false;
-    }
-    conn_ = std::move(opened).value();
+  if (!log_) {
+    log_ = options_.storage ? options_.storage->OpenEventLog() : sql::MariaDbStorage(options_.mysql).OpenEventLog();
   }
   const uint32_t batch = std::max<uint32_t>(1, options_.settings.batch);
-  auto latest = ReadLatestEventsAfter(*conn_, options_.entity, walk.partition(), walk.after(), batch);
+  // A session that cannot be opened fails the read: logged below, retried next step.
+  auto latest = ReadLatestEventsAfter(*log_, options_.entity, walk.partition(), walk.after(), batch);
   if (!latest.ok()) {
     LogRateLimited(LogLevel::kWarn, site,
                    "engine: sink " + options_.sink + ": anti-entropy cannot read main storage (will retry): " +
@@ -243,14 +237,14 @@ void AntiEntropy::CheckNewer(const std::vector<StepReport::Newer>& newer) {
   for (const auto& n : newer) ids[n.partition].push_back(n.entity_id);
   std::unordered_map<std::string, uint64_t> storage;
   for (const auto& [partition, list] : ids) {
-    auto latest = ReadLatestEventsOf(*conn_, options_.entity, partition, list);
+    auto latest = log_->LatestVersions(options_.entity, partition, list);
     if (!latest.ok()) {
       LogRateLimited(LogLevel::kWarn, "engine.anti_entropy." + options_.sink,
                      "engine: sink " + options_.sink + ": anti-entropy cannot read main storage: " +
                          latest.status().message());
       return;
     }
-    for (const ChangeEvent& e : *latest) storage[e.entity_id] = e.version;
+    storage.insert(latest->begin(), latest->end());
   }
   size_t ahead = 0;
   std::string example;

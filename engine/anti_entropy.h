@@ -10,7 +10,7 @@
 // one step every batch/rate seconds. A step:
 //
 //   1. reads the latest event of the next `batch` entities (one statement,
-//      on the thread's own MySQL connection);
+//      through the thread's own sql::EventLog);
 //   2. hands them to the sink's applier thread (SinkRunner::RunOnApplier:
 //      the sink keeps one caller), which compares only the entities whose
 //      latest event the sink has passed (event_id <= its offset in that
@@ -34,8 +34,8 @@
 // metrics (metrics::SinkMetrics: checked, differences by kind, repaired,
 // passes).
 //
-// Threads: an AntiEntropy owns one thread ("sluice-entropy") and one MySQL
-// connection; Compare runs on the sink's applier. Start/Stop from the
+// Threads: an AntiEntropy owns one thread ("sluice-entropy") and the event
+// log it reads with (its own session); Compare runs on the sink's applier. Start/Stop from the
 // owner's thread. EntityWalk, StepInterval and CompareAndRepair are plain
 // logic for one thread at a time.
 #pragma once
@@ -62,6 +62,7 @@
 #include "core/status.h"
 #include "metrics/metrics.h"
 #include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::engine {
 
@@ -152,6 +153,8 @@ class AntiEntropy {
     std::string entity;  // its entity type
     uint32_t partitions = 0;
     sql::ConnectParams mysql;
+    // Where the event log is opened from; null: MariaDB at `mysql`.
+    std::shared_ptr<sql::Storage> storage;
     config::AntiEntropyConfig settings;
     std::shared_ptr<metrics::SinkMetrics> metrics;  // never null
   };
@@ -185,7 +188,7 @@ class AntiEntropy {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::unique_ptr<sql::Connection> conn_;  // the thread's
+  std::unique_ptr<sql::EventLog> log_;  // the thread's
   std::thread thread_;
 };
 

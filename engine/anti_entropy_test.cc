@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_view_test.h"
+
 namespace sluice::engine {
 namespace {
 
@@ -63,78 +65,6 @@ TEST(StepInterval, IsBatchOverRate) {
   EXPECT_EQ(StepInterval(1'000'000, 1), std::chrono::microseconds(1));
   EXPECT_GE(StepInterval(0, 0).count(), 1);  // never zero, never a division by zero
 }
-
-// A point view in memory: what VerifyEntities compares and Repair writes.
-class MemoryView : public connectors::Sink {
- public:
-  struct Row {
-    uint64_t version = 0;
-    bool deleted = false;
-    std::string state;
-  };
-  std::map<std::string, Row> rows;
-  std::vector<std::vector<std::string>> repair_calls;  // ids per Repair call
-  std::map<std::string, std::string> refuse;             // id -> reason
-  int verify_calls = 0;
-
-  const std::string& name() const override { return name_; }
-  connectors::Capabilities capabilities() const override {
-    connectors::Capabilities c;
-    c.entity_checks = true;
-    return c;
-  }
-  Status Open() override { return Status::Ok(); }
-  connectors::ApplyResult Apply(std::span<const ChangeEvent>) override {
-    return {Internal("the anti-entropy must not call Apply"), {}};
-  }
-  Status Health() override { return Status::Ok(); }
-  void Close() override {}
-  Status Verify(const std::vector<EntitySnapshot>&, std::vector<Difference>&) override { return Status::Ok(); }
-
-  Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& out) override {
-    ++verify_calls;
-    for (const EntitySnapshot& s : truth) {
-      const auto it = rows.find(s.entity_id);
-      const bool live = it != rows.end() && !it->second.deleted;
-      const std::optional<uint64_t> view =
-          it == rows.end() ? std::nullopt : std::optional<uint64_t>(it->second.version);
-      if (s.deleted) {
-        if (live) out.emplace_back(Difference::Kind::kExtra, s.entity_id, "live", view);
-      } else if (!live) {
-        out.emplace_back(Difference::Kind::kMissing, s.entity_id, "absent", view);
-      } else if (it->second.version != s.version) {
-        out.emplace_back(Difference::Kind::kVersionMismatch, s.entity_id, "version", view);
-      } else if (it->second.state != s.state) {
-        out.emplace_back(Difference::Kind::kContentMismatch, s.entity_id, "content", view);
-      }
-    }
-    return Status::Ok();
-  }
-
-  connectors::ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override {
-    EXPECT_EQ(guard, RepairGuard::kNotOlder);
-    connectors::ApplyResult r;
-    auto& ids = repair_calls.emplace_back();
-    for (const ChangeEvent& e : events) {
-      ids.push_back(e.entity_id);
-      if (refuse.count(e.entity_id)) {
-        r.results.push_back({Outcome::kRejected, refuse[e.entity_id]});
-        continue;
-      }
-      Row& row = rows[e.entity_id];
-      if (row.version > e.version) {
-        r.results.push_back({Outcome::kStale, {}});
-        continue;
-      }
-      row = Row{e.version, e.deleted, e.deleted ? "" : e.state};
-      r.results.push_back({Outcome::kApplied, {}});
-    }
-    return r;
-  }
-
- private:
-  std::string name_ = "memory";
-};
 
 ChangeEvent Latest(const std::string& id, uint32_t partition, uint64_t event_id, uint64_t version,
                    const std::string& state, bool deleted = false) {

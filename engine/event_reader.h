@@ -1,5 +1,7 @@
-// Reading committed events of one partition in event_id order (DESIGN 4.1).
-// Free functions over a caller-owned connection; call from one thread.
+// Reading committed events of one partition in event_id order (DESIGN 4.1),
+// and the latest event per entity, as ChangeEvents. Free functions over a
+// caller-owned sql::EventLog (sql/tables.h): the statements are there; call
+// from the one thread that uses the log.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "connectors/sink.h"
-#include "sql/connection.h"
 #include "sql/tables.h"
 
 namespace sluice::engine {
@@ -28,42 +29,41 @@ ReadResult ToReadResult(std::vector<sql::EventRow>&& rows, const std::string& ty
                         uint64_t after);
 
 // Up to `limit` events of (type, partition) with event_id > after.
-Result<ReadResult> ReadEvents(sql::Connection& conn, const std::string& type, uint32_t partition, uint64_t after,
+Result<ReadResult> ReadEvents(sql::EventLog& log, const std::string& type, uint32_t partition, uint64_t after,
                               uint32_t limit);
 
-// The same for several partitions (partition, after) in one statement (a
-// UNION ALL of one ordered, limited SELECT per partition): one round trip
-// instead of one per partition. One entry per partition asked for.
-Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::Connection& conn, const std::string& type,
+// The same for several partitions (partition, after) in one round trip
+// (sql::EventLog::ReadAfter). One entry per partition asked for.
+Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::EventLog& log, const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
                                                               uint32_t limit);
 
 // The events of (type, partition) with the given event_ids (for dead-letter retries).
-Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::Connection& conn, const std::string& type,
+Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::EventLog& log, const std::string& type,
                                                             uint32_t partition, const std::vector<uint64_t>& ids);
 
-// Every event of the type, partition by partition in event_id order (what
-// `verify` checks a log sink against, record by record).
-Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::Connection& conn, const std::string& type,
-                                                         uint32_t partitions);
+// Every event of the type, partition by partition in event_id order, gaps
+// included (what `verify` checks a log sink against, record by record),
+// read `page` events per statement.
+Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, const std::string& type,
+                                                         uint32_t partitions, uint32_t page = 10000);
 
 // The latest event of each of the first `limit` entities of (type,
 // partition) whose id sorts after `after_id` (bytewise; empty: from the
 // first), in entity_id order: one step of a walk over a partition's
-// entities with a keyset cursor. One statement, served by the
-// (entity_id, version) key (a loose index scan, then one lookup per entity).
-Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsAfter(sql::Connection& conn, const std::string& type,
+// entities with a keyset cursor (sql::EventLog::LatestAfter).
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsAfter(sql::EventLog& log, const std::string& type,
                                                                    uint32_t partition, const std::string& after_id,
                                                                    uint32_t limit);
 
 // The latest event of each of `ids` (entities of that partition); an id
 // without events has no entry. In entity_id order.
-Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::Connection& conn, const std::string& type,
+Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& log, const std::string& type,
                                                                 uint32_t partition, const std::vector<std::string>& ids);
 
-// The latest event of every entity of the type (all partitions): the truth
-// that `verify` compares views with.
-Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::Connection& conn, const std::string& type,
+// The latest event of every entity of the type (all partitions, one
+// statement each): the truth that `verify` compares views with.
+Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, const std::string& type,
                                                           uint32_t partitions);
 
 }  // namespace sluice::engine

@@ -1,5 +1,6 @@
 #include "engine/operator.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -32,9 +33,9 @@ Status NotInitialised(const config::Config& config, const std::string& what) {
                             "` first (`sluice serve` also does it when it starts)");
 }
 
-// A connection to the configured database once it holds sluice's tables;
-// otherwise why not, saying to run `sluice init` when that is the fix.
-Result<std::unique_ptr<sql::Connection>> OpenStorage(const config::Config& config) {
+// The configured database once it holds sluice's tables; otherwise why
+// not, saying to run `sluice init` when that is the fix.
+Result<std::unique_ptr<sql::Storage>> OpenStorage(const config::Config& config) {
   const sql::ConnectParams params = sql::ParamsFrom(config.mysql);
   auto conn = sql::Connection::Open(params);
   if (!conn.ok()) {
@@ -62,53 +63,36 @@ Result<std::unique_ptr<sql::Connection>> OpenStorage(const config::Config& confi
     return NotInitialised(config, "the database " + config.mysql.database + " is not set up for this config (" +
                                       why + ")");
   }
-  return conn;
-}
-
-// The dead letter `id`: its sink, whether it is resolved, and how.
-struct DeadLetterRow {
-  std::string sink;
-  std::string entity_id;
-  std::string version;
-  bool resolved = false;
-  std::string resolution;
-};
-
-Result<DeadLetterRow> FindDeadLetter(sql::Connection& conn, uint64_t id) {
-  ASSIGN_OR_RETURN(auto rows, conn.Query("SELECT sink, entity_id, version, resolved_at IS NOT NULL, "
-                                         "COALESCE(resolution,'') FROM sluice_dead_letters WHERE id=" +
-                                         std::to_string(id)));
-  if (rows.empty()) return NotFound("there is no dead letter " + std::to_string(id));
-  const auto& r = rows[0];
-  return DeadLetterRow{r[0].value_or(""), r[1].value_or(""), r[2].value_or(""), r[3].value_or("0") == "1",
-                       r[4].value_or("")};
+  return std::unique_ptr<sql::Storage>(std::make_unique<sql::MariaDbStorage>(params));
 }
 
 // The dead letter `id` that a retry or a discard is asked for: an error
-// when it belongs to another sink than `sink`, nullopt (recorded in
-// `report`) when it is resolved already.
-Result<std::optional<DeadLetterRow>> DeadLetterToAct(sql::Connection& conn, uint64_t id,
-                                                     const std::optional<std::string>& sink,
-                                                     DeadLetterReport& report) {
-  ASSIGN_OR_RETURN(DeadLetterRow row, FindDeadLetter(conn, id));
-  if (sink && row.sink != *sink) {
-    return InvalidArgument("dead letter " + std::to_string(id) + " belongs to sink '" + row.sink + "', not '" +
-                           *sink + "'");
+// when it does not exist or belongs to another sink than `sink`, nullopt
+// (recorded in `report`) when it is resolved already.
+Result<std::optional<sql::FiledDeadLetter>> DeadLetterToAct(sql::DeadLetterTable& letters, uint64_t id,
+                                                            const std::optional<std::string>& sink,
+                                                            DeadLetterReport& report) {
+  ASSIGN_OR_RETURN(auto rows, letters.List({.sink = std::nullopt, .id = id, .unresolved_only = false}));
+  if (rows.empty()) return NotFound("there is no dead letter " + std::to_string(id));
+  sql::FiledDeadLetter& row = rows.front();
+  if (sink && row.letter.sink != *sink) {
+    return InvalidArgument("dead letter " + std::to_string(id) + " belongs to sink '" + row.letter.sink +
+                           "', not '" + *sink + "'");
   }
-  if (row.resolved) {
-    report.actions.push_back(
-        {DeadLetterAction::Kind::kAlreadyResolved, id, row.sink, row.entity_id, row.version, row.resolution});
-    return std::optional<DeadLetterRow>();
+  if (row.resolved_at) {
+    report.actions.push_back({DeadLetterAction::Kind::kAlreadyResolved, id, row.letter.sink, row.letter.entity_id,
+                              std::to_string(row.letter.version), row.resolution});
+    return std::optional<sql::FiledDeadLetter>();
   }
-  return std::optional<DeadLetterRow>(std::move(row));
+  return std::optional<sql::FiledDeadLetter>(std::move(row));
 }
 
 }  // namespace
 
 Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
-  const auto events = sql::EventLogOn(*conn);
+  const auto events = storage->OpenEventLog();
   std::vector<SinkStatus> sinks;
   for (const auto& s : config.sinks) {
     const uint32_t partitions = config.entities.at(s.entity).partitions;
@@ -140,7 +124,8 @@ Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
 Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink,
                         std::vector<ViewCheck>& checks) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
+  const auto events = storage->OpenEventLog();
   std::map<std::string, std::vector<connectors::EntitySnapshot>> truth_by_type;
   uint64_t total = 0;
   for (const auto& s : config.sinks) {
@@ -150,9 +135,9 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
     auto& truth = truth_by_type[s.entity];
     std::vector<connectors::ChangeEvent> history;
     if (log) {
-      ASSIGN_OR_RETURN(history, ReadHistory(*conn, s.entity, config.entities.at(s.entity).partitions));
+      ASSIGN_OR_RETURN(history, ReadHistory(*events, s.entity, config.entities.at(s.entity).partitions));
     } else if (truth.empty()) {
-      ASSIGN_OR_RETURN(truth, ReadTruth(*conn, s.entity, config.entities.at(s.entity).partitions));
+      ASSIGN_OR_RETURN(truth, ReadTruth(*events, s.entity, config.entities.at(s.entity).partitions));
     }
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     std::vector<connectors::Difference> diffs;
@@ -168,22 +153,22 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
 Result<std::vector<DeadLetter>> ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink,
                                                 bool all) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
-  std::string q =
-      "SELECT id, sink, entity_type, partition_id, event_id, entity_id, version, created_at, "
-      "COALESCE(resolution,''), error, resolved_at FROM sluice_dead_letters WHERE 1=1";
-  if (sink) {
-    q += " AND sink=";
-    conn->AppendQuoted(q, *sink);
-  }
-  if (!all) q += " AND resolved_at IS NULL";
-  ASSIGN_OR_RETURN(auto rows, conn->Query(q + " ORDER BY id"));
-  const auto number = [](const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); };
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
+  return ListDeadLetters(*storage, config, sink, all);
+}
+
+Result<std::vector<DeadLetter>> ListDeadLetters(sql::Storage& storage, const config::Config& config,
+                                                const std::optional<std::string>& sink, bool all) {
+  RETURN_IF_ERROR(CheckSinkName(config, sink));
+  ASSIGN_OR_RETURN(auto rows,
+                   storage.OpenDeadLetters()->List({.sink = sink, .id = std::nullopt, .unresolved_only = !all}));
   std::vector<DeadLetter> letters;
-  for (const auto& r : rows) {
-    letters.push_back({number(r[0]), r[1].value_or(""), r[2].value_or(""), number(r[3]), number(r[4]),
-                       r[5].value_or(""), number(r[6]), r[7].value_or(""), r[10], r[8].value_or(""),
-                       r[9].value_or("")});
+  letters.reserve(rows.size());
+  for (auto& r : rows) {
+    sql::DeadLetter& d = r.letter;
+    letters.push_back({r.id, std::move(d.sink), std::move(d.entity_type), d.partition, d.event_id,
+                       std::move(d.entity_id), d.version, std::move(r.created_at), std::move(r.resolved_at),
+                       std::move(r.resolution), std::move(d.error)});
   }
   return letters;
 }
@@ -191,35 +176,43 @@ Result<std::vector<DeadLetter>> ListDeadLetters(const config::Config& config, co
 Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
                                   DeadLetterReport& report) {
   RETURN_IF_ERROR(CheckSinkName(config, filter.sink));
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
+  return RetryDeadLetters(
+      *storage, config, [&config](const config::SinkConfig& s) { return connectors::MakeSink(s, config); }, filter,
+      report);
+}
+
+Result<uint64_t> RetryDeadLetters(sql::Storage& storage, const config::Config& config, const SinkMaker& make_sink,
+                                  const DeadLetterFilter& filter, DeadLetterReport& report) {
+  RETURN_IF_ERROR(CheckSinkName(config, filter.sink));
+  const auto letters = storage.OpenDeadLetters();
+  const auto log = storage.OpenEventLog();
   std::optional<std::string> only_sink = filter.sink;
   if (filter.id) {
-    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, report));
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*letters, *filter.id, filter.sink, report));
     if (!found) return 0;
-    const DeadLetterRow& row = *found;
-    if (!FindSink(config, row.sink)) {
-      return FailedPrecondition("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + row.sink +
+    const std::string& owner = found->letter.sink;
+    if (!FindSink(config, owner)) {
+      return FailedPrecondition("dead letter " + std::to_string(*filter.id) + " belongs to sink '" + owner +
                                 "', which " + config.path + " does not declare");
     }
-    only_sink = row.sink;
+    only_sink = owner;
   }
   uint64_t unresolved = 0;
   for (const auto& s : config.sinks) {
     if (only_sink && s.name != *only_sink) continue;
-    std::string q = "SELECT id, partition_id, event_id FROM sluice_dead_letters WHERE resolved_at IS NULL AND sink=";
-    conn->AppendQuoted(q, s.name);
-    if (filter.id) q += " AND id=" + std::to_string(*filter.id);
-    ASSIGN_OR_RETURN(auto rows, conn->Query(q + " ORDER BY partition_id, event_id"));
+    ASSIGN_OR_RETURN(auto rows, letters->List({.sink = s.name, .id = filter.id, .unresolved_only = true}));
     if (rows.empty()) continue;
-    ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
+    // In the order the events were written, partition by partition.
+    std::stable_sort(rows.begin(), rows.end(), [](const sql::FiledDeadLetter& a, const sql::FiledDeadLetter& b) {
+      return std::pair(a.letter.partition, a.letter.event_id) < std::pair(b.letter.partition, b.letter.event_id);
+    });
+    ASSIGN_OR_RETURN(auto view, make_sink(s));
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     for (const auto& r : rows) {
-      const std::string id = r[0].value_or("0");
-      const uint64_t id_number = std::stoull(id);
-      ASSIGN_OR_RETURN(auto events, ReadEventsById(*conn, s.entity, static_cast<uint32_t>(std::stoul(r[1].value_or("0"))),
-                                                   {std::stoull(r[2].value_or("0"))}));
+      ASSIGN_OR_RETURN(auto events, ReadEventsById(*log, s.entity, r.letter.partition, {r.letter.event_id}));
       if (events.empty()) {
-        report.actions.push_back({DeadLetterAction::Kind::kEventGone, id_number, s.name, {}, {}, {}});
+        report.actions.push_back({DeadLetterAction::Kind::kEventGone, r.id, s.name, {}, {}, {}});
         ++unresolved;
         continue;
       }
@@ -237,20 +230,15 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
         }
       }
       if (er.outcome == connectors::Outcome::kRejected) {
-        std::string u = "UPDATE sluice_dead_letters SET error=";
-        conn->AppendQuoted(u, er.reason.substr(0, 4000));
-        RETURN_IF_ERROR(conn->Execute(u + " WHERE id=" + id).status());
+        RETURN_IF_ERROR(letters->SetError(r.id, er.reason));
         report.actions.push_back(
-            {DeadLetterAction::Kind::kRejectedAgain, id_number, s.name, events[0].entity_id, {}, er.reason});
+            {DeadLetterAction::Kind::kRejectedAgain, r.id, s.name, events[0].entity_id, {}, er.reason});
         ++unresolved;
         continue;
       }
       const bool applied = er.outcome == connectors::Outcome::kApplied;
-      const char* how = applied ? "applied" : "stale";
-      RETURN_IF_ERROR(conn->Execute(std::string("UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='") +
-                                    how + "' WHERE id=" + id)
-                          .status());
-      report.actions.push_back({applied ? DeadLetterAction::Kind::kApplied : DeadLetterAction::Kind::kStale, id_number,
+      RETURN_IF_ERROR(letters->Resolve({.sink = std::nullopt, .id = r.id, .unresolved_only = true}, applied ? "applied" : "stale").status());
+      report.actions.push_back({applied ? DeadLetterAction::Kind::kApplied : DeadLetterAction::Kind::kStale, r.id,
                                 s.name, events[0].entity_id, {}, {}});
     }
     view->Close();
@@ -262,30 +250,28 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
 Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
                                     DeadLetterReport& report) {
   if (!filter.id && !filter.sink) return InvalidArgument("discard needs a dead letter id or a sink");
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
-  constexpr std::string_view kDiscard =
-      "UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution='discarded' WHERE resolved_at IS NULL AND ";
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
+  return DiscardDeadLetters(*storage, config, filter, report);
+}
+
+Result<uint64_t> DiscardDeadLetters(sql::Storage& storage, const config::Config& config,
+                                    const DeadLetterFilter& filter, DeadLetterReport& report) {
+  if (!filter.id && !filter.sink) return InvalidArgument("discard needs a dead letter id or a sink");
+  const auto letters = storage.OpenDeadLetters();
   if (filter.id) {
-    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*conn, *filter.id, filter.sink, report));
+    ASSIGN_OR_RETURN(const auto found, DeadLetterToAct(*letters, *filter.id, filter.sink, report));
     if (!found) return 0;
-    const DeadLetterRow& row = *found;
     ASSIGN_OR_RETURN(const uint64_t changed,
-                     conn->Execute(std::string(kDiscard) + "id=" + std::to_string(*filter.id)));
-    report.actions.push_back(
-        {DeadLetterAction::Kind::kDiscarded, *filter.id, row.sink, row.entity_id, row.version, {}});
+                     letters->Resolve({.sink = std::nullopt, .id = *filter.id, .unresolved_only = true}, "discarded"));
+    report.actions.push_back({DeadLetterAction::Kind::kDiscarded, *filter.id, found->letter.sink,
+                              found->letter.entity_id, std::to_string(found->letter.version), {}});
     return changed;
   }
   // A sink the config no longer declares may still have dead letters to clear.
-  std::string count = "SELECT COUNT(*) FROM sluice_dead_letters WHERE sink=";
-  conn->AppendQuoted(count, *filter.sink);
-  ASSIGN_OR_RETURN(auto rows, conn->Query(count));
-  if (!FindSink(config, *filter.sink) && rows.at(0).at(0).value_or("0") == "0") {
-    return CheckSinkName(config, filter.sink);
-  }
-  std::string q(kDiscard);
-  q += "sink=";
-  conn->AppendQuoted(q, *filter.sink);
-  ASSIGN_OR_RETURN(const uint64_t changed, conn->Execute(q));
+  ASSIGN_OR_RETURN(const uint64_t filed,
+                   letters->Count({.sink = filter.sink, .id = std::nullopt, .unresolved_only = false}));
+  if (!FindSink(config, *filter.sink) && filed == 0) return CheckSinkName(config, filter.sink);
+  ASSIGN_OR_RETURN(const uint64_t changed, letters->Resolve({.sink = filter.sink, .id = std::nullopt, .unresolved_only = true}, "discarded"));
   report.discarded_sink = *filter.sink;
   return changed;
 }
@@ -294,7 +280,8 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
                                  const std::function<void(const ViewCheck&)>& not_repairable,
                                  const std::function<void(const RepairReport&)>& repaired) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
-  ASSIGN_OR_RETURN(auto conn, OpenStorage(config));
+  ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
+  const auto events = storage->OpenEventLog();
   // What goes from storage to a view passes the barrier, as in the engine.
   DurabilityBarrier barrier(sql::ParamsFrom(config.mysql), config.engine.durability_barrier);
   uint64_t remaining = 0;
@@ -310,7 +297,7 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     }
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     RepairReport report;
-    const Status st = RepairView(*conn, *view, s, config.entities.at(s.entity).partitions,
+    const Status st = RepairView(*events, *view, s, config.entities.at(s.entity).partitions,
                                  [&barrier] { return barrier.Wait(); }, report);
     view->Close();
     repaired(report);

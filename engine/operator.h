@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "connectors/sink.h"
 #include "core/status.h"
 #include "engine/view_repair.h"
+#include "sql/tables.h"
 
 namespace sluice::engine {
 
@@ -144,5 +146,18 @@ Result<uint64_t> RetryDeadLetters(const config::Config& config, const DeadLetter
 // many were discarded.
 Result<uint64_t> DiscardDeadLetters(const config::Config& config, const DeadLetterFilter& filter,
                                     DeadLetterReport& report);
+
+// Makes the sink `sink` of the config (connectors::MakeSink above).
+using SinkMaker = std::function<Result<std::unique_ptr<connectors::Sink>>(const config::SinkConfig& sink)>;
+
+// The dead-letter commands above on `storage`, which the caller has checked
+// is set up (the overloads above open MariaDB and check it; unit tests pass
+// sql::MemoryStorage and fake sinks).
+Result<std::vector<DeadLetter>> ListDeadLetters(sql::Storage& storage, const config::Config& config,
+                                                const std::optional<std::string>& sink, bool all);
+Result<uint64_t> RetryDeadLetters(sql::Storage& storage, const config::Config& config, const SinkMaker& make_sink,
+                                  const DeadLetterFilter& filter, DeadLetterReport& report);
+Result<uint64_t> DiscardDeadLetters(sql::Storage& storage, const config::Config& config,
+                                    const DeadLetterFilter& filter, DeadLetterReport& report);
 
 }  // namespace sluice::engine

@@ -19,7 +19,7 @@ using connectors::Outcome;
 using connectors::RepairGuard;
 
 // The latest event of each id that has events, by id.
-Result<std::unordered_map<std::string, ChangeEvent>> LatestOf(sql::Connection& conn, const std::string& type,
+Result<std::unordered_map<std::string, ChangeEvent>> LatestOf(sql::EventLog& log, const std::string& type,
                                                               uint32_t partitions, const std::set<std::string>& ids) {
   std::map<uint32_t, std::vector<std::string>> by_partition;
   for (const std::string& id : ids) by_partition[PartitionOf(id, partitions)].push_back(id);
@@ -29,7 +29,7 @@ Result<std::unordered_map<std::string, ChangeEvent>> LatestOf(sql::Connection& c
     for (size_t begin = 0; begin < list.size(); begin += 1000) {
       const std::vector<std::string> part(list.begin() + static_cast<std::ptrdiff_t>(begin),
                                           list.begin() + static_cast<std::ptrdiff_t>(std::min(list.size(), begin + 1000)));
-      ASSIGN_OR_RETURN(auto events, ReadLatestEventsOf(conn, type, partition, part));
+      ASSIGN_OR_RETURN(auto events, ReadLatestEventsOf(log, type, partition, part));
       for (ChangeEvent& e : events) {
         std::string id = e.entity_id;
         out.emplace(std::move(id), std::move(e));
@@ -69,7 +69,7 @@ ChangeEvent Removal(const std::string& type, uint32_t partitions, const std::str
 
 }  // namespace
 
-Status RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
+Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
                   uint32_t partitions, const std::function<Status()>& barrier, RepairReport& summary) {
   const std::string& type = sink.entity;
   summary.sink = sink.name;

@@ -37,7 +37,7 @@
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
-#include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::engine {
 
@@ -66,9 +66,9 @@ struct RepairReport {
 };
 
 // Repairs the view of `sink` (entity type with `partitions` partitions),
-// reading main storage on `storage`; `barrier` is waited for after every
-// read whose events go to the view. Fills `report` as it goes.
-Status RepairView(sql::Connection& storage, connectors::Sink& view, const config::SinkConfig& sink,
+// reading main storage through `storage`; `barrier` is waited for after
+// every read whose events go to the view. Fills `report` as it goes.
+Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
                   uint32_t partitions, const std::function<Status()>& barrier, RepairReport& report);
 
 }  // namespace sluice::engine

@@ -53,6 +53,24 @@ EventRow EventFromRow(Row& r, size_t first) {
   return e;
 }
 
+// The latest event (kReadColumns) of each entity the derived table selects:
+// `SELECT entity_id AS id, MAX(version) AS v FROM <table> [WHERE where]
+// GROUP BY entity_id [tail]`, in entity_id order.
+std::string LatestQuery(const std::string& type, uint32_t partition, const std::string& where,
+                        const std::string& tail) {
+  const std::string t = Table(type, partition);
+  return std::string("SELECT ") + kReadColumns + " FROM " + t + " e JOIN (SELECT entity_id AS id, MAX(version) AS v FROM " +
+         t + (where.empty() ? "" : " WHERE " + where) + " GROUP BY entity_id" + tail +
+         ") m ON e.entity_id=m.id AND e.version=m.v ORDER BY entity_id";
+}
+
+std::vector<EventRow> EventsFromRows(std::vector<Row>& rows) {
+  std::vector<EventRow> out;
+  out.reserve(rows.size());
+  for (auto& r : rows) out.push_back(EventFromRow(r, 0));
+  return out;
+}
+
 // `SELECT [prefix]columns FROM <table> WHERE event_id > after ORDER BY event_id LIMIT limit`
 std::string ReadQuery(const std::string& type, uint32_t partition, uint64_t after, uint32_t limit,
                       const std::string& prefix) {
@@ -177,24 +195,23 @@ class MariaDbEventLog : public EventLog {
 
   Result<std::vector<EventRow>> LatestOf(const std::string& type, uint32_t partition,
                                          const std::vector<std::string>& ids) override {
-    std::vector<EventRow> out;
-    if (ids.empty()) return out;
+    if (ids.empty()) return std::vector<EventRow>{};
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
-    const std::string t = Table(type, partition);
-    const std::string q = "SELECT e.entity_id, e.version, e.state, e.deleted FROM " + t +
-                          " e JOIN (SELECT entity_id, MAX(version) AS v FROM " + t + " WHERE entity_id IN (" +
-                          InList(*c, ids) + ") GROUP BY entity_id) m ON e.entity_id=m.entity_id AND e.version=m.v";
-    ASSIGN_OR_RETURN(auto rows, c->Query(q));
-    out.reserve(rows.size());
-    for (auto& r : rows) {
-      EventRow e;
-      e.entity_id = std::move(r.at(0)).value_or("");
-      e.version = U64(r.at(1));
-      e.deleted = r.at(3).value_or("0") != "0";
-      e.state = e.deleted ? std::string() : std::move(r.at(2)).value_or("null");
-      out.push_back(std::move(e));
+    ASSIGN_OR_RETURN(auto rows, c->Query(LatestQuery(type, partition, "entity_id IN (" + InList(*c, ids) + ")", "")));
+    return EventsFromRows(rows);
+  }
+
+  Result<std::vector<EventRow>> LatestAfter(const std::string& type, uint32_t partition, const std::string& after_id,
+                                            uint32_t limit) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string where;
+    if (!after_id.empty()) {
+      where = "entity_id > ";
+      c->AppendQuoted(where, after_id);
     }
-    return out;
+    const std::string tail = limit == 0 ? "" : " ORDER BY entity_id LIMIT " + std::to_string(limit);
+    ASSIGN_OR_RETURN(auto rows, c->Query(LatestQuery(type, partition, where, tail)));
+    return EventsFromRows(rows);
   }
 
   Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
@@ -236,6 +253,39 @@ class MariaDbEventLog : public EventLog {
       if (r.at(5)) e.expected_version = std::stoull(*r[5]);
       e.request = std::move(r.at(6)).value_or("");
       e.response = std::move(r.at(7)).value_or("null");
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> ByIds(const std::string& type, uint32_t partition,
+                                      const std::vector<uint64_t>& event_ids) override {
+    if (event_ids.empty()) return std::vector<EventRow>{};
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string in;
+    for (uint64_t id : event_ids) {
+      if (!in.empty()) in += ',';
+      in += std::to_string(id);
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(std::string("SELECT ") + kReadColumns + " FROM " + Table(type, partition) +
+                                         " WHERE event_id IN (" + in + ") ORDER BY event_id"));
+    return EventsFromRows(rows);
+  }
+
+  Result<std::vector<EventRow>> History(const std::string& type, uint32_t partition, const std::string& entity_id,
+                                        uint64_t after_version, uint32_t limit) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q = std::string("SELECT ") + kReadColumns + ", request, response FROM " + Table(type, partition) +
+                    " WHERE entity_id=";
+    c->AppendQuoted(q, entity_id);
+    q += " AND version > " + std::to_string(after_version) + " ORDER BY version LIMIT " + std::to_string(limit);
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    std::vector<EventRow> out;
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+      EventRow e = EventFromRow(r, 0);
+      e.request = std::move(r.at(8)).value_or("null");
+      e.response = std::move(r.at(9)).value_or("null");
       out.push_back(std::move(e));
     }
     return out;
@@ -379,7 +429,66 @@ class MariaDbDeadLetterTable : public DeadLetterTable {
     return out;
   }
 
+  Result<std::vector<FiledDeadLetter>> List(const DeadLetterSelection& which) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT id, sink, entity_type, partition_id, event_id, entity_id, version, "
+                                         "error, created_at, resolved_at, COALESCE(resolution,'') FROM "
+                                         "sluice_dead_letters WHERE " +
+                                         Where(*c, which) + " ORDER BY id"));
+    std::vector<FiledDeadLetter> out;
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+      FiledDeadLetter f;
+      f.id = U64(r.at(0));
+      f.letter.sink = std::move(r.at(1)).value_or("");
+      f.letter.entity_type = std::move(r.at(2)).value_or("");
+      f.letter.partition = static_cast<uint32_t>(U64(r.at(3)));
+      f.letter.event_id = U64(r.at(4));
+      f.letter.entity_id = std::move(r.at(5)).value_or("");
+      f.letter.version = U64(r.at(6));
+      f.letter.error = std::move(r.at(7)).value_or("");
+      f.created_at = std::move(r.at(8)).value_or("");
+      f.resolved_at = std::move(r.at(9));
+      f.resolution = std::move(r.at(10)).value_or("");
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+  Result<uint64_t> Count(const DeadLetterSelection& which) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT COUNT(*) FROM sluice_dead_letters WHERE " + Where(*c, which)));
+    return U64(rows.at(0).at(0));
+  }
+
+  Result<uint64_t> Resolve(const DeadLetterSelection& which, std::string_view resolution) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    DeadLetterSelection unresolved = which;
+    unresolved.unresolved_only = true;
+    std::string q = "UPDATE sluice_dead_letters SET resolved_at=NOW(6), resolution=";
+    c->AppendQuoted(q, resolution);
+    return c->Execute(q + " WHERE " + Where(*c, unresolved));
+  }
+
+  Status SetError(uint64_t id, std::string_view error) override {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q = "UPDATE sluice_dead_letters SET error=";
+    c->AppendQuoted(q, error.substr(0, 4000));
+    return c->Execute(q + " WHERE id=" + std::to_string(id)).status();
+  }
+
  private:
+  // The WHERE condition of a selection.
+  static std::string Where(Connection& c, const DeadLetterSelection& which) {
+    std::string w = which.unresolved_only ? "resolved_at IS NULL" : "1=1";
+    if (which.sink) {
+      w += " AND sink=";
+      c.AppendQuoted(w, *which.sink);
+    }
+    if (which.id) w += " AND id=" + std::to_string(*which.id);
+    return w;
+  }
+
   Session session_;
 };
 

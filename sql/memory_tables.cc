@@ -11,7 +11,7 @@ struct MemoryStorage::Tables {
   std::map<std::pair<std::string, uint32_t>, std::map<uint64_t, EventRow>> events;
   // (sink, type) -> partition -> row
   std::map<std::pair<std::string, std::string>, std::map<uint32_t, OffsetRow>> offsets;
-  std::vector<DeadLetter> dead_letters;
+  std::vector<FiledDeadLetter> dead_letters;  // by id
 };
 
 namespace {
@@ -95,12 +95,7 @@ class MemoryEventLog : public EventLog {
     for (const auto& [partition, after] : from) {
       auto& list = out[partition];
       const auto& t = s_->tables().events[{type, partition}];
-      for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) {
-        EventRow r = it->second;
-        r.request.clear();
-        r.response.clear();
-        list.push_back(std::move(r));
-      }
+      for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) list.push_back(Read(it->second));
     }
     return out;
   }
@@ -109,8 +104,24 @@ class MemoryEventLog : public EventLog {
                                          const std::vector<std::string>& ids) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kLatestOf));
     Lock lock(s_->mu());
+    const std::set<std::string> wanted(ids.begin(), ids.end());
     std::vector<EventRow> out;
-    for (const auto& [id, row] : Latest(type, partition, ids)) out.push_back(row);
+    for (auto& [id, row] : Latest(type, partition)) {
+      if (wanted.count(id)) out.push_back(Read(std::move(row)));
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> LatestAfter(const std::string& type, uint32_t partition, const std::string& after_id,
+                                            uint32_t limit) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kLatestAfter));
+    Lock lock(s_->mu());
+    auto latest = Latest(type, partition);
+    std::vector<EventRow> out;
+    // std::string compares bytewise, as VARBINARY sorts.
+    for (auto it = latest.upper_bound(after_id); it != latest.end() && (limit == 0 || out.size() < limit); ++it) {
+      out.push_back(Read(std::move(it->second)));
+    }
     return out;
   }
 
@@ -118,8 +129,42 @@ class MemoryEventLog : public EventLog {
                                                          const std::vector<std::string>& ids) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kLatestVersions));
     Lock lock(s_->mu());
+    const std::set<std::string> wanted(ids.begin(), ids.end());
     std::map<std::string, uint64_t> out;
-    for (const auto& [id, row] : Latest(type, partition, ids)) out[id] = row.version;
+    for (const auto& [id, row] : Latest(type, partition)) {
+      if (wanted.count(id)) out[id] = row.version;
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> ByIds(const std::string& type, uint32_t partition,
+                                      const std::vector<uint64_t>& event_ids) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kByIds));
+    Lock lock(s_->mu());
+    const std::set<uint64_t> wanted(event_ids.begin(), event_ids.end());
+    const auto& t = s_->tables().events[{type, partition}];
+    std::vector<EventRow> out;
+    for (uint64_t id : wanted) {
+      if (const auto it = t.find(id); it != t.end()) out.push_back(Read(it->second));
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> History(const std::string& type, uint32_t partition, const std::string& entity_id,
+                                        uint64_t after_version, uint32_t limit) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kHistory));
+    Lock lock(s_->mu());
+    std::map<uint64_t, EventRow> by_version;
+    for (const auto& [event_id, row] : s_->tables().events[{type, partition}]) {
+      if (row.entity_id == entity_id && row.version > after_version) by_version.emplace(row.version, row);
+    }
+    std::vector<EventRow> out;
+    for (auto& [version, row] : by_version) {
+      if (out.size() >= limit) break;
+      EventRow r = std::move(row);
+      r.expected_version.reset();
+      out.push_back(std::move(r));
+    }
     return out;
   }
 
@@ -152,17 +197,21 @@ class MemoryEventLog : public EventLog {
     RETURN_IF_ERROR(Open());
     return s_->Enter(op, &open_);
   }
-  // Under the mutex: the latest row of each of ids that has one.
-  std::map<std::string, EventRow> Latest(const std::string& type, uint32_t partition,
-                                         const std::vector<std::string>& ids) {
-    const std::set<std::string> wanted(ids.begin(), ids.end());
+  // Under the mutex: the latest row of each entity of (type, partition), by entity_id.
+  std::map<std::string, EventRow> Latest(const std::string& type, uint32_t partition) {
     std::map<std::string, EventRow> out;
     for (const auto& [event_id, row] : s_->tables().events[{type, partition}]) {
-      if (!wanted.count(row.entity_id)) continue;
       auto it = out.find(row.entity_id);
       if (it == out.end() || it->second.version < row.version) out[row.entity_id] = row;
     }
     return out;
+  }
+  // The columns of ReadAfter of a stored row.
+  static EventRow Read(EventRow row) {
+    row.request.clear();
+    row.response.clear();
+    row.expected_version.reset();
+    return row;
   }
 
   std::shared_ptr<MemoryStorage> s_;
@@ -212,15 +261,20 @@ class MemoryDeadLetterTable : public DeadLetterTable {
   Status Add(const DeadLetter& d) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterAdd));
     Lock lock(s_->mu());
-    for (const auto& x : s_->tables().dead_letters) {
+    auto& filed = s_->tables().dead_letters;
+    for (const auto& f : filed) {
+      const DeadLetter& x = f.letter;
       if (std::tie(x.sink, x.entity_type, x.partition, x.event_id) ==
           std::tie(d.sink, d.entity_type, d.partition, d.event_id)) {
         return Status::Ok();  // INSERT IGNORE
       }
     }
-    DeadLetter copy = d;
-    copy.error = d.error.substr(0, 4000);
-    s_->tables().dead_letters.push_back(std::move(copy));
+    FiledDeadLetter f;
+    f.id = filed.empty() ? 1 : filed.back().id + 1;
+    f.letter = d;
+    f.letter.error = d.error.substr(0, 4000);
+    f.created_at = TimestampText(NowUs());
+    filed.push_back(std::move(f));
     return Status::Ok();
   }
 
@@ -231,7 +285,8 @@ class MemoryDeadLetterTable : public DeadLetterTable {
     Lock lock(s_->mu());
     const std::set<std::pair<uint32_t, uint64_t>> wanted(events.begin(), events.end());
     std::set<std::pair<uint32_t, uint64_t>> out;
-    for (const auto& x : s_->tables().dead_letters) {
+    for (const auto& f : s_->tables().dead_letters) {
+      const DeadLetter& x = f.letter;
       if (x.sink == sink && x.entity_type == type && wanted.count({x.partition, x.event_id})) {
         out.emplace(x.partition, x.event_id);
       }
@@ -239,7 +294,54 @@ class MemoryDeadLetterTable : public DeadLetterTable {
     return out;
   }
 
+  Result<std::vector<FiledDeadLetter>> List(const DeadLetterSelection& which) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterList));
+    Lock lock(s_->mu());
+    std::vector<FiledDeadLetter> out;
+    for (const auto& f : s_->tables().dead_letters) {
+      if (Selected(f, which)) out.push_back(f);
+    }
+    return out;
+  }
+
+  Result<uint64_t> Count(const DeadLetterSelection& which) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterCount));
+    Lock lock(s_->mu());
+    uint64_t n = 0;
+    for (const auto& f : s_->tables().dead_letters) n += Selected(f, which) ? 1 : 0;
+    return n;
+  }
+
+  Result<uint64_t> Resolve(const DeadLetterSelection& which, std::string_view resolution) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterResolve));
+    Lock lock(s_->mu());
+    DeadLetterSelection unresolved = which;
+    unresolved.unresolved_only = true;
+    uint64_t n = 0;
+    for (auto& f : s_->tables().dead_letters) {
+      if (!Selected(f, unresolved)) continue;
+      f.resolved_at = TimestampText(NowUs());
+      f.resolution = resolution;
+      ++n;
+    }
+    return n;
+  }
+
+  Status SetError(uint64_t id, std::string_view error) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kDeadLetterSetError));
+    Lock lock(s_->mu());
+    for (auto& f : s_->tables().dead_letters) {
+      if (f.id == id) f.letter.error = error.substr(0, 4000);
+    }
+    return Status::Ok();
+  }
+
  private:
+  static bool Selected(const FiledDeadLetter& f, const DeadLetterSelection& which) {
+    return (!which.unresolved_only || !f.resolved_at) && (!which.sink || f.letter.sink == *which.sink) &&
+           (!which.id || f.id == *which.id);
+  }
+
   Status Begin(MemoryStorage::Op op) {
     if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
     return s_->Enter(op, &open_);
@@ -336,6 +438,13 @@ std::map<uint32_t, OffsetRow> MemoryStorage::Offsets(const std::string& sink, co
 }
 
 std::vector<DeadLetter> MemoryStorage::DeadLetters() const {
+  Lock lock(mu_);
+  std::vector<DeadLetter> out;
+  for (const auto& f : tables_->dead_letters) out.push_back(f.letter);
+  return out;
+}
+
+std::vector<FiledDeadLetter> MemoryStorage::FiledDeadLetters() const {
   Lock lock(mu_);
   return tables_->dead_letters;
 }

@@ -32,7 +32,10 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kSecondsSinceCommit,
     kReadAfter,
     kLatestOf,
+    kLatestAfter,
     kLatestVersions,
+    kByIds,
+    kHistory,
     kFindCommands,
     kAppend,
     kOffsetsLoad,
@@ -40,6 +43,10 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kOffsetsDelete,
     kDeadLetterAdd,
     kDeadLetterAmong,
+    kDeadLetterList,
+    kDeadLetterCount,
+    kDeadLetterResolve,
+    kDeadLetterSetError,
   };
 
   // Made through Create(): the objects it opens keep it alive.
@@ -62,6 +69,8 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   std::vector<EventRow> Events(const std::string& type, uint32_t partition) const;
   std::map<uint32_t, OffsetRow> Offsets(const std::string& sink, const std::string& type) const;
   std::vector<DeadLetter> DeadLetters() const;
+  // Every dead letter with its id and resolution, by id.
+  std::vector<FiledDeadLetter> FiledDeadLetters() const;
 
   // Internal to the objects it opens: runs one call under the mutex.
   struct Tables;

@@ -1,9 +1,12 @@
 // The access layer of sluice's own tables in main storage: the event tables
 // (one per entity type and partition), sluice_offsets and sluice_dead_letters.
-// Every statement the engine, the offset store and the writer's partition
-// workers run on those tables is behind these interfaces; the MariaDB
-// implementation (mariadb_tables.h) holds the SQL, the in-memory fake
-// (memory_tables.h) lets the logic above be tested without a server.
+// Every statement sluice runs on those tables is behind these interfaces:
+// the engine's pull loop, verify, view repair and anti-entropy, the offset
+// store, the operator's dead-letter commands, the writer's partition workers
+// and its GET reads (the benchmarks in bench/ seed and time the tables with
+// SQL of their own). The MariaDB implementation (mariadb_tables.h) holds the
+// SQL; the in-memory fake (memory_tables.h) lets the logic above be tested
+// without a server.
 //
 // Lifecycle: a Storage is made once per process (or per test) and shared; it
 // opens one EventLog, OffsetTable or DeadLetterTable per calling thread.
@@ -102,14 +105,36 @@ class EventLog {
   virtual Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(
       const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& from, uint32_t limit) = 0;
 
-  // ---- the writer ----
-  // The latest event of each of `ids` that has one. Columns: entity_id,
-  // version, state, deleted.
+  // ---- latest states (the writer's cache, verify, view repair, anti-entropy) ----
+  // The latest event of each of `ids` that has one, in entity_id order.
+  // Columns: those of ReadAfter.
   virtual Result<std::vector<EventRow>> LatestOf(const std::string& type, uint32_t partition,
                                                  const std::vector<std::string>& ids) = 0;
+  // The latest event of each entity of (type, partition) whose id sorts
+  // after `after_id` (bytewise; empty: from the first), in entity_id order,
+  // at most `limit` entities (0: no limit): one step of a walk over a
+  // partition's entities with a keyset cursor, served by the (entity_id,
+  // version) key. Columns: those of ReadAfter.
+  virtual Result<std::vector<EventRow>> LatestAfter(const std::string& type, uint32_t partition,
+                                                    const std::string& after_id, uint32_t limit) = 0;
   // The latest version of each of `ids` that has events.
   virtual Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
                                                                  const std::vector<std::string>& ids) = 0;
+
+  // ---- single events and one entity's history ----
+  // The events of (type, partition) with the given event_ids that exist, in
+  // event_id order (a dead letter's event, for a retry). Columns: those of
+  // ReadAfter.
+  virtual Result<std::vector<EventRow>> ByIds(const std::string& type, uint32_t partition,
+                                              const std::vector<uint64_t>& event_ids) = 0;
+  // Up to `limit` events of `entity_id` with version > after_version, in
+  // version order (the writer's GET of an entity's events). Columns: those
+  // of ReadAfter, request and response.
+  virtual Result<std::vector<EventRow>> History(const std::string& type, uint32_t partition,
+                                                const std::string& entity_id, uint64_t after_version,
+                                                uint32_t limit) = 0;
+
+  // ---- the writer's partition workers ----
   // The stored events of the given (entity_id, command_id) pairs. Columns:
   // entity_id, command_id, version, event_id, command_name,
   // expected_version, request, response.
@@ -159,11 +184,30 @@ struct DeadLetter {
   std::string error;  // cut to 4,000 bytes
 };
 
-// sluice_dead_letters, as the pull loop uses it (the operator's listing,
-// retry and discard are in engine/operator.cc).
+// A dead letter as it is filed, with what became of it.
+struct FiledDeadLetter {
+  uint64_t id = 0;  // sluice_dead_letters.id: increases in filing order
+  DeadLetter letter;
+  std::string created_at;                  // TimestampText of when it was filed
+  std::optional<std::string> resolved_at;  // TimestampText; nullopt while unresolved
+  std::string resolution;                  // applied | stale | discarded; empty while unresolved
+};
+
+// Which dead letters an operator's call is about: those that match every
+// field that is set.
+struct DeadLetterSelection {
+  std::optional<std::string> sink;
+  std::optional<uint64_t> id;
+  bool unresolved_only = true;  // false: resolved ones too
+};
+
+// sluice_dead_letters: filed and looked up by the pull loop, listed,
+// resolved and counted by the operator (`sluice deadletters`).
 class DeadLetterTable {
  public:
   virtual ~DeadLetterTable() = default;
+
+  // ---- the pull loop ----
   // Files the event; a second filing of the same (sink, type, partition,
   // event_id) is ignored.
   virtual Status Add(const DeadLetter& letter) = 0;
@@ -171,7 +215,24 @@ class DeadLetterTable {
   virtual Result<std::set<std::pair<uint32_t, uint64_t>>> Among(
       const std::string& sink, const std::string& type,
       const std::vector<std::pair<uint32_t, uint64_t>>& events) = 0;
+
+  // ---- the operator ----
+  // The selected dead letters, by id.
+  virtual Result<std::vector<FiledDeadLetter>> List(const DeadLetterSelection& which) = 0;
+  // How many dead letters are selected.
+  virtual Result<uint64_t> Count(const DeadLetterSelection& which) = 0;
+  // Marks those selected that are unresolved (whatever
+  // which.unresolved_only says) resolved now with `resolution` (applied,
+  // stale or discarded). Returns how many it marked.
+  virtual Result<uint64_t> Resolve(const DeadLetterSelection& which, std::string_view resolution) = 0;
+  // Replaces the error of dead letter `id` (cut to 4,000 bytes), e.g. with
+  // the one a retry was rejected with.
+  virtual Status SetError(uint64_t id, std::string_view error) = 0;
 };
+
+// The text MariaDB gives a TIMESTAMP(6) in sluice's UTC sessions, e.g.
+// "2026-11-21 12:00:00.123456", of `us` microseconds since the Unix epoch.
+std::string TimestampText(int64_t us);
 
 // Opens the objects above. Thread-safe.
 class Storage {

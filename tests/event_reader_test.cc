@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sql/mariadb_tables.h"
 #include "sql/schema.h"
 #include "tests/support/test_support.h"
 
@@ -19,6 +20,7 @@ class EventReaderTest : public ::testing::Test {
   void SetUp() override {
     SLUICE_REQUIRE_MYSQL();
     db_ = std::make_unique<TestDatabase>("reader");
+    log_ = sql::EventLogOn(db_->conn());
     for (uint32_t p = 0; p < 4; ++p) Exec(sql::EventTableDdl("account", p));
     // p0: 1..5; p1: 1, 2, 4 (3 is missing); p2: nothing; p3: 1..3, 2 a delete.
     for (uint64_t id = 1; id <= 5; ++id) Insert(0, id, "a" + std::to_string(id % 2), id, false);
@@ -46,10 +48,11 @@ class EventReaderTest : public ::testing::Test {
   }
 
   std::unique_ptr<TestDatabase> db_;
+  std::unique_ptr<sql::EventLog> log_;
 };
 
 TEST_F(EventReaderTest, SeveralPartitionsInOneStatementMatchOneByOne) {
-  auto many = engine::ReadEventsOfPartitions(db_->conn(), "account", {{0, 0}, {1, 0}, {2, 0}, {3, 1}}, 10);
+  auto many = engine::ReadEventsOfPartitions(*log_, "account", {{0, 0}, {1, 0}, {2, 0}, {3, 1}}, 10);
   ASSERT_TRUE(many.ok()) << many.status().ToString();
   ASSERT_EQ(many->size(), 4u);
   EXPECT_EQ(Ids(many->at(0)), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
@@ -61,7 +64,7 @@ TEST_F(EventReaderTest, SeveralPartitionsInOneStatementMatchOneByOne) {
   EXPECT_EQ(Ids(many->at(3)), (std::vector<uint64_t>{2, 3}));
 
   for (const auto& [p, after] : std::vector<std::pair<uint32_t, uint64_t>>{{0, 0}, {1, 0}, {2, 0}, {3, 1}}) {
-    auto one = engine::ReadEvents(db_->conn(), "account", p, after, 10);
+    auto one = engine::ReadEvents(*log_, "account", p, after, 10);
     ASSERT_TRUE(one.ok()) << one.status().ToString();
     const auto& a = one->events;
     const auto& b = many->at(p).events;
@@ -91,7 +94,7 @@ TEST_F(EventReaderTest, SeveralPartitionsInOneStatementMatchOneByOne) {
 }
 
 TEST_F(EventReaderTest, TheLimitHoldsPerPartition) {
-  auto r = engine::ReadEventsOfPartitions(db_->conn(), "account", {{0, 2}, {3, 0}, {1, 3}}, 2);
+  auto r = engine::ReadEventsOfPartitions(*log_, "account", {{0, 2}, {3, 0}, {1, 3}}, 2);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Ids(r->at(0)), (std::vector<uint64_t>{3, 4}));
   EXPECT_EQ(Ids(r->at(3)), (std::vector<uint64_t>{1, 2}));
@@ -101,7 +104,7 @@ TEST_F(EventReaderTest, TheLimitHoldsPerPartition) {
 }
 
 TEST_F(EventReaderTest, AMissingTableFailsTheWholeRead) {
-  auto r = engine::ReadEventsOfPartitions(db_->conn(), "account", {{0, 0}, {7, 0}}, 10);
+  auto r = engine::ReadEventsOfPartitions(*log_, "account", {{0, 0}, {7, 0}}, 10);
   EXPECT_FALSE(r.ok());
 }
 

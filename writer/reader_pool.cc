@@ -4,8 +4,8 @@
 
 namespace sluice::writer {
 
-ReaderPool::ReaderPool(sql::ConnectParams mysql, uint32_t threads, size_t max_queue)
-    : mysql_(std::move(mysql)), thread_count_(threads == 0 ? 1 : threads), max_queue_(max_queue) {}
+ReaderPool::ReaderPool(std::shared_ptr<sql::Storage> storage, uint32_t threads, size_t max_queue)
+    : storage_(std::move(storage)), thread_count_(threads == 0 ? 1 : threads), max_queue_(max_queue) {}
 
 ReaderPool::~ReaderPool() { Stop(); }
 
@@ -34,7 +34,7 @@ bool ReaderPool::Submit(Job job) {
 }
 
 void ReaderPool::Run() {
-  std::unique_ptr<sql::Connection> conn;
+  const std::unique_ptr<sql::EventLog> log = storage_->OpenEventLog();
   for (;;) {
     Job job;
     {
@@ -44,16 +44,13 @@ void ReaderPool::Run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (!conn || !conn->healthy()) {
-      conn.reset();
-      auto opened = sql::Connection::Open(mysql_);
-      if (!opened.ok()) {
-        job(opened.status());
+    if (!log->healthy()) {
+      if (Status opened = log->Open(); !opened.ok()) {
+        job(opened);
         continue;
       }
-      conn = std::move(opened).value();
     }
-    job(conn.get());
+    job(log.get());
   }
 }
 

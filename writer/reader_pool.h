@@ -1,9 +1,11 @@
-// ReaderPool: a few threads, each with its own MySQL connection, that serve
-// the writer's GET requests straight from main storage (strongly consistent
-// even with several writers on one partition).
+// ReaderPool: a few threads, each with its own event log (sql/tables.h, its
+// own session to main storage), that serve the writer's GET requests
+// straight from main storage (strongly consistent even with several writers
+// on one partition).
 //
 // Threads: Submit() from any thread; jobs run on the pool's threads. A job is
-// given its thread's connection, or the error that kept it from connecting.
+// given its thread's event log, with a usable session, or the error that
+// kept it from connecting.
 #pragma once
 
 #include <condition_variable>
@@ -14,16 +16,17 @@
 #include <thread>
 #include <vector>
 
-#include "sql/connection.h"
+#include "sql/tables.h"
 
 namespace sluice::writer {
 
 class ReaderPool {
  public:
-  // Receives the thread's healthy connection, or the connect error.
-  using Job = std::function<void(Result<sql::Connection*>)>;
+  // Receives the thread's event log, or the connect error.
+  using Job = std::function<void(Result<sql::EventLog*>)>;
 
-  ReaderPool(sql::ConnectParams mysql, uint32_t threads, size_t max_queue);
+  // Each thread opens its event log from `storage`.
+  ReaderPool(std::shared_ptr<sql::Storage> storage, uint32_t threads, size_t max_queue);
   ~ReaderPool();  // calls Stop()
 
   void Start();
@@ -35,7 +38,7 @@ class ReaderPool {
  private:
   void Run();
 
-  const sql::ConnectParams mysql_;
+  const std::shared_ptr<sql::Storage> storage_;
   const uint32_t thread_count_;
   const size_t max_queue_;
   std::mutex mu_;

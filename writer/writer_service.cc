@@ -7,8 +7,8 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/partitioner.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
-#include "sql/schema.h"
 #include "writer/api.h"
 #include "writer/command_request.h"
 #include "writer/commands.h"
@@ -47,8 +47,9 @@ std::string GenerateCommandId() {
   return id;
 }
 
-// "2026-11-21 12:00:00.123456" -> "2026-11-21T12:00:00.123456Z".
-std::string IsoTime(std::string t) {
+// Microseconds since the epoch -> "2026-11-21T12:00:00.123456Z".
+std::string IsoTime(int64_t us) {
+  std::string t = sql::TimestampText(us);
   if (t.size() > 10 && t[10] == ' ') t[10] = 'T';
   return t + "Z";
 }
@@ -60,6 +61,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       metrics_(registry ? *registry : metrics::UnexportedRegistry()),
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
+  storage_ = std::make_shared<sql::MariaDbStorage>(params);
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
   for (const auto& [name, entity] : config_.entities) {
@@ -75,6 +77,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       o.type = name;
       o.partition = p;
       o.mysql = params;
+      o.storage = storage_;
       o.batch_max = config_.writer.batch_max;
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
@@ -94,7 +97,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       t.workers.push_back(std::make_unique<PartitionWorker>(std::move(o)));
     }
   }
-  readers_ = std::make_unique<ReaderPool>(params, config_.writer.read_threads, 100000);
+  readers_ = std::make_unique<ReaderPool>(storage_, config_.writer.read_threads, 100000);
   http::ServerOptions h;
   h.host = config_.writer.listen_host;
   h.port = config_.writer.listen_port;
@@ -265,13 +268,10 @@ void WriterService::HandleReady(const http::Responder& respond) const {
 void WriterService::HandleGetEntity(const Route& route, http::Responder respond) {
   const TypeState* type = CheckEntity(route, respond);
   if (type == nullptr) return;
-  const std::string table = sql::EventTableName(route.type, PartitionOf(route.entity_id, type->partitions));
-  auto job = [respond, table, type_name = route.type, id = route.entity_id](Result<sql::Connection*> conn) {
-    if (!conn.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
-    std::string q = "SELECT version, state, deleted FROM " + sql::QuoteIdent(table) + " WHERE entity_id=";
-    (*conn)->AppendQuoted(q, id);
-    q += " ORDER BY version DESC LIMIT 1";
-    auto rows = (*conn)->Query(q);
+  const uint32_t partition = PartitionOf(route.entity_id, type->partitions);
+  auto job = [respond, partition, type_name = route.type, id = route.entity_id](Result<sql::EventLog*> log) {
+    if (!log.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+    auto rows = (*log)->LatestOf(type_name, partition, {id});
     if (!rows.ok()) {
       if (rows.status().code() == StatusCode::kUnavailable) {
         return respond(ToHttp(UnavailableReply("main storage is unavailable")));
@@ -279,17 +279,16 @@ void WriterService::HandleGetEntity(const Route& route, http::Responder respond)
       return SendError(respond, 500, "internal", rows.status().message());
     }
     if (rows->empty()) return SendError(respond, 404, "not_found", "no entity '" + id + "' of type '" + type_name + "'");
-    const auto& row = rows->front();
-    if (row[2].value_or("0") != "0") {
-      return SendError(respond, 404, "not_found", "the entity was deleted at version " + row[0].value_or("?"));
-    }
+    const sql::EventRow& row = rows->front();
+    const std::string version = std::to_string(row.version);
+    if (row.deleted) return SendError(respond, 404, "not_found", "the entity was deleted at version " + version);
     http::Response ok;
     ok.body = R"({"type":)";
     AppendJsonString(ok.body, type_name);
     ok.body += R"(,"id":)";
     AppendJsonString(ok.body, id);
-    ok.body += R"(,"version":)" + row[0].value_or("0") + R"(,"state":)" + row[1].value_or("null") + "}";
-    ok.headers.emplace_back("ETag", "\"" + row[0].value_or("0") + "\"");
+    ok.body += R"(,"version":)" + version + R"(,"state":)" + row.state + "}";
+    ok.headers.emplace_back("ETag", "\"" + version + "\"");
     respond(std::move(ok));
   };
   if (!readers_->Submit(std::move(job))) {
@@ -307,20 +306,14 @@ void WriterService::HandleGetEvents(const Route& route, http::Responder respond)
     return SendError(respond, 400, "invalid_request",
                      "query parameter limit must be between 1 and " + std::to_string(kMaxEventsLimit));
   }
-  const std::string table = sql::EventTableName(route.type, PartitionOf(route.entity_id, type->partitions));
-  auto job = [respond, table, type_name = route.type, id = route.entity_id, after = *after,
-              limit = *limit](Result<sql::Connection*> conn) {
-    if (!conn.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
-    std::string q =
-        "SELECT version, event_id, command_name, command_id, request, response, state, deleted, committed_at FROM " +
-        sql::QuoteIdent(table) + " WHERE entity_id=";
-    (*conn)->AppendQuoted(q, id);
-    q += " AND version > " + std::to_string(after) + " ORDER BY version LIMIT " + std::to_string(limit);
-    auto rows = (*conn)->Query(q);
+  const uint32_t partition = PartitionOf(route.entity_id, type->partitions);
+  auto job = [respond, partition, type_name = route.type, id = route.entity_id, after = *after,
+              limit = static_cast<uint32_t>(*limit)](Result<sql::EventLog*> log) {
+    if (!log.ok()) return respond(ToHttp(UnavailableReply("main storage is unavailable")));
+    auto rows = (*log)->History(type_name, partition, id, after, limit);
     if (rows.ok() && rows->empty()) {
-      std::string exists = "SELECT 1 FROM " + sql::QuoteIdent(table) + " WHERE entity_id=";
-      (*conn)->AppendQuoted(exists, id);
-      auto any = (*conn)->Query(exists + " LIMIT 1");
+      // No events past after_version: an entity without any is not found.
+      auto any = (*log)->LatestVersions(type_name, partition, {id});
       if (any.ok() && any->empty()) {
         return SendError(respond, 404, "not_found", "no entity '" + id + "' of type '" + type_name + "'");
       }
@@ -340,17 +333,18 @@ void WriterService::HandleGetEvents(const Route& route, http::Responder respond)
     AppendJsonString(b, id);
     b += R"(,"events":[)";
     bool first = true;
-    for (const auto& r : *rows) {
+    for (const sql::EventRow& r : *rows) {
       if (!first) b += ',';
       first = false;
-      b += R"({"version":)" + r[0].value_or("0") + R"(,"event_id":)" + r[1].value_or("0") + R"(,"command":)";
-      AppendJsonString(b, r[2].value_or(""));
+      b += R"({"version":)" + std::to_string(r.version) + R"(,"event_id":)" + std::to_string(r.event_id) +
+           R"(,"command":)";
+      AppendJsonString(b, r.command_name);
       b += R"(,"command_id":)";
-      AppendJsonString(b, r[3].value_or(""));
-      b += R"(,"request":)" + r[4].value_or("null") + R"(,"response":)" + r[5].value_or("null") +
-           R"(,"state":)" + r[6].value_or("null") + R"(,"deleted":)" +
-           (r[7].value_or("0") == "0" ? "false" : "true") + R"(,"committed_at":)";
-      AppendJsonString(b, IsoTime(r[8].value_or("")));
+      AppendJsonString(b, r.command_id);
+      b += R"(,"request":)" + r.request + R"(,"response":)" + r.response + R"(,"state":)" +
+           (r.deleted ? std::string("null") : r.state) + R"(,"deleted":)" + (r.deleted ? "true" : "false") +
+           R"(,"committed_at":)";
+      AppendJsonString(b, IsoTime(r.committed_at_us));
       b += '}';
     }
     b += "]}";

@@ -17,7 +17,7 @@
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
-#include "sql/connection.h"
+#include "sql/tables.h"
 #include "writer/api.h"
 #include "http/server.h"
 #include "writer/partition_worker.h"
@@ -70,6 +70,8 @@ class WriterService {
   metrics::WriterMetrics metrics_;
   metrics::HttpListenerMetrics http_metrics_;  // the API listener's connections
   metrics::ReadinessFn readiness_;
+  // Main storage's event tables, shared by the partition workers and the readers.
+  std::shared_ptr<sql::Storage> storage_;
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
   std::unique_ptr<http::Server> http_;

@@ -1,0 +1,93 @@
+// engine/event_reader over the in-memory tables: the paging of ReadHistory,
+// the gap cut of the pull loop's reads, the truth per entity. No server;
+// tests/event_reader_test.cc runs the statements themselves on MariaDB.
+#include "engine/event_reader.h"
+
+#include <gtest/gtest.h>
+
+#include "sql/memory_tables.h"
+
+namespace sluice::engine {
+namespace {
+
+class EventReaderFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // p0: 1..5 then 8, 9 (6 and 7 missing); entity a (odd ids) and b (even).
+    for (uint64_t id : {1, 2, 3, 4, 5, 8, 9}) Insert(0, id, id % 2 ? "a" : "b", (id + 1) / 2);
+    // p1: one entity, deleted at its second version.
+    Insert(1, 1, "c", 1);
+    Insert(1, 2, "c", 2, true);
+  }
+
+  void Insert(uint32_t partition, uint64_t id, const std::string& entity, uint64_t version, bool deleted = false) {
+    sql::EventRow r;
+    r.event_id = id;
+    r.entity_id = entity;
+    r.version = version;
+    r.command_id = "c" + std::to_string(id);
+    r.deleted = deleted;
+    if (!deleted) r.state = R"({"n":)" + std::to_string(id) + "}";
+    ASSERT_TRUE(storage_->Insert("account", partition, r).ok());
+  }
+
+  static std::vector<uint64_t> Ids(const std::vector<connectors::ChangeEvent>& events) {
+    std::vector<uint64_t> out;
+    for (const auto& e : events) out.push_back(e.event_id);
+    return out;
+  }
+
+  std::shared_ptr<sql::MemoryStorage> storage_ = sql::MemoryStorage::Create();
+  std::unique_ptr<sql::EventLog> log_ = storage_->OpenEventLog();
+};
+
+TEST_F(EventReaderFakeTest, HistoryPagesOverEveryEventGapsIncluded) {
+  for (uint32_t page : {1u, 2u, 3u, 7u, 10000u}) {
+    const uint64_t reads_before = storage_->calls(sql::MemoryStorage::Op::kReadAfter);
+    auto history = ReadHistory(*log_, "account", 2, page);
+    ASSERT_TRUE(history.ok()) << history.status().ToString();
+    EXPECT_EQ(Ids(*history), (std::vector<uint64_t>{1, 2, 3, 4, 5, 8, 9, 1, 2})) << "page " << page;
+    EXPECT_EQ(history->at(7).partition, 1u);
+    EXPECT_EQ(history->at(7).entity_type, "account");
+    // Per partition: the full pages, then one that is not full (maybe empty).
+    const uint64_t reads = storage_->calls(sql::MemoryStorage::Op::kReadAfter) - reads_before;
+    EXPECT_EQ(reads, 7 / page + 1 + 2 / page + 1) << "page " << page;
+  }
+}
+
+TEST_F(EventReaderFakeTest, ThePullLoopsReadsStopBeforeAGap) {
+  auto r = ReadEventsOfPartitions(*log_, "account", {{0, 2}, {1, 0}}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Ids(r->at(0).events), (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_TRUE(r->at(0).gap);
+  EXPECT_EQ(Ids(r->at(1).events), (std::vector<uint64_t>{1, 2}));
+  EXPECT_FALSE(r->at(1).gap);
+  auto past = ReadEvents(*log_, "account", 0, 7, 10);  // waiting at 7: 8 follows without a gap
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(Ids(past->events), (std::vector<uint64_t>{8, 9}));
+}
+
+TEST_F(EventReaderFakeTest, TruthIsTheLatestEventOfEachEntityOfEveryPartition) {
+  auto truth = ReadTruth(*log_, "account", 2);
+  ASSERT_TRUE(truth.ok());
+  ASSERT_EQ(truth->size(), 3u);
+  EXPECT_EQ(truth->at(0).entity_id, "a");
+  EXPECT_EQ(truth->at(0).version, 5u);
+  EXPECT_EQ(truth->at(0).state, R"({"n":9})");
+  EXPECT_EQ(truth->at(1).entity_id, "b");
+  EXPECT_EQ(truth->at(1).version, 4u);
+  EXPECT_EQ(truth->at(2).entity_id, "c");
+  EXPECT_TRUE(truth->at(2).deleted);
+  EXPECT_EQ(truth->at(2).state, "");
+
+  auto walk = ReadLatestEventsAfter(*log_, "account", 0, "a", 10);
+  ASSERT_TRUE(walk.ok());
+  EXPECT_EQ(Ids(*walk), (std::vector<uint64_t>{8}));
+  EXPECT_EQ(walk->at(0).partition, 0u);
+  auto by_id = ReadEventsById(*log_, "account", 0, {9, 6, 2});
+  ASSERT_TRUE(by_id.ok());
+  EXPECT_EQ(Ids(*by_id), (std::vector<uint64_t>{2, 9}));
+}
+
+}  // namespace
+}  // namespace sluice::engine

@@ -1,0 +1,218 @@
+#include "sql/tables_test.h"
+
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace sluice::sql {
+
+void TablesContractTest::SetUp() {
+  made_ = GetParam().make();
+  if (made_.storage == nullptr) GTEST_SKIP() << GetParam().name << " is not available";
+  storage_ = made_.storage.get();
+}
+
+namespace {
+
+struct Stored {
+  uint64_t event_id;
+  std::string entity_id;
+  uint64_t version;
+  bool deleted;
+};
+
+// Appends the events to partition 0 of "account", in one transaction.
+void Append(EventLog& log, const std::vector<Stored>& events) {
+  auto append = log.NewAppend("account", 0);
+  std::vector<std::string> texts;
+  texts.reserve(events.size() * 3);
+  for (const Stored& s : events) {
+    const std::string n = std::to_string(s.event_id);
+    texts.push_back("cmd-" + n);
+    texts.push_back(R"({"n":)" + n + "}");
+    texts.push_back(R"({"ok":)" + n + "}");
+    NewEvent e;
+    e.event_id = s.event_id;
+    e.entity_id = s.entity_id;
+    e.version = s.version;
+    e.command_id = texts[texts.size() - 3];
+    e.command_name = s.deleted ? "delete" : "put";
+    e.request = texts[texts.size() - 2];
+    e.response = texts.back();
+    e.state = texts[texts.size() - 2];
+    e.deleted = s.deleted;
+    ASSERT_TRUE(append->TryAdd(e, 1 << 20));
+  }
+  ASSERT_TRUE(log.Append(*append).ok());
+}
+
+// a: versions 1, 2; b: 1; c: 1, then deleted at 2. Event 5 is missing (a gap).
+void Fill(EventLog& log) {
+  Append(log, {{1, "a", 1, false}, {2, "b", 1, false}, {3, "a", 2, false}, {4, "c", 1, false}, {6, "c", 2, true}});
+}
+
+std::vector<std::string> Ids(const std::vector<EventRow>& rows) {
+  std::vector<std::string> out;
+  for (const auto& r : rows) out.push_back(r.entity_id + "@" + std::to_string(r.version));
+  return out;
+}
+
+std::vector<uint64_t> EventIds(const std::vector<EventRow>& rows) {
+  std::vector<uint64_t> out;
+  for (const auto& r : rows) out.push_back(r.event_id);
+  return out;
+}
+
+TEST_P(TablesContractTest, LatestOfGivesTheNewestEventOfEachIdThatHasOneInIdOrder) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto rows = log->LatestOf("account", 0, {"c", "zz", "a"});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(Ids(*rows), (std::vector<std::string>{"a@2", "c@2"}));
+  const EventRow& a = rows->at(0);
+  EXPECT_EQ(a.event_id, 3u);
+  EXPECT_EQ(a.state, R"({"n":3})");
+  EXPECT_EQ(a.command_name, "put");
+  EXPECT_EQ(a.command_id, "cmd-3");
+  EXPECT_GT(a.committed_at_us, 0);
+  EXPECT_TRUE(a.request.empty());  // not among ReadAfter's columns
+  const EventRow& c = rows->at(1);
+  EXPECT_TRUE(c.deleted);
+  EXPECT_EQ(c.state, "");
+  auto none = log->LatestOf("account", 0, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto versions = log->LatestVersions("account", 0, {"a", "c", "zz"});
+  ASSERT_TRUE(versions.ok());
+  EXPECT_EQ(*versions, (std::map<std::string, uint64_t>{{"a", 2}, {"c", 2}}));
+}
+
+TEST_P(TablesContractTest, LatestAfterWalksTheEntitiesWithAKeysetCursor) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto first = log->LatestAfter("account", 0, "", 2);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(Ids(*first), (std::vector<std::string>{"a@2", "b@1"}));
+  auto next = log->LatestAfter("account", 0, "b", 2);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(Ids(*next), (std::vector<std::string>{"c@2"}));
+  auto past = log->LatestAfter("account", 0, "c", 2);
+  ASSERT_TRUE(past.ok());
+  EXPECT_TRUE(past->empty());
+  auto all = log->LatestAfter("account", 0, "", 0);  // no limit: the whole partition
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(Ids(*all), (std::vector<std::string>{"a@2", "b@1", "c@2"}));
+  EXPECT_EQ(EventIds(*all), (std::vector<uint64_t>{3, 2, 6}));
+  auto empty = log->LatestAfter("account", 1, "", 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST_P(TablesContractTest, ByIdsReadsTheEventsThatExistInEventIdOrder) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto rows = log->ByIds("account", 0, {6, 5, 1});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(EventIds(*rows), (std::vector<uint64_t>{1, 6}));
+  EXPECT_EQ(rows->at(0).state, R"({"n":1})");
+  EXPECT_TRUE(rows->at(1).deleted);
+  auto none = log->ByIds("account", 0, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_P(TablesContractTest, HistoryPagesOneEntitysEventsByVersion) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto all = log->History("account", 0, "c", 0, 10);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(EventIds(*all), (std::vector<uint64_t>{4, 6}));
+  EXPECT_EQ(all->at(0).version, 1u);
+  EXPECT_EQ(all->at(0).request, R"({"n":4})");
+  EXPECT_EQ(all->at(0).response, R"({"ok":4})");
+  EXPECT_EQ(all->at(0).state, R"({"n":4})");
+  EXPECT_EQ(all->at(0).command_id, "cmd-4");
+  EXPECT_GT(all->at(0).committed_at_us, 0);
+  EXPECT_TRUE(all->at(1).deleted);
+  EXPECT_EQ(all->at(1).command_name, "delete");
+  auto page = log->History("account", 0, "a", 0, 1);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(EventIds(*page), (std::vector<uint64_t>{1}));
+  auto rest = log->History("account", 0, "a", 1, 1);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(EventIds(*rest), (std::vector<uint64_t>{3}));
+  auto none = log->History("account", 0, "nobody", 0, 10);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+DeadLetter Letter(const std::string& sink, uint32_t partition, uint64_t event_id, std::string error = "refused") {
+  return DeadLetter{sink, "account", partition, event_id, "e" + std::to_string(event_id), 7, std::move(error)};
+}
+
+TEST_P(TablesContractTest, DeadLettersAreListedCountedAndResolvedBySelection) {
+  auto letters = storage_->OpenDeadLetters();
+  ASSERT_TRUE(letters->Add(Letter("cache", 1, 9)).ok());
+  ASSERT_TRUE(letters->Add(Letter("cache", 0, 4)).ok());
+  ASSERT_TRUE(letters->Add(Letter("search", 0, 4)).ok());
+  ASSERT_TRUE(letters->Add(Letter("cache", 1, 9, "filed twice")).ok());  // ignored
+
+  auto cache = letters->List({.sink = "cache", .id = std::nullopt, .unresolved_only = true});
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  ASSERT_EQ(cache->size(), 2u);
+  const FiledDeadLetter& first = cache->at(0);
+  EXPECT_LT(first.id, cache->at(1).id);  // by id, in filing order
+  EXPECT_EQ(first.letter.event_id, 9u);
+  EXPECT_EQ(first.letter.partition, 1u);
+  EXPECT_EQ(first.letter.entity_id, "e9");
+  EXPECT_EQ(first.letter.entity_type, "account");
+  EXPECT_EQ(first.letter.version, 7u);
+  EXPECT_EQ(first.letter.error, "refused");
+  EXPECT_TRUE(std::regex_match(first.created_at, std::regex(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6})")))
+      << first.created_at;
+  EXPECT_FALSE(first.resolved_at);
+  EXPECT_EQ(first.resolution, "");
+
+  const uint64_t id = first.id;
+  auto resolved = letters->Resolve({.sink = std::nullopt, .id = id, .unresolved_only = true}, "stale");
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  EXPECT_EQ(*resolved, 1u);
+  auto again = letters->Resolve({.sink = std::nullopt, .id = id, .unresolved_only = false}, "discarded");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u);  // resolved already: kept as it was
+
+  auto unresolved = letters->Count({.sink = "cache", .id = std::nullopt, .unresolved_only = true});
+  auto filed = letters->Count({.sink = "cache", .id = std::nullopt, .unresolved_only = false});
+  auto unknown = letters->Count({.sink = "gone", .id = std::nullopt, .unresolved_only = false});
+  ASSERT_TRUE(unresolved.ok() && filed.ok() && unknown.ok());
+  EXPECT_EQ(*unresolved, 1u);
+  EXPECT_EQ(*filed, 2u);
+  EXPECT_EQ(*unknown, 0u);
+
+  auto one = letters->List({.sink = std::nullopt, .id = id, .unresolved_only = false});
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  ASSERT_TRUE(one->at(0).resolved_at);
+  EXPECT_TRUE(std::regex_match(*one->at(0).resolved_at, std::regex(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6})")));
+  EXPECT_EQ(one->at(0).resolution, "stale");
+
+  ASSERT_TRUE(letters->SetError(cache->at(1).id, std::string(5000, 'x')).ok());
+  auto everything = letters->List({.sink = std::nullopt, .id = std::nullopt, .unresolved_only = false});
+  ASSERT_TRUE(everything.ok());
+  ASSERT_EQ(everything->size(), 3u);
+  EXPECT_EQ(everything->at(1).letter.error, std::string(4000, 'x'));
+
+  auto by_sink = letters->Resolve({.sink = "cache", .id = std::nullopt, .unresolved_only = true}, "discarded");
+  ASSERT_TRUE(by_sink.ok());
+  EXPECT_EQ(*by_sink, 1u);
+  auto left = letters->List({.sink = std::nullopt, .id = std::nullopt, .unresolved_only = true});
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ(left->at(0).letter.sink, "search");
+  auto among = letters->Among("cache", "account", {{1, 9}, {0, 4}, {0, 5}});
+  ASSERT_TRUE(among.ok());
+  EXPECT_EQ(among->size(), 2u);  // resolved or not
+}
+
+}  // namespace
+}  // namespace sluice::sql
