@@ -60,6 +60,7 @@ Status SinkRunner::Start() {
     o.entity = options_.sink.entity;
     o.partitions = options_.partitions;
     o.mysql = options_.mysql;
+    o.storage = storage_;
     o.settings = options_.engine.anti_entropy;
     o.metrics = metrics_;
     anti_entropy_ = std::make_unique<AntiEntropy>(
