@@ -1,20 +1,13 @@
 #include "connectors/builtin_sink_types.h"
 
-#include "connectors/elasticsearch/elasticsearch_options.h"
-#include "connectors/kafka/kafka_options.h"
-#include "connectors/mysql/mysql_options.h"
-#include "connectors/redis/redis_options.h"
+// Generated from SLUICE_BUILTIN_SINK_TYPES in connectors/CMakeLists.txt.
+#include "builtin_sink_types.inc"
 
 namespace sluice::connectors {
 
 const std::vector<BuiltinSinkType>& BuiltinSinkTypeList() {
-  // One line per built-in sink type; its folder provides the rest.
-  static const std::vector<BuiltinSinkType> kTypes = {
-      redis::RedisSinkType(),
-      mysql::MysqlSinkType(),
-      elasticsearch::ElasticsearchSinkType(),
-      kafka::KafkaSinkType(),
-  };
+  // The types registered in connectors/CMakeLists.txt; each folder provides the rest.
+  static const std::vector<BuiltinSinkType> kTypes = {SLUICE_BUILTIN_SINK_TYPES};
   return kTypes;
 }
 

@@ -1,10 +1,11 @@
-// The sink types built into sluice: the one list (builtin_sink_types.cc).
+// The sink types built into sluice: the one list (SLUICE_BUILTIN_SINK_TYPES in
+// connectors/CMakeLists.txt, read by builtin_sink_types.cc).
 //
 // A built-in type is its folder, connectors/<type>/, which provides one
 // BuiltinSinkType: how the config loader reads, checks and prints its keys
 // (config::SinkType: name, can_push, key table, redaction) and the factory
 // that builds a sink from a loaded SinkConfig. Adding a type is its folder
-// plus one line in builtin_sink_types.cc. Any other `type:` is a plugin's
+// plus its name in SLUICE_BUILTIN_SINK_TYPES (connectors/CMakeLists.txt). Any other `type:` is a plugin's
 // (connectors/plugin/).
 //
 // Threads: the list is built on first use (thread-safe) and immutable after.
