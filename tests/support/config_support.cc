@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <unistd.h>
 
 #include "connectors/builtin_sink_types.h"
 
@@ -48,6 +50,23 @@ ScopedEnv::~ScopedEnv() {
   } else {
     unsetenv(name_.c_str());
   }
+}
+
+ScratchDir::ScratchDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "sluice_config_XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << pattern;
+  path_ = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::filesystem::path ScratchDir::Write(const std::string& name, const std::string& contents) const {
+  const auto p = path_ / name;
+  std::ofstream(p) << contents;
+  return p;
 }
 
 }  // namespace sluice::testing

@@ -7,6 +7,7 @@
 // Threads: the test's thread only; ScopedEnv changes the process environment.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "config/config.h"
@@ -90,6 +91,22 @@ class ScopedEnv {
   std::string name_;
   std::string old_;
   bool had_ = false;
+};
+
+// A scratch directory (under the system's temporary directory) removed at
+// the end of the test, for config files that name other files.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  // Writes `contents` to `name` in the directory; its path.
+  std::filesystem::path Write(const std::string& name, const std::string& contents) const;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
 };
 
 }  // namespace sluice::testing
