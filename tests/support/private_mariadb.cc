@@ -13,32 +13,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "tests/support/test_support.h"
+
 namespace sluice::testing {
 namespace {
-
-// A port below the kernel's range for outgoing connections (32768-60999),
-// so that no client socket takes it while the server is down between a kill
-// and its restart.
-uint16_t LowFreePort() {
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const auto port = static_cast<uint16_t>(20000 + rng() % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  return 0;
-}
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -58,7 +40,7 @@ int Run(const std::string& command, std::string* output) {
 PrivateMariaDb::PrivateMariaDb() {
   char tmpl[] = "/tmp/sluice-mdb-XXXXXX";
   if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
-  port_ = LowFreePort();
+  port_ = FreePort();
 }
 
 PrivateMariaDb::~PrivateMariaDb() {

@@ -263,16 +263,30 @@ bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, 
 }
 
 uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  // Below the kernel's range for outgoing connections (32768-60999), so no
+  // client socket takes it before the test's server binds it (or while a
+  // killed server is down), and never the same port twice in one process
+  // (the kernel may hand a just-released port out again).
+  static std::mutex mu;
+  static std::set<uint16_t> given;
+  static std::mt19937 rng(std::random_device{}());
+  std::lock_guard lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<uint16_t>(20000 + rng() % 12000);
+    if (given.count(port)) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (!ok) continue;
+    given.insert(port);
+    return port;
+  }
+  ADD_FAILURE() << "no free port in 20000-31999";
+  return 0;
 }
 
 std::string SluiceBinary() { return SLUICE_BINARY; }

@@ -109,7 +109,9 @@ class IndexDeleter {
 // partition; false on timeout. *status gets the last JSON text.
 bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, std::string* status = nullptr);
 
-// A free TCP port on 127.0.0.1 (bound and released).
+// A free TCP port on 127.0.0.1 (bound and released) in 20000-31999, below
+// the kernel's range for outgoing connections; never the same twice in a
+// process.
 uint16_t FreePort();
 
 // The sluice binary under test.
