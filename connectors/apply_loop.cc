@@ -85,9 +85,9 @@ size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& be
 }
 
 void ApplyLoop::Close() {
-  if (!open_) return;
+  // Also after a failed Open(), which may have left a connection behind.
   open_ = false;
-  sink_->Close();
+  if (sink_ != nullptr) sink_->Close();
 }
 
 }  // namespace sluice::connectors

@@ -16,7 +16,10 @@
 //   backoff   the sink's state, running or backoff, and the capped
 //             exponential delay of consecutive failures: a failed call or a
 //             retried chunk is a failure; a chunk the caller went on from
-//             ends the backoff.
+//             ends the backoff. (The pull loop used to start each batch's
+//             backoff afresh and the push to reset it on a good Open(); both
+//             now grow it until a chunk goes through, so a sink that opens but
+//             keeps failing is not retried at the shortest delay.)
 //
 // What differs stays with the caller, in two hooks Run() calls: before each
 // chunk (the pull loop runs operator controls there) and after each chunk
@@ -104,8 +107,8 @@ class ApplyLoop {
   // moves it back to running when `after` goes on from a chunk.
   ChunkResult ApplyChunk(std::span<const ChangeEvent> chunk);
 
-  // Closes the sink if it is open (after a failure, or to stop); the next
-  // chunk opens it again.
+  // Closes the sink, once made, whether or not its last Open() succeeded
+  // (after a failure, or to stop); the next chunk opens it again.
   void Close();
   bool open() const { return open_; }
 

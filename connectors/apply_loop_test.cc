@@ -154,6 +154,8 @@ TEST(ApplyLoop, AFailedOpenIsAFailedChunkWithoutAnApply) {
   EXPECT_FALSE(r.applied);
   EXPECT_FALSE(loop.open());
   EXPECT_TRUE(sink.calls.empty());
+  loop.Close();  // what a failed open may have left behind is released
+  EXPECT_EQ(sink.closes, 1);
   r = loop.ApplyChunk(events);
   EXPECT_EQ(r.failure, FailureClass::kNone);
   EXPECT_TRUE(loop.open());

@@ -148,6 +148,8 @@ class Sink {
   virtual Status Flush() { return Status::Ok(); }
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
   virtual Status Health() = 0;
+  // Releases its connections; also after a failed or no Open(), and more
+  // than once (the callers close after every failure).
   virtual void Close() = 0;
 
   // Compares the view with `truth` (every entity of the sink's type that has
