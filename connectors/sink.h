@@ -62,6 +62,14 @@ struct ChangeEvent {
   std::string command_name;
   std::string command_id;
   int64_t committed_at_us = 0;  // commit time, microseconds since the Unix epoch (UTC)
+  // What view code sees besides (DESIGN 4.4), filled only for a sink that
+  // asks for them (Capabilities::full_events; the engine and the push path
+  // supply them): the command's request and response (JSON text), and the
+  // state before the event (JSON text; empty when the entity did not exist
+  // before it: a creation, or the first event after a delete).
+  std::string request;
+  std::string response;
+  std::string before;
 };
 
 enum class Outcome : uint8_t {
@@ -90,6 +98,9 @@ struct Capabilities {
   // Repair(kAny) works: the sink can safely overwrite a row whatever version
   // it holds, and remove an entity's row and tombstone.
   bool overwrite = false;
+  // Apply() needs each event's request, response and state before
+  // (ChangeEvent): the sink runs view code, or is a plugin that asked for them.
+  bool full_events = false;
 };
 
 // The latest truth about one entity, from main storage, for Verify().

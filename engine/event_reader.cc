@@ -43,6 +43,8 @@ connectors::ChangeEvent ToChangeEvent(sql::EventRow&& r, const std::string& type
   e.command_name = std::move(r.command_name);
   e.command_id = std::move(r.command_id);
   e.committed_at_us = r.committed_at_us;
+  e.request = std::move(r.request);
+  e.response = std::move(r.response);
   return e;
 }
 
@@ -52,15 +54,15 @@ ReadResult ToReadResult(std::vector<sql::EventRow>&& rows, const std::string& ty
 }
 
 Result<ReadResult> ReadEvents(sql::EventLog& log, const std::string& type, uint32_t partition, uint64_t after,
-                              uint32_t limit) {
-  ASSIGN_OR_RETURN(auto r, ReadEventsOfPartitions(log, type, {{partition, after}}, limit));
+                              uint32_t limit, sql::EventLog::Columns columns) {
+  ASSIGN_OR_RETURN(auto r, ReadEventsOfPartitions(log, type, {{partition, after}}, limit, columns));
   return std::move(r[partition]);
 }
 
 Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::EventLog& log, const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
-                                                              uint32_t limit) {
-  ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, from, limit));
+                                                              uint32_t limit, sql::EventLog::Columns columns) {
+  ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, from, limit, columns));
   std::map<uint32_t, ReadResult> out;
   for (const auto& [partition, after] : from) out[partition] = ToReadResult(std::move(rows[partition]), type, partition, after);
   return out;
@@ -110,7 +112,7 @@ Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, con
     uint64_t after = 0;
     for (;;) {
       // Not cut at a gap (I3 forbids one): the events past it are history too.
-      ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, {{p, after}}, page));
+      ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, {{p, after}}, page, sql::EventLog::Columns::kView));
       std::vector<sql::EventRow>& list = rows[p];
       if (list.empty()) break;
       after = list.back().event_id;

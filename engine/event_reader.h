@@ -30,13 +30,14 @@ ReadResult ToReadResult(std::vector<sql::EventRow>&& rows, const std::string& ty
 
 // Up to `limit` events of (type, partition) with event_id > after.
 Result<ReadResult> ReadEvents(sql::EventLog& log, const std::string& type, uint32_t partition, uint64_t after,
-                              uint32_t limit);
+                              uint32_t limit, sql::EventLog::Columns columns = sql::EventLog::Columns::kView);
 
 // The same for several partitions (partition, after) in one round trip
 // (sql::EventLog::ReadAfter). One entry per partition asked for.
 Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::EventLog& log, const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
-                                                              uint32_t limit);
+                                                              uint32_t limit,
+                                                              sql::EventLog::Columns columns = sql::EventLog::Columns::kView);
 
 // The events of (type, partition) with the given event_ids (for dead-letter retries).
 Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::EventLog& log, const std::string& type,

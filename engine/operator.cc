@@ -6,6 +6,7 @@
 
 #include "connectors/sink.h"
 #include "engine/durability_barrier.h"
+#include "engine/before_states.h"
 #include "engine/event_reader.h"
 #include "engine/view_repair.h"
 #include "offsets/offset_store.h"
@@ -209,12 +210,19 @@ Result<uint64_t> RetryDeadLetters(sql::Storage& storage, const config::Config& c
     });
     ASSIGN_OR_RETURN(auto view, make_sink(s));
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
+    BeforeStates before;
     for (const auto& r : rows) {
       ASSIGN_OR_RETURN(auto events, ReadEventsById(*log, s.entity, r.letter.partition, {r.letter.event_id}));
       if (events.empty()) {
         report.actions.push_back({DeadLetterAction::Kind::kEventGone, r.id, s.name, {}, {}, {}});
         ++unresolved;
         continue;
+      }
+      if (view->capabilities().full_events) {
+        if (Status st = before.Fill(*log, s.entity, r.letter.partition, events); !st.ok()) {
+          view->Close();
+          return st.WithContext("sink " + s.name);
+        }
       }
       auto result = view->Apply(events);
       if (!result.status.ok()) {

@@ -8,6 +8,7 @@
 #include "core/failpoint.h"
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "engine/before_states.h"
 #include "engine/event_reader.h"
 #include "sql/mariadb_tables.h"
 
@@ -52,6 +53,7 @@ Status SinkRunner::Start() {
   last_flush_ = std::chrono::steady_clock::now();
   // Asked before the applier owns the sink.
   const bool entity_checks = sink_->capabilities().entity_checks;
+  full_events_ = sink_->capabilities().full_events;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
   if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
@@ -275,6 +277,8 @@ void SinkRunner::ReadLoop() {
   std::map<uint32_t, uint64_t> position = start_offsets_;
   std::map<uint32_t, uint64_t> seen_epoch;  // per partition: epoch_ that `position` belongs to
   std::unique_ptr<sql::EventLog> log = storage_->OpenEventLog();
+  const sql::EventLog::Columns columns = full_events_ ? sql::EventLog::Columns::kFull : sql::EventLog::Columns::kView;
+  BeforeStates before;  // used when full_events_
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto idle = std::chrono::milliseconds(1);
   // Per partition: its last read filled a batch (at the start every partition
@@ -325,14 +329,19 @@ void SinkRunner::ReadLoop() {
           break;
         }
       }
-      auto rows = log->ReadAfter(options_.sink.entity, from, options_.engine.batch_max);
+      auto rows = log->ReadAfter(options_.sink.entity, from, options_.engine.batch_max, columns);
       Result<std::map<uint32_t, ReadResult>> r = rows.status();
       if (rows.ok()) {
         std::map<uint32_t, ReadResult> cut;
         for (const auto& [p, after] : from) {
           cut[p] = ToReadResult(std::move((*rows)[p]), options_.sink.entity, p, after);
+          if (!full_events_) continue;
+          if (Status st = before.Fill(*log, options_.sink.entity, p, cut[p].events); !st.ok()) {
+            r = st;
+            break;
+          }
         }
-        r = std::move(cut);
+        if (r.status().ok()) r = std::move(cut);
       }
       if (!r.ok()) {
         std::string which;

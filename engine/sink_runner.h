@@ -213,6 +213,7 @@ class SinkRunner {
   std::condition_variable wake_cv_;    // Wake() or stopping_
   std::deque<Batch> queue_;
   bool stopping_ = false;
+  bool full_events_ = false;  // the sink's view code needs request, response and the state before
   uint64_t wake_seq_ = 0;
   std::map<uint32_t, uint64_t> start_offsets_;
   std::deque<std::shared_ptr<Control>> controls_;

@@ -73,9 +73,20 @@ std::vector<EventRow> EventsFromRows(std::vector<Row>& rows) {
 
 // `SELECT [prefix]columns FROM <table> WHERE event_id > after ORDER BY event_id LIMIT limit`
 std::string ReadQuery(const std::string& type, uint32_t partition, uint64_t after, uint32_t limit,
-                      const std::string& prefix) {
-  return "SELECT " + prefix + kReadColumns + " FROM " + Table(type, partition) + " WHERE event_id > " +
-         std::to_string(after) + " ORDER BY event_id LIMIT " + std::to_string(limit);
+                      const std::string& prefix, EventLog::Columns columns) {
+  return "SELECT " + prefix + kReadColumns + (columns == EventLog::Columns::kFull ? ", request, response" : "") +
+         " FROM " + Table(type, partition) + " WHERE event_id > " + std::to_string(after) + " ORDER BY event_id LIMIT " +
+         std::to_string(limit);
+}
+
+// EventFromRow, and request and response after kReadColumns when read.
+EventRow EventWithBodiesFromRow(Row& r, size_t first, EventLog::Columns columns) {
+  EventRow e = EventFromRow(r, first);
+  if (columns == EventLog::Columns::kFull) {
+    e.request = std::move(r.at(first + 8)).value_or("null");
+    e.response = std::move(r.at(first + 9)).value_or("null");
+  }
+  return e;
 }
 
 class MariaDbAppend : public EventAppend {
@@ -160,22 +171,22 @@ class MariaDbEventLog : public EventLog {
 
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
-                                                              uint32_t limit) override {
+                                                              uint32_t limit, Columns columns) override {
     std::map<uint32_t, std::vector<EventRow>> out;
     if (from.empty()) return out;
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     if (from.size() == 1) {
-      ASSIGN_OR_RETURN(auto rows, c->Query(ReadQuery(type, from[0].first, from[0].second, limit, "")));
+      ASSIGN_OR_RETURN(auto rows, c->Query(ReadQuery(type, from[0].first, from[0].second, limit, "", columns)));
       auto& events = out[from[0].first];
       events.reserve(rows.size());
-      for (auto& r : rows) events.push_back(EventFromRow(r, 0));
+      for (auto& r : rows) events.push_back(EventWithBodiesFromRow(r, 0, columns));
       return out;
     }
     // One ordered, limited SELECT per partition in a UNION ALL: one round trip.
     std::string q;
     for (const auto& [partition, after] : from) {
       if (!q.empty()) q += " UNION ALL ";
-      q += '(' + ReadQuery(type, partition, after, limit, std::to_string(partition) + ", ") + ')';
+      q += '(' + ReadQuery(type, partition, after, limit, std::to_string(partition) + ", ", columns) + ')';
       out[partition];
     }
     ASSIGN_OR_RETURN(auto rows, c->Query(q));
@@ -183,7 +194,7 @@ class MariaDbEventLog : public EventLog {
       const uint32_t partition = static_cast<uint32_t>(std::stoul(r[0].value_or("0")));
       auto it = out.find(partition);
       if (it == out.end()) return Internal("the union of event reads returned partition " + std::to_string(partition));
-      it->second.push_back(EventFromRow(r, 1));
+      it->second.push_back(EventWithBodiesFromRow(r, 1, columns));
     }
     const auto by_event_id = [](const EventRow& a, const EventRow& b) { return a.event_id < b.event_id; };
     // Each part is ordered; a UNION ALL does not promise to keep that order.
@@ -267,9 +278,38 @@ class MariaDbEventLog : public EventLog {
       if (!in.empty()) in += ',';
       in += std::to_string(id);
     }
-    ASSIGN_OR_RETURN(auto rows, c->Query(std::string("SELECT ") + kReadColumns + " FROM " + Table(type, partition) +
-                                         " WHERE event_id IN (" + in + ") ORDER BY event_id"));
-    return EventsFromRows(rows);
+    ASSIGN_OR_RETURN(auto rows, c->Query(std::string("SELECT ") + kReadColumns + ", request, response FROM " +
+                                         Table(type, partition) + " WHERE event_id IN (" + in + ") ORDER BY event_id"));
+    std::vector<EventRow> out;
+    out.reserve(rows.size());
+    for (auto& r : rows) out.push_back(EventWithBodiesFromRow(r, 0, Columns::kFull));
+    return out;
+  }
+
+  Result<std::vector<EventRow>> AtVersions(const std::string& type, uint32_t partition,
+                                           const std::vector<std::pair<std::string, uint64_t>>& keys) override {
+    if (keys.empty()) return std::vector<EventRow>{};
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    std::string q = "SELECT entity_id, version, deleted, state FROM " + Table(type, partition) +
+                    " WHERE (entity_id, version) IN (";
+    for (size_t i = 0; i < keys.size(); ++i) {
+      q += i == 0 ? "(" : ",(";
+      c->AppendQuoted(q, keys[i].first);
+      q += ',' + std::to_string(keys[i].second) + ')';
+    }
+    q += ')';
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    std::vector<EventRow> out;
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+      EventRow e;
+      e.entity_id = std::move(r[0]).value_or("");
+      e.version = U64(r[1]);
+      e.deleted = r[2].value_or("0") != "0";
+      e.state = e.deleted ? std::string() : std::move(r[3]).value_or("null");
+      out.push_back(std::move(e));
+    }
+    return out;
   }
 
   Result<std::vector<EventRow>> History(const std::string& type, uint32_t partition, const std::string& entity_id,
@@ -282,12 +322,7 @@ class MariaDbEventLog : public EventLog {
     ASSIGN_OR_RETURN(auto rows, c->Query(q));
     std::vector<EventRow> out;
     out.reserve(rows.size());
-    for (auto& r : rows) {
-      EventRow e = EventFromRow(r, 0);
-      e.request = std::move(r.at(8)).value_or("null");
-      e.response = std::move(r.at(9)).value_or("null");
-      out.push_back(std::move(e));
-    }
+    for (auto& r : rows) out.push_back(EventWithBodiesFromRow(r, 0, Columns::kFull));
     return out;
   }
 

@@ -88,14 +88,34 @@ class MemoryEventLog : public EventLog {
 
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,
                                                               const std::vector<std::pair<uint32_t, uint64_t>>& from,
-                                                              uint32_t limit) override {
+                                                              uint32_t limit, Columns columns) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kReadAfter));
     Lock lock(s_->mu());
     std::map<uint32_t, std::vector<EventRow>> out;
     for (const auto& [partition, after] : from) {
       auto& list = out[partition];
       const auto& t = s_->tables().events[{type, partition}];
-      for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) list.push_back(Read(it->second));
+      for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) {
+        list.push_back(columns == Columns::kFull ? WithBodies(it->second) : Read(it->second));
+      }
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRow>> AtVersions(const std::string& type, uint32_t partition,
+                                           const std::vector<std::pair<std::string, uint64_t>>& keys) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kAtVersions));
+    Lock lock(s_->mu());
+    const std::set<std::pair<std::string, uint64_t>> wanted(keys.begin(), keys.end());
+    std::vector<EventRow> out;
+    for (const auto& [event_id, row] : s_->tables().events[{type, partition}]) {
+      if (!wanted.count({row.entity_id, row.version})) continue;
+      EventRow e;
+      e.entity_id = row.entity_id;
+      e.version = row.version;
+      e.deleted = row.deleted;
+      e.state = row.state;
+      out.push_back(std::move(e));
     }
     return out;
   }
@@ -145,7 +165,7 @@ class MemoryEventLog : public EventLog {
     const auto& t = s_->tables().events[{type, partition}];
     std::vector<EventRow> out;
     for (uint64_t id : wanted) {
-      if (const auto it = t.find(id); it != t.end()) out.push_back(Read(it->second));
+      if (const auto it = t.find(id); it != t.end()) out.push_back(WithBodies(it->second));
     }
     return out;
   }
@@ -206,7 +226,12 @@ class MemoryEventLog : public EventLog {
     }
     return out;
   }
-  // The columns of ReadAfter of a stored row.
+  // The columns of ReadAfter (kFull) of a stored row.
+  static EventRow WithBodies(EventRow row) {
+    row.expected_version.reset();
+    return row;
+  }
+  // The columns of ReadAfter (kView) of a stored row.
   static EventRow Read(EventRow row) {
     row.request.clear();
     row.response.clear();

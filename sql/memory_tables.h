@@ -31,6 +31,7 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kHead,
     kSecondsSinceCommit,
     kReadAfter,
+    kAtVersions,
     kLatestOf,
     kLatestAfter,
     kLatestVersions,

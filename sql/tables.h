@@ -98,12 +98,22 @@ class EventLog {
                                                            uint64_t event_id) = 0;
 
   // ---- the pull loop ----
+  // Which columns a pull read returns.
+  enum class Columns : uint8_t {
+    kView,  // event_id, entity_id, version, deleted, state, command_name, command_id, committed_at_us
+    kFull,  // those, request and response (what view code sees)
+  };
   // For each (partition, after) in `from`, up to `limit` events with
-  // event_id > after in event_id order, in one round trip. Columns:
-  // event_id, entity_id, version, deleted, state, command_name, command_id,
-  // committed_at_us. One entry per partition asked for.
+  // event_id > after in event_id order, in one round trip, with `columns`.
+  // One entry per partition asked for.
   virtual Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(
-      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& from, uint32_t limit) = 0;
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& from, uint32_t limit,
+      Columns columns) = 0;
+  // The events at the given (entity_id, version) keys of one partition that
+  // exist, in one indexed read (the uk_entity_version key): the states
+  // before events view code sees. Columns: entity_id, version, deleted, state.
+  virtual Result<std::vector<EventRow>> AtVersions(const std::string& type, uint32_t partition,
+                                                   const std::vector<std::pair<std::string, uint64_t>>& keys) = 0;
 
   // ---- latest states (the writer's cache, verify, view repair, anti-entropy) ----
   // The latest event of each of `ids` that has one, in entity_id order.
@@ -124,7 +134,7 @@ class EventLog {
   // ---- single events and one entity's history ----
   // The events of (type, partition) with the given event_ids that exist, in
   // event_id order (a dead letter's event, for a retry). Columns: those of
-  // ReadAfter.
+  // ReadAfter with Columns::kFull.
   virtual Result<std::vector<EventRow>> ByIds(const std::string& type, uint32_t partition,
                                               const std::vector<uint64_t>& event_ids) = 0;
   // Up to `limit` events of `entity_id` with version > after_version, in

@@ -44,7 +44,7 @@
 #include "sql/connection.h"
 #include "sql/tables.h"
 #include "writer/commands.h"
-#include "writer/lru_cache.h"
+#include "core/lru_cache.h"
 #include "writer/pusher.h"
 #include "writer/reply.h"
 

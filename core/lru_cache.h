@@ -1,5 +1,5 @@
 // A bounded map that forgets the least recently used entry when full.
-// Not thread-safe: each partition worker owns its caches.
+// Not thread-safe: each owner (a partition worker, a sink runner) has its own.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace sluice::writer {
+namespace sluice {
 
 template <typename K, typename V, typename Hash = std::hash<K>>
 class LruCache {
@@ -56,4 +56,4 @@ class LruCache {
   std::unordered_map<K, typename std::list<std::pair<K, V>>::iterator, Hash> index_;
 };
 
-}  // namespace sluice::writer
+}  // namespace sluice

@@ -1,10 +1,10 @@
-#include "writer/lru_cache.h"
+#include "core/lru_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace sluice::writer {
+namespace sluice {
 namespace {
 
 TEST(LruCache, EvictsTheLeastRecentlyUsed) {
@@ -26,4 +26,4 @@ TEST(LruCache, EvictsTheLeastRecentlyUsed) {
 }
 
 }  // namespace
-}  // namespace sluice::writer
+}  // namespace sluice
