@@ -254,6 +254,11 @@ struct SinkConfig {
   uint32_t batch_max = 1000;
   PushConfig push;
   bool anti_entropy = true;  // false: the engine's anti-entropy leaves this sink alone
+  // View code (docs/views.md): a JavaScript file, resolved against the
+  // config file's folder, whose functions filter and shape what the sink
+  // writes; empty: the sink mirrors each entity's state.
+  std::string code;
+  std::string code_origin;  // "file:line:col" of the code key, for messages
   PluginSinkConfig plugin;  // when type is not built in (a plugin's)
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;

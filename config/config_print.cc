@@ -202,6 +202,7 @@ std::string Config::Redacted() const {
       out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
     }
     if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
+    if (!sink.code.empty()) out << YAML::Key << "code" << YAML::Value << sink.code;
     if (const SinkType* spec = sink_types ? sink_types->Find(sink.type) : nullptr) {
       YamlSinkPrinter printer(out, at, secret, secret_references);
       spec->print(sink, printer);

@@ -79,6 +79,16 @@ void ConfigReader::ReadHandlersFile(const Field& f, EntityTypeConfig* entity) {
   entity->handlers_origin = Origin(f.mark);
 }
 
+// sinks[i].code: a readable JavaScript file, as handlers are; compiling it
+// is the sink's job (connectors/view_code.h).
+void ConfigReader::ReadViewCodeFile(const Field& f, SinkConfig* sink) {
+  std::string source;
+  const std::optional<std::filesystem::path> p = ReadNamedFile(f, "view code file ", &source);
+  if (!p) return;
+  sink->code = p->lexically_normal().string();
+  sink->code_origin = Origin(f.mark);
+}
+
 void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
   constexpr auto kOptional = Presence::kOptional;
   std::vector<KeySpec> keys = {

@@ -79,6 +79,7 @@ void ConfigReader::ReadSink(const Field& at, size_t index, SinkConfig* sink) {
          ReadDuration(f, std::chrono::milliseconds(1), std::chrono::milliseconds(10000), &sink->push.timeout);
        }},
       {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
+      {"code", kOptional, [&](const Field& f) { ReadViewCodeFile(f, sink); }},
   };
   // Every built-in type's keys: this sink's type's to read, the others' to
   // refuse with the type they belong to.

@@ -210,6 +210,7 @@ class ConfigReader final : public SinkOptionReader {
   void ReadMysql(const Field& at, MysqlConfig* m);
   void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities);
   void ReadHandlersFile(const Field& f, EntityTypeConfig* entity);
+  void ReadViewCodeFile(const Field& f, SinkConfig* sink);
   void ReadWriter(const Field& at, WriterConfig* w);
   void ReadThreadSlice(const Field& f, std::chrono::microseconds* out);
   void ReadAdmin(const Field& at, AdminConfig* a);

@@ -1,15 +1,26 @@
 #include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 #include "connectors/sink.h"
+#include "connectors/view_sink.h"
 
 namespace sluice::connectors {
 
-Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
+namespace {
+
+Result<std::unique_ptr<Sink>> MakeBareSink(const config::SinkConfig& sink, const config::Config& global) {
   for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
     if (t.config.name == sink.type) return t.make(sink, global);
   }
   // Any other type is a plugin's (config accepts it only when plugins are listed).
   return plugin::MakePluginSink(sink, global);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
+  ASSIGN_OR_RETURN(auto made, MakeBareSink(sink, global));
+  if (sink.code.empty()) return made;
+  return ViewSink::Wrap(sink, std::move(made));
 }
 
 }  // namespace sluice::connectors

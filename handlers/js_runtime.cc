@@ -152,7 +152,7 @@ constexpr std::string_view kPrelude = R"JS(
   'use strict';
   Object.defineProperty(Math, 'random', {
     value: function random() {
-      throw new Error('Math.random() is not allowed in handlers: they must be deterministic ' +
+      throw new Error('Math.random() is not allowed: handlers and view code must be deterministic ' +
                       '(derive values from the request or ctx)');
     },
     writable: false, enumerable: false, configurable: false
@@ -288,6 +288,50 @@ duk_ret_t CallUnsafe(duk_context* ctx, void* udata) {
   return 2;
 }
 
+// Arguments of a CallJson protected call (plain data, as CallArgs).
+struct CallJsonArgs {
+  const char* name;
+  size_t name_len;
+  const char* arg;
+  size_t arg_len;
+  bool returned;
+};
+
+// [] -> [result_json]
+duk_ret_t CallJsonUnsafe(duk_context* ctx, void* udata) {
+  auto* a = static_cast<CallJsonArgs*>(udata);
+  duk_get_global_lstring(ctx, a->name, a->name_len);  // [fn]
+  duk_push_lstring(ctx, a->arg, a->arg_len);
+  duk_json_decode(ctx, -1);                            // [fn arg]
+  duk_call(ctx, 1);                                    // [ret]
+  a->returned = true;
+  if (duk_is_undefined(ctx, -1) || duk_is_function(ctx, -1)) {
+    duk_pop(ctx);
+    duk_push_null(ctx);
+  }
+  duk_json_encode(ctx, -1);
+  return 1;
+}
+
+// "file:LINE: message" for an error a call threw, when the error knows its line.
+std::string CallError(duk_context* ctx, duk_idx_t idx, const std::string& file) {
+  idx = duk_normalize_index(ctx, idx);
+  std::string where;
+  if (duk_is_error(ctx, idx)) {
+    duk_get_prop_string(ctx, idx, "lineNumber");
+    if (duk_is_number(ctx, -1)) where = file + ":" + std::to_string(static_cast<long long>(duk_get_number(ctx, -1))) + ": ";
+    duk_pop(ctx);
+  }
+  std::string what = ThrownMessage(ctx, idx);
+  if (duk_is_error(ctx, idx)) {
+    duk_get_prop_string(ctx, idx, "name");
+    const bool plain = duk_is_string(ctx, -1) && std::strcmp(duk_get_string(ctx, -1), "Error") == 0;
+    duk_pop(ctx);
+    if (plain) what = "Error: " + what;
+  }
+  return where + what;
+}
+
 // [] -> [] ; the file's top level, then freezes the global object.
 duk_ret_t FreezeGlobalUnsafe(duk_context* ctx, void*) {
   duk_eval_string_noresult(ctx, "Object.freeze(this);");
@@ -315,13 +359,14 @@ struct JsRuntime::Heap {
   }
 };
 
-JsRuntime::JsRuntime(std::string file, std::string source, JsLimits limits)
-    : file_(std::move(file)), source_(std::move(source)), limits_(limits) {}
+JsRuntime::JsRuntime(std::string file, std::string source, JsLimits limits, JsPurpose purpose)
+    : file_(std::move(file)), source_(std::move(source)), limits_(limits), purpose_(purpose) {}
 
 JsRuntime::~JsRuntime() = default;
 
-Result<std::unique_ptr<JsRuntime>> JsRuntime::Create(std::string file, std::string source, JsLimits limits) {
-  std::unique_ptr<JsRuntime> rt(new JsRuntime(std::move(file), std::move(source), limits));
+Result<std::unique_ptr<JsRuntime>> JsRuntime::Create(std::string file, std::string source, JsLimits limits,
+                                                     JsPurpose purpose) {
+  std::unique_ptr<JsRuntime> rt(new JsRuntime(std::move(file), std::move(source), limits, purpose));
   RETURN_IF_ERROR(rt->Load());
   return rt;
 }
@@ -364,7 +409,9 @@ Status JsRuntime::Load() {
     const char* key = duk_get_lstring(ctx, -2, &len);
     const std::string name(key, len);
     if (duk_is_function(ctx, -1) && !name.empty() && name[0] != '_') {
-      if (!IsValidCommandName(name)) {
+      if (purpose_ == JsPurpose::kViewCode) {
+        commands.push_back(name);
+      } else if (!IsValidCommandName(name)) {
         problems += "\n" + file_ + ": function '" + name +
                     "' is not a valid command name ([a-z][a-z0-9_]*, at most 64 bytes); "
                     "start helper functions with '_'";
@@ -379,6 +426,10 @@ Status JsRuntime::Load() {
   duk_pop_2(ctx);
   if (!problems.empty()) return fail(problems.substr(1));
   if (commands.empty()) {
+    if (purpose_ == JsPurpose::kViewCode) {
+      return fail(file_ + ": defines no function (view code defines top-level functions such as "
+                          "`function transform(event) {...}`)");
+    }
     return fail(file_ + ": defines no command (a command is a top-level function such as "
                         "`function deposit(state, request, ctx) {...}`)");
   }
@@ -464,6 +515,53 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
   out.kind = JsOutcome::Kind::kApplied;
   out.state = std::move(parsed_state).value();
   out.response = std::move(parsed_response).value();
+  return out;
+}
+
+JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, int64_t now_ms) {
+  JsValueOutcome out;
+  if (!HasCommand(name)) {
+    out.message = file_ + ": defines no function '" + std::string(name) + "'";
+    return out;
+  }
+  if (heap_ == nullptr) {
+    if (Status st = Load(); !st.ok()) {
+      out.kind = JsOutcome::Kind::kOutOfMemory;
+      out.message = file_ + " could not be reloaded: " + st.message();
+      return out;
+    }
+  }
+  CallJsonArgs args{name.data(), name.size(), arg.data(), arg.size(), false};
+  duk_context* ctx = heap_->ctx;
+  Guard& guard = heap_->guard;
+  t_now_ms = static_cast<double>(now_ms);
+  guard.Arm(limits_.timeout);
+  const duk_int_t rc = duk_safe_call(ctx, CallJsonUnsafe, &args, 0, 1);
+  guard.armed = false;
+  if (guard.timed_out || guard.refused) {
+    const bool timed_out = guard.timed_out;
+    out.kind = timed_out ? JsOutcome::Kind::kTimeout : JsOutcome::Kind::kOutOfMemory;
+    out.message = file_ + ": " + std::string(name) +
+                  (timed_out ? "() ran longer than its time limit (" + std::to_string(limits_.timeout.count()) +
+                                   "ms of CPU) and was stopped"
+                             : "() needed more than its memory limit (" + std::to_string(limits_.memory_bytes) +
+                                   " bytes) and was stopped");
+    ++rebuilds_;
+    if (Status st = Load(); !st.ok()) heap_.reset();
+    return out;
+  }
+  if (rc != DUK_EXEC_SUCCESS) {
+    out.kind = args.returned ? JsOutcome::Kind::kInvalidResult : JsOutcome::Kind::kRejected;
+    out.message = CallError(ctx, -1, file_);
+    if (args.returned) out.message = file_ + ": " + std::string(name) + "() returned a value JSON cannot encode: " + out.message;
+    duk_pop(ctx);
+    return out;
+  }
+  duk_size_t len = 0;
+  const char* json = duk_get_lstring(ctx, -1, &len);
+  out.kind = JsOutcome::Kind::kApplied;
+  out.json.assign(json ? json : "null", json ? len : 4);
+  duk_pop(ctx);
   return out;
 }
 

@@ -46,6 +46,12 @@ struct JsLimits {
   uint32_t max_json_depth = 100;            // of the state and response a call returns (core/json.h)
 };
 
+// What a file holds, which decides what its top-level functions must be.
+enum class JsPurpose : uint8_t {
+  kHandlers,  // command handlers: each function a command name, never a built-in command's
+  kViewCode,  // view code (DESIGN 4.4): functions the sink calls by name (filter, transform, ...)
+};
+
 // The third argument of every handler call.
 struct JsContext {
   std::string command_id;
@@ -68,13 +74,24 @@ struct JsOutcome {
   std::string message;
 };
 
+// What CallJson returned: kApplied with the value as JSON text ("null" for
+// undefined), or another kind with a message ("file:LINE: Error: ..." for a
+// thrown error).
+struct JsValueOutcome {
+  JsOutcome::Kind kind = JsOutcome::Kind::kRejected;
+  std::string json;
+  std::string message;
+};
+
 class JsRuntime {
  public:
   // Compiles `source` (called `file` in messages: "file:LINE: SyntaxError: ...")
   // and runs its top level under `limits`. InvalidArgument when the file does
   // not compile, throws at its top level, runs out of time or memory, or
   // defines no command.
-  static Result<std::unique_ptr<JsRuntime>> Create(std::string file, std::string source, JsLimits limits);
+  // A file of view code may define any top-level functions, and must define one.
+  static Result<std::unique_ptr<JsRuntime>> Create(std::string file, std::string source, JsLimits limits,
+                                                   JsPurpose purpose = JsPurpose::kHandlers);
 
   ~JsRuntime();
   JsRuntime(const JsRuntime&) = delete;
@@ -87,18 +104,26 @@ class JsRuntime {
   // Runs command `name` (one of commands()). `state` must be a JSON object.
   JsOutcome Call(std::string_view name, const Json& state, const Json& request, const JsContext& ctx);
 
+  // Calls function `name` (one of commands()) with one argument, the value
+  // of the JSON text `arg` (which the caller built, so it is valid JSON), with
+  // Date at `now_ms`; the same limits as Call(). A returned value that JSON
+  // cannot encode (a cycle, a BigInt) is kInvalidResult; undefined, a
+  // function or a symbol come back as "null".
+  JsValueOutcome CallJson(std::string_view name, std::string_view arg, int64_t now_ms);
+
   // Heaps rebuilt after a limit was hit (for tests and stats).
   uint64_t rebuilds() const { return rebuilds_; }
 
  private:
   struct Heap;
-  JsRuntime(std::string file, std::string source, JsLimits limits);
+  JsRuntime(std::string file, std::string source, JsLimits limits, JsPurpose purpose);
   // Builds a fresh heap from the file; fills commands_ the first time.
   Status Load();
 
   const std::string file_;
   const std::string source_;
   const JsLimits limits_;
+  const JsPurpose purpose_;
   std::unique_ptr<Heap> heap_;
   std::vector<std::string> commands_;
   uint64_t rebuilds_ = 0;

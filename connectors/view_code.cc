@@ -1,0 +1,142 @@
+#include "connectors/view_code.h"
+
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "core/json.h"
+
+namespace sluice::connectors {
+namespace {
+
+// "2026-11-26T10:37:48.123456Z"
+std::string IsoUtc(int64_t us) {
+  const std::time_t seconds = static_cast<std::time_t>(us / 1000000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[40];
+  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char frac[16];
+  std::snprintf(frac, sizeof frac, ".%06lldZ", static_cast<long long>(us % 1000000));
+  return std::string(buf, n) + frac;
+}
+
+void AppendJsonOrNull(std::string& out, const std::string& json) { out += json.empty() ? "null" : json; }
+
+void AppendKey(std::string& out, std::string_view key) {
+  out += out.size() == 1 ? "\"" : ",\"";
+  out += key;
+  out += "\":";
+}
+
+bool IsObjectText(std::string_view json) {
+  const size_t at = json.find_first_not_of(" \t\r\n");
+  return at != std::string_view::npos && json[at] == '{';
+}
+
+bool IsFalsy(std::string_view json) {
+  return json == "false" || json == "null" || json == "0" || json == "\"\"" || json == "-0";
+}
+
+}  // namespace
+
+std::string EventJson(const ChangeEvent& e) {
+  std::string out;
+  out.reserve(256 + e.state.size() + e.before.size() + e.request.size() + e.response.size());
+  out += '{';
+  AppendKey(out, "type");
+  AppendJsonString(out, e.entity_type);
+  AppendKey(out, "id");
+  AppendJsonString(out, e.entity_id);
+  AppendKey(out, "version");
+  out += std::to_string(e.version);
+  AppendKey(out, "event_id");
+  out += std::to_string(e.event_id);
+  AppendKey(out, "partition");
+  out += std::to_string(e.partition);
+  AppendKey(out, "command");
+  AppendJsonString(out, e.command_name);
+  AppendKey(out, "command_id");
+  AppendJsonString(out, e.command_id);
+  AppendKey(out, "request");
+  AppendJsonOrNull(out, e.request);
+  AppendKey(out, "response");
+  AppendJsonOrNull(out, e.response);
+  AppendKey(out, "state");
+  AppendJsonOrNull(out, e.deleted ? std::string() : e.state);
+  AppendKey(out, "before");
+  AppendJsonOrNull(out, e.before);
+  AppendKey(out, "deleted");
+  out += e.deleted ? "true" : "false";
+  AppendKey(out, "committed_at");
+  AppendJsonString(out, IsoUtc(e.committed_at_us));
+  AppendKey(out, "committed_at_ms");
+  out += std::to_string(e.committed_at_us / 1000);
+  out += '}';
+  return out;
+}
+
+ViewCode::ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime)
+    : file_(std::move(file)), runtime_(std::move(runtime)) {
+  filter_ = runtime_->HasCommand("filter");
+  transform_ = runtime_->HasCommand("transform");
+}
+
+Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handlers::JsLimits limits) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return InvalidArgument(file + ": cannot read the view code file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ASSIGN_OR_RETURN(auto runtime, handlers::JsRuntime::Create(file, text.str(), limits, handlers::JsPurpose::kViewCode));
+  if (!runtime->HasCommand("filter") && !runtime->HasCommand("transform")) {
+    return InvalidArgument(file + ": defines neither filter(event) nor transform(event)");
+  }
+  return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(runtime)));
+}
+
+ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
+  Shaped out;
+  if (e.deleted) {
+    out.kind = Shaped::Kind::kAbsent;
+    return out;
+  }
+  const std::string event = EventJson(e);
+  const int64_t now_ms = e.committed_at_us / 1000;
+  if (filter_) {
+    handlers::JsValueOutcome r = runtime_->CallJson("filter", event, now_ms);
+    if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+      out.kind = Shaped::Kind::kError;
+      out.error = std::move(r.message);
+      return out;
+    }
+    if (IsFalsy(r.json)) {
+      out.kind = Shaped::Kind::kAbsent;
+      return out;
+    }
+  }
+  if (!transform_) {
+    out.document = e.state;
+    return out;
+  }
+  handlers::JsValueOutcome r = runtime_->CallJson("transform", event, now_ms);
+  if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+    out.kind = Shaped::Kind::kError;
+    out.error = std::move(r.message);
+    return out;
+  }
+  if (r.json == "null") {
+    out.kind = Shaped::Kind::kAbsent;
+    return out;
+  }
+  if (!IsObjectText(r.json)) {
+    out.kind = Shaped::Kind::kError;
+    out.error = file_ + ": transform() returned " + (r.json.size() > 60 ? r.json.substr(0, 60) + "..." : r.json) +
+                " for " + e.entity_type + "/" + e.entity_id + " version " + std::to_string(e.version) +
+                "; it must return an object (the document) or null (not in the view)";
+    return out;
+  }
+  out.document = std::move(r.json);
+  return out;
+}
+
+}  // namespace sluice::connectors

@@ -1,0 +1,67 @@
+// ViewCode: a sink's view code (DESIGN 4.4, docs/views.md), the JavaScript
+// file a sink's `code:` key names, run on each event before the sink writes
+// it. The file defines any of:
+//
+//   filter(event)     truthy: the entity belongs in the view; falsy: it does
+//                     not, and the sink removes it as a versioned delete
+//   transform(event)  the document the sink writes in place of the state
+//                     (an object); null or undefined: not in the view
+//
+// `event` is the whole event (EventJson): type, id, version, event_id,
+// partition, command, command_id, request, response, state (null when
+// deleted), before (the state before; null on creation), deleted,
+// committed_at (ISO 8601, UTC) and committed_at_ms. A deleted entity leaves
+// the view without calling either function.
+//
+// Errors (a throw, the time or memory limit, a value of the wrong shape) are
+// the event's: the sink dead-letters it and goes on.
+//
+// Threads: one caller at a time (the sink's applier); each instance has its
+// own JavaScript heap.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "connectors/sink.h"
+#include "core/status.h"
+#include "handlers/js_runtime.h"
+
+namespace sluice::connectors {
+
+// The event as view code sees it: one JSON object, built from the event's
+// JSON texts without parsing them.
+std::string EventJson(const ChangeEvent& e);
+
+class ViewCode {
+ public:
+  // Reads and compiles `file`; InvalidArgument ("file:LINE: ...") when it
+  // cannot be read, does not compile, or defines neither filter nor
+  // transform.
+  static Result<std::unique_ptr<ViewCode>> Load(const std::string& file, handlers::JsLimits limits = {});
+
+  // What the code made of one event.
+  struct Shaped {
+    enum class Kind : uint8_t {
+      kDocument,  // write `document` (JSON text of an object) at the event's version
+      kAbsent,    // the entity is not in the view: a versioned delete
+      kError,     // the code failed on this event: `error` says why (dead-letter it)
+    };
+    Kind kind = Kind::kDocument;
+    std::string document;
+    std::string error;
+  };
+  Shaped Shape(const ChangeEvent& e);
+
+  const std::string& file() const { return file_; }
+
+ private:
+  ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime);
+
+  const std::string file_;
+  std::unique_ptr<handlers::JsRuntime> runtime_;
+  bool filter_ = false, transform_ = false;
+};
+
+}  // namespace sluice::connectors
