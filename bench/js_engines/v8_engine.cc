@@ -273,6 +273,20 @@ class V8Engine final : public JsEngine {
       isolate->CancelTerminateExecution();
       const bool after = rt->Call("ok", std::span(&request, 1), &result, nullptr, &error) && result == R"({"ok":42})";
       p.cpu_limit_works = !returned && fired && after;
+      // What arming the watchdog adds to a call (a CPU clock read, a lock, a wake-up).
+      constexpr int kCalls = 20000;
+      double t1 = ThreadCpuSeconds();
+      for (int i = 0; i < kCalls; ++i) rt->Call("ok", std::span(&request, 1), &result, nullptr, &error);
+      const double plain_us = (ThreadCpuSeconds() - t1) * 1e6 / kCalls;
+      t1 = ThreadCpuSeconds();
+      for (int i = 0; i < kCalls; ++i) {
+        watchdog.Arm(isolate, std::chrono::milliseconds(50));
+        rt->Call("ok", std::span(&request, 1), &result, nullptr, &error);
+        watchdog.Disarm();
+      }
+      const double armed_us = (ThreadCpuSeconds() - t1) * 1e6 / kCalls;
+      p.notes = "a small call costs " + std::to_string(plain_us) + " us CPU, " + std::to_string(armed_us) +
+                " us with the watchdog armed and disarmed around it";
       p.cpu_limit = "watchdog thread reading the JS thread's CPU clock, Isolate::TerminateExecution at 50 ms: spin " +
                     std::string(fired ? "terminated" : "NOT terminated") + " after " +
                     std::to_string(static_cast<int>(spent_ms)) +
