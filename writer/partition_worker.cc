@@ -1,5 +1,7 @@
 #include "writer/partition_worker.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "sql/mariadb_tables.h"
@@ -29,7 +31,9 @@ PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
-      commands_(options_.handlers) {}
+      commands_(options_.handlers),
+      push_full_events_(std::any_of(options_.pushers.begin(), options_.pushers.end(),
+                                    [](const std::unique_ptr<Pusher>& p) { return p->full_events(); })) {}
 
 PartitionWorker::~PartitionWorker() { Stop(); }
 

@@ -191,6 +191,7 @@ class PartitionWorker {
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id
   Stats stats_;
   CommandRunner commands_;  // built-in and JavaScript commands; ctx.now per batch
+  const bool push_full_events_;  // a push sink runs view code: events carry request, response, before
 };
 
 }  // namespace sluice::writer

@@ -40,6 +40,9 @@ struct PartitionWorker::Planned {
   bool deleted = false;
   std::string response_text;
   std::string state_text;  // canonical JSON of the new state; empty when deleted
+  // Canonical JSON of the state before the command, for push sinks with view
+  // code (Pusher::full_events); empty when the entity did not exist or none needs it.
+  std::string before_text;
 };
 
 // The batch across attempts: commands [0, n) are this batch's (the rest were

@@ -62,6 +62,11 @@ void PartitionWorker::Push(const std::deque<Command>& batch, std::vector<Planned
     e.command_name = c.name;
     e.command_id = c.command_id;
     e.committed_at_us = committed_at_us;
+    if (push_full_events_) {
+      e.request = c.request_text;
+      e.response = p.response_text;
+      e.before = std::move(p.before_text);
+    }
   }
   // Every deadline counts from the commit, so a sync reply waits at most the
   // longest push_timeout of its type's sync sinks.

@@ -48,6 +48,8 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
       a.rejected.push_back(i);
       continue;
     }
+    const bool was = entity.exists;
+    std::string before_text = push_full_events_ && was ? CanonicalJson(entity.state) : std::string();
     CommandOutcome out =
         commands_.Run(c.name, EntityView{entity.exists, entity.version, &entity.state}, c.request, c.command_id);
     if (!out.applied) {
@@ -57,6 +59,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
       continue;
     }
     p.kind = Planned::Kind::kWrite;
+    p.before_text = std::move(before_text);
     p.version = entity.version + 1;
     p.event_id = *head_ + a.writes.size() + 1;
     p.response_text = CanonicalJson(out.response);

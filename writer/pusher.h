@@ -109,6 +109,8 @@ class Pusher {
 
   const std::string& sink_name() const { return options_.sink.name; }
   bool sync() const { return options_.sink.push.mode == config::PushConfig::Mode::kSync; }
+  // The sink runs view code: its events need request, response and the state before.
+  bool full_events() const { return !options_.sink.code.empty(); }
   std::chrono::milliseconds timeout() const { return options_.sink.push.timeout; }
   const Counters& counters() const { return counters_; }
 
