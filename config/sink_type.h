@@ -154,6 +154,9 @@ struct SinkType {
   bool can_push = false;
   // sinks[*].batch_max when the file does not give it.
   uint32_t default_batch_max = 1000;
+  // The sink runs its `code:` itself (an aggregate view) instead of being
+  // wrapped in the filter/transform of view code.
+  bool runs_code = false;
   // Starts reading one sink's keys of this type into its options (the
   // type's struct T in its folder, sink->MutableOptions<T>()). Called for
   // every type for each sink, so that config/ knows every type's key names

@@ -20,6 +20,9 @@ Result<std::unique_ptr<Sink>> MakeBareSink(const config::SinkConfig& sink, const
 Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
   ASSIGN_OR_RETURN(auto made, MakeBareSink(sink, global));
   if (sink.code.empty()) return made;
+  for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
+    if (t.config.name == sink.type && t.config.runs_code) return made;  // it runs its code itself
+  }
   return ViewSink::Wrap(sink, std::move(made));
 }
 

@@ -82,16 +82,23 @@ ViewCode::ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtim
   transform_ = runtime_->HasCommand("transform");
 }
 
-Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handlers::JsLimits limits) {
+Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handlers::JsLimits limits, Purpose purpose) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return InvalidArgument(file + ": cannot read the view code file");
   std::ostringstream text;
   text << in.rdbuf();
   ASSIGN_OR_RETURN(auto runtime, handlers::JsRuntime::Create(file, text.str(), limits, handlers::JsPurpose::kViewCode));
-  if (!runtime->HasCommand("filter") && !runtime->HasCommand("transform")) {
+  if (purpose == Purpose::kAggregate && !runtime->HasCommand("aggregate")) {
+    return InvalidArgument(file + ": defines no aggregate(event), which an aggregate view calls for each event");
+  }
+  if (purpose == Purpose::kShape && !runtime->HasCommand("filter") && !runtime->HasCommand("transform")) {
     return InvalidArgument(file + ": defines neither filter(event) nor transform(event)");
   }
   return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(runtime)));
+}
+
+handlers::JsValueOutcome ViewCode::Aggregate(const ChangeEvent& e) {
+  return runtime_->CallJson("aggregate", EventJson(e), e.committed_at_us / 1000);
 }
 
 ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {

@@ -36,10 +36,15 @@ std::string EventJson(const ChangeEvent& e);
 
 class ViewCode {
  public:
+  // What the file is for, which decides the functions it must define.
+  enum class Purpose : uint8_t {
+    kShape,      // filter and/or transform (a point view, a log)
+    kAggregate,  // aggregate(event): the operations of an aggregate view
+  };
   // Reads and compiles `file`; InvalidArgument ("file:LINE: ...") when it
-  // cannot be read, does not compile, or defines neither filter nor
-  // transform.
-  static Result<std::unique_ptr<ViewCode>> Load(const std::string& file, handlers::JsLimits limits = {});
+  // cannot be read, does not compile, or lacks the functions of `purpose`.
+  static Result<std::unique_ptr<ViewCode>> Load(const std::string& file, handlers::JsLimits limits = {},
+                                                Purpose purpose = Purpose::kShape);
 
   // What the code made of one event.
   struct Shaped {
@@ -53,6 +58,9 @@ class ViewCode {
     std::string error;
   };
   Shaped Shape(const ChangeEvent& e);
+
+  // kAggregate: what aggregate(event) returned, as JSON text.
+  handlers::JsValueOutcome Aggregate(const ChangeEvent& e);
 
   const std::string& file() const { return file_; }
 

@@ -31,6 +31,7 @@
 #include "connectors/sink.h"
 #include "core/status.h"
 #include "sql/connection.h"
+#include "sql/errors.h"
 
 namespace sluice::connectors::mysql {
 
@@ -43,12 +44,8 @@ inline constexpr size_t kValueOverheadBytes = 8;
 
 std::string Lower(std::string_view s);
 std::optional<uint64_t> ParseUint(const std::optional<std::string>& s);
-// True when MySQL refused a value of the statement rather than the statement
-// itself: replaying the events one by one finds the offending ones.
-bool IsDataError(const Status& status);
-// What the caller should do about a batch-level failure that is not about
-// one event's data: retry (unavailable) or fix the table (failed precondition).
-Status BatchFailure(const Status& status);
+using sql::BatchFailure;  // sql/errors.h
+using sql::IsDataError;
 
 // The row versions one lane of the sink last saw committed: id -> the
 // version its row held. Only a hint, never trusted to call an event stale:

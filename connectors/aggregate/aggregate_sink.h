@@ -1,0 +1,39 @@
+// The aggregate sink: an aggregate view in MySQL, kept exactly once
+// (DESIGN 4.4, docs/views.md "Aggregate views").
+//
+// Rows such as "total balance per owner" or "events per minute per command"
+// combine many entities, so no entity version can guard them: applying an
+// event twice would count it twice. The sink therefore keeps its own
+// offsets beside its tables, in the view's database
+// (sluice_view_offsets: sink, entity type, partition -> last event_id), and
+// commits each batch's operations and the new offsets in ONE transaction:
+//
+//   - an event at or below the stored offset of its partition was applied
+//     (or rejected) by a committed transaction: it is stale, whatever the
+//     engine's own offsets say after a crash;
+//   - a crash before the COMMIT loses the operations and the offsets
+//     together; the engine reads the events again.
+//
+// Events the code fails on (a throw, a limit, operations that do not fit the
+// declared tables, a value a column refuses) are rejected, and recorded in
+// sluice_view_rejected in the same transaction: when the engine delivers
+// such an event again, the code runs again, so the event is a dead letter
+// again, or, once the code is fixed, is applied then (also what
+// `sluice deadletters retry` does) and leaves the table.
+//
+// Several sinks may write the same tables (a view fed by several entity
+// types); each keeps its own offsets, and their row changes commute (adds)
+// or are last-writer-wins per column (sets).
+//
+// Threads: as any Sink (one caller at a time).
+#pragma once
+
+#include <memory>
+
+#include "connectors/sink.h"
+
+namespace sluice::connectors::aggregate {
+
+Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, const config::Config& global);
+
+}  // namespace sluice::connectors::aggregate
