@@ -87,7 +87,7 @@ TEST(PluginErrors, UnknownSinkTypeWithoutPluginsSaysWhereTypesComeFrom) {
   const std::string errors = Errors(WithSinks("  - {name: c, type: jsonl, entity: account, directory: x}\n"));
   EXPECT_EQ(errors.substr(0, errors.find('\n')),
             "t.yaml:11:21: sinks[0].type: unknown sink type \"jsonl\" (expected one of: redis, mysql, "
-            "elasticsearch, kafka; or a type of a library listed under plugins:)");
+            "elasticsearch, kafka, aggregate; or a type of a library listed under plugins:)");
   // Its other keys cannot be anyone's options: they are unknown keys.
   EXPECT_NE(errors.find("\nt.yaml:11:45: sinks[0].directory: unknown key"), std::string::npos) << errors;
 }

@@ -212,7 +212,8 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   // Keys of the other sink type are never suggested.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
-            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, url, key, format, fields, ttl, tombstone_ttl)");
+            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, code, url, key, format, fields, ttl, "
+            "tombstone_ttl)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
             "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");
@@ -260,12 +261,12 @@ TEST(SinkErrors, BadSinkName) {
 TEST(SinkErrors, UnknownTypeListsTheKnownOnes) {
   // The keys of an unknown type cannot be checked; other keys still are.
   // Without a plugins section, a type that is not built in is an error.
-  const std::string errors = Errors(WithSinks("  - {name: c, type: pigeon, entity: account, coop: x, table: t}\n"));
+  const std::string errors = Errors(WithSinks("  - {name: c, type: pigeon, entity: account, zqxj: x, table: t}\n"));
   EXPECT_EQ(errors.substr(0, errors.find('\n')),
             "t.yaml:11:21: sinks[0].type: unknown sink type \"pigeon\" (expected one of: redis, "
-            "mysql, elasticsearch, kafka; or a type of a library listed under plugins:)");
+            "mysql, elasticsearch, kafka, aggregate; or a type of a library listed under plugins:)");
   EXPECT_EQ(errors.substr(errors.find('\n') + 1, 58),
-            "t.yaml:11:46: sinks[0].coop: unknown key (expected one of:");
+            "t.yaml:11:46: sinks[0].zqxj: unknown key (expected one of:");
   EXPECT_EQ(errors.find("sinks[0].table"), std::string::npos) << errors;
 }
 

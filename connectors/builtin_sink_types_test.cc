@@ -19,7 +19,7 @@ TEST(BuiltinSinkTypes, OneListForTheLoaderAndTheFactories) {
     EXPECT_TRUE(t.make) << t.config.name;
     EXPECT_EQ(BuiltinSinkTypes().Find(t.config.name), &BuiltinSinkTypes().all()[names.size() - 1]);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"redis", "mysql", "elasticsearch", "kafka"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"redis", "mysql", "elasticsearch", "kafka", "aggregate"}));
   EXPECT_TRUE(IsBuiltinSinkType("kafka"));
   EXPECT_FALSE(IsBuiltinSinkType("jsonl"));  // a plugin's
   EXPECT_FALSE(IsBuiltinSinkType(""));
