@@ -172,7 +172,7 @@ TEST(AggregateViews, PerOwnerAndPerMinuteAreExactAfterTheEngineIsKilledRepeatedl
   EXPECT_EQ(got_minutes, want_minutes);
   EXPECT_EQ(s->db->Scalar("SELECT SUM(events) FROM events_per_minute"), events);
   // The view's own offsets reached every partition's head.
-  EXPECT_EQ(s->db->Scalar("SELECT SUM(event_id) FROM sluice_view_offsets WHERE sink='per_owner'"), events);
+  EXPECT_EQ(s->db->Scalar("SELECT SUM(event_id) FROM sluice_vo_per_owner"), events);
   EXPECT_EQ(s->db->Scalar("SELECT COUNT(*) FROM sluice_dead_letters"), 0);
 }
 

@@ -1,5 +1,6 @@
 #include "connectors/aggregate/aggregate_sink.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -13,29 +14,49 @@
 namespace sluice::connectors::aggregate {
 namespace {
 
-constexpr const char* kOffsetsDdl =
-    "CREATE TABLE IF NOT EXISTS sluice_view_offsets ("
-    "sink VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
-    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
-    "partition_id INT UNSIGNED NOT NULL,"
-    "event_id BIGINT UNSIGNED NOT NULL,"
-    "updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),"
-    "PRIMARY KEY (sink, entity_type, partition_id)"
-    ") ENGINE=InnoDB";
-constexpr const char* kRejectedDdl =
-    "CREATE TABLE IF NOT EXISTS sluice_view_rejected ("
-    "sink VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
-    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
-    "partition_id INT UNSIGNED NOT NULL,"
-    "event_id BIGINT UNSIGNED NOT NULL,"
-    "reason TEXT NOT NULL,"
-    "PRIMARY KEY (sink, entity_type, partition_id, event_id)"
-    ") ENGINE=InnoDB";
+// The rebuild suffixes keep a table name within MySQL's 64 characters.
+constexpr std::string_view kShadowSuffix = "__rebuild";
+constexpr std::string_view kRetiredSuffix = "__old";
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The sink's own table `kind` ("vo": offsets, "vr": rejected events):
+// sluice_<kind>_<sink>, with a hash for a sink name too long for it.
+std::string OwnTable(std::string_view kind, const std::string& sink) {
+  std::string name = "sluice_" + std::string(kind) + "_" + sink;
+  if (name.size() <= 64) return name;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a(sink)));
+  return name.substr(0, 64 - 17) + "_" + hash;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
 
 class AggregateSink : public Sink {
  public:
-  AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code)
-      : cfg_(std::move(cfg)), params_(std::move(params)), code_(std::move(code)) {}
+  // `shadow_of`: the live sink's name when this is its rebuild shadow.
+  AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
+                std::string shared_with, std::string shadow_of = "")
+      : cfg_(std::move(cfg)),
+        params_(std::move(params)),
+        code_(std::move(code)),
+        shared_with_(std::move(shared_with)),
+        shadow_of_(std::move(shadow_of)),
+        offsets_table_(sql::QuoteIdent(OwnTable("vo", cfg_.name))),
+        rejected_table_(sql::QuoteIdent(OwnTable("vr", cfg_.name))) {}
 
   const std::string& name() const override { return cfg_.name; }
   Capabilities capabilities() const override {
@@ -49,6 +70,14 @@ class AggregateSink : public Sink {
     auto conn = sql::Connection::Open(params_);
     if (!conn.ok()) return conn.status().WithContext(Context());
     conn_ = std::move(conn).value();
+    if (!shadow_of_.empty() && !shadow_prepared_) {
+      // A shadow starts empty, whatever an earlier attempt left.
+      for (const std::string& t : OwnTables()) {
+        if (auto r = conn_->Execute("DROP TABLE IF EXISTS " + t); !r.ok()) return Fail(r.status(), "clearing an earlier rebuild");
+      }
+      shadow_prepared_ = true;
+    }
+    RETURN_IF_ERROR(CheckDeclaredTables());
     for (const AggregateTable& t : options().tables) {
       std::string ddl = "CREATE TABLE IF NOT EXISTS " + sql::QuoteIdent(t.name) + " (";
       std::string key;
@@ -60,17 +89,20 @@ class AggregateSink : public Sink {
       ddl += "PRIMARY KEY (" + key + ")) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
       if (auto r = conn_->Execute(ddl); !r.ok()) return Fail(r.status(), "creating table " + t.name);
     }
-    for (const char* ddl : {kOffsetsDdl, kRejectedDdl}) {
+    const std::string own[] = {
+        "CREATE TABLE IF NOT EXISTS " + offsets_table_ +
+            " (entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+            " partition_id INT UNSIGNED NOT NULL, event_id BIGINT UNSIGNED NOT NULL,"
+            " updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),"
+            " PRIMARY KEY (entity_type, partition_id)) ENGINE=InnoDB",
+        "CREATE TABLE IF NOT EXISTS " + rejected_table_ +
+            " (entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+            " partition_id INT UNSIGNED NOT NULL, event_id BIGINT UNSIGNED NOT NULL, reason TEXT NOT NULL,"
+            " PRIMARY KEY (entity_type, partition_id, event_id)) ENGINE=InnoDB",
+    };
+    for (const std::string& ddl : own) {
       if (auto r = conn_->Execute(ddl); !r.ok()) return Fail(r.status(), "creating its offsets tables");
     }
-    std::string q = "SELECT partition_id, event_id FROM sluice_view_offsets WHERE sink=";
-    conn_->AppendQuoted(q, cfg_.name);
-    q += " AND entity_type=";
-    conn_->AppendQuoted(q, cfg_.entity);
-    auto rows = conn_->Query(q);
-    if (!rows.ok()) return Fail(rows.status(), "reading its offsets");
-    offsets_.clear();
-    for (const auto& r : *rows) offsets_[static_cast<uint32_t>(std::stoul(r[0].value_or("0")))] = std::stoull(r[1].value_or("0"));
     return Status::Ok();
   }
 
@@ -81,62 +113,24 @@ class AggregateSink : public Sink {
       return out;
     }
     out.results.assign(events.size(), EventResult{Outcome::kApplied, {}});
-    // Events the view's transactions already took: stale, unless it rejected
-    // them (then they run again: a dead letter again, or applied once fixed).
-    std::vector<size_t> todo;
-    std::vector<size_t> seen;
-    for (size_t i = 0; i < events.size(); ++i) {
-      (events[i].event_id <= Offset(events[i].partition) ? seen : todo).push_back(i);
-    }
-    std::set<std::pair<uint32_t, uint64_t>> rejected_before;
-    if (!seen.empty()) {
-      auto r = RejectedAmong(events, seen);
-      if (!r.ok()) {
-        out.status = r.status();
-        return out;
-      }
-      rejected_before = std::move(r).value();
-      for (size_t i : seen) {
-        if (rejected_before.count({events[i].partition, events[i].event_id})) {
-          todo.push_back(i);
-        } else {
-          out.results[i].outcome = Outcome::kStale;
-        }
-      }
-      std::sort(todo.begin(), todo.end());
-    }
-    // The operations of each event, or why the code failed on it.
-    std::vector<std::vector<Op>> ops(events.size());
-    for (size_t i : todo) {
-      handlers::JsValueOutcome r = code_->Aggregate(events[i]);
-      if (r.kind != handlers::JsOutcome::Kind::kApplied) {
-        out.results[i] = {Outcome::kRejected, "view code: " + r.message};
-        continue;
-      }
-      auto parsed = ParseOps(r.json, options());
-      if (!parsed.ok()) {
-        out.results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + parsed.status().message()};
-        continue;
-      }
-      ops[i] = std::move(parsed).value();
-    }
-    Status st = Commit(events, todo, ops, out.results, rejected_before);
+    std::vector<size_t> all(events.size());
+    for (size_t i = 0; i < events.size(); ++i) all[i] = i;
+    Status st = Transact(events, all, out.results, {});
     if (st.ok()) return out;
     if (!sql::IsDataError(st)) {
       out.status = Fail(st, "applying a batch");
       return out;
     }
     // A value a column refused: one transaction per event finds which.
-    for (size_t i : todo) {
-      Status one = Commit(events, {i}, ops, out.results, rejected_before);
+    for (size_t i : all) {
+      Status one = Transact(events, {i}, out.results, {});
       if (one.ok()) continue;
       if (!sql::IsDataError(one)) {
         out.status = Fail(one, "applying event " + std::to_string(events[i].event_id));
         return out;
       }
       out.results[i] = {Outcome::kRejected, "the view refused the operations of aggregate(): " + one.message()};
-      ops[i].clear();
-      if (Status rec = Commit(events, {i}, ops, out.results, rejected_before); !rec.ok()) {
+      if (Status rec = Transact(events, {i}, out.results, {i}); !rec.ok()) {
         out.status = Fail(rec, "recording the rejection of event " + std::to_string(events[i].event_id));
         return out;
       }
@@ -154,7 +148,67 @@ class AggregateSink : public Sink {
 
   Status Verify(const std::vector<EntitySnapshot>&, std::vector<Difference>&) override {
     return FailedPrecondition(Context() + ": an aggregate view has no row per entity to compare; "
-                              "rebuild it to recompute it from the events");
+                              "`sluice rebuild --sink " + cfg_.name + "` recomputes it from the events");
+  }
+
+  Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override {
+    if (!shared_with_.empty()) {
+      return FailedPrecondition(Context() + ": cannot be rebuilt alone: its tables are also written by sink " +
+                                shared_with_ + " (a view fed by several sinks is rebuilt by neither yet)");
+    }
+    config::SinkConfig shadow = cfg_;
+    shadow.name += kShadowSuffix;
+    for (AggregateTable& t : shadow.MutableOptions<AggregateSinkOptions>().tables) {
+      if (t.name.size() + kShadowSuffix.size() > 64) {
+        return FailedPrecondition(Context() + ": cannot be rebuilt: table " + t.name + " is longer than " +
+                                  std::to_string(64 - kShadowSuffix.size()) + " characters, so " +
+                                  std::string(kShadowSuffix) + " does not fit after it");
+      }
+      t.name += kShadowSuffix;
+    }
+    ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
+    return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, std::move(code), "", cfg_.name));
+  }
+
+  // On the shadow: its tables, offsets and rejected events become the live
+  // view's in ONE RENAME TABLE (atomic: readers and the live sink see the old
+  // view or the new one), then the old tables are dropped. The live sink's
+  // next transaction reads the offsets of the new tables.
+  Status PromoteRebuildShadow() override {
+    if (shadow_of_.empty()) return Sink::PromoteRebuildShadow();
+    if (!conn_) RETURN_IF_ERROR(Open());
+    std::vector<std::pair<std::string, std::string>> swaps;  // (shadow, live) unquoted
+    for (const AggregateTable& t : options().tables) {
+      swaps.push_back({t.name, t.name.substr(0, t.name.size() - kShadowSuffix.size())});
+    }
+    swaps.push_back({OwnTable("vo", cfg_.name), OwnTable("vo", shadow_of_)});
+    swaps.push_back({OwnTable("vr", cfg_.name), OwnTable("vr", shadow_of_)});
+    std::string rename = "RENAME TABLE ";
+    std::vector<std::string> retired;
+    for (const auto& [shadow, live] : swaps) {
+      std::string exists = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
+      conn_->AppendQuoted(exists, live);
+      auto rows = conn_->Query(exists);
+      if (!rows.ok()) return Fail(rows.status(), "looking for the live tables");
+      const std::string old = live.size() + kRetiredSuffix.size() <= 64 ? live + std::string(kRetiredSuffix)
+                                                                          : live.substr(0, 60) + std::string(kRetiredSuffix);
+      if (auto d = conn_->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(old)); !d.ok()) {
+        return Fail(d.status(), "dropping what an earlier switch-over left");
+      }
+      if (!rows->empty() && rows->front()[0].value_or("0") != "0") {
+        rename += sql::QuoteIdent(live) + " TO " + sql::QuoteIdent(old) + ", ";
+        retired.push_back(old);
+      }
+      rename += sql::QuoteIdent(shadow) + " TO " + sql::QuoteIdent(live) + ", ";
+    }
+    rename.resize(rename.size() - 2);
+    if (auto r = conn_->Execute(rename); !r.ok()) return Fail(r.status(), "swapping the rebuilt view in");
+    for (const std::string& old : retired) {
+      if (auto r = conn_->Execute("DROP TABLE " + sql::QuoteIdent(old)); !r.ok()) {
+        return Fail(r.status(), "dropping the replaced tables");
+      }
+    }
+    return Status::Ok();
   }
 
  private:
@@ -163,112 +217,164 @@ class AggregateSink : public Sink {
   Status Fail(const Status& st, const std::string& doing) const {
     return sql::BatchFailure(st).WithContext(Context() + ": " + doing);
   }
-  uint64_t Offset(uint32_t partition) const {
-    const auto it = offsets_.find(partition);
-    return it == offsets_.end() ? 0 : it->second;
-  }
-
-  Result<std::set<std::pair<uint32_t, uint64_t>>> RejectedAmong(std::span<const ChangeEvent> events,
-                                                                const std::vector<size_t>& which) {
-    std::string q = "SELECT partition_id, event_id FROM sluice_view_rejected WHERE sink=";
-    conn_->AppendQuoted(q, cfg_.name);
-    q += " AND entity_type=";
-    conn_->AppendQuoted(q, cfg_.entity);
-    q += " AND (partition_id, event_id) IN (";
-    for (size_t n = 0; n < which.size(); ++n) {
-      q += (n ? ",(" : "(") + std::to_string(events[which[n]].partition) + "," +
-           std::to_string(events[which[n]].event_id) + ")";
-    }
-    q += ")";
-    auto rows = conn_->Query(q);
-    if (!rows.ok()) return Fail(rows.status(), "reading its rejected events");
-    std::set<std::pair<uint32_t, uint64_t>> out;
-    for (const auto& r : *rows) {
-      out.emplace(static_cast<uint32_t>(std::stoul(r[0].value_or("0"))), std::stoull(r[1].value_or("0")));
-    }
+  std::vector<std::string> OwnTables() const {
+    std::vector<std::string> out;
+    for (const AggregateTable& t : options().tables) out.push_back(sql::QuoteIdent(t.name));
+    out.push_back(offsets_table_);
+    out.push_back(rejected_table_);
     return out;
   }
 
-  // One transaction: the operations of the events `which` (rejected ones
-  // recorded instead), the rejected table's changes, and the offsets past
-  // every event of `which`. The in-memory offsets move only once committed.
-  Status Commit(std::span<const ChangeEvent> events, const std::vector<size_t>& which,
-                const std::vector<std::vector<Op>>& ops, const std::vector<EventResult>& results,
-                const std::set<std::pair<uint32_t, uint64_t>>& rejected_before) {
-    if (which.empty()) return Status::Ok();
-    OpFold fold(options());
-    std::map<uint32_t, uint64_t> next;  // partition -> highest event_id of `which`
-    std::vector<std::string> statements;
-    std::string add_rejected, drop_rejected;
+  // A live table whose columns are not the declared ones (the definition
+  // changed): the sink waits (backoff) until a rebuild replaces the tables,
+  // rather than adding to columns that would hold only part of the events.
+  Status CheckDeclaredTables() {
+    for (const AggregateTable& t : options().tables) {
+      std::string q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
+      conn_->AppendQuoted(q, t.name);
+      auto rows = conn_->Query(q);
+      if (!rows.ok()) return Fail(rows.status(), "reading the columns of " + t.name);
+      if (rows->empty()) continue;  // created below
+      std::set<std::string> have, want;
+      for (const auto& r : *rows) have.insert(Lower(r[0].value_or("")));
+      for (const auto& c : t.key) want.insert(Lower(c.name));
+      for (const auto& c : t.columns) want.insert(Lower(c.name));
+      if (have != want) {
+        return Unavailable(Context() + ": table " + t.name + " does not have the columns the config declares; "
+                           "its definition changed: `sluice rebuild --sink " + cfg_.name +
+                           "` recomputes the view with it (until then the view waits)");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Applies the events at `which` (in order) in ONE transaction: reads the
+  // view's offsets under a lock, calls the events at or below them stale
+  // (unless the view rejected them: those run again), runs the code of the
+  // rest, writes their operations, records rejections (those in `refused`
+  // carry their reason in results already), and moves the offsets past
+  // every event of `which`. Fills results; on failure everything is rolled
+  // back (results are then filled again by the next call).
+  Status Transact(std::span<const ChangeEvent> events, const std::vector<size_t>& which,
+                  std::vector<EventResult>& results, const std::set<size_t>& refused) {
     const auto quote = [this](std::string& out, std::string_view s) { conn_->AppendQuoted(out, s); };
+    if (auto begun = conn_->Execute("BEGIN"); !begun.ok()) return begun.status();
+    Status st = TransactBody(events, which, results, refused, quote);
+    if (!st.ok()) {
+      (void)conn_->Execute("ROLLBACK");
+      return st;
+    }
+    if (auto committed = conn_->Execute("COMMIT"); !committed.ok()) {
+      // Whether it committed is unknown: the next attempt reads the offsets that hold.
+      conn_.reset();
+      return Unavailable(committed.status().message());
+    }
+    return Status::Ok();
+  }
+
+  Status TransactBody(std::span<const ChangeEvent> events, const std::vector<size_t>& which,
+                      std::vector<EventResult>& results, const std::set<size_t>& refused,
+                      const std::function<void(std::string&, std::string_view)>& quote) {
+    std::string q = "SELECT partition_id, event_id FROM " + offsets_table_ + " WHERE entity_type=";
+    quote(q, cfg_.entity);
+    ASSIGN_OR_RETURN(auto offset_rows, conn_->Query(q + " FOR UPDATE"));
+    std::map<uint32_t, uint64_t> offsets;
+    for (const auto& r : offset_rows) {
+      offsets[static_cast<uint32_t>(std::stoul(r[0].value_or("0")))] = std::stoull(r[1].value_or("0"));
+    }
+    const auto seen = [&](const ChangeEvent& e) {
+      const auto it = offsets.find(e.partition);
+      return it != offsets.end() && e.event_id <= it->second;
+    };
+    std::string among;
+    for (size_t i : which) {
+      if (!seen(events[i])) continue;
+      among += (among.empty() ? "(" : ",(") + std::to_string(events[i].partition) + "," +
+               std::to_string(events[i].event_id) + ")";
+    }
+    std::set<std::pair<uint32_t, uint64_t>> rejected_before;
+    if (!among.empty()) {
+      std::string r = "SELECT partition_id, event_id FROM " + rejected_table_ + " WHERE entity_type=";
+      quote(r, cfg_.entity);
+      ASSIGN_OR_RETURN(auto rows, conn_->Query(r + " AND (partition_id, event_id) IN (" + among + ")"));
+      for (const auto& row : rows) {
+        rejected_before.emplace(static_cast<uint32_t>(std::stoul(row[0].value_or("0"))),
+                                std::stoull(row[1].value_or("0")));
+      }
+    }
+    OpFold fold(options());
+    std::map<uint32_t, uint64_t> next;
+    std::string add_rejected, drop_rejected;
     for (size_t i : which) {
       const ChangeEvent& e = events[i];
       uint64_t& hi = next[e.partition];
       hi = std::max(hi, e.event_id);
       const bool was_rejected = rejected_before.count({e.partition, e.event_id}) > 0;
-      if (results[i].outcome == Outcome::kRejected) {
-        if (was_rejected) continue;
-        add_rejected += add_rejected.empty() ? "(" : ",(";
-        quote(add_rejected, cfg_.name);
-        add_rejected += ',';
-        quote(add_rejected, cfg_.entity);
-        add_rejected += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
-        quote(add_rejected, results[i].reason);
-        add_rejected += ')';
+      if (seen(e) && !was_rejected) {
+        results[i] = {Outcome::kStale, {}};
         continue;
       }
-      fold.Add(ops[i]);
+      std::vector<Op> ops;
+      if (!refused.count(i)) {
+        results[i] = {Outcome::kApplied, {}};
+        handlers::JsValueOutcome r = code_->Aggregate(e);
+        if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+          results[i] = {Outcome::kRejected, "view code: " + r.message};
+        } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
+          results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + parsed.status().message()};
+        } else {
+          ops = std::move(parsed).value();
+        }
+      }
+      if (results[i].outcome == Outcome::kRejected) {
+        if (!was_rejected) {
+          add_rejected += add_rejected.empty() ? "(" : ",(";
+          quote(add_rejected, cfg_.entity);
+          add_rejected += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
+          quote(add_rejected, results[i].reason);
+          add_rejected += ')';
+        }
+        continue;
+      }
+      fold.Add(ops);
       if (was_rejected) {
         drop_rejected += (drop_rejected.empty() ? "(" : ",(") + std::to_string(e.partition) + "," +
                          std::to_string(e.event_id) + ")";
       }
     }
-    statements = fold.Statements(quote);
+    std::vector<std::string> statements = fold.Statements(quote);
     if (!add_rejected.empty()) {
-      statements.push_back("INSERT IGNORE INTO sluice_view_rejected (sink, entity_type, partition_id, event_id, reason) VALUES " +
-                           add_rejected);
+      statements.push_back("INSERT IGNORE INTO " + rejected_table_ +
+                           " (entity_type, partition_id, event_id, reason) VALUES " + add_rejected);
     }
     if (!drop_rejected.empty()) {
-      std::string s = "DELETE FROM sluice_view_rejected WHERE sink=";
-      quote(s, cfg_.name);
-      s += " AND entity_type=";
+      std::string s = "DELETE FROM " + rejected_table_ + " WHERE entity_type=";
       quote(s, cfg_.entity);
       statements.push_back(s + " AND (partition_id, event_id) IN (" + drop_rejected + ")");
     }
-    std::string offsets = "INSERT INTO sluice_view_offsets (sink, entity_type, partition_id, event_id) VALUES ";
+    std::string moved = "INSERT INTO " + offsets_table_ + " (entity_type, partition_id, event_id) VALUES ";
     bool first = true;
     for (const auto& [p, id] : next) {
-      offsets += first ? "(" : ",(";
+      moved += first ? "(" : ",(";
       first = false;
-      quote(offsets, cfg_.name);
-      offsets += ',';
-      quote(offsets, cfg_.entity);
-      offsets += "," + std::to_string(p) + "," + std::to_string(id) + ")";
+      quote(moved, cfg_.entity);
+      moved += "," + std::to_string(p) + "," + std::to_string(id) + ")";
     }
-    statements.push_back(offsets + " ON DUPLICATE KEY UPDATE event_id=GREATEST(event_id, VALUES(event_id))");
-
-    if (auto begun = conn_->Execute("BEGIN"); !begun.ok()) return begun.status();
+    statements.push_back(moved + " ON DUPLICATE KEY UPDATE event_id=GREATEST(event_id, VALUES(event_id))");
     for (const std::string& s : statements) {
-      if (auto r = conn_->Execute(s); !r.ok()) {
-        (void)conn_->Execute("ROLLBACK");
-        return r.status();
-      }
+      if (auto r = conn_->Execute(s); !r.ok()) return r.status();
     }
-    if (auto committed = conn_->Execute("COMMIT"); !committed.ok()) {
-      // Unknown whether it committed: the connection is dropped and the
-      // next Open() reads the offsets that hold.
-      conn_.reset();
-      return Unavailable(committed.status().message());
-    }
-    for (const auto& [p, id] : next) offsets_[p] = std::max(offsets_[p], id);
     return Status::Ok();
   }
 
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
+  const std::string shared_with_;  // another sink writing one of its tables ("" when none)
+  const std::string shadow_of_;
+  const std::string offsets_table_, rejected_table_;  // quoted
   std::unique_ptr<sql::Connection> conn_;
-  std::map<uint32_t, uint64_t> offsets_;  // committed: partition -> last event_id
+  bool shadow_prepared_ = false;
 };
 
 }  // namespace
@@ -293,7 +399,19 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
   p.connect_timeout = global.mysql.connect_timeout;
   p.io_timeout = global.mysql.io_timeout;
   if (p.database.empty()) return InvalidArgument(context + ": no database for the view's tables");
-  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code).value()));
+  // Another aggregate sink writing one of its tables (a view fed by several entity types).
+  std::string shared_with;
+  for (const config::SinkConfig& other : global.sinks) {
+    if (other.name == sink.name || other.type != sink.type) continue;
+    const AggregateSinkOptions& oo = other.Options<AggregateSinkOptions>();
+    if ((oo.database.empty() ? global.mysql.database : oo.database) != p.database) continue;
+    for (const AggregateTable& a : o.tables) {
+      for (const AggregateTable& b : oo.tables) {
+        if (Lower(a.name) == Lower(b.name) && shared_with.empty()) shared_with = other.name;
+      }
+    }
+  }
+  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code).value(), shared_with));
 }
 
 }  // namespace sluice::connectors::aggregate

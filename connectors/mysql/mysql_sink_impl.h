@@ -121,7 +121,9 @@ class MysqlSink final : public Sink {
   HintStats hint_stats() const { return {reads_skipped_.load(), wrong_guesses_.load()}; }
 
  private:
-  // A shadow's first Open(): an empty copy of the live table's definition.
+  // A shadow's first Open(): an empty table made from the sink's current
+  // definition (so a rebuild takes new columns and types), with the live
+  // table's secondary indexes whose columns it still has.
   Status PrepareShadowTable();
   // Opens when not open or after a lost connection (once, without waiting).
   Status EnsureOpen();

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/log.h"
+
 namespace sluice::connectors::mysql {
 namespace {
 
@@ -36,10 +38,61 @@ Status MysqlSink::PrepareShadowTable() {
   const std::string shadow = sql::QuoteIdent(options().table);
   auto dropped = conn_->Execute("DROP TABLE IF EXISTS " + shadow);
   if (!dropped.ok()) return Fail(dropped.status(), "dropping the table an earlier rebuild left");
-  // LIKE keeps whatever the operator added to the live table (indexes,
-  // column types); without a live table, CheckOrCreateTable creates one.
-  auto like = conn_->Execute("CREATE TABLE " + shadow + " LIKE " + sql::QuoteIdent(shadow_of_));
-  if (!like.ok() && like.status().code() == StatusCode::kUnavailable) return like.status().WithContext(Context());
+  // From the definition, not LIKE the live table: a rebuild is how a view
+  // takes a new column or type (the live table may lack it).
+  auto created = conn_->Execute(create_sql_);
+  if (!created.ok()) {
+    if (created.status().code() == StatusCode::kUnavailable) return created.status().WithContext(Context());
+    return FailedPrecondition(Context() + ": creating table " + where_ + ": " + created.status().message());
+  }
+  // The indexes an operator added to the live table, when the shadow still
+  // has their columns.
+  std::string q =
+      "SELECT `INDEX_NAME`, `NON_UNIQUE`, `COLUMN_NAME`, `SUB_PART` FROM information_schema.STATISTICS "
+      "WHERE `TABLE_SCHEMA` = DATABASE() AND `INDEX_NAME` <> 'PRIMARY' AND `TABLE_NAME` = ";
+  conn_->AppendQuoted(q, shadow_of_);
+  q += " ORDER BY `INDEX_NAME`, `SEQ_IN_INDEX`";
+  auto rows = conn_->Query(q);
+  if (!rows.ok()) return Fail(rows.status(), "reading the live table's indexes");
+  std::vector<std::string> have = {"id", "_version", "_deleted", "_updated_at"};
+  for (const auto& c : options().columns) have.push_back(Lower(c.name));
+  std::vector<std::pair<std::string, std::string>> indexes;  // name -> "[UNIQUE ]INDEX `name` (cols)"
+  std::vector<std::string> skipped;
+  bool usable = true;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& r = (*rows)[i];
+    const std::string name = r[0].value_or("");
+    const std::string column = r[2].value_or("");
+    if (indexes.empty() || indexes.back().first != name) {
+      if (!indexes.empty() && !usable) {
+        skipped.push_back(indexes.back().first);
+        indexes.pop_back();
+      }
+      usable = true;
+      indexes.push_back({name, std::string(r[1].value_or("1") == "0" ? "UNIQUE " : "") + "INDEX " +
+                                   sql::QuoteIdent(name) + " ("});
+    } else {
+      indexes.back().second += ",";
+    }
+    usable = usable && std::find(have.begin(), have.end(), Lower(column)) != have.end();
+    indexes.back().second += sql::QuoteIdent(column) + (r[3] ? "(" + *r[3] + ")" : "");
+  }
+  if (!indexes.empty() && !usable) {
+    skipped.push_back(indexes.back().first);
+    indexes.pop_back();
+  }
+  for (auto& [name, spec] : indexes) {
+    auto added = conn_->Execute("ALTER TABLE " + shadow + " ADD " + spec + ")");
+    if (!added.ok()) {
+      if (added.status().code() == StatusCode::kUnavailable) return added.status().WithContext(Context());
+      skipped.push_back(name + " (" + added.status().message() + ")");
+    }
+  }
+  if (!skipped.empty()) {
+    std::string list;
+    for (const auto& s : skipped) list += (list.empty() ? "" : ", ") + s;
+    Log(LogLevel::kWarn, Context() + ": the rebuilt table does not get these indexes of the live table: " + list);
+  }
   return Status::Ok();
 }
 
