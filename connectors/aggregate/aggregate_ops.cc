@@ -136,7 +136,7 @@ std::vector<std::string> OpFold::Statements(const std::function<void(std::string
   for (const auto& [id, row] : rows_) {
     if (!row.reset) continue;
     const AggregateTable& t = options_.tables[row.table];
-    std::string s = "DELETE FROM " + sql::QuoteIdent(t.name) + " WHERE ";
+    std::string s = "DELETE FROM " + sql::QuoteIdent(t.name + suffix_) + " WHERE ";
     for (size_t k = 0; k < t.key.size(); ++k) {
       if (k > 0) s += " AND ";
       s += sql::QuoteIdent(t.key[k].name) + "=";
@@ -155,7 +155,7 @@ std::vector<std::string> OpFold::Statements(const std::function<void(std::string
   for (const auto& [which, rows] : groups) {
     const AggregateTable& t = options_.tables[which.first];
     const Row& first = *rows.front();
-    std::string s = "INSERT INTO " + sql::QuoteIdent(t.name) + " (";
+    std::string s = "INSERT INTO " + sql::QuoteIdent(t.name + suffix_) + " (";
     for (size_t k = 0; k < t.key.size(); ++k) s += (k ? "," : "") + sql::QuoteIdent(t.key[k].name);
     for (const auto& [c, col] : first.columns) s += "," + sql::QuoteIdent(t.columns[c].name);
     s += ") VALUES ";

@@ -42,7 +42,10 @@ Result<std::vector<Op>> ParseOps(std::string_view json, const AggregateSinkOptio
 // column sum up.
 class OpFold {
  public:
-  explicit OpFold(const AggregateSinkOptions& options) : options_(options) {}
+  // `suffix` follows every table name in the statements (a rebuild's shadow
+  // tables: "__rebuild").
+  explicit OpFold(const AggregateSinkOptions& options, std::string suffix = "")
+      : options_(options), suffix_(std::move(suffix)) {}
 
   void Add(const std::vector<Op>& ops);
   bool empty() const { return rows_.empty(); }
@@ -66,6 +69,7 @@ class OpFold {
     std::map<size_t, Column> columns;
   };
   const AggregateSinkOptions& options_;
+  const std::string suffix_;
   std::map<std::string, Row> rows_;  // by table and key
 };
 

@@ -55,6 +55,7 @@ class AggregateSink : public Sink {
         code_(std::move(code)),
         shared_with_(std::move(shared_with)),
         shadow_of_(std::move(shadow_of)),
+        suffix_(shadow_of_.empty() ? "" : std::string(kShadowSuffix)),
         offsets_table_(sql::QuoteIdent(OwnTable("vo", cfg_.name))),
         rejected_table_(sql::QuoteIdent(OwnTable("vr", cfg_.name))) {}
 
@@ -79,7 +80,7 @@ class AggregateSink : public Sink {
     }
     RETURN_IF_ERROR(CheckDeclaredTables());
     for (const AggregateTable& t : options().tables) {
-      std::string ddl = "CREATE TABLE IF NOT EXISTS " + sql::QuoteIdent(t.name) + " (";
+      std::string ddl = "CREATE TABLE IF NOT EXISTS " + sql::QuoteIdent(t.name + suffix_) + " (";
       std::string key;
       for (const auto& c : t.key) {
         ddl += sql::QuoteIdent(c.name) + " " + c.sql_type + " NOT NULL, ";
@@ -87,7 +88,7 @@ class AggregateSink : public Sink {
       }
       for (const auto& c : t.columns) ddl += sql::QuoteIdent(c.name) + " " + c.sql_type + " NULL, ";
       ddl += "PRIMARY KEY (" + key + ")) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
-      if (auto r = conn_->Execute(ddl); !r.ok()) return Fail(r.status(), "creating table " + t.name);
+      if (auto r = conn_->Execute(ddl); !r.ok()) return Fail(r.status(), "creating table " + t.name + suffix_);
     }
     const std::string own[] = {
         "CREATE TABLE IF NOT EXISTS " + offsets_table_ +
@@ -158,13 +159,12 @@ class AggregateSink : public Sink {
     }
     config::SinkConfig shadow = cfg_;
     shadow.name += kShadowSuffix;
-    for (AggregateTable& t : shadow.MutableOptions<AggregateSinkOptions>().tables) {
+    for (const AggregateTable& t : options().tables) {
       if (t.name.size() + kShadowSuffix.size() > 64) {
         return FailedPrecondition(Context() + ": cannot be rebuilt: table " + t.name + " is longer than " +
                                   std::to_string(64 - kShadowSuffix.size()) + " characters, so " +
                                   std::string(kShadowSuffix) + " does not fit after it");
       }
-      t.name += kShadowSuffix;
     }
     ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
     return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, std::move(code), "", cfg_.name));
@@ -178,9 +178,7 @@ class AggregateSink : public Sink {
     if (shadow_of_.empty()) return Sink::PromoteRebuildShadow();
     if (!conn_) RETURN_IF_ERROR(Open());
     std::vector<std::pair<std::string, std::string>> swaps;  // (shadow, live) unquoted
-    for (const AggregateTable& t : options().tables) {
-      swaps.push_back({t.name, t.name.substr(0, t.name.size() - kShadowSuffix.size())});
-    }
+    for (const AggregateTable& t : options().tables) swaps.push_back({t.name + suffix_, t.name});
     swaps.push_back({OwnTable("vo", cfg_.name), OwnTable("vo", shadow_of_)});
     swaps.push_back({OwnTable("vr", cfg_.name), OwnTable("vr", shadow_of_)});
     std::string rename = "RENAME TABLE ";
@@ -219,7 +217,7 @@ class AggregateSink : public Sink {
   }
   std::vector<std::string> OwnTables() const {
     std::vector<std::string> out;
-    for (const AggregateTable& t : options().tables) out.push_back(sql::QuoteIdent(t.name));
+    for (const AggregateTable& t : options().tables) out.push_back(sql::QuoteIdent(t.name + suffix_));
     out.push_back(offsets_table_);
     out.push_back(rejected_table_);
     return out;
@@ -231,9 +229,9 @@ class AggregateSink : public Sink {
   Status CheckDeclaredTables() {
     for (const AggregateTable& t : options().tables) {
       std::string q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
-      conn_->AppendQuoted(q, t.name);
+      conn_->AppendQuoted(q, t.name + suffix_);
       auto rows = conn_->Query(q);
-      if (!rows.ok()) return Fail(rows.status(), "reading the columns of " + t.name);
+      if (!rows.ok()) return Fail(rows.status(), "reading the columns of " + t.name + suffix_);
       if (rows->empty()) continue;  // created below
       std::set<std::string> have, want;
       for (const auto& r : *rows) have.insert(Lower(r[0].value_or("")));
@@ -302,7 +300,7 @@ class AggregateSink : public Sink {
                                 std::stoull(row[1].value_or("0")));
       }
     }
-    OpFold fold(options());
+    OpFold fold(options(), suffix_);
     std::map<uint32_t, uint64_t> next;
     std::string add_rejected, drop_rejected;
     for (size_t i : which) {
@@ -372,6 +370,7 @@ class AggregateSink : public Sink {
   std::unique_ptr<ViewCode> code_;
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
+  const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
   const std::string offsets_table_, rejected_table_;  // quoted
   std::unique_ptr<sql::Connection> conn_;
   bool shadow_prepared_ = false;

@@ -15,6 +15,7 @@
 
 #include "connectors/mysql/mysql_sink_impl.h"
 #include "core/json.h"
+#include "core/log.h"
 
 namespace sluice::connectors::mysql {
 namespace {
@@ -150,17 +151,40 @@ Status MysqlSink::CheckOrCreateTable() {
   for (const auto& row : *columns) {
     if (!row.empty() && row[0]) have.insert(Lower(*row[0]));
   }
-  std::vector<std::string_view> required = {"id", "_version", "_deleted"};
-  for (const auto& c : options().columns) required.push_back(c.name);
   std::string missing;
-  for (const std::string_view name : required) {
+  for (const std::string_view name : {"id", "_version", "_deleted"}) {
     if (have.contains(Lower(name))) continue;
     if (!missing.empty()) missing += ", ";
     missing += name;
   }
   if (!missing.empty()) {
     return FailedPrecondition(Context() + ": table " + where_ + " lacks the column(s) " + missing +
-                              "; add them, or drop the table and let auto_create make it");
+                              " of the sink itself; drop the table and let auto_create make it");
+  }
+  // A mapped column the table lacks: the definition gained it. With
+  // auto_create it is added (NULL in the rows written before; `sluice
+  // rebuild` fills them from the events).
+  for (const auto& c : options().columns) {
+    if (have.contains(Lower(c.name))) continue;
+    if (!options().auto_create) {
+      missing += (missing.empty() ? "" : ", ") + c.name;
+      continue;
+    }
+    const std::string add = "ALTER TABLE " + sql::QuoteIdent(options().table) + " ADD COLUMN " +
+                            sql::QuoteIdent(c.name) + " " + (c.sql_type.empty() ? std::string("TEXT") : c.sql_type) +
+                            " NULL";
+    auto added = conn_->Execute(add);
+    if (!added.ok()) {
+      if (added.status().code() == StatusCode::kUnavailable) return added.status().WithContext(Context());
+      return FailedPrecondition(Context() + ": adding column " + c.name + " to " + where_ + ": " +
+                                added.status().message());
+    }
+    Log(LogLevel::kInfo, Context() + ": added column " + c.name + " to " + where_ +
+                             "; rows written before hold NULL there until `sluice rebuild --sink " + cfg_.name + "`");
+  }
+  if (!missing.empty()) {
+    return FailedPrecondition(Context() + ": table " + where_ + " lacks the column(s) " + missing +
+                              "; add them, or set auto_create: true to have them added");
   }
 
   // The upsert relies on the primary key being exactly (id).
