@@ -3,6 +3,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/sink_type.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -191,7 +192,16 @@ http::Response AdminService::Change(const std::string& sink, const std::string& 
     }
   }
   if (action == "rebuild") return StartRebuild(*sink_cfg, *runner);
-  if (action == "rewind") return Rewind(*runner, body);
+  if (action == "rewind") {
+    const config::SinkType* type = config_.sink_types ? config_.sink_types->Find(sink_cfg->type) : nullptr;
+    if (type != nullptr && type->exactly_once) {
+      // Its own offsets call re-delivered events stale: a rewind would change
+      // nothing, so the view is recomputed instead (202, the rebuild's progress).
+      Log(LogLevel::kInfo, "admin: sink " + sink + " is an aggregate view: rewind rebuilds it");
+      return StartRebuild(*sink_cfg, *runner);
+    }
+    return Rewind(*runner, body);
+  }
   Status st = action == "pause" ? runner->Pause() : runner->Resume();
   if (!st.ok()) return ErrorFrom(st);
   Log(LogLevel::kInfo, "admin: sink " + sink + (action == "pause" ? " paused" : " resumed"));

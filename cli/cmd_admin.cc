@@ -15,6 +15,7 @@
 
 #include "admin/admin_client.h"
 #include "cli/command.h"
+#include "config/sink_type.h"
 #include "core/json.h"
 #include "offsets/offset_store.h"
 #include "sql/params.h"
@@ -115,6 +116,8 @@ po::options_description RewindOptions(const std::string&) {
   return desc;
 }
 
+int FollowRebuild(const config::Config& config, const config::SinkConfig& sink);
+
 int Rewind(const Invocation& call) {
   const po::variables_map& vm = call.vm;
   if (!vm.count("to")) throw Usage{"rewind needs --to N or --to beginning"};
@@ -144,6 +147,21 @@ int Rewind(const Invocation& call) {
                 << *partition << "\n";
       return kExitFailure;
     }
+  }
+  const config::SinkType* type = cfg->sink_types ? cfg->sink_types->Find(sink->type) : nullptr;
+  if (type != nullptr && type->exactly_once) {
+    // Its own offsets call every re-delivered event stale: a rewind would
+    // change nothing, and re-counting would be wrong. The whole view is
+    // recomputed instead.
+    std::cout << "sink " << sink->name << " is an aggregate view, kept exactly once: a rewind would re-apply "
+              << "nothing, so it is rebuilt from the first event instead\n";
+    if (vm.count("offline")) {
+      std::cerr << "sluice rewind: an aggregate view is rebuilt by the running process: start it and run "
+                << "`sluice rewind` (or `sluice rebuild`) without --offline\n";
+      return kExitFailure;
+    }
+    if (!AdminOrExplain(*cfg, "rewind")) return kExitFailure;
+    return FollowRebuild(*cfg, *sink);
   }
   if (vm.count("offline")) {
     if (cfg->admin.enabled && admin::AdminClient(cfg->admin, std::chrono::seconds(5)).Get("/v1/status").ok()) {
@@ -237,6 +255,14 @@ int Rebuild(const Invocation& call) {
   if (!cfg) return kExitFailure;
   const config::SinkConfig* sink = SinkOrExplain(*cfg, vm, "rebuild");
   if (!sink || !AdminOrExplain(*cfg, "rebuild")) return kExitFailure;
+  return FollowRebuild(*cfg, *sink);
+}
+
+// Starts (or joins) the rebuild of `sink` in the running process and prints
+// its progress until it is done.
+int FollowRebuild(const config::Config& config, const config::SinkConfig& sink_config) {
+  const config::Config* cfg = &config;
+  const config::SinkConfig* sink = &sink_config;
   int http_status = 0;
   auto started = AdminChange(*cfg, "rebuild", "/v1/sinks/" + sink->name + "/rebuild", Json::object(), &http_status);
   if (!started) return kExitFailure;

@@ -157,6 +157,10 @@ struct SinkType {
   // The sink runs its `code:` itself (an aggregate view) instead of being
   // wrapped in the filter/transform of view code.
   bool runs_code = false;
+  // The view keeps its own offsets and applies each event exactly once (an
+  // aggregate view): moving the engine's offsets back would re-apply nothing,
+  // so `sluice rewind` rebuilds it instead.
+  bool exactly_once = false;
   // Starts reading one sink's keys of this type into its options (the
   // type's struct T in its folder, sink->MutableOptions<T>()). Called for
   // every type for each sink, so that config/ knows every type's key names

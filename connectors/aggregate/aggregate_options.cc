@@ -169,6 +169,7 @@ BuiltinSinkType AggregateSinkType() {
   t.name = "aggregate";
   t.can_push = false;
   t.runs_code = true;
+  t.exactly_once = true;
   t.read = [](config::SinkOptionReader& reader, config::SinkConfig* sink) -> std::unique_ptr<config::SinkOptionsRead> {
     return std::make_unique<AggregateKeys>(reader, *sink);
   };
