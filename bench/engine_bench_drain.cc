@@ -10,6 +10,8 @@
 #include "bench/engine_bench_es.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
+#include "connectors/aggregate/aggregate_options.h"
+#include "connectors/aggregate/aggregate_sink.h"
 #include "connectors/mysql/mysql_options.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -84,6 +86,35 @@ class MysqlProbe final : public ViewProbe {
   std::string query_;
 };
 
+// An aggregate view has no row per entity: a partition is done once the
+// view's own offsets (committed with its rows) reach the partition's head.
+// Versions() answers the last event's version for a done partition, 0 else.
+class AggregateProbe final : public ViewProbe {
+ public:
+  AggregateProbe(std::unique_ptr<sql::Connection> conn, const std::string& sink, const std::string& entity,
+                 std::vector<uint64_t> heads, std::vector<uint64_t> last_versions)
+      : conn_(std::move(conn)), heads_(std::move(heads)), last_versions_(std::move(last_versions)) {
+    query_ = "SELECT partition_id, event_id FROM " + sql::QuoteIdent(connectors::aggregate::AggregateOffsetsTable(sink)) +
+             " WHERE entity_type=";
+    conn_->AppendQuoted(query_, entity);
+  }
+  Result<std::vector<uint64_t>> Versions() override {
+    std::vector<uint64_t> out(heads_.size(), 0);
+    auto rows = conn_->Query(query_);
+    if (!rows.ok()) return out;  // the sink creates its tables when it opens
+    for (const auto& r : *rows) {
+      const size_t p = std::stoul(r.at(0).value_or("0"));
+      if (p < heads_.size() && std::stoull(r.at(1).value_or("0")) >= heads_[p]) out[p] = last_versions_[p];
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<sql::Connection> conn_;
+  std::vector<uint64_t> heads_, last_versions_;
+  std::string query_;
+};
+
 class EsProbe final : public ViewProbe {
  public:
   EsProbe(std::unique_ptr<HttpConnection> client, std::string index,
@@ -148,13 +179,15 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
 
   // Heads and last events; the sink must start from nothing.
   std::vector<LastEvent> last(partitions);
+  std::vector<uint64_t> heads(partitions);
   uint64_t total = 0;
   for (uint32_t p = 0; p < partitions; ++p) {
     ASSIGN_OR_RETURN(auto rows, conn->Query("SELECT event_id, entity_id, version FROM " +
                                             sql::QuoteIdent(sql::EventTableName(sink.entity, p)) +
                                             " ORDER BY event_id DESC LIMIT 1"));
     if (rows.empty()) return FailedPrecondition(sql::EventTableName(sink.entity, p) + " is empty: load a backlog first");
-    total += std::stoull(rows[0].at(0).value_or("0"));
+    heads[p] = std::stoull(rows[0].at(0).value_or("0"));
+    total += heads[p];
     last[p] = LastEvent{rows[0].at(1).value_or(""), std::stoull(rows[0].at(2).value_or("0"))};
   }
   ASSIGN_OR_RETURN(auto before, ReadOffsets(*conn, sink));
@@ -181,6 +214,20 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     RETURN_IF_ERROR(DropEsIndex(sink, options.servers.opensearch));
     ASSIGN_OR_RETURN(std::string index, BenchIndexName(sink));
     probe = std::make_unique<EsProbe>(std::make_unique<HttpConnection>(options.servers.opensearch), std::move(index), ids);
+  } else if (sink.type == "aggregate") {
+    const auto& agg = sink.Options<connectors::aggregate::AggregateSinkOptions>();
+    sql::ConnectParams params = sql::ParamsFrom(config.mysql);
+    if (!agg.database.empty()) params.database = agg.database;
+    ASSIGN_OR_RETURN(auto view_conn, sql::Connection::Open(params));
+    std::vector<std::string> drop;
+    for (const auto& t : agg.tables) drop.push_back(t.name);
+    drop.push_back(connectors::aggregate::AggregateOffsetsTable(sink.name));
+    for (const auto& t : drop) {
+      RETURN_IF_ERROR(view_conn->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(t)).status());
+    }
+    std::vector<uint64_t> versions;
+    for (const auto& l : last) versions.push_back(l.version);
+    probe = std::make_unique<AggregateProbe>(std::move(view_conn), sink.name, sink.entity, heads, std::move(versions));
   } else {
     const auto& table = sink.Options<connectors::mysql::MysqlSinkOptions>();
     sql::ConnectParams params = sql::ParamsFrom(config.mysql);

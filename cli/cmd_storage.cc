@@ -59,6 +59,10 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, bool json, std::o
 
 // A view's count of differences by kind, then the first 50 of them.
 void PrintViewCheck(const engine::ViewCheck& check, std::ostream& out) {
+  if (!check.not_compared.empty()) {
+    out << check.sink << ": not compared: " << check.not_compared << "\n";
+    return;
+  }
   const auto& diffs = check.differences;
   std::map<std::string_view, uint64_t> by_kind;
   for (const auto& d : diffs) ++by_kind[connectors::DifferenceKindName(d.kind)];

@@ -70,6 +70,20 @@ class YamlSinkPrinter : public SinkOptionPrinter {
     }
     out_ << YAML::EndMap;
   }
+  void NestedFlowMappings(std::string_view key,
+                          const std::vector<std::pair<std::string, FlowMappingList>>& entries) override {
+    out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, inner] : entries) {
+      out_ << YAML::Key << name << YAML::Value << YAML::BeginMap;
+      for (const auto& [sub, values] : inner) {
+        out_ << YAML::Key << sub << YAML::Value << YAML::Flow << YAML::BeginMap;
+        for (const auto& [k, v] : values) out_ << YAML::Key << k << YAML::Value << v;
+        out_ << YAML::EndMap;
+      }
+      out_ << YAML::EndMap;
+    }
+    out_ << YAML::EndMap;
+  }
   void SecretMapping(std::string_view key, const std::map<std::string, std::string>& entries) override {
     out_ << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
     for (const auto& [name, value] : entries) {

@@ -62,7 +62,10 @@ TEST(LoadConfig, QuickstartExampleLoads) {
   EXPECT_EQ(c.writer.listen_host, "127.0.0.1");
   EXPECT_EQ(c.writer.listen_port, 8080);
   EXPECT_EQ(c.writer.batch_max, 1000u);
-  ASSERT_EQ(c.sinks.size(), 2u);
+  ASSERT_EQ(c.sinks.size(), 3u);
+  EXPECT_EQ(c.sinks[2].name, "balance_per_owner");
+  EXPECT_EQ(c.sinks[2].type, "aggregate");
+  EXPECT_EQ(c.sinks[2].code, SLUICE_CONFIG_EXAMPLES_DIR "/views/per_owner.js");
   EXPECT_EQ(c.sinks[0].name, "account_cache");
   EXPECT_EQ(c.sinks[0].type, "redis");
   EXPECT_EQ(c.sinks[0].entity, "account");
@@ -566,7 +569,17 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "      balance: {pointer: /balance, type: TEXT}\n"
             "    auto_create: true\n"
             "    connections: 1\n"
-            "    version_cache: 262144\n");
+            "    version_cache: 262144\n"
+            "  - name: balance_per_owner\n"
+            "    type: aggregate\n"
+            "    entity: account\n"
+            "    on_error: dead_letter\n"
+            "    batch_max: 1000\n"
+            "    code: " SLUICE_CONFIG_EXAMPLES_DIR "/views/per_owner.js\n"
+            "    tables:\n"
+            "      balance_per_owner:\n"
+            "        key: {owner: VARCHAR(64)}\n"
+            "        columns: {total: \"DECIMAL(20,2)\", accounts: BIGINT}\n");
 
   Result<Config> again = LoadConfigFromString(r->Redacted(), "redacted.yaml");
   ASSERT_TRUE(again.ok()) << again.status().ToString();

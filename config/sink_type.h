@@ -145,6 +145,11 @@ class SinkOptionPrinter {
   virtual void FlowMappings(
       std::string_view key,
       const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& entries) = 0;
+  // One level deeper: names to mappings of names to one-line mappings
+  // (tables: {t: {key: {owner: VARCHAR(64)}, columns: {...}}}).
+  using FlowMappingList = std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>;
+  virtual void NestedFlowMappings(std::string_view key,
+                                  const std::vector<std::pair<std::string, FlowMappingList>>& entries) = 0;
 };
 
 // One built-in sink type as the config loader sees it.

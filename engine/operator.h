@@ -58,6 +58,9 @@ struct ViewCheck {
   bool history = false;          // a log sink: `checked` counts events, else entities
   uint64_t checked = 0;
   std::vector<connectors::Difference> differences;
+  // Why the view was not compared (an aggregate view has no row per entity:
+  // `rebuild` recomputes it); empty when it was.
+  std::string not_compared;
 };
 
 // Compares every view (or only `sink`) with main storage, appending one

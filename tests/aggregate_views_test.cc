@@ -177,6 +177,9 @@ TEST(AggregateViews, PerOwnerAndPerMinuteAreExactAfterTheEngineIsKilledRepeatedl
   // The view's own offsets reached every partition's head.
   EXPECT_EQ(s->db->Scalar("SELECT SUM(event_id) FROM sluice_vo_per_owner"), events);
   EXPECT_EQ(s->db->Scalar("SELECT COUNT(*) FROM sluice_dead_letters"), 0);
+  // `sluice verify` says it does not compare an aggregate view, and passes.
+  EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
+  EXPECT_NE(out.find("per_owner: not compared: an aggregate view"), std::string::npos) << out;
 }
 
 #ifndef SLUICE_SOAK

@@ -141,14 +141,14 @@ class AggregateKeys : public config::SinkOptionsRead {
 void PrintAggregateSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
   const AggregateSinkOptions& o = sink.Options<AggregateSinkOptions>();
   if (!o.database.empty()) out.Value("database", o.database);
-  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> tables;
+  std::vector<std::pair<std::string, config::SinkOptionPrinter::FlowMappingList>> tables;
   for (const AggregateTable& t : o.tables) {
-    std::vector<std::pair<std::string, std::string>> cols;
-    for (const auto& c : t.key) cols.push_back({c.name, "key " + c.sql_type});
-    for (const auto& c : t.columns) cols.push_back({c.name, c.sql_type});
-    tables.push_back({t.name, std::move(cols)});
+    std::vector<std::pair<std::string, std::string>> key, columns;
+    for (const auto& c : t.key) key.push_back({c.name, c.sql_type});
+    for (const auto& c : t.columns) columns.push_back({c.name, c.sql_type});
+    tables.push_back({t.name, {{"key", std::move(key)}, {"columns", std::move(columns)}}});
   }
-  out.FlowMappings("tables", tables);
+  out.NestedFlowMappings("tables", tables);
 }
 
 }  // namespace

@@ -378,6 +378,8 @@ class AggregateSink : public Sink {
 
 }  // namespace
 
+std::string AggregateOffsetsTable(const std::string& sink) { return OwnTable("vo", sink); }
+
 Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, const config::Config& global) {
   const std::string context = "sink " + sink.name;
   const AggregateSinkOptions& o = sink.Options<AggregateSinkOptions>();

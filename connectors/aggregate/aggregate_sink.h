@@ -39,11 +39,17 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "connectors/sink.h"
 
 namespace sluice::connectors::aggregate {
 
 Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, const config::Config& global);
+
+// The view's own offsets table of sink `sink` (entity_type, partition_id,
+// event_id), in the view's database: what a drain benchmark or an operator
+// reads to see how far the view is.
+std::string AggregateOffsetsTable(const std::string& sink);
 
 }  // namespace sluice::connectors::aggregate
