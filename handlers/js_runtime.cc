@@ -54,8 +54,9 @@ int64_t ClockNanos(clockid_t clock) {
 // the calling thread never pays for it), counts the budget from the first
 // time it saw the epoch, and once the budget is spent marks the epoch expired
 // and asks SpiderMonkey to run the interrupt callback, which stops the call.
-// While a call runs it also requests an interrupt every poll, so that the
-// callback checks the memory limit at least once a millisecond.
+// It requests nothing before that: in SpiderMonkey 102 an interrupt that
+// lands inside a regular expression and lets it go on fails the expression
+// with "too much recursion".
 struct Slot {
   JSContext* cx = nullptr;
   clockid_t cpu_clock{};
@@ -292,7 +293,10 @@ class ThreadEngine {
   // Releases the realms other threads gave up (their runtimes moved or were
   // destroyed elsewhere); cheap when there are none.
   void SweepAbandoned() {
-    if (!token_->abandoned_realms.exchange(false, std::memory_order_acquire)) return;
+    if (!token_->abandoned_realms.load(std::memory_order_relaxed) ||
+        !token_->abandoned_realms.exchange(false, std::memory_order_acquire)) {
+      return;
+    }
     for (auto it = realms_.begin(); it != realms_.end();) {
       if ((*it)->abandoned.load(std::memory_order_acquire)) {
         (*it)->ReleaseRoots();
@@ -419,6 +423,7 @@ bool RealmOverLimit(const Realm& realm) {
 void OnGc(JSContext* cx, JSGCStatus status, JS::GCReason, void*) {
   ThreadEngine* engine = ThreadEngine::IfStarted();
   ActiveCall* call = engine != nullptr ? engine->active() : nullptr;
+
   if (status != JSGC_END || call == nullptr || !RealmOverLimit(*call->realm)) return;
   call->out_of_memory = true;
   JS_RequestInterruptCallback(cx);
@@ -652,8 +657,8 @@ constexpr std::string_view kPrelude = R"JS(
 })(globalThis);
 )JS";
 
-// The nesting JSON.parse accepts in Duktape (DUK_USE_JSON_DEC_RECLIMIT) was
-// the limit on what a handler gets; ParseJson never builds deeper.
+// The deepest state or request a handler is given: what ParseJson ever
+// builds (SpiderMonkey's JSON.parse has no limit of its own).
 constexpr uint32_t kMaxJsonDepth = kMaxJsonDepthCap;
 
 }  // namespace
@@ -735,11 +740,12 @@ Status JsRuntime::Load() {
   }
 
   // The commands: the global object's own enumerable functions, and the
-  // functions top-level `const` declarations hold, not starting with '_'.
-  JS::RootedObject functions(cx, JS_NewPlainObject(cx));
-  std::vector<std::string> names;
+  // functions top-level `const` (or `let`) declarations hold, not starting
+  // with '_'.
+  JS::RootedValueVector found(cx);
+  std::vector<std::string> found_names;
   std::string problems;
-  auto consider = [&](JS::HandleObject holder, bool lexical) -> bool {
+  auto consider = [&](JS::HandleObject holder) -> bool {
     JS::Rooted<JS::IdVector> ids(cx, JS::IdVector(cx));
     if (!JS_Enumerate(cx, holder, &ids)) return false;
     for (size_t i = 0; i < ids.length(); ++i) {
@@ -748,7 +754,6 @@ Status JsRuntime::Load() {
       const std::string name = ToUtf8(cx, key);
       JS::RootedValue v(cx);
       if (!JS_GetPropertyById(cx, holder, ids[i], &v)) return false;
-      (void)lexical;
       const bool is_function = v.isObject() && JS_ObjectIsFunction(&v.toObject());
       if (!is_function || name.empty() || name[0] == '_') continue;
       if (purpose_ == JsPurpose::kHandlers && !IsValidCommandName(name)) {
@@ -762,18 +767,21 @@ Status JsRuntime::Load() {
         problems += "\n" + file_ + ": function '" + name + "' would hide the built-in command of that name";
         continue;
       }
-      if (!JS_DefinePropertyById(cx, functions, ids[i], v, JSPROP_ENUMERATE)) return false;
-      names.push_back(name);
+      if (!found.append(v)) return false;
+      found_names.push_back(name);
     }
     return true;
   };
+  // Top-level `let` and class bindings live in the global lexical
+  // environment, not on the global object: frozen too, so that they cannot
+  // carry state between calls either.
   JS::RootedObject lexical(cx, JS_GlobalLexicalEnvironment(global));
-  if (!consider(global, false) || (lexical != nullptr && !consider(lexical, true))) {
+  if (!consider(global) || (lexical != nullptr && !consider(lexical))) {
     return fail(file_ + ": could not list the file's functions");
   }
   if (lexical != nullptr && !JS_FreezeObject(cx, lexical)) return fail(file_ + ": could not freeze the top-level bindings");
   if (!problems.empty()) return fail(problems.substr(1));
-  if (names.empty()) {
+  if (found_names.empty()) {
     if (purpose_ == JsPurpose::kViewCode) {
       return fail(file_ + ": defines no function (view code defines top-level functions such as "
                           "`function transform(event) {...}`)");
@@ -781,13 +789,15 @@ Status JsRuntime::Load() {
     return fail(file_ + ": defines no command (a command is a top-level function such as "
                         "`function deposit(state, request, ctx) {...}`)");
   }
-  std::sort(names.begin(), names.end());
-  JS::RootedObject table(cx, JS::NewArrayObject(cx, names.size()));
+  std::vector<size_t> order(found_names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return found_names[a] < found_names[b]; });
+  std::vector<std::string> names;
+  JS::RootedObject table(cx, JS::NewArrayObject(cx, order.size()));
   if (table == nullptr) return fail(file_ + ": could not list the file's functions");
-  for (size_t i = 0; i < names.size(); ++i) {
-    JS::RootedValue fn(cx);
-    if (!JS_GetProperty(cx, functions, names[i].c_str(), &fn) ||
-        !JS_SetElement(cx, table, static_cast<uint32_t>(i), fn)) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    names.push_back(found_names[order[i]]);
+    if (!JS_SetElement(cx, table, static_cast<uint32_t>(i), found[order[i]])) {
       return fail(file_ + ": could not list the file's functions");
     }
   }

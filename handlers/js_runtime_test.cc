@@ -145,14 +145,17 @@ function leak() { 'use strict'; globalThis.kept = 1; }
 TEST(JsRuntime, InfiniteLoopIsStoppedAndTheRuntimeCarriesOn) {
   auto rt = MustCreate(std::string(kAccount) +
                        "function spin() { for (;;) {} }\n"
-                       "function stubborn() { for (;;) { try { for (;;) {} } catch (e) {} } }\n");
+                       "function stubborn() { for (;;) { try { for (;;) {} } catch (e) {} } }\n"
+                       "function last_word() { try { for (;;) {} } finally { throw new Error('not this'); } }\n");
   ASSERT_NE(rt, nullptr);
   JsOutcome out = rt->Call("spin", Json::object(), Json::object(), Ctx());
   EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout);
   EXPECT_NE(out.message.find("handler_timeout"), std::string::npos) << out.message;
   out = rt->Call("stubborn", Json::object(), Json::object(), Ctx());
   EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
-  EXPECT_EQ(rt->rebuilds(), 2u);
+  out = rt->Call("last_word", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
+  EXPECT_EQ(rt->rebuilds(), 3u);
   out = rt->Call("deposit", Json::object(), Json{{"amount", 1}}, Ctx());
   ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
   EXPECT_EQ(out.state["balance"], 1);
