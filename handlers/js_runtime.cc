@@ -228,7 +228,8 @@ bool InitProcess() {
 }
 
 // The stack a thread may give SpiderMonkey: what is left of the thread's
-// stack below the current frame, less a margin, at most 1 MiB.
+// stack below the current frame, less a margin (half of it on a small
+// stack), at most 1 MiB.
 size_t NativeStackQuota() {
   size_t quota = size_t{1} << 20;
   pthread_attr_t attr;
@@ -238,7 +239,7 @@ size_t NativeStackQuota() {
     if (pthread_attr_getstack(&attr, &base, &size) == 0 && base != nullptr) {
       const char here = 0;
       const auto left = static_cast<size_t>(&here - static_cast<const char*>(base));
-      if (left > (size_t{128} << 10)) quota = std::min(quota, left - (size_t{64} << 10));
+      quota = std::min(quota, left > (size_t{128} << 10) ? left - (size_t{64} << 10) : left / 2);
     }
     pthread_attr_destroy(&attr);
   }
@@ -856,18 +857,21 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
   engine.SweepAbandoned();
   JSContext* cx = engine.cx();
   Realm& realm = *heap_->realm;
-  JS::RootedObject global(cx, *realm.global);
-  JSAutoRealm in_realm(cx, global);
-
   const std::string state_text = state.dump(-1, ' ', false, Json::error_handler_t::replace);
   const std::string request_text = request.dump(-1, ' ', false, Json::error_handler_t::replace);
   bool returned = false;
+  bool threw = false;
+  bool timed_out = false;
+  bool out_of_memory = false;
   std::string new_state;
   std::string response;
-  JS::RootedValue thrown(cx);
-  bool threw = false;
-  CallGuard guard(engine, realm, limits_.timeout, jctx.now_ms);
+  // Everything that roots a JavaScript value of the call ends with this
+  // block, so that a rebuild after a limit can collect the old realm.
   {
+    JS::RootedObject global(cx, *realm.global);
+    JSAutoRealm in_realm(cx, global);
+    CallGuard guard(engine, realm, limits_.timeout, jctx.now_ms);
+    JS::RootedValue thrown(cx);
     JS::RootedValueArray<3> args(cx);
     JS::RootedValue fn(cx);
     JS::RootedObject c(cx);
@@ -892,11 +896,12 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
     if (!ok) threw = TakeException(cx, &thrown);
     if (ok && !CheckRealmMemory(cx, realm)) guard.MarkOutOfMemory();
     if (threw) out.message = ThrownMessage(cx, thrown);
+    guard.Stop();
+    timed_out = guard.timed_out();
+    out_of_memory = guard.out_of_memory();
   }
-  guard.Stop();
-  if (guard.stopped_by_limit()) {
+  if (timed_out || out_of_memory) {
     // Whatever the call caught or kept, the realm is rebuilt from the file.
-    const bool timed_out = guard.timed_out();
     out.kind = timed_out ? JsOutcome::Kind::kTimeout : JsOutcome::Kind::kOutOfMemory;
     out.message = timed_out ? "the handler of '" + std::string(name) + "' ran longer than handler_timeout (" +
                                   std::to_string(limits_.timeout.count()) + "ms) and was stopped"
@@ -955,14 +960,15 @@ JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, 
   engine.SweepAbandoned();
   JSContext* cx = engine.cx();
   Realm& realm = *heap_->realm;
-  JS::RootedObject global(cx, *realm.global);
-  JSAutoRealm in_realm(cx, global);
-
   bool returned = false;
   bool threw = false;
+  bool timed_out = false;
+  bool out_of_memory = false;
   std::string json;
-  CallGuard guard(engine, realm, limits_.timeout, now_ms);
   {
+    JS::RootedObject global(cx, *realm.global);
+    JSAutoRealm in_realm(cx, global);
+    CallGuard guard(engine, realm, limits_.timeout, now_ms);
     JS::RootedValueArray<1> args(cx);
     JS::RootedValue fn(cx);
     JS::RootedValue ret(cx);
@@ -979,10 +985,11 @@ JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, 
     if (!ok) threw = TakeException(cx, &thrown);
     if (ok && !CheckRealmMemory(cx, realm)) guard.MarkOutOfMemory();
     if (threw) out.message = LocatedMessage(cx, thrown, file_);
+    guard.Stop();
+    timed_out = guard.timed_out();
+    out_of_memory = guard.out_of_memory();
   }
-  guard.Stop();
-  if (guard.stopped_by_limit()) {
-    const bool timed_out = guard.timed_out();
+  if (timed_out || out_of_memory) {
     out.kind = timed_out ? JsOutcome::Kind::kTimeout : JsOutcome::Kind::kOutOfMemory;
     out.message = file_ + ": " + std::string(name) +
                   (timed_out ? "() ran longer than its time limit (" + std::to_string(limits_.timeout.count()) +
