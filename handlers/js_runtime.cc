@@ -388,8 +388,8 @@ class ThreadEngine {
 thread_local ThreadEngine* ThreadEngine::current_ = nullptr;
 thread_local bool ThreadEngine::exiting_ = false;
 
-// True while the realm's zone (its GC things and the memory they own) stays
-// within its limit, after a collection if it had grown past it.
+// True while the realm's zone (its part of the GC heap) stays within its
+// limit, after collecting the zone if it had grown past it.
 bool CheckRealmMemory(JSContext* cx, Realm& realm) {
   JSObject* global = *realm.global;
   if (js::GetGCHeapUsageForObjectZone(global) <= realm.limit) return true;
@@ -418,16 +418,14 @@ bool RealmOverLimit(const Realm& realm) {
   return realm.global.has_value() && js::GetGCHeapUsageForObjectZone(*realm.global) > realm.limit;
 }
 
-// After a full collection what the realm holds is live: past its limit, the
-// call is over. After a nursery collection it may be garbage: the interrupt
-// callback collects the zone and looks again.
+// After a collection (of any zone, or of the nursery) the realm of the
+// running call may be past its limit, garbage included: the interrupt
+// callback collects the realm's zone and looks again. Nothing is collected
+// here (a callback of the collector must not start one).
 void OnGc(JSContext* cx, JSGCStatus status, JS::GCReason, void*) {
   ThreadEngine* engine = ThreadEngine::IfStarted();
   ActiveCall* call = engine != nullptr ? engine->active() : nullptr;
-
-  if (status != JSGC_END || call == nullptr || !RealmOverLimit(*call->realm)) return;
-  call->out_of_memory = true;
-  JS_RequestInterruptCallback(cx);
+  if (status == JSGC_END && call != nullptr && RealmOverLimit(*call->realm)) JS_RequestInterruptCallback(cx);
 }
 
 void OnNurseryGc(JSContext* cx, JS::GCNurseryProgress progress, JS::GCReason) {
@@ -910,7 +908,8 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
     out.state = Json();
     ++rebuilds_;
     heap_.reset();
-    if (!timed_out) JS_GC(cx);
+    // What the runaway call left is collected now, not during the next call.
+    JS_GC(cx);
     if (Status st = Load(); !st.ok()) heap_.reset();
     return out;
   }
@@ -998,7 +997,8 @@ JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, 
                                    " bytes) and was stopped");
     ++rebuilds_;
     heap_.reset();
-    if (!timed_out) JS_GC(cx);
+    // What the runaway call left is collected now, not during the next call.
+    JS_GC(cx);
     if (Status st = Load(); !st.ok()) heap_.reset();
     return out;
   }
