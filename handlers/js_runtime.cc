@@ -28,13 +28,14 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "core/log.h"
 #include "core/names.h"
 
 namespace sluice::handlers {
