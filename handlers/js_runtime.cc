@@ -186,6 +186,7 @@ struct ActiveCall {
   uint64_t epoch = 0;
   bool timed_out = false;
   bool out_of_memory = false;
+  bool dropping_jobs = false;  // stop every job at its first interrupt check
 };
 
 // The fixed timestamp Date sees on this thread, in microseconds.
@@ -403,6 +404,10 @@ bool OnInterrupt(JSContext* cx) {
   ThreadEngine* engine = ThreadEngine::IfStarted();
   ActiveCall* call = engine != nullptr ? engine->active() : nullptr;
   if (call == nullptr) return true;
+  if (call->dropping_jobs) {
+    JS_RequestInterruptCallback(cx);  // for the next job
+    return false;
+  }
   if (call->timed_out || call->out_of_memory) return false;
   if (engine->slot().expired_epoch.load(std::memory_order_acquire) == call->epoch) {
     call->timed_out = true;
@@ -426,13 +431,15 @@ bool RealmOverLimit(const Realm& realm) {
 void OnGc(JSContext* cx, JSGCStatus status, JS::GCReason, void*) {
   ThreadEngine* engine = ThreadEngine::IfStarted();
   ActiveCall* call = engine != nullptr ? engine->active() : nullptr;
-  if (status == JSGC_END && call != nullptr && RealmOverLimit(*call->realm)) JS_RequestInterruptCallback(cx);
+  if (status == JSGC_END && call != nullptr && call->realm != nullptr && RealmOverLimit(*call->realm)) {
+    JS_RequestInterruptCallback(cx);
+  }
 }
 
 void OnNurseryGc(JSContext* cx, JS::GCNurseryProgress progress, JS::GCReason) {
   ThreadEngine* engine = ThreadEngine::IfStarted();
   ActiveCall* call = engine != nullptr ? engine->active() : nullptr;
-  if (progress != JS::GCNurseryProgress::GC_NURSERY_COLLECTION_END || call == nullptr) return;
+  if (progress != JS::GCNurseryProgress::GC_NURSERY_COLLECTION_END || call == nullptr || call->realm == nullptr) return;
   if (RealmOverLimit(*call->realm)) JS_RequestInterruptCallback(cx);
 }
 
@@ -443,6 +450,19 @@ void OnOutOfMemory(JSContext* cx, void*) {
   // Caught or not, the call is over: the next interrupt check stops it.
   call->out_of_memory = true;
   JS_RequestInterruptCallback(cx);
+}
+
+// The promise jobs a stopped call queued would otherwise run in the thread's
+// next call, whichever runtime it is for: each is stopped at its first
+// interrupt check (the start of its function) instead.
+void DropQueuedJobs(ThreadEngine& engine) {
+  ActiveCall dropping;
+  dropping.dropping_jobs = true;
+  engine.set_active(&dropping);
+  JS_RequestInterruptCallback(engine.cx());
+  js::RunJobs(engine.cx());
+  JS_ClearPendingException(engine.cx());
+  engine.set_active(nullptr);
 }
 
 // Arms the watchdog for one call (or a file's top level) on this thread.
@@ -723,6 +743,7 @@ Status JsRuntime::Load() {
   auto fail = [&](std::string what) {
     guard.Stop();
     JS_ClearPendingException(cx);
+    if (guard.stopped_by_limit()) DropQueuedJobs(*engine);
     if (guard.timed_out()) what += " (stopped at the handler_timeout of " + std::to_string(limits_.timeout.count()) + "ms)";
     if (guard.out_of_memory()) what += " (the heap reached handler_memory, " + std::to_string(limits_.memory_bytes) + " bytes)";
     return InvalidArgument(std::move(what));
@@ -731,7 +752,8 @@ Status JsRuntime::Load() {
   if (!JS::InitRealmStandardClasses(cx) || !Evaluate(cx, "prelude.js", kPrelude)) {
     return fail(file_ + ": the handler prelude failed to run");
   }
-  if (!Evaluate(cx, file_.c_str(), source_)) {
+  // The top level's promise jobs run now, within its limits.
+  if (!Evaluate(cx, file_.c_str(), source_) || (js::RunJobs(cx), JS_IsExceptionPending(cx))) {
     if (!TakeException(cx, &thrown)) return fail(file_ + ": the file's top level was stopped");
     return fail(file_ + ":" + [&] {
       const unsigned line = ErrorLine(cx, thrown);
@@ -908,6 +930,7 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
                                   std::to_string(limits_.memory_bytes) + " bytes) and was stopped";
     out.state = Json();
     ++rebuilds_;
+    DropQueuedJobs(engine);
     heap_.reset();
     // What the runaway call left is collected now, not during the next call.
     JS_GC(cx);
@@ -997,6 +1020,7 @@ JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, 
                              : "() needed more than its memory limit (" + std::to_string(limits_.memory_bytes) +
                                    " bytes) and was stopped");
     ++rebuilds_;
+    DropQueuedJobs(engine);
     heap_.reset();
     // What the runaway call left is collected now, not during the next call.
     JS_GC(cx);

@@ -146,7 +146,8 @@ TEST(JsRuntime, InfiniteLoopIsStoppedAndTheRuntimeCarriesOn) {
   auto rt = MustCreate(std::string(kAccount) +
                        "function spin() { for (;;) {} }\n"
                        "function stubborn() { for (;;) { try { for (;;) {} } catch (e) {} } }\n"
-                       "function last_word() { try { for (;;) {} } finally { throw new Error('not this'); } }\n");
+                       "function last_word() { try { for (;;) {} } finally { throw new Error('not this'); } }\n"
+                       "function later() { Promise.resolve().then(() => { for (;;) {} }); for (;;) {} }\n");
   ASSERT_NE(rt, nullptr);
   JsOutcome out = rt->Call("spin", Json::object(), Json::object(), Ctx());
   EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout);
@@ -155,7 +156,10 @@ TEST(JsRuntime, InfiniteLoopIsStoppedAndTheRuntimeCarriesOn) {
   EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
   out = rt->Call("last_word", Json::object(), Json::object(), Ctx());
   EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
-  EXPECT_EQ(rt->rebuilds(), 3u);
+  // A promise job the stopped call queued does not run in the next call.
+  out = rt->Call("later", Json::object(), Json::object(), Ctx());
+  EXPECT_EQ(out.kind, JsOutcome::Kind::kTimeout) << out.message;
+  EXPECT_EQ(rt->rebuilds(), 4u);
   out = rt->Call("deposit", Json::object(), Json{{"amount", 1}}, Ctx());
   ASSERT_EQ(out.kind, JsOutcome::Kind::kApplied) << out.message;
   EXPECT_EQ(out.state["balance"], 1);
@@ -267,6 +271,13 @@ TEST(JsRuntime, TopLevelThrowAndLoopAndBadNamesFailTheLoad) {
   auto loop = JsRuntime::Create("t.js", "function a() {}\nwhile (true) {}", SmallLimits());
   ASSERT_FALSE(loop.ok());
   EXPECT_NE(loop.status().message().find("handler_timeout"), std::string::npos) << loop.status().message();
+  // The top level's promise jobs run within its limits, not in a later call.
+  auto job = JsRuntime::Create("t.js", "function a() {}\nPromise.resolve().then(() => { for (;;) {} });", SmallLimits());
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("handler_timeout"), std::string::npos) << job.status().message();
+  auto after = MustCreate(kAccount);
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->Call("deposit", Json::object(), Json{{"amount", 1}}, Ctx()).kind, JsOutcome::Kind::kApplied);
   auto none = JsRuntime::Create("t.js", "var x = 1;", SmallLimits());
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("defines no command"), std::string::npos);
