@@ -1,31 +1,41 @@
-// JsRuntime: one Duktape heap holding one entity type's handler file, with a
-// per-call time limit and a heap memory limit (DESIGN 3.3, docs/handlers.md).
+// JsRuntime: one entity type's handler file (or one sink's view code) loaded
+// into its own SpiderMonkey 102 realm, with a per-call CPU-time limit and a
+// memory limit (DESIGN 3.3, docs/handlers.md). Handlers may use ES2020.
 //
 // A handler file defines one top-level function per command:
 //
 //   function deposit(state, request, ctx) { state.balance += request.amount; return {balance: state.balance}; }
 //
-// Call() runs one command: `state` is a copy of the entity's current state
-// that the function changes in place, `request` the command's JSON body and
-// `ctx` = {command_id, version, exists, now}. The new state and the return
-// value (the response) come back as JSON. A thrown value rejects the command.
-// Functions whose names start with '_' are private helpers, not commands.
+// (or `const deposit = (state, request, ctx) => {...}`). Call() runs one
+// command: `state` is a copy of the entity's current state that the function
+// changes in place, `request` the command's JSON body and `ctx` =
+// {command_id, version, exists, now}. The new state and the return value (the
+// response; an async function's settled value) come back as JSON. A thrown
+// value rejects the command. Functions whose names start with '_' are
+// private helpers, not commands.
 //
 // Determinism: Date.now() and `new Date()` return ctx.now (the batch's fixed
 // timestamp), local time is UTC, Math.random() throws, and the global object
-// is frozen after the file's top level ran, so a handler cannot keep state in
-// a new global between calls.
+// and the top-level `let`/`const`/class bindings are frozen after the file's
+// top level ran, so a handler cannot keep state in a global between calls.
 //
 // Limits: a call that uses more than `timeout` of CPU time on its thread is
-// interrupted (Duktape's execution timeout check, also while an exception
-// unwinds, so try/catch cannot swallow it; CPU time, so that being preempted
-// on a busy machine does not count); an allocation that would take the heap past `memory_bytes` fails
-// after a garbage collection. Either way the call reports kTimeout or
-// kOutOfMemory and the heap is thrown away and rebuilt from the file, so
-// nothing a runaway call left behind survives it.
+// interrupted (a process-wide watchdog thread reads the calling thread's CPU
+// clock and requests SpiderMonkey's interrupt; the interrupt cannot be caught
+// by try/catch); a call whose realm's garbage-collected heap outgrows
+// `memory_bytes` is stopped (see docs/handlers.md for what is counted).
+// Either way the call reports kTimeout or kOutOfMemory and the realm is thrown
+// away and rebuilt from the file, so nothing a runaway call left behind
+// survives it.
 //
-// Threads: a JsRuntime is owned and called by one thread at a time (the
-// partition worker that created it); separate runtimes share nothing.
+// Threads: a JsRuntime is used by one thread at a time, but that thread may
+// change. SpiderMonkey has one JSContext per thread (made at the thread's
+// first runtime, destroyed when the thread exits) and a realm belongs to the
+// context that made it: a runtime called on another thread than the one that
+// built its realm rebuilds it there (so Create() on one thread and Call() on
+// another costs one extra load), and a runtime destroyed on another thread
+// leaves its realm for the owning thread to release. Separate runtimes share
+// nothing but the thread's context.
 #pragma once
 
 #include <chrono>
@@ -42,7 +52,7 @@ namespace sluice::handlers {
 
 struct JsLimits {
   std::chrono::milliseconds timeout{50};  // CPU time per call, and for the file's top level
-  size_t memory_bytes = size_t{16} << 20;  // the whole heap, built-ins included
+  size_t memory_bytes = size_t{16} << 20;  // the realm's GC heap, built-ins included (docs/handlers.md)
   uint32_t max_json_depth = 100;            // of the state and response a call returns (core/json.h)
 };
 
@@ -111,13 +121,14 @@ class JsRuntime {
   // function or a symbol come back as "null".
   JsValueOutcome CallJson(std::string_view name, std::string_view arg, int64_t now_ms);
 
-  // Heaps rebuilt after a limit was hit (for tests and stats).
+  // Realms rebuilt after a limit was hit (for tests and stats).
   uint64_t rebuilds() const { return rebuilds_; }
 
  private:
   struct Heap;
   JsRuntime(std::string file, std::string source, JsLimits limits, JsPurpose purpose);
-  // Builds a fresh heap from the file; fills commands_ the first time.
+  // Builds a fresh realm from the file on the calling thread; fills
+  // commands_ the first time.
   Status Load();
 
   const std::string file_;
