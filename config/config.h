@@ -78,7 +78,7 @@ struct WriterConfig {
   bool allow_weak_durability = false;
   // Limits of one JavaScript handler call (docs/handlers.md).
   std::chrono::milliseconds handler_timeout{50};  // 1ms..60s
-  uint64_t handler_memory = uint64_t{16} << 20;   // the heap of one partition's handlers, 1MiB..1GiB
+  uint64_t handler_memory = uint64_t{16} << 20;   // the GC heap of one partition's handler realm, 1MiB..1GiB
   // The time slice the scheduler gives each pusher thread (core/thread_slice.h):
   // short, so that a pusher woken by a commit runs at once on a busy machine.
   // 0: the kernel's default. Otherwise kMinThreadSliceUs..kMaxThreadSliceUs.
