@@ -9,16 +9,23 @@
 namespace sluice::connectors {
 namespace {
 
-// "2026-11-26T10:37:48.123456Z"
+// "2026-11-26T10:37:48.123456Z". The seconds' text is kept per thread: the
+// events of a batch mostly share their second.
 std::string IsoUtc(int64_t us) {
-  const std::time_t seconds = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buf[40];
-  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  thread_local int64_t last_second = -1;
+  thread_local std::string last_text;
+  const int64_t second = us >= 0 ? us / 1000000 : (us - 999999) / 1000000;
+  if (second != last_second) {
+    const std::time_t t = static_cast<std::time_t>(second);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[40];
+    last_text.assign(buf, std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm));
+    last_second = second;
+  }
   char frac[16];
-  std::snprintf(frac, sizeof frac, ".%06lldZ", static_cast<long long>(us % 1000000));
-  return std::string(buf, n) + frac;
+  std::snprintf(frac, sizeof frac, ".%06lldZ", static_cast<long long>(us - second * 1000000));
+  return last_text + frac;
 }
 
 void AppendJsonOrNull(std::string& out, const std::string& json) { out += json.empty() ? "null" : json; }

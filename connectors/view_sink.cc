@@ -22,6 +22,26 @@ Capabilities ViewSink::capabilities() const {
   return c;
 }
 
+namespace {
+
+// The event as the inner sink gets it: everything but what only view code
+// reads (request, response, the state before), which would only be copied.
+ChangeEvent ForInnerSink(const ChangeEvent& e) {
+  ChangeEvent out;
+  out.entity_type = e.entity_type;
+  out.partition = e.partition;
+  out.event_id = e.event_id;
+  out.entity_id = e.entity_id;
+  out.version = e.version;
+  out.deleted = e.deleted;
+  out.command_name = e.command_name;
+  out.command_id = e.command_id;
+  out.committed_at_us = e.committed_at_us;
+  return out;
+}
+
+}  // namespace
+
 std::vector<ChangeEvent> ViewSink::ShapeEvents(std::span<const ChangeEvent> events, std::vector<std::string>* rejected) {
   std::vector<ChangeEvent> out;
   out.reserve(events.size());
@@ -34,13 +54,12 @@ std::vector<ChangeEvent> ViewSink::ShapeEvents(std::span<const ChangeEvent> even
         if ((*rejected)[i].empty()) (*rejected)[i] = "view code failed";
         continue;
       case ViewCode::Shaped::Kind::kAbsent: {
-        ChangeEvent& e = out.emplace_back(events[i]);
+        ChangeEvent& e = out.emplace_back(ForInnerSink(events[i]));
         e.deleted = true;
-        e.state.clear();
         break;
       }
       case ViewCode::Shaped::Kind::kDocument: {
-        ChangeEvent& e = out.emplace_back(events[i]);
+        ChangeEvent& e = out.emplace_back(ForInnerSink(events[i]));
         e.state = std::move(shaped.document);
         break;
       }
