@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -201,10 +202,16 @@ int Verify(const Invocation& call) {
   if (vm.count("sink")) sink = vm["sink"].as<std::string>();
   Result<uint64_t> diffs = uint64_t{0};
   if (vm.count("repair")) {
-    const auto not_repairable = [](const engine::ViewCheck& check) {
+    const auto not_repairable = [&cfg](const engine::ViewCheck& check) {
       PrintViewCheck(check, std::cout);
-      std::cout << check.sink << ": not repaired: a " << check.type
-                << " sink cannot rewrite single entities (sluice verify reports its differences only)\n";
+      if (!check.not_compared.empty()) return;
+      const bool code = std::any_of(cfg->sinks.begin(), cfg->sinks.end(), [&](const config::SinkConfig& s) {
+        return s.name == check.sink && !s.code.empty();
+      });
+      std::cout << check.sink << ": not repaired: "
+                << (code ? "a view with code is not rewritten from latest states alone"
+                         : "a " + check.type + " sink cannot rewrite single entities")
+                << " (sluice verify reports its differences only)\n";
     };
     diffs = engine::VerifyAndRepair(*cfg, sink, not_repairable,
                                     [](const engine::RepairReport& r) { PrintRepairReport(r, std::cout); });

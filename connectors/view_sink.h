@@ -14,8 +14,10 @@
 // Verify, VerifyEntities and Repair shape storage's latest states the same
 // way (the code sees the latest event's state, with request, response and
 // before null), so a view whose filter and transform depend only on the
-// state verifies and repairs like a mirror. The sink's capabilities are its
-// inner sink's, plus full_events. A rebuild shadow wraps the inner sink's
+// state verifies like a mirror. The sink's capabilities are its inner
+// sink's, plus full_events, minus entity_checks and overwrite: the
+// anti-entropy and `verify --repair`, which see only latest states, leave it
+// alone (they could rewrite a row into another shape than its event made). A rebuild shadow wraps the inner sink's
 // shadow with the code read again from its file: a changed definition is
 // built into the shadow.
 //

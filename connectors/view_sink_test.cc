@@ -92,7 +92,7 @@ function transform(e) {
 )JS");
   ASSERT_NE(sink, nullptr);
   EXPECT_TRUE(sink->capabilities().full_events);
-  EXPECT_TRUE(sink->capabilities().entity_checks);  // the wrapped sink's
+  EXPECT_FALSE(sink->capabilities().entity_checks);  // the anti-entropy leaves a view with code alone
   const std::vector<ChangeEvent> events = {Event("a", 1, R"({"balance":5})"),
                                            Event("a", 2, R"({"balance":10})", R"({"balance":5})")};
   ApplyResult r = sink->Apply(events);
