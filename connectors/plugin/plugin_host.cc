@@ -373,6 +373,7 @@ class PluginSink final : public Sink {
     // plugins that set them, but the host has no use for them.
     Capabilities c;
     c.can_push = (entry_.type->capabilities & SLUICE_CAP_CAN_PUSH) != 0;
+    c.full_events = (entry_.type->capabilities & SLUICE_CAP_FULL_EVENTS) != 0;
     return c;
   }
 
@@ -394,7 +395,8 @@ class PluginSink final : public Sink {
       const ChangeEvent& e = events[i];
       const sluice_event c{static_cast<uint32_t>(event_bytes), Str(e.entity_type), e.partition, e.event_id,
                            Str(e.entity_id), e.version, static_cast<uint8_t>(e.deleted ? 1 : 0),
-                           Str(e.state), Str(e.command_name), Str(e.command_id), e.committed_at_us};
+                           Str(e.state), Str(e.command_name), Str(e.command_id), e.committed_at_us,
+                           Str(e.request), Str(e.response), Str(e.before)};
       std::memcpy(ev + i * strides_.event, &c, event_bytes);
     }
     ApplyResult out;

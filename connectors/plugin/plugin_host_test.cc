@@ -321,12 +321,15 @@ TEST(PluginSink, TypesWithoutRebuildHooksAreRefusedForRebuild) {
 
 // ---- apply()'s arrays across header versions (testdata/probe_plugin.cc) ----
 
-// What the probe answers for a rejected event: every field it received.
-std::string ProbeText(const ChangeEvent& e) {
-  return "type=" + e.entity_type + "|p=" + std::to_string(e.partition) + "|id=" + std::to_string(e.event_id) +
-         "|entity=" + e.entity_id + "|v=" + std::to_string(e.version) + "|del=" + (e.deleted ? "1" : "0") +
-         "|state=" + e.state + "|cmd=" + e.command_name + "|cmd_id=" + e.command_id +
-         "|at=" + std::to_string(e.committed_at_us);
+// What the probe answers for a rejected event: every field it received
+// (from ABI 1.3 on, the whole event: request, response, before).
+std::string ProbeText(const ChangeEvent& e, uint16_t abi_minor) {
+  std::string out = "type=" + e.entity_type + "|p=" + std::to_string(e.partition) +
+                    "|id=" + std::to_string(e.event_id) + "|entity=" + e.entity_id +
+                    "|v=" + std::to_string(e.version) + "|del=" + (e.deleted ? "1" : "0") + "|state=" + e.state +
+                    "|cmd=" + e.command_name + "|cmd_id=" + e.command_id + "|at=" + std::to_string(e.committed_at_us);
+  if (abi_minor >= 3) out += "|req=" + e.request + "|resp=" + e.response + "|before=" + e.before;
+  return out;
 }
 
 ChangeEvent Full(std::string id, uint32_t partition, uint64_t event_id, uint64_t version, bool deleted,
@@ -342,6 +345,9 @@ ChangeEvent Full(std::string id, uint32_t partition, uint64_t event_id, uint64_t
   e.command_name = std::move(command);
   e.command_id = std::move(command_id);
   e.committed_at_us = at;
+  e.request = R"({"req":")" + e.entity_id + R"("})";
+  e.response = R"({"ok":)" + std::to_string(version % 7) + "}";
+  if (version > 1 && !deleted) e.before = R"({"was":)" + std::to_string(version - 1) + "}";
   return e;
 }
 
@@ -385,7 +391,7 @@ TEST_P(PluginAbiArrays, EveryFieldArrivesAndEveryResultIsReadAtThePluginsStride)
   ASSERT_EQ(r.results.size(), all_fields.size());
   for (size_t i = 0; i < all_fields.size(); ++i) {
     EXPECT_EQ(r.results[i].outcome, Outcome::kRejected) << i;
-    EXPECT_EQ(r.results[i].reason, ProbeText(all_fields[i])) << i;
+    EXPECT_EQ(r.results[i].reason, ProbeText(all_fields[i], build.abi_minor)) << i;
   }
 
   // Outcomes of every kind, each read from its own result.
@@ -402,8 +408,10 @@ TEST_P(PluginAbiArrays, EveryFieldArrivesAndEveryResultIsReadAtThePluginsStride)
     outcomes += er.outcome == Outcome::kApplied ? 'A' : er.outcome == Outcome::kStale ? 'S' : 'R';
   }
   EXPECT_EQ(outcomes, "ASRASRAAS");
-  EXPECT_EQ(r.results[2].reason, ProbeText(mixed[2]));
-  EXPECT_EQ(r.results[5].reason, ProbeText(mixed[5]));
+  EXPECT_EQ(r.results[2].reason, ProbeText(mixed[2], build.abi_minor));
+  EXPECT_EQ(r.results[5].reason, ProbeText(mixed[5], build.abi_minor));
+  // A sink type that asks for the whole event makes the engine read it.
+  EXPECT_EQ((*sink)->capabilities().full_events, build.abi_minor >= 3);
 
   // Rows come back through scan whatever sizeof(sluice_row) the plugin has.
   auto rows = ScanPluginSink(**sink);
@@ -419,7 +427,7 @@ TEST_P(PluginAbiArrays, EveryFieldArrivesAndEveryResultIsReadAtThePluginsStride)
 INSTANTIATE_TEST_SUITE_P(HeaderVersions, PluginAbiArrays,
                          ::testing::Values(ProbeBuild{PROBE_PLUGIN, "probe", SLUICE_PLUGIN_ABI_MINOR},
                                            ProbeBuild{PROBE_OLD_PLUGIN, "probe_old", 1},
-                                           ProbeBuild{PROBE_NEXT_PLUGIN, "probe_next", 3}),
+                                           ProbeBuild{PROBE_NEXT_PLUGIN, "probe_next", 4}),
                          [](const auto& info) { return std::string(info.param.type); });
 
 // ---- shutdown() ----

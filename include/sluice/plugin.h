@@ -85,7 +85,7 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define SLUICE_PLUGIN_ABI_MAJOR 1
-#define SLUICE_PLUGIN_ABI_MINOR 2
+#define SLUICE_PLUGIN_ABI_MINOR 3
 
 /* The one symbol the host looks up in a plugin library. */
 #define SLUICE_PLUGIN_ENTRY sluice_plugin_entry
@@ -159,6 +159,13 @@ typedef struct sluice_event {
   sluice_str command_name;
   sluice_str command_id;
   int64_t committed_at_us; /* commit time, microseconds since the Unix epoch */
+  /* ---- ABI 1.3: the whole event, for a sink type with SLUICE_CAP_FULL_EVENTS
+     (empty otherwise, and from a 1.2 host) ---- */
+  sluice_str request;  /* JSON text of the command's request */
+  sluice_str response; /* JSON text of what the command answered */
+  sluice_str before;   /* JSON text of the state before the event; empty when the
+                          entity did not exist before it (a creation, or the first
+                          event after a delete) */
 } sluice_event;
 
 /* What happened to one event of a successful apply(). */
@@ -201,6 +208,7 @@ typedef struct sluice_sink_config {
 #define SLUICE_CAP_POINT_VIEW 0x1u    /* one row/key/document per entity */
 #define SLUICE_CAP_CAN_PUSH 0x2u      /* the writer may push to it */
 #define SLUICE_CAP_KEEPS_OFFSETS 0x4u /* stores offsets itself (reserved) */
+#define SLUICE_CAP_FULL_EVENTS 0x8u   /* ABI 1.3: apply() gets request, response and before */
 
 /* One sink type a plugin provides. `sink` below is what create() returned.
    Functions return a sluice_status; on failure the message is

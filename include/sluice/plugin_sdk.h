@@ -96,6 +96,12 @@ struct Event {
   std::string_view command_name;
   std::string_view command_id;
   int64_t committed_at_us = 0;
+  // ABI 1.3, for a sink type declared with SLUICE_CAP_FULL_EVENTS (empty
+  // otherwise): the command's request and response, and the state before the
+  // event (JSON text; empty when the entity did not exist before it).
+  std::string_view request;
+  std::string_view response;
+  std::string_view before;
 };
 
 enum class Outcome : uint32_t {
@@ -274,7 +280,7 @@ struct Adapter {
         self->events.push_back(Event{View(e.entity_type), e.partition, e.event_id,
                                      View(e.entity_id), e.version, e.deleted != 0,
                                      View(e.state), View(e.command_name), View(e.command_id),
-                                     e.committed_at_us});
+                                     e.committed_at_us, View(e.request), View(e.response), View(e.before)});
       }
       self->results.assign(count, EventResult{});
       Status s = self->sink.Apply(std::span<const Event>(self->events),

@@ -2,9 +2,9 @@
 // three versions of the headers (../CMakeLists.txt), to check that apply()'s
 // arrays cross the ABI intact whichever side's structs are bigger:
 //
-//   test_plugin_probe       include/sluice (ABI 1.2), type "probe"
+//   test_plugin_probe       include/sluice (ABI 1.3), type "probe"
 //   test_plugin_probe_old   abi_1_1/sluice, the headers of ABI 1.1, type "probe_old"
-//   test_plugin_probe_next  abi_next/sluice/plugin.h (a future 1.3 whose
+//   test_plugin_probe_next  abi_next/sluice/plugin.h (a future 1.4 whose
 //                           structs have more trailing fields) with today's
 //                           SDK, type "probe_next"
 //
@@ -33,8 +33,19 @@ std::string ProbeText(const Event& e) {
          "|id=" + std::to_string(e.event_id) + "|entity=" + std::string(e.entity_id) +
          "|v=" + std::to_string(e.version) + "|del=" + (e.deleted ? "1" : "0") + "|state=" + std::string(e.state) +
          "|cmd=" + std::string(e.command_name) + "|cmd_id=" + std::string(e.command_id) +
-         "|at=" + std::to_string(e.committed_at_us);
+         "|at=" + std::to_string(e.committed_at_us)
+#if SLUICE_PLUGIN_ABI_MINOR >= 3
+         + "|req=" + std::string(e.request) + "|resp=" + std::string(e.response) + "|before=" + std::string(e.before)
+#endif
+      ;
 }
+
+// The probe asks for the whole event where its headers have it (ABI 1.3).
+#if SLUICE_PLUGIN_ABI_MINOR >= 3
+constexpr uint32_t kProbeCaps = SLUICE_CAP_POINT_VIEW | SLUICE_CAP_FULL_EVENTS;
+#else
+constexpr uint32_t kProbeCaps = SLUICE_CAP_POINT_VIEW;
+#endif
 
 class Probe : public sluice::plugin_sdk::Sink {
  public:
@@ -91,7 +102,7 @@ const char* CheckedLastError(void* sink) {
 }
 
 sluice_sink_type NextType() {
-  sluice_sink_type t = sluice::plugin_sdk::SinkType<Probe>(PROBE_TYPE, SLUICE_CAP_POINT_VIEW);
+  sluice_sink_type t = sluice::plugin_sdk::SinkType<Probe>(PROBE_TYPE, kProbeCaps);
   t.apply = &CheckedApply;
   t.last_error = &CheckedLastError;
   return t;
@@ -103,5 +114,5 @@ sluice_sink_type NextType() {
 #ifdef PROBE_NEXT_ABI
 SLUICE_PLUGIN("probe_next", "1.0.0", NextType())
 #else
-SLUICE_PLUGIN("probe", "1.0.0", sluice::plugin_sdk::SinkType<Probe>(PROBE_TYPE, SLUICE_CAP_POINT_VIEW))
+SLUICE_PLUGIN("probe", "1.0.0", sluice::plugin_sdk::SinkType<Probe>(PROBE_TYPE, kProbeCaps))
 #endif

@@ -1,5 +1,5 @@
-/* A TEST header: include/sluice/plugin.h as a future ABI 1.3 might grow it,
-   with fields appended to every struct (marked "1.3, test"), for the host's
+/* A TEST header: include/sluice/plugin.h as a future ABI 1.4 might grow it,
+   with fields appended to every struct (marked "1.4, test"), for the host's
    test of a plugin built against a newer header. Keep it in step with
    include/sluice/plugin.h: the same fields, plus the appended ones. */
 /*
@@ -89,7 +89,7 @@ extern "C" {
 
 /* The ABI version this header describes. */
 #define SLUICE_PLUGIN_ABI_MAJOR 1
-#define SLUICE_PLUGIN_ABI_MINOR 3
+#define SLUICE_PLUGIN_ABI_MINOR 4
 
 /* The one symbol the host looks up in a plugin library. */
 #define SLUICE_PLUGIN_ENTRY sluice_plugin_entry
@@ -146,7 +146,7 @@ typedef struct sluice_host_api {
   int64_t (*now_us)(void* context);
   /* Monotonic time in microseconds, for deadlines and durations. */
   int64_t (*monotonic_us)(void* context);
-  void (*trace)(void* context, sluice_str what); /* 1.3, test */
+  void (*trace)(void* context, sluice_str what); /* 1.4, test */
 } sluice_host_api;
 
 /* One committed event. All strings are borrowed for the apply() call.
@@ -164,8 +164,15 @@ typedef struct sluice_event {
   sluice_str command_name;
   sluice_str command_id;
   int64_t committed_at_us; /* commit time, microseconds since the Unix epoch */
-  sluice_str trace_context; /* 1.3, test */
-  uint64_t hops;            /* 1.3, test */
+  /* ---- ABI 1.3: the whole event, for a sink type with SLUICE_CAP_FULL_EVENTS
+     (empty otherwise, and from a 1.2 host) ---- */
+  sluice_str request;  /* JSON text of the command's request */
+  sluice_str response; /* JSON text of what the command answered */
+  sluice_str before;   /* JSON text of the state before the event; empty when the
+                          entity did not exist before it (a creation, or the first
+                          event after a delete) */
+  sluice_str trace_context; /* 1.4, test */
+  uint64_t hops;            /* 1.4, test */
 } sluice_event;
 
 /* What happened to one event of a successful apply(). */
@@ -181,7 +188,7 @@ typedef enum sluice_outcome {
 typedef struct sluice_event_result {
   uint32_t outcome;  /* a sluice_outcome */
   sluice_str reason; /* SLUICE_REJECTED: plugin-owned text, valid until the next call */
-  uint64_t bytes_written; /* 1.3, test */
+  uint64_t bytes_written; /* 1.4, test */
 } sluice_event_result;
 
 /* One entity as the view holds it, reported by scan(). */
@@ -191,7 +198,7 @@ typedef struct sluice_row {
   uint64_t version;
   uint8_t deleted; /* 1: a tombstone (the entity was deleted at `version`) */
   sluice_str state; /* JSON text as stored; empty for a tombstone */
-  uint64_t stored_at_us; /* 1.3, test */
+  uint64_t stored_at_us; /* 1.4, test */
 } sluice_row;
 
 /* Receives rows from scan(); returns 0 to go on, non-zero to stop early. */
@@ -204,13 +211,14 @@ typedef struct sluice_sink_config {
   sluice_str entity_type;  /* the sink's `entity:` */
   sluice_str options_json; /* a JSON object of the sink's own keys */
   sluice_str config_dir;   /* directory of the YAML file, for relative paths */
-  sluice_str secrets_json; /* 1.3, test */
+  sluice_str secrets_json; /* 1.4, test */
 } sluice_sink_config;
 
 /* Capability bits of sluice_sink_type.capabilities. */
 #define SLUICE_CAP_POINT_VIEW 0x1u    /* one row/key/document per entity */
 #define SLUICE_CAP_CAN_PUSH 0x2u      /* the writer may push to it */
 #define SLUICE_CAP_KEEPS_OFFSETS 0x4u /* stores offsets itself (reserved) */
+#define SLUICE_CAP_FULL_EVENTS 0x8u   /* ABI 1.3: apply() gets request, response and before */
 
 /* One sink type a plugin provides. `sink` below is what create() returned.
    Functions return a sluice_status; on failure the message is
@@ -283,7 +291,7 @@ typedef struct sluice_sink_type {
      1.0 or 1.1 (whose struct_size ends before them): the 1.1 sizes. */
   uint32_t event_size;
   uint32_t event_result_size;
-  int (*checkpoint)(void* sink); /* 1.3, test */
+  int (*checkpoint)(void* sink); /* 1.4, test */
 } sluice_sink_type;
 
 /* The descriptor the entry function returns. */
@@ -303,7 +311,7 @@ typedef struct sluice_plugin {
   const char* (*last_error)(void);
   size_t sink_type_count;
   const sluice_sink_type* sink_types;
-  const char* homepage; /* 1.3, test */
+  const char* homepage; /* 1.4, test */
 } sluice_plugin;
 
 /* The entry symbol's type: returns the descriptor, no side effects. */
