@@ -1,15 +1,18 @@
-// Duktape 2.7 as the handlers build it (handlers/CMakeLists.txt: the
-// project's patched duktape.c, linked through sluice_handlers). A runtime is
-// one heap; the limits probe goes through handlers::JsRuntime, which is what
-// production runs.
+// Stock Duktape 2.7: Debian's duktape-dev duktape.c, unpatched, built for
+// this benchmark alone (bench/CMakeLists.txt; the handlers no longer use
+// Duktape). A runtime is one heap with the determinism prelude of js_engine.h
+// run before the file, as for V8 and SpiderMonkey. The limits probe runs on
+// stock Duktape too: a heap limit through Duktape's public allocator hooks,
+// and no CPU-time limit, which stock Duktape does not have.
 #include <duktape.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bench/js_engines/js_engine.h"
-#include "handlers/js_runtime.h"
 
 namespace sluice::bench::js {
 namespace {
@@ -62,6 +65,56 @@ std::string ErrorText(duk_context* ctx, const std::string& file, duk_idx_t idx) 
   return file + line + ": " + duk_safe_to_string(ctx, idx);
 }
 
+// A heap limit with stock Duktape's allocator hooks: each block carries its
+// size in front, and an allocation past the budget fails (Duktape then runs
+// a GC and, failing again, throws a RangeError in the call).
+struct Budget {
+  size_t used = 0;
+  size_t peak = 0;
+  size_t limit = 0;
+};
+constexpr size_t kHeader = 16;  // keeps the block max-aligned
+
+void* BudgetAlloc(void* udata, duk_size_t size) {
+  auto* b = static_cast<Budget*>(udata);
+  if (b->used + size > b->limit) return nullptr;
+  auto* block = static_cast<char*>(std::malloc(size + kHeader));
+  if (block == nullptr) return nullptr;
+  std::memcpy(block, &size, sizeof size);
+  b->used += size;
+  b->peak = std::max(b->peak, b->used);
+  return block + kHeader;
+}
+
+void BudgetFree(void* udata, void* ptr) {
+  if (ptr == nullptr) return;
+  auto* b = static_cast<Budget*>(udata);
+  char* block = static_cast<char*>(ptr) - kHeader;
+  size_t size = 0;
+  std::memcpy(&size, block, sizeof size);
+  b->used -= size;
+  std::free(block);
+}
+
+void* BudgetRealloc(void* udata, void* ptr, duk_size_t size) {
+  if (ptr == nullptr) return BudgetAlloc(udata, size);
+  if (size == 0) {
+    BudgetFree(udata, ptr);
+    return nullptr;
+  }
+  auto* b = static_cast<Budget*>(udata);
+  char* block = static_cast<char*>(ptr) - kHeader;
+  size_t old = 0;
+  std::memcpy(&old, block, sizeof old);
+  if (b->used - old + size > b->limit) return nullptr;
+  auto* grown = static_cast<char*>(std::realloc(block, size + kHeader));
+  if (grown == nullptr) return nullptr;
+  std::memcpy(grown, &size, sizeof size);
+  b->used = b->used - old + size;
+  b->peak = std::max(b->peak, b->used);
+  return grown + kHeader;
+}
+
 class DuktapeRuntime final : public JsEngineRuntime {
  public:
   DuktapeRuntime(std::string file, duk_context* ctx) : file_(std::move(file)), ctx_(ctx) {}
@@ -106,62 +159,77 @@ class DuktapeEngine final : public JsEngine {
       *error = "duk_create_heap failed";
       return nullptr;
     }
-    duk_push_lstring(ctx, file.data(), file.size());
-    if (duk_pcompile_lstring_filename(ctx, 0, source.data(), source.size()) != 0 ||
-        duk_pcall(ctx, 0) != DUK_EXEC_SUCCESS) {
-      *error = ErrorText(ctx, file, -1);
+    if (!Load(ctx, file, source, error)) {
       duk_destroy_heap(ctx);
       return nullptr;
     }
-    duk_pop(ctx);
     return std::make_unique<DuktapeRuntime>(file, ctx);
   }
 
   LimitProbe ProbeLimits() override {
-    using handlers::JsOutcome;
     LimitProbe p;
-    handlers::JsLimits limits;
-    limits.timeout = std::chrono::milliseconds(50);
-    limits.memory_bytes = size_t{16} << 20;
-    auto rt = handlers::JsRuntime::Create("probe.js", std::string(kProbeSource), limits);
-    if (!rt.ok()) {
-      p.cpu_limit = "probe file failed to load: " + rt.status().message();
+    p.cpu_limit_works = false;
+    p.cpu_limit =
+        "none: stock Duktape has no way to stop a running call (DUK_USE_EXEC_TIMEOUT_CHECK is compiled out of "
+        "Debian's duktape.c, duk_config.h), so `while(true){}` is not tried";
+
+    Budget budget;
+    budget.limit = size_t{16} << 20;
+    duk_context* ctx = duk_create_heap(BudgetAlloc, BudgetRealloc, BudgetFree, &budget, nullptr);
+    if (ctx == nullptr) {
+      p.memory_limit = "duk_create_heap with a 16 MiB budget failed";
       return p;
     }
-    handlers::JsContext jctx{"c1", 1, true, 1'700'000'000'000};
-    const Json state = Json::object();
-    const Json request = {{"n", 41}};
-
-    const double t0 = ThreadCpuSeconds();
-    JsOutcome spin = (*rt)->Call("spin", state, request, jctx);
-    const double spent_ms = (ThreadCpuSeconds() - t0) * 1e3;
-    JsOutcome after = (*rt)->Call("ok", state, request, jctx);
-    p.cpu_limit_works = spin.kind == JsOutcome::Kind::kTimeout && after.kind == JsOutcome::Kind::kApplied &&
-                        after.response == Json{{"ok", 42}};
-    p.cpu_limit = "exec-timeout hook (patched duktape.c), 50 ms limit: spin stopped after " +
-                  std::to_string(static_cast<int>(spent_ms)) + " ms CPU (incl. heap rebuild), next call " +
-                  (after.kind == JsOutcome::Kind::kApplied ? "ok" : "FAILED: " + after.message);
-
-    // Duktape fills 16 MiB slower than 50 ms: the memory probe gets 5 s.
-    limits.timeout = std::chrono::milliseconds(5000);
-    auto big = handlers::JsRuntime::Create("probe.js", std::string(kProbeSource), limits);
-    if (!big.ok()) {
-      p.memory_limit = "probe file failed to load: " + big.status().message();
+    std::string error;
+    if (!Load(ctx, "probe.js", std::string(kProbeSource), &error)) {
+      p.memory_limit = "probe file failed to load: " + error;
+      duk_destroy_heap(ctx);
       return p;
     }
-    JsOutcome grow = (*big)->Call("grow", state, request, jctx);
-    after = (*big)->Call("ok", state, request, jctx);
-    p.memory_limit_works = grow.kind == JsOutcome::Kind::kOutOfMemory && after.kind == JsOutcome::Kind::kApplied;
-    p.memory_limit = std::string("custom allocator with a byte budget (16 MiB): grow ") +
-                     (grow.kind == JsOutcome::Kind::kOutOfMemory ? "stopped" : "NOT stopped: " + grow.message) +
-                     ", heap rebuilt, next call " + (after.kind == JsOutcome::Kind::kApplied ? "ok" : "FAILED");
+    DuktapeRuntime rt("probe.js", ctx);  // owns ctx from here
+    const std::string request = R"({"n":41})";
+    std::string result;
+    const bool grew = rt.Call("grow", std::span(&request, 1), &result, nullptr, &error);
+    const std::string grow_error = error;
+    const size_t peak = budget.peak;
+    const bool after = rt.Call("ok", std::span(&request, 1), &result, nullptr, &error) && result == R"({"ok":42})";
+    p.memory_limit_works = !grew && after;
+    p.memory_limit = "allocator hooks of duk_create_heap with a byte budget (16 MiB): grow " +
+                     std::string(grew ? "NOT stopped" : "stopped (" + grow_error + ")") + " at " +
+                     std::to_string(peak >> 10) + " KiB, then the same heap ran ok(): " +
+                     (after ? "yes" : "no (" + error + ")");
 
-    JsOutcome clock = (*rt)->Call("clock", state, request, jctx);
-    p.determinism = "DUK_USE_DATE_GET_NOW hook + prelude: " + clock.response.dump();
+    const std::string now = "1700000000000";
+    std::string clock_result;
+    const bool ok = rt.Call("__sluice_set_now", std::span(&now, 1), &result, nullptr, &error) &&
+                    rt.Call("clock", std::span(&request, 1), &clock_result, nullptr, &error);
+    p.determinism = "prelude (Date replaced, Math.random throws): " + (ok ? clock_result : error);
 
-    auto bad = handlers::JsRuntime::Create("bad.js", "function ok(s, r, c) {}\nthrow new Error('boom');\n", limits);
-    p.error_location = bad.ok() ? "no error" : bad.status().message();
+    rt.Call("fail", std::span(&request, 1), &result, nullptr, &error);
+    p.error_location = "lineNumber of the thrown error: " + error;
     return p;
+  }
+
+ private:
+  // The prelude, then `source` at the top level; the stack left as it was.
+  static bool Load(duk_context* ctx, const std::string& file, const std::string& source, std::string* error) {
+    duk_push_string(ctx, "prelude.js");
+    if (duk_pcompile_lstring_filename(ctx, 0, kDeterminismPrelude.data(), kDeterminismPrelude.size()) != 0 ||
+        duk_pcall(ctx, 0) != DUK_EXEC_SUCCESS) {
+      *error = ErrorText(ctx, "prelude.js", -1);
+      duk_pop(ctx);
+      return false;
+    }
+    duk_pop(ctx);
+    duk_push_lstring(ctx, file.data(), file.size());
+    if (duk_pcompile_lstring_filename(ctx, 0, source.data(), source.size()) != 0 ||
+        duk_pcall(ctx, 0) != DUK_EXEC_SUCCESS) {
+      *error = ErrorText(ctx, file, -1);
+      duk_pop(ctx);
+      return false;
+    }
+    duk_pop(ctx);
+    return true;
   }
 };
 

@@ -1,14 +1,17 @@
-// The engines js_engines_bench compares, behind one small interface: Duktape
-// 2.7 (the handlers' engine today), V8 (node 18's libnode) and SpiderMonkey
-// 102 (libmozjs-102). Each backend file is compiled only when its library was
-// found (bench/CMakeLists.txt sets SLUICE_BENCH_HAVE_V8 / _MOZJS).
+// The engines js_engines_bench compares, behind one small interface: the
+// project's own handlers::JsRuntime ("sluice", SpiderMonkey 102 with the
+// handlers' sandbox, always built), SpiderMonkey 102 used directly
+// (libmozjs-102), stock Duktape 2.7 (Debian duktape-dev) and V8 (node 18's
+// libnode). Each of the last three is compiled only when its library or
+// source was found (bench/CMakeLists.txt sets SLUICE_BENCH_HAVE_MOZJS /
+// _DUKTAPE / _V8).
 //
 // Threads: an engine and every runtime it made are used by the thread that
-// made the engine (the benchmark's main thread). SpiderMonkey allows one
-// JSContext per thread, so its runtimes are realms (globals in their own
-// compartment and zone) of that thread's context; a V8 runtime is an isolate
-// with one context (or a context of a shared isolate); a Duktape runtime is a
-// heap.
+// made the engine (js_engines_bench makes a thread per engine). SpiderMonkey
+// allows one JSContext per thread, so its runtimes are realms (globals in
+// their own compartment and zone) of that thread's context, for "mozjs" as
+// for "sluice"; a V8 runtime is an isolate with one context (or a context of
+// a shared isolate); a Duktape runtime is a heap.
 #pragma once
 
 #include <time.h>
@@ -64,7 +67,10 @@ class JsEngine {
   virtual LimitProbe ProbeLimits() = 0;
 };
 
+std::unique_ptr<JsEngine> MakeSluiceEngine();
+#ifdef SLUICE_BENCH_HAVE_DUKTAPE
 std::unique_ptr<JsEngine> MakeDuktapeEngine();
+#endif
 #ifdef SLUICE_BENCH_HAVE_V8
 // shared_isolate: every runtime a context of one isolate ("v8ctx"), not an
 // isolate of its own ("v8").
@@ -86,9 +92,10 @@ inline double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-// The prelude V8 and SpiderMonkey run before a file (Duktape has the C hooks
-// of handlers/CMakeLists.txt): Date sees a fixed time set by __sluice_set_now,
-// Math.random throws. Written in ES5 so that it also runs on Duktape.
+// The prelude V8, SpiderMonkey ("mozjs") and Duktape run before a file
+// ("sluice" has the handlers' own, in C++): Date sees a fixed time set by
+// __sluice_set_now, Math.random throws. Written in ES5 so that it also runs
+// on Duktape.
 inline constexpr std::string_view kDeterminismPrelude = R"JS(
 (function (g) {
   'use strict';

@@ -1,17 +1,27 @@
 // js_engines_bench: which JavaScript engine for command handlers and for view
 // code (per-event transforms in the sync engine). Measures, per engine built
-// in (Duktape 2.7 as the handlers build it; V8 from node 18's libnode, an
-// isolate per runtime, and as "v8ctx" a context per runtime in one isolate;
-// SpiderMonkey 102, a realm per runtime), in one thread, CPU time of that thread
+// in, in one thread (a new one per engine), CPU time of that thread
 // (CLOCK_THREAD_CPUTIME_ID) after a warm-up, and of the whole process beside
-// it (V8 and SpiderMonkey compile and collect on helper threads):
+// it (V8 and SpiderMonkey compile and collect on helper threads). The engines:
+//
+//   sluice     the project's own handlers::JsRuntime (SpiderMonkey 102 with the
+//              handlers' sandbox), JSON in and out through nlohmann::json as
+//              the writer and the sinks use it (sluice_engine.cc); always built.
+//   mozjs      SpiderMonkey 102 used directly, a realm per runtime, JSON texts
+//              parsed and stringified by the engine (libmozjs-102-dev).
+//   duktape    stock Duktape 2.7, a heap per runtime (Debian duktape-dev's
+//              duktape.c, unpatched; built only when it is installed).
+//   v8, v8ctx  V8 from node 18's libnode, an isolate per runtime, or a
+//              context per runtime in one isolate (only when libnode is found).
+//
+// The workloads:
 //
 //   handler    bench/handlers/ledger.js `record` called as the writer does:
 //              state, request and ctx JSON texts parsed by the engine, the
 //              new state and response back as JSON.stringify text, the state
-//              fed to the next call (one hot entity). For Duktape also the
-//              project's own path (handlers::JsRuntime with nlohmann::json in
-//              and out) as duktape_sluice.
+//              fed to the next call (one hot entity). For sluice the texts
+//              go through nlohmann::json, and the state and response come
+//              back as CanonicalJson text (sluice_engine.cc).
 //   transform  bench/js_engines/transform.js (ES2020; Duktape cannot parse it
 //              and runs transform_es5.js), one event of ~600 bytes of JSON
 //              text in, JSON text out.
@@ -26,17 +36,20 @@
 //              same runtime after it, a heap limit, a fixed Date and no
 //              Math.random, file:line of an error (js_engine.h ProbeLimits).
 //
-//   js_engines_bench [--engines duktape,v8,v8ctx,mozjs] [--calls 100000]
+//   js_engines_bench [--engines sluice,mozjs,duktape,v8,v8ctx] [--calls 100000]
 //                    [--batches 50] [--batch-events 1000] [--runtimes 50]
 //                    [--dir SOURCE_DIR] [--if-built]
 //
 // Prints a table, the limits found, and last one line of key=value pairs
 // (bench/scenarios/js_engines.bench): <engine>_handler_us and so on, and with
 // one engine also the same keys without the prefix. --if-built skips engines
-// this build lacks (their library was not found) instead of failing. Exit status 0; 1 when a call failed or
-// two engines disagreed on an output; 2 on a bad command line.
+// this build lacks (their library was not found) instead of failing; without
+// --engines every engine built in runs, and one that is not is named on
+// stderr. Exit status 0; 1 when a call failed or two engines disagreed on an
+// output; 2 on a bad command line.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -44,11 +57,11 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/js_engines/js_engine.h"
 #include "core/json.h"
-#include "handlers/js_runtime.h"
 
 namespace sluice::bench::js {
 namespace {
@@ -71,7 +84,6 @@ struct Cost {
 struct Figures {
   std::string version;
   Cost handler;
-  Cost sluice_handler;  // Duktape only: handlers::JsRuntime
   Cost transform;
   Cost batch;
   Cost aggregate;
@@ -102,9 +114,12 @@ size_t RssBytes() {
   return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
 }
 
+// Called on an engine's thread: _Exit, since exit() would run the engines'
+// static destructors while that thread still holds its JavaScript context.
 [[noreturn]] void Fail(std::string_view engine, std::string_view what, const std::string& error) {
-  std::cerr << "js_engines_bench: " << engine << " " << what << ": " << error << "\n";
-  std::exit(1);
+  std::cout.flush();
+  std::cerr << "js_engines_bench: " << engine << " " << what << ": " << error << std::endl;
+  std::_Exit(1);
 }
 
 // One account event as the sync engine would hand it to view code: about
@@ -165,25 +180,6 @@ void MeasureHandler(JsEngine& engine, const Options& opt, Figures* f) {
     Fail(engine.name(), "record", "final state " + args[0] + " does not count " + std::to_string(done) + " calls");
   }
   f->samples.push_back(response);
-}
-
-// The same workload through the handlers' own JsRuntime (nlohmann::json in,
-// canonical text out), for the Duktape row.
-void MeasureSluiceHandler(const Options& opt, Figures* f) {
-  const std::string file = opt.dir + "/bench/handlers/ledger.js";
-  auto rt = handlers::JsRuntime::Create(file, ReadFile(file), handlers::JsLimits{});
-  if (!rt.ok()) Fail("duktape_sluice", "ledger.js", rt.status().message());
-  std::string state = "{}";
-  uint64_t done = 0;
-  f->sluice_handler = Measure(opt.calls, 1, [&](uint64_t i) {
-    const std::string request = R"({"n":)" + std::to_string(i) + R"(,"note":"writer_bench js 0123456789abcdef"})";
-    handlers::JsContext ctx{"c" + std::to_string(done), done, done > 0, 1764150000000};
-    handlers::JsOutcome out = (*rt)->Call("record", ParseJsonOrDiscarded(state), ParseJsonOrDiscarded(request), ctx);
-    if (out.kind != handlers::JsOutcome::Kind::kApplied) Fail("duktape_sluice", "record", out.message);
-    state = CanonicalJson(out.state);
-    if (CanonicalJson(out.response).empty()) Fail("duktape_sluice", "record", "empty response");
-    ++done;
-  });
 }
 
 // Whether the engine compiles transform.js; the file it is to run.
@@ -261,7 +257,10 @@ void MeasureRuntimes(JsEngine& engine, const Options& opt, const std::string& fi
 }
 
 std::unique_ptr<JsEngine> MakeEngine(const std::string& name) {
+  if (name == "sluice") return MakeSluiceEngine();
+#ifdef SLUICE_BENCH_HAVE_DUKTAPE
   if (name == "duktape") return MakeDuktapeEngine();
+#endif
 #ifdef SLUICE_BENCH_HAVE_V8
   if (name == "v8" || name == "v8ctx") return MakeV8Engine(name == "v8ctx");
 #endif
@@ -272,15 +271,39 @@ std::unique_ptr<JsEngine> MakeEngine(const std::string& name) {
 }
 
 std::vector<std::string> BuiltEngines() {
-  std::vector<std::string> names = {"duktape"};
+  std::vector<std::string> names = {"sluice"};
+#ifdef SLUICE_BENCH_HAVE_MOZJS
+  names.push_back("mozjs");
+#endif
+#ifdef SLUICE_BENCH_HAVE_DUKTAPE
+  names.push_back("duktape");
+#endif
 #ifdef SLUICE_BENCH_HAVE_V8
   names.push_back("v8");
   names.push_back("v8ctx");
 #endif
-#ifdef SLUICE_BENCH_HAVE_MOZJS
-  names.push_back("mozjs");
-#endif
   return names;
+}
+
+// Why an engine is not built in, for the message that says so.
+std::string NotBuiltWhy(const std::string& name) {
+  if (name == "duktape") return " (no Duktape source at configure time: Debian duktape-dev, SLUICE_DUKTAPE_SRC_DIR)";
+  if (name == "v8" || name == "v8ctx") return " (libnode and its include/node/v8.h not found at configure time)";
+  if (name == "mozjs") return " (mozjs-102 not found through pkg-config at configure time)";
+  return " (no such engine)";
+}
+
+// Measures one engine, on a thread of its own: a SpiderMonkey context
+// belongs to its thread and JsRuntime keeps one per thread until the thread
+// exits, so that "sluice" and "mozjs" can run in one process.
+void MeasureEngine(JsEngine& engine, const Options& opt, Figures* f) {
+  f->version = engine.version();
+  // Runtimes first, before the workloads leave freed memory to reuse.
+  const std::string transform_file = CheckEs2020(engine, opt, f);
+  MeasureRuntimes(engine, opt, transform_file, f);
+  MeasureViewCode(engine, opt, transform_file, f);
+  MeasureHandler(engine, opt, f);
+  f->limits = engine.ProbeLimits();
 }
 
 int Usage(const char* why) {
@@ -306,6 +329,7 @@ int main(int argc, char** argv) {
   using namespace sluice::bench::js;
   Options opt;
   opt.engines = BuiltEngines();
+  bool engines_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return Usage(nullptr);
@@ -320,6 +344,7 @@ int main(int argc, char** argv) {
       return *out > 0;
     };
     if (a == "--engines") {
+      engines_given = true;
       opt.engines.clear();
       std::stringstream list(v);
       for (std::string e; std::getline(list, e, ',');) opt.engines.push_back(e);
@@ -338,25 +363,30 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!engines_given) {
+    for (const std::string name : {"mozjs", "duktape", "v8"}) {
+      const std::vector<std::string> built = BuiltEngines();
+      if (std::find(built.begin(), built.end(), name) == built.end()) {
+        std::cerr << "js_engines_bench: " << name << " is not built in" << NotBuiltWhy(name) << ", no " << name
+                  << " rows\n";
+      }
+    }
+  }
   std::map<std::string, Figures> figures;
   std::vector<std::string> order;
   for (const std::string& name : opt.engines) {
-    std::unique_ptr<JsEngine> engine = MakeEngine(name);
-    if (engine == nullptr && opt.if_built) {
-      std::cerr << "js_engines_bench: " << name << " is not built in, skipped\n";
+    const std::vector<std::string> built = BuiltEngines();
+    if (std::find(built.begin(), built.end(), name) == built.end()) {
+      if (!opt.if_built) return Usage(("engine not built in: " + name + NotBuiltWhy(name)).c_str());
+      std::cerr << "js_engines_bench: " << name << " is not built in" << NotBuiltWhy(name) << ", skipped\n";
       continue;
     }
-    if (engine == nullptr) return Usage(("engine not built in: " + name).c_str());
     Figures& f = figures[name];
     order.push_back(name);
-    f.version = engine->version();
-    // Runtimes first, before the workloads leave freed memory to reuse.
-    const std::string transform_file = CheckEs2020(*engine, opt, &f);
-    MeasureRuntimes(*engine, opt, transform_file, &f);
-    MeasureViewCode(*engine, opt, transform_file, &f);
-    MeasureHandler(*engine, opt, &f);
-    if (name == "duktape") MeasureSluiceHandler(opt, &f);
-    f.limits = engine->ProbeLimits();
+    std::thread([&] {
+      std::unique_ptr<JsEngine> engine = MakeEngine(name);
+      MeasureEngine(*engine, opt, &f);
+    }).join();
   }
 
   if (order.empty()) {
@@ -388,9 +418,7 @@ int main(int argc, char** argv) {
                 cost(f.handler).c_str(), cost(f.transform).c_str(), cost(f.batch).c_str(), cost(f.aggregate).c_str(),
                 Fixed(f.runtime_kib, 0).c_str(), Fixed(f.create_ms, 3).c_str(), f.es2020 ? "yes" : "no",
                 f.limits.cpu_limit_works ? "yes" : "no", f.limits.memory_limit_works ? "yes" : "no");
-    std::printf("%-9s %-20s %-17s %-17s %-17s %-17s %-11s%s\n", "", "",
-                name == "duktape" ? cost(f.sluice_handler).c_str() : "", "", "", "", Fixed(f.runtime_used_kib, 0).c_str(),
-                name == "duktape" ? "  (second handler figure: handlers::JsRuntime, nlohmann::json in and out)" : "");
+    std::printf("%-9s %-20s %-17s %-17s %-17s %-17s %-11s\n", "", "", "", "", "", "", Fixed(f.runtime_used_kib, 0).c_str());
   }
   std::cout << "\n";
   for (const std::string& name : order) {
@@ -409,7 +437,6 @@ int main(int argc, char** argv) {
     auto put = [&](const std::string& key, const std::string& value) { kv += prefix + key + "=" + value + " "; };
     put("handler_us", Fixed(f.handler.thread_us, 3));
     put("handler_proc_us", Fixed(f.handler.process_us, 3));
-    if (f.sluice_handler.thread_us > 0) put("sluice_handler_us", Fixed(f.sluice_handler.thread_us, 3));
     put("transform_us", Fixed(f.transform.thread_us, 3));
     put("transform_proc_us", Fixed(f.transform.process_us, 3));
     put("batch_us", Fixed(f.batch.thread_us, 3));

@@ -3,6 +3,14 @@
 // context and a runtime is a global in its own compartment and zone (a realm);
 // the limits probe runs on a thread of its own with a context of its own,
 // since JSGC_MAX_BYTES and the interrupt callback are per context.
+//
+// SpiderMonkey is started once per process, and the handlers' JsRuntime (the
+// "sluice" engine, linked in either way) starts it on its first use and shuts
+// it down at exit: this engine has the JsRuntime start it (on a passing
+// thread, so that no JsRuntime context stays on this engine's thread) and
+// neither calls JS_Init nor JS_ShutDown itself. What that start sets for the
+// whole process (TZ=UTC, the Date clock hook the handlers use) does not touch
+// these runtimes, whose prelude replaces Date.
 #include <js/CallAndConstruct.h>
 #include <js/CompilationAndEvaluation.h>
 #include <js/Context.h>
@@ -26,6 +34,7 @@
 #include <unordered_map>
 
 #include "bench/js_engines/js_engine.h"
+#include "handlers/js_runtime.h"
 
 namespace sluice::bench::js {
 namespace {
@@ -193,12 +202,16 @@ bool StopIfRequested(JSContext*) { return !g_stop_requested.load(); }
 class MozjsEngine final : public JsEngine {
  public:
   MozjsEngine() {
-    JS_Init();
-    cx_ = NewContext(JS::DefaultHeapMaxBytes);
+    if (!JS_IsInitialized()) {
+      std::thread([] {
+        (void)handlers::JsRuntime::Create("start.js", "function f() {}\n", handlers::JsLimits{},
+                                          handlers::JsPurpose::kViewCode);
+      }).join();
+    }
+    if (JS_IsInitialized()) cx_ = NewContext(JS::DefaultHeapMaxBytes);
   }
   ~MozjsEngine() override {
     if (cx_ != nullptr) JS_DestroyContext(cx_);
-    JS_ShutDown();
   }
 
   std::string_view name() const override { return "mozjs"; }
