@@ -1,5 +1,6 @@
 #include "connectors/view_code.h"
 
+#include <array>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -45,9 +46,9 @@ bool IsFalsy(std::string_view json) {
   return json == "false" || json == "null" || json == "0" || json == "\"\"" || json == "-0";
 }
 
-}  // namespace
-
-std::string EventJson(const ChangeEvent& e) {
+// The event's JSON object; with `lazy`, without request, response and
+// before, which CallJsonLazy adds (LazyMembers).
+std::string EventObject(const ChangeEvent& e, bool lazy) {
   std::string out;
   out.reserve(256 + e.state.size() + e.before.size() + e.request.size() + e.response.size());
   out += '{';
@@ -65,14 +66,18 @@ std::string EventJson(const ChangeEvent& e) {
   AppendJsonString(out, e.command_name);
   AppendKey(out, "command_id");
   AppendJsonString(out, e.command_id);
-  AppendKey(out, "request");
-  AppendJsonOrNull(out, e.request);
-  AppendKey(out, "response");
-  AppendJsonOrNull(out, e.response);
+  if (!lazy) {
+    AppendKey(out, "request");
+    AppendJsonOrNull(out, e.request);
+    AppendKey(out, "response");
+    AppendJsonOrNull(out, e.response);
+  }
   AppendKey(out, "state");
   AppendJsonOrNull(out, e.deleted ? std::string() : e.state);
-  AppendKey(out, "before");
-  AppendJsonOrNull(out, e.before);
+  if (!lazy) {
+    AppendKey(out, "before");
+    AppendJsonOrNull(out, e.before);
+  }
   AppendKey(out, "deleted");
   out += e.deleted ? "true" : "false";
   AppendKey(out, "committed_at");
@@ -82,6 +87,15 @@ std::string EventJson(const ChangeEvent& e) {
   out += '}';
   return out;
 }
+
+// The members EventObject(e, true) leaves out, parsed only when read.
+std::array<std::pair<std::string_view, std::string_view>, 3> LazyMembers(const ChangeEvent& e) {
+  return {{{"request", e.request}, {"response", e.response}, {"before", e.before}}};
+}
+
+}  // namespace
+
+std::string EventJson(const ChangeEvent& e) { return EventObject(e, false); }
 
 ViewCode::ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime)
     : file_(std::move(file)), runtime_(std::move(runtime)) {
@@ -105,7 +119,12 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
 }
 
 handlers::JsValueOutcome ViewCode::Aggregate(const ChangeEvent& e) {
-  return runtime_->CallJson("aggregate", EventJson(e), e.committed_at_us / 1000);
+  return Call("aggregate", e);
+}
+
+handlers::JsValueOutcome ViewCode::Call(std::string_view function, const ChangeEvent& e) {
+  const auto lazy = LazyMembers(e);
+  return runtime_->CallJsonLazy(function, EventObject(e, true), lazy, e.committed_at_us / 1000);
 }
 
 ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
@@ -114,10 +133,8 @@ ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
     out.kind = Shaped::Kind::kAbsent;
     return out;
   }
-  const std::string event = EventJson(e);
-  const int64_t now_ms = e.committed_at_us / 1000;
   if (filter_) {
-    handlers::JsValueOutcome r = runtime_->CallJson("filter", event, now_ms);
+    handlers::JsValueOutcome r = Call("filter", e);
     if (r.kind != handlers::JsOutcome::Kind::kApplied) {
       out.kind = Shaped::Kind::kError;
       out.error = std::move(r.message);
@@ -132,7 +149,7 @@ ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
     out.document = e.state;
     return out;
   }
-  handlers::JsValueOutcome r = runtime_->CallJson("transform", event, now_ms);
+  handlers::JsValueOutcome r = Call("transform", e);
   if (r.kind != handlers::JsOutcome::Kind::kApplied) {
     out.kind = Shaped::Kind::kError;
     out.error = std::move(r.message);

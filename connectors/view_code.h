@@ -67,6 +67,10 @@ class ViewCode {
  private:
   ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime);
 
+  // Calls `function` with the event; request, response and before are
+  // parsed only if the code reads them.
+  handlers::JsValueOutcome Call(std::string_view function, const ChangeEvent& e);
+
   const std::string file_;
   std::unique_ptr<handlers::JsRuntime> runtime_;
   bool filter_ = false, transform_ = false;

@@ -172,8 +172,11 @@ struct Realm {
   std::optional<JS::PersistentRootedObject> global;
   std::optional<JS::PersistentRootedObject> functions;  // an array, in `names` order
   std::vector<std::string> names;                        // sorted
+  // kLazyMember, made before the file ran (so the file cannot change what it uses).
+  std::optional<JS::PersistentRootedObject> lazy_member;
 
   void ReleaseRoots() {
+    lazy_member.reset();
     functions.reset();
     global.reset();
   }
@@ -677,6 +680,31 @@ constexpr std::string_view kPrelude = R"JS(
 })(globalThis);
 )JS";
 
+// lazy(object, name, text): makes object[name] the value of the JSON text,
+// parsed when first read (CallJson's lazy members: what view code seldom
+// reads costs no parse). It keeps its own JSON.parse and defineProperty, so
+// that a file that replaces them changes nothing here.
+constexpr std::string_view kLazyMember = R"JS(
+(function () {
+  'use strict';
+  const parse = JSON.parse;
+  const define = Object.defineProperty;
+  return function lazy(object, name, text) {
+    define(object, name, {
+      configurable: true, enumerable: true,
+      get() {
+        const value = parse(text);
+        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
+        return value;
+      },
+      set(value) {
+        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
+      }
+    });
+  };
+})()
+)JS";
+
 // The deepest state or request a handler is given: what ParseJson ever
 // builds (SpiderMonkey's JSON.parse has no limit of its own).
 constexpr uint32_t kMaxJsonDepth = kMaxJsonDepthCap;
@@ -751,6 +779,17 @@ Status JsRuntime::Load() {
   JS::RootedValue thrown(cx);
   if (!JS::InitRealmStandardClasses(cx) || !Evaluate(cx, "prelude.js", kPrelude)) {
     return fail(file_ + ": the handler prelude failed to run");
+  }
+  {
+    JS::CompileOptions lazy_options(cx);
+    lazy_options.setFileAndLine("lazy.js", 1);
+    JS::SourceText<mozilla::Utf8Unit> lazy_text;
+    JS::RootedValue lazy(cx);
+    if (!lazy_text.init(cx, kLazyMember.data(), kLazyMember.size(), JS::SourceOwnership::Borrowed) ||
+        !JS::Evaluate(cx, lazy_options, lazy_text, &lazy) || !lazy.isObject()) {
+      return fail(file_ + ": the handler prelude failed to run");
+    }
+    realm.lazy_member.emplace(cx, &lazy.toObject());
   }
   // The top level's promise jobs run now, within its limits.
   if (!Evaluate(cx, file_.c_str(), source_) || (js::RunJobs(cx), JS_IsExceptionPending(cx))) {
@@ -967,6 +1006,12 @@ JsOutcome JsRuntime::Call(std::string_view name, const Json& state, const Json& 
 }
 
 JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, int64_t now_ms) {
+  return CallJsonLazy(name, arg, {}, now_ms);
+}
+
+JsValueOutcome JsRuntime::CallJsonLazy(std::string_view name, std::string_view arg,
+                                       std::span<const std::pair<std::string_view, std::string_view>> lazy,
+                                       int64_t now_ms) {
   JsValueOutcome out;
   if (!HasCommand(name)) {
     out.message = file_ + ": defines no function '" + std::string(name) + "'";
@@ -995,8 +1040,32 @@ JsValueOutcome JsRuntime::CallJson(std::string_view name, std::string_view arg, 
     JS::RootedValueArray<1> args(cx);
     JS::RootedValue fn(cx);
     JS::RootedValue ret(cx);
-    bool ok = FunctionOf(cx, realm, name, &fn) && ParseText(cx, arg, args[0]) &&
-              JS_CallFunctionValue(cx, nullptr, fn, args, &ret) && SettleValue(cx, &ret);
+    bool ok = FunctionOf(cx, realm, name, &fn) && ParseText(cx, arg, args[0]);
+    if (ok && !lazy.empty()) {
+      // Each lazy member: null when its text is empty, else parsed on first read.
+      ok = args[0].isObject();
+      JS::RootedObject object(cx, ok ? &args[0].toObject() : nullptr);
+      JS::RootedValue helper(cx, JS::ObjectValue(**realm.lazy_member));
+      for (const auto& [member, text] : lazy) {
+        if (!ok) break;
+        const std::string key(member);
+        if (text.empty()) {
+          ok = JS_SetProperty(cx, object, key.c_str(), JS::NullHandleValue);
+          continue;
+        }
+        JS::RootedValueArray<3> lazy_args(cx);
+        lazy_args[0].setObject(*object);
+        JS::RootedString key_string(cx, JS_NewStringCopyN(cx, key.data(), key.size()));
+        JS::RootedString text_string(cx, JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(text.data(), text.size())));
+        ok = key_string != nullptr && text_string != nullptr;
+        if (!ok) break;
+        lazy_args[1].setString(key_string);
+        lazy_args[2].setString(text_string);
+        JS::RootedValue ignored(cx);
+        ok = JS_CallFunctionValue(cx, nullptr, helper, lazy_args, &ignored);
+      }
+    }
+    ok = ok && JS_CallFunctionValue(cx, nullptr, fn, args, &ret) && SettleValue(cx, &ret);
     if (ok) {
       returned = true;
       if (ret.isUndefined() || ret.isSymbol() || (ret.isObject() && JS_ObjectIsFunction(&ret.toObject()))) {

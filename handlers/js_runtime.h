@@ -41,8 +41,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/json.h"
@@ -120,6 +122,13 @@ class JsRuntime {
   // cannot encode (a cycle, a BigInt) is kInvalidResult; undefined, a
   // function or a symbol come back as "null".
   JsValueOutcome CallJson(std::string_view name, std::string_view arg, int64_t now_ms);
+  // The same, where `arg` is a JSON object and each (member, text) of `lazy`
+  // is one more member of it: the value of the JSON text, parsed only when
+  // the function first reads it (null when the text is empty). What view
+  // code seldom reads (the request, the response, the state before) then
+  // costs no parse.
+  JsValueOutcome CallJsonLazy(std::string_view name, std::string_view arg,
+                              std::span<const std::pair<std::string_view, std::string_view>> lazy, int64_t now_ms);
 
   // Realms rebuilt after a limit was hit (for tests and stats).
   uint64_t rebuilds() const { return rebuilds_; }

@@ -421,5 +421,33 @@ TEST(JsRuntime, CallJsonErrorsNameFileAndLine) {
   EXPECT_EQ(v.kind, JsOutcome::Kind::kInvalidResult) << v.message;
 }
 
+
+TEST(JsRuntime, LazyMembersAreParsedOnlyWhenRead) {
+  auto rt = JsRuntime::Create("view.js", R"JS(
+JSON.parse = function () { throw new Error('replaced'); };  // changes nothing for lazy members
+function shallow(e) { return {id: e.id}; }
+function deep(e) { return {was: e.before.n, req: e.request, none: e.response, keys: Object.keys(e)}; }
+function writes(e) { e.before = 7; return {before: e.before}; }
+)JS", SmallLimits(), JsPurpose::kViewCode);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  const std::pair<std::string_view, std::string_view> broken[] = {{"before", "{not json"}, {"request", "{}"}};
+  // Never read: a text that does not parse costs nothing and breaks nothing.
+  JsValueOutcome v = (*rt)->CallJsonLazy("shallow", R"({"id":"a"})", broken, 0);
+  ASSERT_EQ(v.kind, JsOutcome::Kind::kApplied) << v.message;
+  EXPECT_EQ(v.json, R"({"id":"a"})");
+  v = (*rt)->CallJsonLazy("deep", R"({"id":"a"})", broken, 0);
+  EXPECT_EQ(v.kind, JsOutcome::Kind::kRejected);
+  EXPECT_NE(v.message.find("SyntaxError"), std::string::npos) << v.message;
+  const std::pair<std::string_view, std::string_view> good[] = {
+      {"before", R"({"n":4})"}, {"request", R"({"amount":5})"}, {"response", ""}};
+  v = (*rt)->CallJsonLazy("deep", R"({"id":"a"})", good, 0);
+  ASSERT_EQ(v.kind, JsOutcome::Kind::kApplied) << v.message;
+  EXPECT_EQ(ParseJsonOrDiscarded(v.json),
+            ParseJsonOrDiscarded(R"({"was":4,"req":{"amount":5},"none":null,"keys":["id","before","request","response"]})"));
+  v = (*rt)->CallJsonLazy("writes", R"({"id":"a"})", good, 0);
+  ASSERT_EQ(v.kind, JsOutcome::Kind::kApplied) << v.message;
+  EXPECT_EQ(v.json, R"({"before":7})");
+}
+
 }  // namespace
 }  // namespace sluice::handlers
