@@ -11,6 +11,7 @@
 #endif
 
 #include "cli/command.h"
+#include "connectors/sink.h"
 #include "handlers/handler_files.h"
 #include "sql/connection.h"
 #include "sql/params.h"
@@ -59,6 +60,11 @@ int ConfigCheck(const Invocation& call) {
   // Handler files are compiled as `serve` would, so a syntax error shows here with file and line.
   if (auto scripts = handlers::LoadHandlerScripts(*cfg); !scripts.ok()) {
     std::cerr << scripts.status().message() << "\n";
+    return kExitFailure;
+  }
+  // So is each sink's view code.
+  if (Status code = connectors::CheckViewCode(*cfg); !code.ok()) {
+    std::cerr << code.message() << "\n";
     return kExitFailure;
   }
   if (vm.count("print")) std::cout << cfg->Redacted();

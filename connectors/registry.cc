@@ -1,6 +1,7 @@
 #include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 #include "connectors/sink.h"
+#include "connectors/view_code.h"
 #include "connectors/view_sink.h"
 
 namespace sluice::connectors {
@@ -16,6 +17,25 @@ Result<std::unique_ptr<Sink>> MakeBareSink(const config::SinkConfig& sink, const
 }
 
 }  // namespace
+
+Status CheckViewCode(const config::Config& config) {
+  std::string problems;
+  for (const config::SinkConfig& sink : config.sinks) {
+    if (sink.code.empty()) continue;
+    bool aggregate = false;
+    for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
+      if (t.config.name == sink.type) aggregate = t.config.runs_code;
+    }
+    auto code = ViewCode::Load(sink.code, {}, aggregate ? ViewCode::Purpose::kAggregate : ViewCode::Purpose::kShape);
+    if (!code.ok()) {
+      problems += "sink " + sink.name + ": " + code.status().message() +
+                  (sink.code_origin.empty() ? "" : " (code at " + sink.code_origin + ")") + "\n";
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  problems.pop_back();
+  return InvalidArgument(problems);
+}
 
 Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
   ASSIGN_OR_RETURN(auto made, MakeBareSink(sink, global));

@@ -214,6 +214,11 @@ class Sink {
 // main storage connection for sinks that default to it.
 Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global);
 
+// Compiles the view code of every sink that has some, as starting the sink
+// would (`sluice config check`): InvalidArgument listing each problem, one
+// per line, as "sink NAME: FILE:LINE: ... (code at ORIGIN)".
+Status CheckViewCode(const config::Config& config);
+
 // The JSON value at an RFC 6901 pointer of a state, as text for a column or
 // hash field: strings as their raw text, numbers and booleans as JSON text,
 // objects and arrays as compact JSON; nullopt when absent or null.

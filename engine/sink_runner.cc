@@ -358,6 +358,9 @@ void SinkRunner::ReadLoop() {
       const bool read_any = std::any_of(r->begin(), r->end(), [](const auto& pr) { return !pr.second.events.empty(); });
       if (read_any) {
         if (Status st = barrier_->Wait(); !st.ok()) {
+          // A crash of the server could still roll back what was read: no
+          // state of it may serve as a later event's state before.
+          before.Clear();
           LogRateLimited(LogLevel::kWarn, "engine.barrier." + options_.sink.name,
                          "engine: sink " + options_.sink.name + ": events read are held back: " + st.message());
           metrics_->Retry(metrics::RetryClass::kStorageUnavailable);

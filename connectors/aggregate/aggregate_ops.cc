@@ -1,5 +1,6 @@
 #include "connectors/aggregate/aggregate_ops.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "sql/connection.h"
@@ -119,8 +120,16 @@ void OpFold::Add(const std::vector<Op>& ops) {
             row.columns[c] = Column{false, v};
           } else if (it->second.set && it->second.value.is_null()) {
             it->second.value = v;  // NULL + n counts from 0, as COALESCE does in SQL
+          } else if (it->second.set && it->second.value.is_string()) {
+            // A number set as text, then added to: MySQL would convert the
+            // text; a text that is no number counts as 0 there too.
+            const std::string& text = it->second.value.get_ref<const std::string&>();
+            char* end = nullptr;
+            const double base = std::strtod(text.c_str(), &end);
+            const bool number = !text.empty() && end == text.c_str() + text.size();
+            it->second.value = Sum(Json(number ? base : 0.0), v);
           } else if (it->second.set && !it->second.value.is_number()) {
-            it->second.value = v;  // a non-number set, then added to: MySQL would count it as 0
+            it->second.value = v;  // a boolean, object or array set, then added to: counts as 0
           } else {
             it->second.value = Sum(it->second.value, v);
           }

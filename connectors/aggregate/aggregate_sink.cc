@@ -188,8 +188,9 @@ class AggregateSink : public Sink {
       conn_->AppendQuoted(exists, live);
       auto rows = conn_->Query(exists);
       if (!rows.ok()) return Fail(rows.status(), "looking for the live tables");
-      const std::string old = live.size() + kRetiredSuffix.size() <= 64 ? live + std::string(kRetiredSuffix)
-                                                                          : live.substr(0, 60) + std::string(kRetiredSuffix);
+      const std::string old = live.size() + kRetiredSuffix.size() <= 64
+                                  ? live + std::string(kRetiredSuffix)
+                                  : live.substr(0, 64 - kRetiredSuffix.size()) + std::string(kRetiredSuffix);
       if (auto d = conn_->Execute("DROP TABLE IF EXISTS " + sql::QuoteIdent(old)); !d.ok()) {
         return Fail(d.status(), "dropping what an earlier switch-over left");
       }
@@ -273,12 +274,41 @@ class AggregateSink : public Sink {
   Status TransactBody(std::span<const ChangeEvent> events, const std::vector<size_t>& which,
                       std::vector<EventResult>& results, const std::set<size_t>& refused,
                       const std::function<void(std::string&, std::string_view)>& quote) {
+    // Every partition of the batch has a row to lock: a READ COMMITTED
+    // locking read of a missing row locks nothing, and two engines on a
+    // fresh view would both apply.
+    std::string rows = "INSERT IGNORE INTO " + offsets_table_ + " (entity_type, partition_id, event_id) VALUES ";
+    std::set<uint32_t> partitions;
+    for (size_t i : which) partitions.insert(events[i].partition);
+    for (uint32_t p : partitions) {
+      rows += rows.back() == ' ' ? "(" : ",(";
+      quote(rows, cfg_.entity);
+      rows += "," + std::to_string(p) + ",0)";
+    }
+    if (auto made = conn_->Execute(rows); !made.ok()) return made.status();
     std::string q = "SELECT partition_id, event_id FROM " + offsets_table_ + " WHERE entity_type=";
     quote(q, cfg_.entity);
     ASSIGN_OR_RETURN(auto offset_rows, conn_->Query(q + " FOR UPDATE"));
     std::map<uint32_t, uint64_t> offsets;
     for (const auto& r : offset_rows) {
       offsets[static_cast<uint32_t>(std::stoul(r[0].value_or("0")))] = std::stoull(r[1].value_or("0"));
+    }
+    // The events past the offsets must be the view's next ones, without a
+    // gap: otherwise moving the offsets would skip events never applied.
+    std::map<uint32_t, uint64_t> expect;
+    for (size_t i : which) {
+      const ChangeEvent& e = events[i];
+      const uint64_t at = offsets.count(e.partition) ? offsets[e.partition] : 0;
+      if (e.event_id <= at) continue;
+      uint64_t& next = expect.try_emplace(e.partition, at + 1).first->second;
+      if (e.event_id != next) {
+        return FailedPrecondition(
+            Context() + ": partition " + std::to_string(e.partition) + " of the view is at event " +
+            std::to_string(at) + ", so its next event is " + std::to_string(next) + ", not " +
+            std::to_string(e.event_id) + ": the view's offsets lost events (`sluice rebuild --sink " + cfg_.name +
+            "` recomputes it), or a dead letter was retried before the view reached it (it is applied then)");
+      }
+      ++next;
     }
     const auto seen = [&](const ChangeEvent& e) {
       const auto it = offsets.find(e.partition);

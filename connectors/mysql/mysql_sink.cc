@@ -174,6 +174,7 @@ Status MysqlSink::CheckOrCreateTable() {
                             sql::QuoteIdent(c.name) + " " + (c.sql_type.empty() ? std::string("TEXT") : c.sql_type) +
                             " NULL";
     auto added = conn_->Execute(add);
+    if (!added.ok() && sql::MysqlErrorCode(added.status()) == 1060) continue;  // another process added it just now
     if (!added.ok()) {
       if (added.status().code() == StatusCode::kUnavailable) return added.status().WithContext(Context());
       return FailedPrecondition(Context() + ": adding column " + c.name + " to " + where_ + ": " +

@@ -48,7 +48,7 @@ Status MysqlSink::PrepareShadowTable() {
   // The indexes an operator added to the live table, when the shadow still
   // has their columns.
   std::string q =
-      "SELECT `INDEX_NAME`, `NON_UNIQUE`, `COLUMN_NAME`, `SUB_PART` FROM information_schema.STATISTICS "
+      "SELECT `INDEX_NAME`, `NON_UNIQUE`, `COLUMN_NAME`, `SUB_PART`, `INDEX_TYPE` FROM information_schema.STATISTICS "
       "WHERE `TABLE_SCHEMA` = DATABASE() AND `INDEX_NAME` <> 'PRIMARY' AND `TABLE_NAME` = ";
   conn_->AppendQuoted(q, shadow_of_);
   q += " ORDER BY `INDEX_NAME`, `SEQ_IN_INDEX`";
@@ -69,8 +69,12 @@ Status MysqlSink::PrepareShadowTable() {
         indexes.pop_back();
       }
       usable = true;
-      indexes.push_back({name, std::string(r[1].value_or("1") == "0" ? "UNIQUE " : "") + "INDEX " +
-                                   sql::QuoteIdent(name) + " ("});
+      const std::string type = r[4].value_or("BTREE");
+      const std::string kind = type == "FULLTEXT"  ? "FULLTEXT "
+                               : type == "SPATIAL" ? "SPATIAL "
+                               : r[1].value_or("1") == "0" ? "UNIQUE "
+                                                           : "";
+      indexes.push_back({name, kind + "INDEX " + sql::QuoteIdent(name) + " ("});
     } else {
       indexes.back().second += ",";
     }
