@@ -425,6 +425,39 @@ TEST(ViewDefinitions, RewindOfAnAggregateViewRebuildsItAndSaysSo) {
   EXPECT_EQ(RunSluice({"rewind", "--config", s->path, "--sink", "per_owner", "--to", "0", "--offline"}, &out), 1);
   EXPECT_EQ(serve->Terminate(), 0);
 }
+
+TEST(AggregateViews, AViewThatLostItsOffsetsStopsInsteadOfSkippingEvents) {
+  SLUICE_REQUIRE_MYSQL();
+  auto s = MakeStack("agglost", {{"account", 2}}, "");
+  s->cfg.extra_yaml += PerOwnerSink(*s);
+  s->path = s->cfg.Write();
+  auto serve = StartSluice("serve", s->path, s->cfg.port);
+  OwnerLoad(s->cfg.port, 500, 50, 41);
+  std::string out;
+  ASSERT_TRUE(WaitCaughtUp(s->path, 60s, &out)) << out;
+  EXPECT_EQ(serve->Terminate(), 0);
+  // The view's own offsets are gone (dropped by hand); the engine's remain.
+  ASSERT_TRUE(s->db->conn().Execute("DROP TABLE sluice_vo_per_owner").ok());
+  const Rows before = s->db->Query("SELECT * FROM owner_balance ORDER BY owner");
+  serve = StartSluice("serve", s->path, s->cfg.port);
+  OwnerLoad(s->cfg.port, 50, 50, 42);
+  bool stopped = false;
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    const nlohmann::json status = StatusJson(s->path);
+    for (const auto& sink : status["sinks"]) {
+      for (const auto& p : sink["partitions"]) {
+        if (p["state"] == "stopped" && p.dump().find("the view's offsets lost events") != std::string::npos) {
+          stopped = true;
+        }
+      }
+    }
+    if (!stopped) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(stopped) << StatusJson(s->path).dump();
+  // Nothing was applied past the gap.
+  EXPECT_EQ(s->db->Query("SELECT * FROM owner_balance ORDER BY owner"), before);
+  EXPECT_EQ(serve->Terminate(), 0);
+}
 #endif
 
 }  // namespace
