@@ -26,11 +26,8 @@ Status CheckViewCode(const config::Config& config) {
     for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
       if (t.config.name == sink.type) aggregate = t.config.runs_code;
     }
-    auto code = ViewCode::Load(sink.code, {}, aggregate ? ViewCode::Purpose::kAggregate : ViewCode::Purpose::kShape);
-    if (!code.ok()) {
-      problems += "sink " + sink.name + ": " + code.status().message() +
-                  (sink.code_origin.empty() ? "" : " (code at " + sink.code_origin + ")") + "\n";
-    }
+    auto code = ViewCode::LoadFor(sink, aggregate ? ViewCode::Purpose::kAggregate : ViewCode::Purpose::kShape);
+    if (!code.ok()) problems += code.status().message() + "\n";
   }
   if (problems.empty()) return Status::Ok();
   problems.pop_back();

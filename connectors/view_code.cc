@@ -118,6 +118,15 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
   return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(runtime)));
 }
 
+Result<std::unique_ptr<ViewCode>> ViewCode::LoadFor(const config::SinkConfig& sink, Purpose purpose) {
+  auto code = Load(sink.code, {}, purpose);
+  if (!code.ok()) {
+    return InvalidArgument("sink " + sink.name + ": " + code.status().message() +
+                           (sink.code_origin.empty() ? "" : " (code at " + sink.code_origin + ")"));
+  }
+  return code;
+}
+
 handlers::JsValueOutcome ViewCode::Aggregate(const ChangeEvent& e) {
   return Call("aggregate", e);
 }

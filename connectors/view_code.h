@@ -45,6 +45,9 @@ class ViewCode {
   // cannot be read, does not compile, or lacks the functions of `purpose`.
   static Result<std::unique_ptr<ViewCode>> Load(const std::string& file, handlers::JsLimits limits = {},
                                                 Purpose purpose = Purpose::kShape);
+  // The code of `sink` (its `code:` file); InvalidArgument as
+  // "sink NAME: FILE:LINE: ... (code at ORIGIN)".
+  static Result<std::unique_ptr<ViewCode>> LoadFor(const config::SinkConfig& sink, Purpose purpose);
 
   // What the code made of one event.
   struct Shaped {

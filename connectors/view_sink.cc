@@ -8,12 +8,8 @@ ViewSink::ViewSink(std::string entity_type, std::unique_ptr<Sink> inner, std::un
     : entity_type_(std::move(entity_type)), inner_(std::move(inner)), code_(std::move(code)) {}
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::unique_ptr<Sink> inner) {
-  auto code = ViewCode::Load(sink.code);
-  if (!code.ok()) {
-    return InvalidArgument("sink " + sink.name + ": " + code.status().message() +
-                           (sink.code_origin.empty() ? "" : " (code at " + sink.code_origin + ")"));
-  }
-  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(inner), std::move(code).value()));
+  ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
+  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(inner), std::move(code)));
 }
 
 Capabilities ViewSink::capabilities() const {

@@ -10,6 +10,7 @@
 #include "connectors/view_code.h"
 #include "sql/connection.h"
 #include "sql/errors.h"
+#include "sql/params.h"
 
 namespace sluice::connectors::aggregate {
 namespace {
@@ -415,20 +416,9 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
   const AggregateSinkOptions& o = sink.Options<AggregateSinkOptions>();
   if (o.tables.empty()) return InvalidArgument(context + ": an aggregate sink needs tables");
   if (sink.code.empty()) return InvalidArgument(context + ": an aggregate sink needs code");
-  auto code = ViewCode::Load(sink.code, {}, ViewCode::Purpose::kAggregate);
-  if (!code.ok()) {
-    return InvalidArgument(context + ": " + code.status().message() +
-                           (sink.code_origin.empty() ? "" : " (code at " + sink.code_origin + ")"));
-  }
-  sql::ConnectParams p;
-  p.host = global.mysql.host;
-  p.port = global.mysql.port;
-  p.socket = global.mysql.socket;
-  p.user = global.mysql.user;
-  p.password = global.mysql.password;
-  p.database = o.database.empty() ? global.mysql.database : o.database;
-  p.connect_timeout = global.mysql.connect_timeout;
-  p.io_timeout = global.mysql.io_timeout;
+  ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kAggregate));
+  sql::ConnectParams p = sql::ParamsFrom(global.mysql);
+  if (!o.database.empty()) p.database = o.database;
   if (p.database.empty()) return InvalidArgument(context + ": no database for the view's tables");
   // Another aggregate sink writing one of its tables (a view fed by several entity types).
   std::string shared_with;
@@ -442,7 +432,7 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
       }
     }
   }
-  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code).value(), shared_with));
+  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), shared_with));
 }
 
 }  // namespace sluice::connectors::aggregate
