@@ -259,6 +259,9 @@ struct SinkConfig {
   // writes; empty: the sink mirrors each entity's state.
   std::string code;
   std::string code_origin;  // "file:line:col" of the code key, for messages
+  // Destinations the code's route(event) may pick besides the sink's own
+  // (kafka topics, elasticsearch indexes: SinkType::routes_to); empty: none.
+  std::vector<std::string> routes;
   PluginSinkConfig plugin;  // when type is not built in (a plugin's)
   // Where in the file the sink was declared ("file:line:col"), for messages.
   std::string origin;

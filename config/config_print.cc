@@ -217,6 +217,11 @@ std::string Config::Redacted() const {
     }
     if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
     if (!sink.code.empty()) out << YAML::Key << "code" << YAML::Value << sink.code;
+    if (!sink.routes.empty()) {
+      out << YAML::Key << "routes" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& r : sink.routes) out << r;
+      out << YAML::EndSeq;
+    }
     if (const SinkType* spec = sink_types ? sink_types->Find(sink.type) : nullptr) {
       YamlSinkPrinter printer(out, at, secret, secret_references);
       spec->print(sink, printer);

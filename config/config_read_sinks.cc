@@ -2,6 +2,7 @@
 // (from its SinkType), the mappings a type reads with (fields, columns) and
 // the checks that need the whole file.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -47,7 +48,7 @@ void ConfigReader::ReadSink(const Field& at, size_t index, SinkConfig* sink) {
   const std::string type = PeekScalar(at.value, "type");
   SinkRefs refs;
   refs.sink = index;
-  std::optional<Field> push_key, push_options_key;
+  std::optional<Field> push_key, push_options_key, routes_key;
 
   std::vector<KeySpec> keys = {
       {"name", kRequired, [&](const Field& f) { ReadSinkName(f, sink); }},
@@ -80,6 +81,11 @@ void ConfigReader::ReadSink(const Field& at, size_t index, SinkConfig* sink) {
        }},
       {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
       {"code", kOptional, [&](const Field& f) { ReadViewCodeFile(f, sink); }},
+      {"routes", kOptional,
+       [&](const Field& f) {
+         routes_key = f;
+         ReadRoutes(f, sink);
+       }},
   };
   // Every built-in type's keys: this sink's type's to read, the others' to
   // refuse with the type they belong to.
@@ -106,8 +112,46 @@ void ConfigReader::ReadSink(const Field& at, size_t index, SinkConfig* sink) {
   if (IsPluginSinkType(type)) sink->plugin.options_json = plugin_options.values.dump();
 
   CheckPush(sink->type, sink->push, push_key, push_options_key);
+  if (routes_key) CheckRoutes(*routes_key, *sink);
   refs.own = std::move(own);
   sink_refs_.push_back(std::move(refs));
+}
+
+// Kafka's legal topic characters, which every index name also takes.
+void ConfigReader::ReadRoutes(const Field& at, SinkConfig* sink) {
+  ForEachItem(at, "a sequence of topic or index names", [&](const Field& item) {
+    std::string name;
+    if (!ReadString(item, kNotEmpty, &name)) return;
+    const bool legal = name.size() <= 249 && name != "." && name != ".." &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+                       });
+    if (!legal) {
+      Problem(item, "'" + name + "' is not a destination name: use letters, digits, '.', '_' and '-' (at most 249)");
+      return;
+    }
+    if (std::find(sink->routes.begin(), sink->routes.end(), name) != sink->routes.end()) {
+      Problem(item, "'" + name + "' is listed twice");
+      return;
+    }
+    sink->routes.push_back(std::move(name));
+  });
+}
+
+// Routes need code that picks among them, and a type with destinations.
+void ConfigReader::CheckRoutes(const Field& at, const SinkConfig& sink) {
+  const SinkType* spec = types_->Find(sink.type);
+  if (spec == nullptr || spec->routes_to.empty()) {
+    std::string takers;
+    for (const SinkType& t : types_->all()) {
+      if (!t.routes_to.empty()) takers += std::string(takers.empty() ? "" : ", ") + std::string(t.name);
+    }
+    Problem(at, "a " + sink.type + " sink has no destinations to route to; routes apply to " + takers);
+    return;
+  }
+  if (sink.code.empty()) {
+    Problem(at, "routes need `code:` whose route(event) picks one of them for each event");
+  }
 }
 
 // Appends the keys of sinks of type `owner`: as they are for such a sink,

@@ -211,6 +211,8 @@ class ConfigReader final : public SinkOptionReader {
   void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities);
   void ReadHandlersFile(const Field& f, EntityTypeConfig* entity);
   void ReadViewCodeFile(const Field& f, SinkConfig* sink);
+  void ReadRoutes(const Field& at, SinkConfig* sink);
+  void CheckRoutes(const Field& at, const SinkConfig& sink);
   void ReadWriter(const Field& at, WriterConfig* w);
   void ReadThreadSlice(const Field& f, std::chrono::microseconds* out);
   void ReadAdmin(const Field& at, AdminConfig* a);

@@ -212,11 +212,33 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   // Keys of the other sink type are never suggested.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
-            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, code, url, key, format, fields, ttl, "
+            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, code, routes, url, key, format, fields, "
+            "ttl, "
             "tombstone_ttl)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
             "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");
+}
+
+TEST(SinkErrors, RoutesNeedCodeATypeWithDestinationsAndLegalNames) {
+  const std::string kafka = "  - {name: feed, type: kafka, entity: account, brokers: \"127.0.0.1:9092\", topic: t, ";
+  const std::string code = "code: " SLUICE_CONFIG_EXAMPLES_DIR "/views/per_owner.js, ";
+  Result<Config> ok = LoadConfigFromString(WithSinks(kafka + code + "routes: [orders.eu, Orders_US-2]}\n"), kFile);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->sinks[0].routes, (std::vector<std::string>{"orders.eu", "Orders_US-2"}));
+  EXPECT_NE(ok->Redacted().find("routes: [orders.eu, Orders_US-2]"), std::string::npos) << ok->Redacted();
+  // The column of the routes value in a one-line sink.
+  const auto at = [](const std::string& line) { return "t.yaml:11:" + std::to_string(line.find("[a]") + 1) + ": "; };
+  const std::string no_code = kafka + "routes: [a]}\n";
+  EXPECT_EQ(Errors(WithSinks(no_code)),
+            at(no_code) + "sinks[0].routes: routes need `code:` whose route(event) picks one of them for each event");
+  const std::string redis = "  - {name: c, type: redis, entity: account, key: \"k:{id}\", " + code + "routes: [a]}\n";
+  EXPECT_EQ(Errors(WithSinks(redis)), at(redis) + "sinks[0].routes: a redis sink has no destinations to route to; "
+                                                  "routes apply to elasticsearch, kafka");
+  const std::string errors = Errors(WithSinks(kafka + code + "routes: [a, \"b/c\", a, \"..\"]}\n"));
+  EXPECT_NE(errors.find("sinks[0].routes[1]: 'b/c' is not a destination name"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("sinks[0].routes[2]: 'a' is listed twice"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("sinks[0].routes[3]: '..' is not a destination name"), std::string::npos) << errors;
 }
 
 TEST(SinkErrors, MissingRequiredKeys) {

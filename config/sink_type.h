@@ -166,6 +166,13 @@ struct SinkType {
   // aggregate view): moving the engine's offsets back would re-apply nothing,
   // so `sluice rewind` rebuilds it instead.
   bool exactly_once = false;
+  // What a sink's `routes:` name (docs/views.md, routing): "topic", "index";
+  // empty when the type has no destinations to route to. destination is a
+  // sink's own (its topic or index, templates filled in); route_to points a
+  // copy of a sink's config at another.
+  std::string_view routes_to;
+  std::function<std::string(const SinkConfig& sink)> destination;
+  std::function<void(SinkConfig* sink, const std::string& destination)> route_to;
   // Starts reading one sink's keys of this type into its options (the
   // type's struct T in its folder, sink->MutableOptions<T>()). Called for
   // every type for each sink, so that config/ knows every type's key names

@@ -8,10 +8,15 @@ namespace sluice::connectors {
 
 namespace {
 
-Result<std::unique_ptr<Sink>> MakeBareSink(const config::SinkConfig& sink, const config::Config& global) {
+const BuiltinSinkType* FindBuiltin(std::string_view type) {
   for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
-    if (t.config.name == sink.type) return t.make(sink, global);
+    if (t.config.name == type) return &t;
   }
+  return nullptr;
+}
+
+Result<std::unique_ptr<Sink>> MakeBareSink(const config::SinkConfig& sink, const config::Config& global) {
+  if (const BuiltinSinkType* t = FindBuiltin(sink.type)) return t->make(sink, global);
   // Any other type is a plugin's (config accepts it only when plugins are listed).
   return plugin::MakePluginSink(sink, global);
 }
@@ -22,12 +27,12 @@ Status CheckViewCode(const config::Config& config) {
   std::string problems;
   for (const config::SinkConfig& sink : config.sinks) {
     if (sink.code.empty()) continue;
-    bool aggregate = false;
-    for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
-      if (t.config.name == sink.type) aggregate = t.config.runs_code;
-    }
+    const BuiltinSinkType* type = FindBuiltin(sink.type);
+    const bool aggregate = type != nullptr && type->config.runs_code;
     auto code = ViewCode::LoadFor(sink, aggregate ? ViewCode::Purpose::kAggregate : ViewCode::Purpose::kShape);
-    if (!code.ok()) problems += code.status().message() + "\n";
+    Status st = code.ok() ? Status::Ok() : code.status();
+    if (st.ok() && !aggregate) st = ViewSink::CheckRoutes(sink, type ? type->config.routes_to : "", **code);
+    if (!st.ok()) problems += st.message() + "\n";
   }
   if (problems.empty()) return Status::Ok();
   problems.pop_back();
@@ -37,10 +42,20 @@ Status CheckViewCode(const config::Config& config) {
 Result<std::unique_ptr<Sink>> MakeSink(const config::SinkConfig& sink, const config::Config& global) {
   ASSIGN_OR_RETURN(auto made, MakeBareSink(sink, global));
   if (sink.code.empty()) return made;
-  for (const BuiltinSinkType& t : BuiltinSinkTypeList()) {
-    if (t.config.name == sink.type && t.config.runs_code) return made;  // it runs its code itself
+  const BuiltinSinkType* type = FindBuiltin(sink.type);
+  if (type != nullptr && type->config.runs_code) return made;  // it runs its code itself
+  if (type == nullptr || type->config.routes_to.empty()) return ViewSink::Wrap(sink, std::move(made));
+  // One sink of the type per route, pointed at its topic or index.
+  std::vector<ViewSink::Destination> destinations;
+  destinations.push_back({type->config.destination(sink), std::move(made)});
+  for (const std::string& route : sink.routes) {
+    if (route == destinations.front().name) continue;
+    config::SinkConfig routed = sink;
+    type->config.route_to(&routed, route);
+    ASSIGN_OR_RETURN(auto s, MakeBareSink(routed, global));
+    destinations.push_back({route, std::move(s)});
   }
-  return ViewSink::Wrap(sink, std::move(made));
+  return ViewSink::Wrap(sink, type->config.routes_to, std::move(destinations));
 }
 
 }  // namespace sluice::connectors

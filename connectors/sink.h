@@ -70,6 +70,11 @@ struct ChangeEvent {
   std::string request;
   std::string response;
   std::string before;
+  // Set by view code's route(event) for a sink that takes them
+  // (Capabilities::record_keys: kafka): the record's key (empty: the entity
+  // id) and headers added to the sink's own.
+  std::string record_key;
+  std::vector<std::pair<std::string, std::string>> record_headers;
 };
 
 enum class Outcome : uint8_t {
@@ -101,6 +106,8 @@ struct Capabilities {
   // Apply() needs each event's request, response and state before
   // (ChangeEvent): the sink runs view code, or is a plugin that asked for them.
   bool full_events = false;
+  // Apply() writes ChangeEvent::record_key and record_headers (kafka).
+  bool record_keys = false;
 };
 
 // The latest truth about one entity, from main storage, for Verify().

@@ -42,6 +42,8 @@ bool IsObjectText(std::string_view json) {
   return at != std::string_view::npos && json[at] == '{';
 }
 
+std::string Shorten(const std::string& json) { return json.size() > 60 ? json.substr(0, 60) + "..." : json; }
+
 bool IsFalsy(std::string_view json) {
   return json == "false" || json == "null" || json == "0" || json == "\"\"" || json == "-0";
 }
@@ -101,6 +103,7 @@ ViewCode::ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtim
     : file_(std::move(file)), runtime_(std::move(runtime)) {
   filter_ = runtime_->HasCommand("filter");
   transform_ = runtime_->HasCommand("transform");
+  route_ = runtime_->HasCommand("route");
 }
 
 Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handlers::JsLimits limits, Purpose purpose) {
@@ -112,8 +115,9 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
   if (purpose == Purpose::kAggregate && !runtime->HasCommand("aggregate")) {
     return InvalidArgument(file + ": defines no aggregate(event), which an aggregate view calls for each event");
   }
-  if (purpose == Purpose::kShape && !runtime->HasCommand("filter") && !runtime->HasCommand("transform")) {
-    return InvalidArgument(file + ": defines neither filter(event) nor transform(event)");
+  if (purpose == Purpose::kShape && !runtime->HasCommand("filter") && !runtime->HasCommand("transform") &&
+      !runtime->HasCommand("route")) {
+    return InvalidArgument(file + ": defines none of filter(event), transform(event) and route(event)");
   }
   return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(runtime)));
 }
@@ -170,12 +174,65 @@ ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
   }
   if (!IsObjectText(r.json)) {
     out.kind = Shaped::Kind::kError;
-    out.error = file_ + ": transform() returned " + (r.json.size() > 60 ? r.json.substr(0, 60) + "..." : r.json) +
+    out.error = file_ + ": transform() returned " + Shorten(r.json) +
                 " for " + e.entity_type + "/" + e.entity_id + " version " + std::to_string(e.version) +
                 "; it must return an object (the document) or null (not in the view)";
     return out;
   }
   out.document = std::move(r.json);
+  return out;
+}
+
+ViewCode::Routed ViewCode::Route(const ChangeEvent& e) {
+  Routed out;
+  handlers::JsValueOutcome r = Call("route", e);
+  const auto fail = [&](std::string why) {
+    out.kind = Routed::Kind::kError;
+    out.error = file_ + ": route() " + std::move(why) + " for " + e.entity_type + "/" + e.entity_id + " version " +
+                std::to_string(e.version);
+    return out;
+  };
+  if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+    out.kind = Routed::Kind::kError;
+    out.error = std::move(r.message);
+    return out;
+  }
+  auto parsed = ParseJson(r.json);
+  if (!parsed.ok()) return fail("returned no JSON value");
+  const Json& v = *parsed;
+  const auto take_to = [&](const Json& to) {
+    if (to.is_null()) return true;
+    if (!to.is_string() || to.get_ref<const std::string&>().empty()) return false;
+    out.kind = Routed::Kind::kTo;
+    out.to = to.get<std::string>();
+    return true;
+  };
+  const std::string shape = "; it must return a name of the sink's routes, null (the sink's own), or {to, key, headers}";
+  if (!v.is_object()) {
+    if (!take_to(v)) return fail("returned " + Shorten(r.json) + shape);
+    return out;
+  }
+  for (const auto& [member, value] : v.items()) {
+    if (member == "to") {
+      if (!take_to(value)) return fail("returned `to` " + Shorten(value.dump()) + "; it must be a name or null");
+    } else if (member == "key") {
+      if (value.is_null()) continue;
+      if (!value.is_string()) return fail("returned `key` " + Shorten(value.dump()) + "; it must be a string");
+      out.key = value.get<std::string>();
+    } else if (member == "headers") {
+      if (value.is_null()) continue;
+      if (!value.is_object()) return fail("returned `headers` " + Shorten(value.dump()) + "; it must be an object of strings");
+      for (const auto& [name, text] : value.items()) {
+        if (!text.is_string()) return fail("returned header " + name + " = " + Shorten(text.dump()) + "; a header is a string");
+        if (name.empty() || name.starts_with("sluice-")) {
+          return fail("returned header '" + name + "'; header names are not empty and sluice-* are sluice's own");
+        }
+        out.headers.emplace_back(name, text.get<std::string>());
+      }
+    } else {
+      return fail("returned a member `" + member + "`" + shape);
+    }
+  }
   return out;
 }
 

@@ -6,6 +6,11 @@
 //                     not, and the sink removes it as a versioned delete
 //   transform(event)  the document the sink writes in place of the state
 //                     (an object); null or undefined: not in the view
+//   route(event)      where the sink writes it: a name of the sink's
+//                     `routes` (a topic, an index), or null for the sink's
+//                     own; or an object {to, key, headers} that also sets a
+//                     kafka record's key (a string) and headers (an object
+//                     of strings)
 //
 // `event` is the whole event (EventJson): type, id, version, event_id,
 // partition, command, command_id, request, response, state (null when
@@ -23,6 +28,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "connectors/sink.h"
 #include "core/status.h"
@@ -62,6 +69,23 @@ class ViewCode {
   };
   Shaped Shape(const ChangeEvent& e);
 
+  // What route(event) picked for one event.
+  struct Routed {
+    enum class Kind : uint8_t {
+      kOwn,    // the sink's own destination
+      kTo,     // `to`, which the caller checks against the sink's routes
+      kError,  // the code failed or returned something else: `error` says why
+    };
+    Kind kind = Kind::kOwn;
+    std::string to;
+    std::string key;  // a kafka record's key; empty: the entity id
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::string error;
+  };
+  // The code defines route(event).
+  bool routes() const { return route_; }
+  Routed Route(const ChangeEvent& e);
+
   // kAggregate: what aggregate(event) returned, as JSON text.
   handlers::JsValueOutcome Aggregate(const ChangeEvent& e);
 
@@ -76,7 +100,7 @@ class ViewCode {
 
   const std::string file_;
   std::unique_ptr<handlers::JsRuntime> runtime_;
-  bool filter_ = false, transform_ = false;
+  bool filter_ = false, transform_ = false, route_ = false;
 };
 
 }  // namespace sluice::connectors

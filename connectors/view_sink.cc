@@ -1,19 +1,47 @@
 #include "connectors/view_sink.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace sluice::connectors {
 
-ViewSink::ViewSink(std::string entity_type, std::unique_ptr<Sink> inner, std::unique_ptr<ViewCode> code)
-    : entity_type_(std::move(entity_type)), inner_(std::move(inner)), code_(std::move(code)) {}
+ViewSink::ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code)
+    : entity_type_(std::move(entity_type)),
+      destinations_(std::move(destinations)),
+      code_(std::move(code)),
+      log_(destinations_.front().sink->capabilities().verifies_history) {}
+
+Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::string_view routes_to,
+                                          std::vector<Destination> destinations) {
+  ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
+  RETURN_IF_ERROR(CheckRoutes(sink, routes_to, *code));
+  if (destinations.size() != 1 + sink.routes.size() - (std::find(sink.routes.begin(), sink.routes.end(),
+                                                                  destinations.front().name) != sink.routes.end())) {
+    return InvalidArgument("sink " + sink.name + ": routes need a sink made for each of them");
+  }
+  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(destinations), std::move(code)));
+}
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::unique_ptr<Sink> inner) {
-  ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
-  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(inner), std::move(code)));
+  std::vector<Destination> destinations;
+  destinations.push_back({std::string(), std::move(inner)});
+  return Wrap(sink, std::string_view(), std::move(destinations));
+}
+
+Status ViewSink::CheckRoutes(const config::SinkConfig& sink, std::string_view routes_to, const ViewCode& code) {
+  if (!sink.routes.empty() && !code.routes()) {
+    return InvalidArgument("sink " + sink.name + ": routes are declared but " + code.file() +
+                           " defines no route(event) to pick one of them");
+  }
+  if (code.routes() && routes_to.empty()) {
+    return InvalidArgument("sink " + sink.name + ": " + code.file() + " defines route(event), but a " + sink.type +
+                           " sink has no destinations to route to");
+  }
+  return Status::Ok();
 }
 
 Capabilities ViewSink::capabilities() const {
-  Capabilities c = inner_->capabilities();
+  Capabilities c = own().capabilities();
   c.full_events = true;
   // The anti-entropy and `verify --repair` see only the latest state of an
   // entity, not the request, response and state before its code may read:
@@ -21,7 +49,39 @@ Capabilities ViewSink::capabilities() const {
   // leave a view with code alone; `sluice verify` still compares it.
   c.entity_checks = false;
   c.overwrite = false;
+  c.record_keys = false;  // what the code sets; nothing a caller may set
   return c;
+}
+
+template <class F>
+Status ViewSink::ForEachDestination(F&& each) {
+  for (Destination& d : destinations_) {
+    Status st = each(*d.sink);
+    if (!st.ok()) {
+      return destinations_.size() == 1 ? st : st.WithContext("destination " + d.name);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ViewSink::Open() {
+  return ForEachDestination([](Sink& s) { return s.Open(); });
+}
+
+Status ViewSink::Flush() {
+  return ForEachDestination([](Sink& s) { return s.Flush(); });
+}
+
+Status ViewSink::Health() {
+  return ForEachDestination([](Sink& s) { return s.Health(); });
+}
+
+void ViewSink::Close() {
+  for (Destination& d : destinations_) d.sink->Close();
+}
+
+Status ViewSink::PromoteRebuildShadow() {
+  return ForEachDestination([](Sink& s) { return s.PromoteRebuildShadow(); });
 }
 
 namespace {
@@ -42,106 +102,213 @@ ChangeEvent ForInnerSink(const ChangeEvent& e) {
   return out;
 }
 
-}  // namespace
-
-std::vector<ChangeEvent> ViewSink::ShapeEvents(std::span<const ChangeEvent> events, std::vector<std::string>* rejected) {
-  std::vector<ChangeEvent> out;
-  out.reserve(events.size());
-  rejected->assign(events.size(), std::string());
-  for (size_t i = 0; i < events.size(); ++i) {
-    ViewCode::Shaped shaped = code_->Shape(events[i]);
-    switch (shaped.kind) {
-      case ViewCode::Shaped::Kind::kError:
-        (*rejected)[i] = "view code: " + shaped.error;
-        if ((*rejected)[i].empty()) (*rejected)[i] = "view code failed";
-        continue;
-      case ViewCode::Shaped::Kind::kAbsent: {
-        ChangeEvent& e = out.emplace_back(ForInnerSink(events[i]));
-        e.deleted = true;
-        break;
-      }
-      case ViewCode::Shaped::Kind::kDocument: {
-        ChangeEvent& e = out.emplace_back(ForInnerSink(events[i]));
-        e.state = std::move(shaped.document);
-        break;
-      }
-    }
-  }
+// A versioned delete of e's entity at e's version.
+ChangeEvent DeleteOf(const ChangeEvent& e) {
+  ChangeEvent out = ForInnerSink(e);
+  out.deleted = true;
   return out;
 }
 
-template <class F>
-ApplyResult ViewSink::ApplyShaped(std::span<const ChangeEvent> events, F&& apply) {
-  std::vector<std::string> rejected;
-  const std::vector<ChangeEvent> shaped = ShapeEvents(events, &rejected);
-  ApplyResult inner;
-  if (!shaped.empty()) {
-    inner = apply(std::span<const ChangeEvent>(shaped));
-    if (!inner.status.ok()) return inner;
-    if (inner.results.size() != shaped.size()) return inner;  // the loop reports the broken contract
+}  // namespace
+
+Result<size_t> ViewSink::RouteOf(const ChangeEvent& e, ViewCode::Routed* routed) {
+  *routed = code_->Route(e);
+  switch (routed->kind) {
+    case ViewCode::Routed::Kind::kError:
+      return InvalidArgument(routed->error.empty() ? "route() failed" : routed->error);
+    case ViewCode::Routed::Kind::kOwn:
+      return size_t{0};
+    case ViewCode::Routed::Kind::kTo:
+      for (size_t d = 0; d < destinations_.size(); ++d) {
+        if (destinations_[d].name == routed->to) return d;
+      }
+      break;
   }
+  std::string known;
+  for (const Destination& d : destinations_) {
+    if (!d.name.empty()) known += (known.empty() ? "" : ", ") + d.name;
+  }
+  return InvalidArgument(code_->file() + ": route() returned '" + routed->to + "' for " + e.entity_type + "/" +
+                         e.entity_id + " version " + std::to_string(e.version) +
+                         ", which is not one of the sink's destinations (" + known + ")");
+}
+
+std::optional<size_t> ViewSink::RouteBefore(const ChangeEvent& e) {
+  if (e.before.empty()) return std::nullopt;
+  ChangeEvent was = ForInnerSink(e);
+  was.deleted = false;
+  was.state = e.before;
+  was.request = e.request;
+  was.response = e.response;
+  ViewCode::Routed routed;
+  auto d = RouteOf(was, &routed);
+  if (!d.ok()) return std::nullopt;
+  return *d;
+}
+
+ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
+  Plan plan;
+  plan.events.resize(destinations_.size());
+  plan.writes.resize(destinations_.size());
+  plan.rejected.assign(events.size(), std::string());
+  for (auto& v : plan.events) v.reserve(destinations_.size() == 1 ? events.size() : 0);
+  const auto add = [&](size_t d, size_t i, bool own, ChangeEvent e) {
+    plan.events[d].push_back(std::move(e));
+    plan.writes[d].push_back({i, own});
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    const ChangeEvent& e = events[i];
+    ViewCode::Shaped shaped = code_->Shape(e);
+    if (shaped.kind == ViewCode::Shaped::Kind::kError) {
+      plan.rejected[i] = "view code: " + shaped.error;
+      if (shaped.error.empty()) plan.rejected[i] = "view code failed";
+      continue;
+    }
+    const bool absent = shaped.kind == ViewCode::Shaped::Kind::kAbsent;
+    ChangeEvent out = absent ? DeleteOf(e) : ForInnerSink(e);
+    if (!absent) out.state = std::move(shaped.document);
+    if (!code_->routes()) {
+      add(0, i, true, std::move(out));
+      continue;
+    }
+    if (absent && !log_) {
+      // A point view holds the entity in at most one destination: gone from all.
+      for (size_t d = 0; d < destinations_.size(); ++d) add(d, i, d == 0, out);
+      continue;
+    }
+    ViewCode::Routed routed;
+    auto to = RouteOf(e, &routed);
+    if (!to.ok()) {
+      plan.rejected[i] = "view code: " + to.status().message();
+      continue;
+    }
+    if (!routed.key.empty() || !routed.headers.empty()) {
+      if (!destinations_[*to].sink->capabilities().record_keys) {
+        plan.rejected[i] = "view code: " + code_->file() + ": route() set a key or headers, which a " +
+                           "sink of this type does not write (kafka records have them)";
+        continue;
+      }
+      out.record_key = std::move(routed.key);
+      out.record_headers = std::move(routed.headers);
+    }
+    if (!log_) {
+      // Moved: out of where it was, at this version. Where it was unknown
+      // (the code fails on the state before): out of every other destination.
+      const std::optional<size_t> was = RouteBefore(e);
+      if (!e.before.empty() && was != to.value()) {
+        for (size_t d = 0; d < destinations_.size(); ++d) {
+          if (d != *to && (!was || d == *was)) add(d, i, false, DeleteOf(e));
+        }
+      }
+    }
+    add(*to, i, true, std::move(out));
+  }
+  return plan;
+}
+
+template <class F>
+ApplyResult ViewSink::ApplyPlanned(std::span<const ChangeEvent> events, F&& apply) {
+  Plan plan = PlanEvents(events);
   ApplyResult out;
   out.results.resize(events.size());
-  size_t next = 0;
+  std::vector<std::string> moved_out(events.size());  // a delete that moves the entity out was rejected
+  for (size_t d = 0; d < destinations_.size(); ++d) {
+    if (plan.events[d].empty()) continue;
+    ApplyResult r = apply(*destinations_[d].sink, std::span<const ChangeEvent>(plan.events[d]));
+    if (!r.status.ok()) return r;
+    if (r.results.size() != plan.events[d].size()) return r;  // the loop reports the broken contract
+    for (size_t k = 0; k < r.results.size(); ++k) {
+      const Plan::Write& w = plan.writes[d][k];
+      if (w.own) {
+        out.results[w.event] = std::move(r.results[k]);
+      } else if (r.results[k].outcome == Outcome::kRejected) {
+        moved_out[w.event] = "removing it from " + destinations_[d].name + ": " + r.results[k].reason;
+      }
+    }
+  }
   for (size_t i = 0; i < events.size(); ++i) {
-    if (!rejected[i].empty()) {
-      out.results[i] = EventResult{Outcome::kRejected, std::move(rejected[i])};
-    } else {
-      out.results[i] = std::move(inner.results[next++]);
+    if (!plan.rejected[i].empty()) {
+      out.results[i] = EventResult{Outcome::kRejected, std::move(plan.rejected[i])};
+    } else if (!moved_out[i].empty() && out.results[i].outcome != Outcome::kRejected) {
+      out.results[i] = EventResult{Outcome::kRejected, std::move(moved_out[i])};
     }
   }
   return out;
 }
 
 ApplyResult ViewSink::Apply(std::span<const ChangeEvent> events) {
-  return ApplyShaped(events, [&](std::span<const ChangeEvent> shaped) { return inner_->Apply(shaped); });
+  return ApplyPlanned(events, [](Sink& s, std::span<const ChangeEvent> part) { return s.Apply(part); });
 }
 
 ApplyResult ViewSink::Repair(std::span<const ChangeEvent> events, RepairGuard guard) {
-  return ApplyShaped(events, [&](std::span<const ChangeEvent> shaped) { return inner_->Repair(shaped, guard); });
+  return ApplyPlanned(events, [guard](Sink& s, std::span<const ChangeEvent> part) { return s.Repair(part, guard); });
 }
 
-std::vector<EntitySnapshot> ViewSink::ShapeTruth(std::span<const EntitySnapshot> truth) {
-  std::vector<EntitySnapshot> out;
-  out.reserve(truth.size());
+std::vector<std::vector<EntitySnapshot>> ViewSink::ShapeTruth(std::span<const EntitySnapshot> truth) {
+  std::vector<std::vector<EntitySnapshot>> out(destinations_.size());
   for (const EntitySnapshot& s : truth) {
-    EntitySnapshot& shaped = out.emplace_back(s);
-    if (s.deleted) continue;
-    ChangeEvent e;
-    e.entity_type = entity_type_;
-    e.entity_id = s.entity_id;
-    e.version = s.version;
-    e.state = s.state;
-    ViewCode::Shaped r = code_->Shape(e);
-    if (r.kind == ViewCode::Shaped::Kind::kDocument) {
-      shaped.state = std::move(r.document);
+    EntitySnapshot shaped = s;
+    size_t to = 0;
+    if (!s.deleted) {
+      ChangeEvent e;
+      e.entity_type = entity_type_;
+      e.entity_id = s.entity_id;
+      e.version = s.version;
+      e.state = s.state;
+      ViewCode::Shaped r = code_->Shape(e);
+      ViewCode::Routed routed;
+      Result<size_t> d = code_->routes() ? RouteOf(e, &routed) : Result<size_t>(size_t{0});
+      if (r.kind == ViewCode::Shaped::Kind::kDocument && d.ok()) {
+        shaped.state = std::move(r.document);
+        to = *d;
+      } else {
+        // Not in the view (or the code fails on it, and the event is a dead letter).
+        shaped.deleted = true;
+        shaped.state.clear();
+      }
+    }
+    if (shaped.deleted) {
+      for (auto& part : out) part.push_back(shaped);  // absent everywhere
     } else {
-      // Not in the view (or the code fails on it, and the event is a dead letter).
-      shaped.deleted = true;
-      shaped.state.clear();
+      out[to].push_back(std::move(shaped));
     }
   }
   return out;
 }
 
 Status ViewSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
-  return inner_->Verify(ShapeTruth(truth), differences);
+  std::vector<std::vector<EntitySnapshot>> parts = ShapeTruth(truth);
+  size_t d = 0;
+  return ForEachDestination([&](Sink& s) { return s.Verify(parts[d++], differences); });
 }
 
 Status ViewSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
-  const std::vector<EntitySnapshot> shaped = ShapeTruth(truth);
-  return inner_->VerifyEntities(shaped, differences);
+  std::vector<std::vector<EntitySnapshot>> parts = ShapeTruth(truth);
+  size_t d = 0;
+  return ForEachDestination([&](Sink& s) { return s.VerifyEntities(parts[d++], differences); });
 }
 
 Status ViewSink::VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) {
-  std::vector<std::string> rejected;
-  return inner_->VerifyHistory(ShapeEvents(history, &rejected), differences);
+  Plan plan = PlanEvents(history);
+  size_t d = 0;
+  return ForEachDestination([&](Sink& s) {
+    std::vector<ChangeEvent> own;
+    for (size_t k = 0; k < plan.events[d].size(); ++k) {
+      if (plan.writes[d][k].own) own.push_back(std::move(plan.events[d][k]));
+    }
+    ++d;
+    return s.VerifyHistory(own, differences);
+  });
 }
 
 Result<std::unique_ptr<Sink>> ViewSink::MakeRebuildShadow() const {
-  ASSIGN_OR_RETURN(auto shadow, inner_->MakeRebuildShadow());
+  std::vector<Destination> shadows;
+  for (const Destination& d : destinations_) {
+    ASSIGN_OR_RETURN(auto shadow, d.sink->MakeRebuildShadow());
+    shadows.push_back({d.name, std::move(shadow)});
+  }
   ASSIGN_OR_RETURN(auto code, ViewCode::Load(code_->file()));
-  return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadow), std::move(code)));
+  return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadows), std::move(code)));
 }
 
 }  // namespace sluice::connectors

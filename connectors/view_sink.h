@@ -11,21 +11,34 @@
 //   an error        a rejection of that event alone (a dead letter), with
 //                   the code's message; the rest of the batch goes on
 //
+// Routing: a sink with `routes:` has one destination per route (its topic or
+// index; a sink of its type made for it) besides its own, and the code's
+// route(event) picks one for each event. A log (kafka) writes each event
+// where its route says. A point view (elasticsearch) keeps each entity in
+// one place: when the route of the state before differs from the event's,
+// the old destination gets a versioned delete at the event's version, and a
+// delete, or an entity that leaves the view, is a versioned delete in every
+// destination. An event is applied when its destination applied it, and
+// rejected when any of its writes was.
+//
 // Verify, VerifyEntities and Repair shape storage's latest states the same
 // way (the code sees the latest event's state, with request, response and
-// before null), so a view whose filter and transform depend only on the
-// state verifies like a mirror. The sink's capabilities are its inner
+// before null), so a view whose filter, transform and route depend only on
+// the state verifies like a mirror. The sink's capabilities are its inner
 // sink's, plus full_events, minus entity_checks and overwrite: the
 // anti-entropy and `verify --repair`, which see only latest states, leave it
-// alone (they could rewrite a row into another shape than its event made). A rebuild shadow wraps the inner sink's
-// shadow with the code read again from its file: a changed definition is
-// built into the shadow.
+// alone (they could rewrite a row into another shape than its event made). A
+// rebuild shadow wraps the destinations' shadows with the code read again
+// from its file: a changed definition is built into the shadow.
 //
 // Threads: as any Sink (one caller at a time).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "connectors/sink.h"
 #include "connectors/view_code.h"
@@ -34,38 +47,74 @@ namespace sluice::connectors {
 
 class ViewSink : public Sink {
  public:
-  ViewSink(std::string entity_type, std::unique_ptr<Sink> inner, std::unique_ptr<ViewCode> code);
+  // Where events go: the sink's own destination (first; `name` is its topic
+  // or index, or empty) and one per route.
+  struct Destination {
+    std::string name;
+    std::unique_ptr<Sink> sink;
+  };
 
-  // Wraps `inner` with the code of sink.code; InvalidArgument when the code
-  // does not load.
+  ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code);
+
+  // Wraps `destinations` (the sink's own first, then one per sink.routes
+  // other than the own one) with the code of sink.code; `routes_to` is the
+  // type's (config::SinkType). InvalidArgument when the code does not load or
+  // does not fit the routes (CheckRoutes).
+  static Result<std::unique_ptr<Sink>> Wrap(const config::SinkConfig& sink, std::string_view routes_to,
+                                            std::vector<Destination> destinations);
+  // The same for a sink without routes.
   static Result<std::unique_ptr<Sink>> Wrap(const config::SinkConfig& sink, std::unique_ptr<Sink> inner);
+  // Routes need route(event) in the code, and route(event) needs a type with
+  // destinations (`routes_to`, empty when it has none).
+  static Status CheckRoutes(const config::SinkConfig& sink, std::string_view routes_to, const ViewCode& code);
 
-  const std::string& name() const override { return inner_->name(); }
+  const std::string& name() const override { return own().name(); }
   Capabilities capabilities() const override;
-  Status Open() override { return inner_->Open(); }
+  Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;
-  Status Flush() override { return inner_->Flush(); }
-  Status Health() override { return inner_->Health(); }
-  void Close() override { inner_->Close(); }
+  Status Flush() override;
+  Status Health() override;
+  void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
   Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override;
   Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
   ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
-  Status PromoteRebuildShadow() override { return inner_->PromoteRebuildShadow(); }
+  Status PromoteRebuildShadow() override;
 
  private:
-  // The events as the inner sink gets them; kError ones are left out, their
-  // rejection in `rejected` (index -> reason).
-  std::vector<ChangeEvent> ShapeEvents(std::span<const ChangeEvent> events, std::vector<std::string>* rejected);
-  std::vector<EntitySnapshot> ShapeTruth(std::span<const EntitySnapshot> truth);
-  // Runs `apply` on the shaped events and merges its results with the rejections.
+  // What each destination gets of a batch: its events, and for each the
+  // index of the event it came from and whether it is that event's own write
+  // (else a versioned delete that moves the entity out).
+  struct Plan {
+    struct Write {
+      size_t event = 0;
+      bool own = true;
+    };
+    std::vector<std::vector<ChangeEvent>> events;  // per destination
+    std::vector<std::vector<Write>> writes;        // per destination, beside events
+    std::vector<std::string> rejected;             // per event: why, or empty
+  };
+  Sink& own() const { return *destinations_.front().sink; }
+  // Shapes and routes `events`.
+  Plan PlanEvents(std::span<const ChangeEvent> events);
+  // The destination of route(e): its index, or an error.
+  Result<size_t> RouteOf(const ChangeEvent& e, ViewCode::Routed* routed);
+  // Where the entity was before `e`: its destination, or nullopt when
+  // unknown (no state before, or the code fails on it).
+  std::optional<size_t> RouteBefore(const ChangeEvent& e);
+  // Runs `apply` on each destination's part of the plan and merges the results.
   template <class F>
-  ApplyResult ApplyShaped(std::span<const ChangeEvent> events, F&& apply);
+  ApplyResult ApplyPlanned(std::span<const ChangeEvent> events, F&& apply);
+  // Storage's latest states as the view should hold them, per destination.
+  std::vector<std::vector<EntitySnapshot>> ShapeTruth(std::span<const EntitySnapshot> truth);
+  template <class F>
+  Status ForEachDestination(F&& each);
 
   const std::string entity_type_;
-  std::unique_ptr<Sink> inner_;
+  std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
+  const bool log_;  // the destinations are logs (every event where its route says; no moves)
 };
 
 }  // namespace sluice::connectors

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/json.h"
 #include "tests/support/config_support.h"
 
@@ -18,10 +20,15 @@ class RecordingSink : public Sink {
   std::vector<EntitySnapshot> verified;
   Status fail;  // when set, Apply fails the whole batch
 
+  bool log = false;  // says it is a log (verifies_history, record_keys), like kafka
+  std::vector<ChangeEvent> history;  // what VerifyHistory was given
+
   const std::string& name() const override { return name_; }
   Capabilities capabilities() const override {
     Capabilities c;
-    c.entity_checks = true;
+    c.entity_checks = !log;
+    c.verifies_history = log;
+    c.record_keys = log;
     return c;
   }
   Status Open() override { return Status::Ok(); }
@@ -39,6 +46,10 @@ class RecordingSink : public Sink {
   void Close() override {}
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>&) override {
     verified = truth;
+    return Status::Ok();
+  }
+  Status VerifyHistory(const std::vector<ChangeEvent>& events, std::vector<Difference>&) override {
+    history = events;
     return Status::Ok();
   }
 
@@ -78,9 +89,175 @@ class ViewSinkTest : public ::testing::Test {
     return made.ok() ? std::move(made).value() : nullptr;
   }
 
+  // A ViewSink routing between destinations "orders" (its own), "orders.eu"
+  // and "orders.us", each a RecordingSink (logs when `log`).
+  std::unique_ptr<Sink> MakeRouted(const std::string& code, bool log) {
+    config::SinkConfig c;
+    c.name = "view";
+    c.type = log ? "kafka" : "elasticsearch";
+    c.entity = "order";
+    c.routes = {"orders.eu", "orders.us"};
+    c.code = dir_.Write("route.js", code).string();
+    std::vector<ViewSink::Destination> destinations;
+    routed_.clear();
+    for (const char* name : {"orders", "orders.eu", "orders.us"}) {
+      auto inner = std::make_unique<RecordingSink>();
+      inner->log = log;
+      routed_[name] = inner.get();
+      destinations.push_back({name, std::move(inner)});
+    }
+    auto made = ViewSink::Wrap(c, log ? "topic" : "index", std::move(destinations));
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    return made.ok() ? std::move(made).value() : nullptr;
+  }
+
   testing::ScratchDir dir_;
   RecordingSink* recorder_ = nullptr;
+  std::map<std::string, RecordingSink*> routed_;
 };
+
+ChangeEvent Order(std::string id, uint64_t version, std::string region, std::string before_region = "") {
+  ChangeEvent e = Event(std::move(id), version, region.empty() ? "" : R"({"region":")" + region + R"("})",
+                        before_region.empty() ? "" : R"({"region":")" + before_region + R"("})");
+  e.entity_type = "order";
+  e.deleted = region.empty();
+  return e;
+}
+
+constexpr char kRouteByRegion[] = R"JS(
+function route(e) {
+  const s = e.state ?? e.before;
+  if (s.region === 'nowhere') return 'orders.nowhere';
+  if (s.region === 'bad-header') return {to: null, headers: {'sluice-version': '1'}};
+  if (s.region === 'other') return null;
+  return {to: `orders.${s.region}`, key: `${s.region}/${e.id}`, headers: {region: s.region}};
+}
+)JS";
+
+TEST_F(ViewSinkTest, ALogWritesEachEventWhereItsRouteSays) {
+  auto sink = MakeRouted(kRouteByRegion, /*log=*/true);
+  ASSERT_NE(sink, nullptr);
+  const std::vector<ChangeEvent> events = {Order("a", 1, "eu"),           Order("b", 1, "us"),
+                                           Order("a", 2, "us", "eu"),     Order("c", 1, "other"),
+                                           Order("a", 3, "", "us"),       Order("d", 1, "nowhere"),
+                                           Order("e", 1, "bad-header")};
+  ApplyResult r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok());
+  ASSERT_EQ(r.results.size(), events.size());
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r.results[i].outcome, Outcome::kApplied) << i;
+  EXPECT_EQ(r.results[5].outcome, Outcome::kRejected);
+  EXPECT_NE(r.results[5].reason.find("'orders.nowhere'"), std::string::npos) << r.results[5].reason;
+  EXPECT_NE(r.results[5].reason.find("orders, orders.eu, orders.us"), std::string::npos) << r.results[5].reason;
+  EXPECT_EQ(r.results[6].outcome, Outcome::kRejected);
+  EXPECT_NE(r.results[6].reason.find("sluice-* are sluice's own"), std::string::npos) << r.results[6].reason;
+
+  ASSERT_EQ(routed_["orders.eu"]->applied.size(), 1u);
+  const ChangeEvent& eu = routed_["orders.eu"]->applied[0];
+  EXPECT_EQ(eu.entity_id, "a");
+  EXPECT_EQ(eu.record_key, "eu/a");
+  ASSERT_EQ(eu.record_headers.size(), 1u);
+  EXPECT_EQ(eu.record_headers[0], std::make_pair(std::string("region"), std::string("eu")));
+  // A log keeps every event where it went: no delete follows a move, and
+  // the delete goes where route() sends it (here by the state before).
+  ASSERT_EQ(routed_["orders.us"]->applied.size(), 3u);
+  EXPECT_EQ(routed_["orders.us"]->applied[0].entity_id, "b");
+  EXPECT_EQ(routed_["orders.us"]->applied[1].version, 2u);
+  EXPECT_TRUE(routed_["orders.us"]->applied[2].deleted);
+  ASSERT_EQ(routed_["orders"]->applied.size(), 1u);  // null: the sink's own
+  EXPECT_EQ(routed_["orders"]->applied[0].entity_id, "c");
+  EXPECT_TRUE(routed_["orders"]->applied[0].record_key.empty());
+
+  // verify compares each destination with the events routed to it.
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->VerifyHistory(events, diffs).ok());
+  EXPECT_EQ(routed_["orders.eu"]->history.size(), 1u);
+  EXPECT_EQ(routed_["orders.us"]->history.size(), 3u);
+  EXPECT_EQ(routed_["orders"]->history.size(), 1u);
+}
+
+TEST_F(ViewSinkTest, APointViewMovesAnEntityWithAVersionedDelete) {
+  auto sink = MakeRouted(R"JS(
+function route(e) { return e.state.region === 'other' ? null : 'orders.' + e.state.region; }
+function transform(e) { return {region: e.state.region, v: e.version}; }
+)JS",
+                         /*log=*/false);
+  ASSERT_NE(sink, nullptr);
+  const std::vector<ChangeEvent> events = {Order("a", 1, "eu"), Order("a", 2, "us", "eu"), Order("a", 3, "us", "us"),
+                                           Order("a", 4, "", "us"), Order("b", 7, "other", "mars")};
+  ApplyResult r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(r.results[i].outcome, Outcome::kApplied) << i;
+  const auto& eu = routed_["orders.eu"]->applied;
+  const auto& us = routed_["orders.us"]->applied;
+  const auto& own = routed_["orders"]->applied;
+  // eu: the document at 1, out at 2 (moved to us), out at 4 (deleted), out at 7 ('mars' fails route()).
+  ASSERT_EQ(eu.size(), 4u);
+  EXPECT_FALSE(eu[0].deleted);
+  EXPECT_EQ(eu[0].state, R"({"region":"eu","v":1})");
+  EXPECT_TRUE(eu[1].deleted);
+  EXPECT_EQ(eu[1].version, 2u);
+  EXPECT_TRUE(eu[2].deleted);
+  EXPECT_EQ(eu[2].version, 4u);
+  EXPECT_EQ(eu[3].entity_id, "b");
+  EXPECT_TRUE(eu[3].deleted);
+  // us: in at 2 and 3 (no move: nothing deleted elsewhere), out at 4 and 7.
+  ASSERT_EQ(us.size(), 4u);
+  EXPECT_EQ(us[0].version, 2u);
+  EXPECT_EQ(us[1].version, 3u);
+  EXPECT_TRUE(us[2].deleted);
+  EXPECT_TRUE(us[3].deleted);
+  ASSERT_EQ(own.size(), 2u);
+  EXPECT_TRUE(own[0].deleted);  // the delete at 4 reaches every destination
+  EXPECT_EQ(own[1].entity_id, "b");
+  EXPECT_FALSE(own[1].deleted);
+
+  // A key is a kafka record's: a point view refuses the event.
+  auto keyed = MakeRouted("function route(e) { return {to: 'orders.eu', key: 'k'}; }\n", /*log=*/false);
+  ASSERT_NE(keyed, nullptr);
+  r = keyed->Apply(std::vector<ChangeEvent>{Order("a", 1, "eu")});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.results[0].outcome, Outcome::kRejected);
+  EXPECT_NE(r.results[0].reason.find("key or headers"), std::string::npos) << r.results[0].reason;
+}
+
+TEST_F(ViewSinkTest, VerifyOfARoutedPointViewGivesEachDestinationItsEntities) {
+  auto sink = MakeRouted("function route(e) { return 'orders.' + e.state.region; }\n", /*log=*/false);
+  ASSERT_NE(sink, nullptr);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->Verify({{"a", 3, false, R"({"region":"eu"})"}, {"b", 2, false, R"({"region":"us"})"},
+                            {"c", 5, true, ""}},
+                           diffs)
+                  .ok());
+  ASSERT_EQ(routed_["orders.eu"]->verified.size(), 2u);  // a, and c (deleted: absent everywhere)
+  EXPECT_EQ(routed_["orders.eu"]->verified[0].entity_id, "a");
+  EXPECT_TRUE(routed_["orders.eu"]->verified[1].deleted);
+  ASSERT_EQ(routed_["orders.us"]->verified.size(), 2u);
+  EXPECT_EQ(routed_["orders.us"]->verified[0].entity_id, "b");
+  ASSERT_EQ(routed_["orders"]->verified.size(), 1u);
+}
+
+TEST_F(ViewSinkTest, RoutesAndRouteMustComeTogether) {
+  config::SinkConfig c;
+  c.name = "view";
+  c.type = "kafka";
+  c.entity = "order";
+  c.routes = {"orders.eu"};
+  c.code = dir_.Write("noroute.js", "function transform(e) { return e.state; }\n").string();
+  std::vector<ViewSink::Destination> destinations;
+  destinations.push_back({"orders", std::make_unique<RecordingSink>()});
+  destinations.push_back({"orders.eu", std::make_unique<RecordingSink>()});
+  auto made = ViewSink::Wrap(c, "topic", std::move(destinations));
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("defines no route(event)"), std::string::npos) << made.status().message();
+  // route() on a type without destinations (redis, mysql, plugins).
+  c.type = "redis";
+  c.routes.clear();
+  c.code = dir_.Write("route.js", "function route(e) { return null; }\n").string();
+  made = ViewSink::Wrap(c, std::make_unique<RecordingSink>());
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("a redis sink has no destinations"), std::string::npos)
+      << made.status().message();
+}
 
 TEST_F(ViewSinkTest, TheCodeSeesTheWholeEvent) {
   auto sink = Make(R"JS(
@@ -208,7 +385,7 @@ TEST_F(ViewSinkTest, CodeThatDoesNotLoadIsAClearError) {
   c.code = dir_.Write("nothing.js", "function helper() {}\n").string();
   made = ViewSink::Wrap(c, std::make_unique<RecordingSink>());
   ASSERT_FALSE(made.ok());
-  EXPECT_NE(made.status().message().find("neither filter(event) nor transform(event)"), std::string::npos);
+  EXPECT_NE(made.status().message().find("none of filter(event), transform(event) and route(event)"), std::string::npos);
 }
 
 }  // namespace

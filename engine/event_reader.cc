@@ -1,6 +1,9 @@
 #include "engine/event_reader.h"
 
 #include <algorithm>
+#include <iterator>
+
+#include "engine/before_states.h"
 
 namespace sluice::engine {
 namespace {
@@ -105,19 +108,23 @@ Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, co
 }
 
 Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, const std::string& type,
-                                                         uint32_t partitions, uint32_t page) {
+                                                         uint32_t partitions, uint32_t page, bool full_events) {
   std::vector<connectors::ChangeEvent> all;
   page = std::max<uint32_t>(1, page);
+  const auto columns = full_events ? sql::EventLog::Columns::kFull : sql::EventLog::Columns::kView;
   for (uint32_t p = 0; p < partitions; ++p) {
+    BeforeStates before;
     uint64_t after = 0;
     for (;;) {
       // Not cut at a gap (I3 forbids one): the events past it are history too.
-      ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, {{p, after}}, page, sql::EventLog::Columns::kView));
+      ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, {{p, after}}, page, columns));
       std::vector<sql::EventRow>& list = rows[p];
       if (list.empty()) break;
       after = list.back().event_id;
       const bool full = list.size() >= page;
-      for (auto& r : list) all.push_back(ToChangeEvent(std::move(r), type, p));
+      std::vector<connectors::ChangeEvent> events = ToChangeEvents(std::move(list), type, p);
+      if (full_events) RETURN_IF_ERROR(before.Fill(log, type, p, events));
+      std::move(events.begin(), events.end(), std::back_inserter(all));
       if (!full) break;
     }
   }

@@ -45,9 +45,11 @@ Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::EventLog& log, 
 
 // Every event of the type, partition by partition in event_id order, gaps
 // included (what `verify` checks a log sink against, record by record),
-// read `page` events per statement.
+// read `page` events per statement. With `full_events`, each event also
+// carries its request, response and state before (what view code sees).
 Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, const std::string& type,
-                                                         uint32_t partitions, uint32_t page = 10000);
+                                                         uint32_t partitions, uint32_t page = 10000,
+                                                         bool full_events = false);
 
 // The latest event of each of the first `limit` entities of (type,
 // partition) whose id sorts after `after_id` (bytewise; empty: from the

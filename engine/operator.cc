@@ -145,7 +145,8 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
     auto& truth = truth_by_type[s.entity];
     std::vector<connectors::ChangeEvent> history;
     if (log) {
-      ASSIGN_OR_RETURN(history, ReadHistory(*events, s.entity, config.entities.at(s.entity).partitions));
+      ASSIGN_OR_RETURN(history, ReadHistory(*events, s.entity, config.entities.at(s.entity).partitions, 10000,
+                                            view->capabilities().full_events));
     } else if (truth.empty()) {
       ASSIGN_OR_RETURN(truth, ReadTruth(*events, s.entity, config.entities.at(s.entity).partitions));
     }

@@ -9,14 +9,21 @@
 //       dead-letters exactly the events it fails on, and the partition
 //       carries on with the rest
 //   (c) a push sink with view code gets the state before from the writer
+//   (d) routing: a kafka topic per region (key and headers from the code) and
+//       an OpenSearch index per region, while the engine is killed: every
+//       event is in its region's topic once, every live entity in exactly its
+//       region's index
+#include <atomic>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/config_support.h"
+#include "tests/support/kafka_support.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::testing {
@@ -274,6 +281,152 @@ function transform(event) {
   EXPECT_EQ(j["req"], 40);
   EXPECT_EQ(j["_version"], 3);
   redis.Run({"DEL", values.begin()->first});
+}
+
+// The region of an account's state: its balance decides, so the load moves
+// accounts between regions all the time. "other" goes to the sink's own
+// topic or index (route() returns null for it).
+constexpr const char* kRouteByRegion = R"JS(
+const REGIONS = ['eu', 'us', 'other'];
+function route(event) {
+  const s = event.state ?? event.before;  // a delete is routed by the state it ends
+  const region = REGIONS[s.balance % 3];
+  const to = region === 'other' ? null : `${PREFIX}.${region}`;
+  return {to, key: `${region}/${event.id}`, headers: {region, command: event.command}};
+}
+)JS";
+
+std::string RegionOf(const Json& state) {
+  static const char* kRegions[] = {"eu", "us", "other"};
+  return kRegions[state["balance"].get<int64_t>() % 3];
+}
+
+TEST(Views, RoutedToATopicAndAnIndexPerRegionWhileTheEngineIsKilled) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_OPENSEARCH();
+  SLUICE_REQUIRE_KAFKA();
+  TestDatabase db("viewroute");
+  ScratchDir dir;
+  const std::string prefix = UniquePrefix("route");
+  IndexDeleter indexes;
+  indexes.Set(prefix + "-other");
+  IndexDeleter eu_index, us_index;
+  eu_index.Set(prefix + ".eu");
+  us_index.Set(prefix + ".us");
+  std::string kafka_code = kRouteByRegion;
+  kafka_code.replace(kafka_code.find("${PREFIX}"), 9, prefix);
+  // OpenSearch: no key or headers (a point view), the same regions.
+  const std::string search_code = std::string("const PREFIX = '") + prefix + "';\n" + R"JS(
+function route(event) {
+  const region = ['eu', 'us', 'other'][event.state.balance % 3];
+  return region === 'other' ? null : `${PREFIX}.${region}`;
+}
+function transform(event) { return {balance: event.state.balance, owner: event.state.owner}; }
+)JS";
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 4}};
+  cfg.port = FreePort();
+  cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n  retry_backoff_max: 500ms\n"
+                   "sinks:\n"
+                   "  - name: regions\n    type: kafka\n    entity: account\n"
+                   "    brokers: \"" + KafkaBrokers() + "\"\n"
+                   "    topic: " + prefix + "-other\n    create_topic: true\n"
+                   "    routes: [" + prefix + ".eu, " + prefix + ".us]\n"
+                   "    code: " + dir.Write("kafka.js", kafka_code).string() + "\n"
+                   "  - name: search\n    type: elasticsearch\n    entity: account\n"
+                   "    url: http://127.0.0.1:" + std::to_string(OpenSearchPort()) + "\n"
+                   "    index: " + prefix + "-other\n"
+                   "    routes: [" + prefix + ".eu, " + prefix + ".us]\n"
+                   "    code: " + dir.Write("search.js", search_code).string() + "\n";
+  const std::string path = cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"config", "check", "--config", path}, &out), 0) << out;
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  auto writer = StartSluice("writer", path, cfg.port);
+  auto engine = StartSluice("sync", path, cfg.port);
+  std::atomic<bool> done{false};
+  std::thread load([&] {
+    MixedLoad(cfg.port, 3000, 200, 8, 11);
+    done = true;
+  });
+  for (int kill = 0; kill < 2 && !done; ++kill) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    engine->Kill();  // between a delivery and its offset flush, the topics must not get a record twice
+    engine = StartSluice("sync", path, cfg.port);
+  }
+  load.join();
+  ASSERT_TRUE(WaitCaughtUp(path, 180s, &out)) << out;
+  const Json st = StatusJson(path);
+  EXPECT_EQ(SinkTotal(st, "regions", "dead_lettered"), 0u);
+  EXPECT_EQ(SinkTotal(st, "search", "dead_lettered"), 0u);
+
+  // Every event, with the region its route() gives (a delete: the state it ends).
+  std::map<std::string, std::set<std::pair<std::string, uint64_t>>> want;  // topic -> (id, version)
+  size_t events = 0;
+  for (int p = 0; p < 4; ++p) {
+    Json before;
+    std::string last_id;
+    for (auto& r : db.Query("SELECT entity_id, version, deleted, state FROM ev_account_p00" + std::to_string(p) +
+                            " ORDER BY entity_id, version")) {
+      if (*r[0] != last_id) before = Json();
+      last_id = *r[0];
+      const bool deleted = r[2].value_or("0") != "0";
+      const Json state = deleted ? Json() : Json::parse(r[3].value_or("null"));
+      const std::string region = RegionOf(deleted ? before : state);
+      want[region == "other" ? prefix + "-other" : prefix + "." + region].insert({*r[0], std::stoull(*r[1])});
+      before = state;
+      ++events;
+    }
+  }
+  ASSERT_GT(events, 2000u);
+  size_t records = 0;
+  for (const auto& [topic, expected] : want) {
+    std::string error;
+    const std::vector<KafkaRecord> got = ReadTopic(topic, &error);
+    ASSERT_TRUE(error.empty()) << topic << ": " << error;
+    std::set<std::pair<std::string, uint64_t>> seen;
+    for (const KafkaRecord& rec : got) {
+      const Json v = Json::parse(rec.value);
+      const std::string id = v["id"].get<std::string>();
+      const uint64_t version = v["version"].get<uint64_t>();
+      EXPECT_TRUE(seen.insert({id, version}).second) << topic << ": " << id << " v" << version << " twice";
+      const std::string region = topic == prefix + "-other" ? "other" : topic.substr(prefix.size() + 1);
+      EXPECT_EQ(rec.key, region + "/" + id);
+      EXPECT_EQ(rec.headers.count("region") ? rec.headers.at("region") : "", region);
+      EXPECT_EQ(rec.headers.count("command") ? rec.headers.at("command") : "", v["command"].get<std::string>());
+    }
+    EXPECT_EQ(seen, expected) << topic;
+    records += got.size();
+  }
+  EXPECT_EQ(records, events);  // nothing lost, nothing twice, across kills
+
+  // OpenSearch: each live account in exactly its latest region's index.
+  const auto latest = Latest(db);
+  std::map<std::string, std::map<std::string, Json>> docs;  // index -> id -> doc
+  for (const std::string& index : {prefix + "-other", prefix + ".eu", prefix + ".us"}) {
+    for (auto& [id, doc] : SearchDocs(index)) {
+      if (!doc.contains("_sluice_deleted")) docs[index][id] = doc;
+    }
+  }
+  size_t live = 0, placed = 0;
+  for (const auto& [id, latest_event] : latest) {
+    const auto& [deleted, state] = latest_event;
+    for (const auto& [index, in_index] : docs) {
+      const bool here = in_index.count(id) > 0;
+      const std::string region = deleted ? "" : RegionOf(state);
+      const bool belongs = !deleted && index == (region == "other" ? prefix + "-other" : prefix + "." + region);
+      EXPECT_EQ(here, belongs) << id << " in " << index;
+      if (here && belongs) {
+        EXPECT_EQ(in_index.at(id)["balance"], state["balance"]);
+        ++placed;
+      }
+    }
+    live += deleted ? 0 : 1;
+  }
+  EXPECT_GT(live, 100u);
+  EXPECT_EQ(placed, live);
+  EXPECT_EQ(VerifyViews(path, &out), 0) << out;
 }
 
 }  // namespace

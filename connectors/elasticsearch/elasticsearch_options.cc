@@ -141,6 +141,11 @@ BuiltinSinkType ElasticsearchSinkType() {
     return std::make_unique<ElasticsearchKeys>(reader, *sink);
   };
   t.print = PrintElasticsearchSink;
+  t.routes_to = "index";
+  t.destination = [](const config::SinkConfig& sink) { return IndexName(sink); };
+  t.route_to = [](config::SinkConfig* sink, const std::string& index) {
+    sink->MutableOptions<ElasticsearchSinkOptions>().index = index;
+  };
   return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {
             return MakeElasticsearchSink(sink, global);
           }};

@@ -14,6 +14,7 @@
 
 #include "config/redact.h"
 #include "connectors/kafka/kafka_sink.h"
+#include "connectors/kafka/record_codec.h"
 #include "core/names.h"
 
 namespace sluice::connectors::kafka {
@@ -197,6 +198,13 @@ BuiltinSinkType KafkaSinkType() {
     return std::make_unique<KafkaKeys>(reader, *sink);
   };
   t.print = PrintKafkaSink;
+  t.routes_to = "topic";
+  t.destination = [](const config::SinkConfig& sink) {
+    return TopicName(sink.Options<KafkaSinkOptions>().topic, sink.entity);
+  };
+  t.route_to = [](config::SinkConfig* sink, const std::string& topic) {
+    sink->MutableOptions<KafkaSinkOptions>().topic = topic;
+  };
   return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {
             return MakeKafkaSink(sink, global);
           }};

@@ -45,6 +45,7 @@ class KafkaSink final : public Sink {
     Capabilities c;
     c.can_push = false;  // a log of every event, not one row per entity
     c.verifies_history = true;
+    c.record_keys = true;
     return c;
   }
 
@@ -405,7 +406,7 @@ class KafkaSink final : public Sink {
     const std::string event_id = std::to_string(e.event_id);
     const std::string partition = std::to_string(e.partition);
     for (;;) {
-      rd_kafka_headers_t* headers = rd_kafka_headers_new(positions.empty() ? 4 : 5);
+      rd_kafka_headers_t* headers = rd_kafka_headers_new((positions.empty() ? 4 : 5) + e.record_headers.size());
       auto add = [&](std::string_view name, std::string_view v) {
         rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), v.data(),
                             static_cast<ssize_t>(v.size()));
@@ -415,9 +416,11 @@ class KafkaSink final : public Sink {
       add(kHeaderEventId, event_id);
       add(kHeaderPartition, partition);
       if (!positions.empty()) add(kHeaderPositions, positions);
+      for (const auto& [name, v] : e.record_headers) add(name, v);
+      const std::string& key = e.record_key.empty() ? e.entity_id : e.record_key;
       const rd_kafka_resp_err_t err = rd_kafka_producev(
           producer_.get(), RD_KAFKA_V_RKT(rkt_), RD_KAFKA_V_PARTITION(tp), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_KEY(e.entity_id.data(), e.entity_id.size()),
+          RD_KAFKA_V_KEY(key.data(), key.size()),
           RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(headers),
           RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(index))), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();  // the record owns the headers now
