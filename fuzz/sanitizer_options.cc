@@ -10,7 +10,7 @@
 // leaked: libFuzzer's per-input leak check (which runs with the thread's
 // engine still up) stopped at the first seed that ran a JavaScript command
 // ("Direct leak ... allocated from libmozjs-102.so.0", 594 allocations).
-// JS_ShutDown at exit (handlers/js_runtime.cc) releases them, so the check
+// JS_ShutDown at exit (handlers/js_thread_engine.cc) releases them, so the check
 // at exit is not where they showed up. The library is not instrumented and is built without frame
 // pointers, so each such stack is one frame deep and names the library; the
 // suppression matches only allocations whose frames are in it, and

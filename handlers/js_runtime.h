@@ -139,6 +139,18 @@ class JsRuntime {
   // Builds a fresh realm from the file on the calling thread; fills
   // commands_ the first time.
   Status Load();
+  // Whose words a call's failure is told in: Call()'s (the handler of a
+  // command, handler_timeout) or CallJson()'s ("file: name()", file:LINE).
+  enum class Wording : uint8_t { kCommand, kFunction };
+  // The one way Call() and CallJsonLazy() run a function of the file, and so
+  // the one place the limits are enforced (js_runtime.cc): loads the realm on
+  // the calling thread if need be, has `args_of` build the arguments, calls
+  // function `name` with Date at `now_ms` under limits_, and has `encode` turn
+  // what it returned into text; a call stopped at a limit rebuilds the realm.
+  // Returns the outcome's kind; `message` says why when it is not kApplied.
+  template <typename ArgsOf, typename Encode>
+  JsOutcome::Kind CallFunction(Wording wording, std::string_view name, int64_t now_ms, ArgsOf&& args_of,
+                               Encode&& encode, std::string* message);
 
   const std::string file_;
   const std::string source_;
