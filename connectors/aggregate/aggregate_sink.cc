@@ -225,23 +225,49 @@ class AggregateSink : public Sink {
     return out;
   }
 
-  // A live table whose columns are not the declared ones (the definition
-  // changed): the sink waits (backoff) until a rebuild replaces the tables,
-  // rather than adding to columns that would hold only part of the events.
+  // A live table whose columns, types or primary key are not the declared
+  // ones (the definition changed): the sink waits (backoff) until a rebuild
+  // replaces the tables, rather than adding to columns that would hold only
+  // part of the events, or that hold another type than the code writes.
   Status CheckDeclaredTables() {
     for (const AggregateTable& t : options().tables) {
-      std::string q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
+      std::string q = "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
+                      "WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
       conn_->AppendQuoted(q, t.name + suffix_);
       auto rows = conn_->Query(q);
       if (!rows.ok()) return Fail(rows.status(), "reading the columns of " + t.name + suffix_);
       if (rows->empty()) continue;  // created below
-      std::set<std::string> have, want;
-      for (const auto& r : *rows) have.insert(Lower(r[0].value_or("")));
-      for (const auto& c : t.key) want.insert(Lower(c.name));
-      for (const auto& c : t.columns) want.insert(Lower(c.name));
-      if (have != want) {
-        return Unavailable(Context() + ": table " + t.name + " does not have the columns the config declares; "
-                           "its definition changed: `sluice rebuild --sink " + cfg_.name +
+      struct Live {
+        std::string name, type;
+        bool key = false;
+      };
+      std::map<std::string, Live> live;  // by lower-case name
+      for (const auto& r : *rows) {
+        live[Lower(r[0].value_or(""))] = {r[0].value_or(""), r[1].value_or(""), r[2].value_or("") == "PRI"};
+      }
+      std::string problem;
+      for (const bool key : {true, false}) {
+        for (const AggregateColumn& c : key ? t.key : t.columns) {
+          const auto it = live.find(Lower(c.name));
+          if (!problem.empty()) continue;
+          if (it == live.end()) {
+            problem = "has no column " + c.name + " (declared " + c.sql_type + ")";
+          } else if (CanonicalColumnType(c.sql_type) != CanonicalColumnType(it->second.type)) {
+            problem = "has column " + c.name + " as " + it->second.type + ", declared " + c.sql_type;
+          } else if (it->second.key != key) {
+            problem = "has column " + c.name + (key ? " outside its primary key, declared a key column"
+                                                    : " in its primary key, declared a plain column");
+          }
+          if (it != live.end()) live.erase(it);
+        }
+      }
+      if (problem.empty() && !live.empty()) {
+        problem = "has column " + live.begin()->second.name + " (" + live.begin()->second.type +
+                  "), which the config does not declare";
+      }
+      if (!problem.empty()) {
+        return Unavailable(Context() + ": table " + t.name + suffix_ + " " + problem +
+                           "; its definition changed: `sluice rebuild --sink " + cfg_.name +
                            "` recomputes the view with it (until then the view waits)");
       }
     }
