@@ -14,7 +14,8 @@
 //       view; a new column for a MySQL point view) is rebuilt into a correct
 //       view while commands flow
 //   (e) the sink alone: a live table whose column types or key differ from
-//       the declared ones makes it wait
+//       the declared ones makes it wait; decimal sums are exact, integer
+//       sums are refused rather than wrapped beyond the column
 // The default run is small (CI); `scripts/test -L soak` runs (a) with
 // 200,000 commands over 10,000 accounts and 20 kills.
 #include <atomic>
@@ -35,6 +36,7 @@ namespace sluice::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using connectors::ChangeEvent;
 
 #ifdef SLUICE_SOAK
 constexpr int kCommands = 200000, kAccounts = 10000, kKills = 20;
@@ -490,6 +492,22 @@ std::unique_ptr<DirectSink> MakeDirectSink(const std::string& name) {
   return d;
 }
 
+// Event `id` of partition 0, whose code returns `ops` (JSON text).
+ChangeEvent OpsEvent(uint64_t id, const std::string& ops) {
+  ChangeEvent e;
+  e.entity_type = "account";
+  e.event_id = id;
+  e.entity_id = "a" + std::to_string(id);
+  e.version = 1;
+  e.state = R"({"ops":)" + ops + "}";
+  e.command_name = "c";
+  return e;
+}
+
+std::string MoneyAdd(const std::string& id, const std::string& column, const std::string& value) {
+  return R"([{"table":"money","key":{"id":")" + id + R"("},"add":{")" + column + R"(":)" + value + "}}]";
+}
+
 TEST(AggregateSinkOnMariaDB, ATableWhoseColumnTypesOrKeyDifferFromTheDeclaredOnesMakesTheViewWait) {
   SLUICE_REQUIRE_MYSQL();
   auto d = MakeDirectSink("aggtypes");
@@ -513,6 +531,56 @@ TEST(AggregateSinkOnMariaDB, ATableWhoseColumnTypesOrKeyDifferFromTheDeclaredOne
             std::string::npos) << st.message();
 }
 
+TEST(AggregateSinkOnMariaDB, DecimalSumsAreExactAndAValueTheColumnCannotHoldIsADeadLetter) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggexact");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  std::vector<ChangeEvent> events;
+  // Summed as doubles, these made 10.00 (after MySQL's rounding) and
+  // 12345678901230.29: a double holds about 16 significant digits.
+  for (uint64_t i = 1; i <= 1000; ++i) {
+    events.push_back(OpsEvent(i, R"([{"table":"money","key":{"id":"c"},"add":{"amount":0.01}},
+                                     {"table":"money","key":{"id":"x"},"add":{"amount":12345678901.23}}])"));
+  }
+  events.push_back(OpsEvent(1001, MoneyAdd("x", "amount", "0.001")));
+  // 20 significant digits, as a decimal string.
+  events.push_back(OpsEvent(1002, MoneyAdd("s", "amount", R"("123456789012345678.91")")));
+  events.push_back(OpsEvent(1003, MoneyAdd("s", "amount", "0.09")));
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_EQ(r.results.size(), events.size());
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(r.results[i].outcome, connectors::Outcome::kApplied) << i;
+  EXPECT_EQ(r.results[1000].outcome, connectors::Outcome::kRejected);
+  EXPECT_NE(r.results[1000].reason.find("is 0.001, which DECIMAL(20,2) cannot hold exactly"), std::string::npos)
+      << r.results[1000].reason;
+  EXPECT_EQ(r.results[1001].outcome, connectors::Outcome::kApplied) << r.results[1001].reason;
+  EXPECT_EQ(r.results[1002].outcome, connectors::Outcome::kApplied) << r.results[1002].reason;
+  EXPECT_EQ(d->stack->db->Query("SELECT id, CAST(amount AS CHAR) FROM money ORDER BY id"),
+            (Rows{{std::string("c"), std::string("10.00")},
+                  {std::string("s"), std::string("123456789012345679.00")},
+                  {std::string("x"), std::string("12345678901230.00")}}));
+  EXPECT_EQ(d->stack->db->Scalar("SELECT COUNT(*) FROM sluice_vr_agg"), 1);
+}
+
+TEST(AggregateSinkOnMariaDB, AnIntegerSumBeyondTheColumnIsRefusedNotWrapped) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggover");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  // Beyond a double's integers, so as a string; the second add overflows BIGINT.
+  const std::vector<ChangeEvent> events = {OpsEvent(1, MoneyAdd("x", "n", R"("9223372036854775807")")),
+                                           OpsEvent(2, MoneyAdd("x", "n", "1")),
+                                           OpsEvent(3, MoneyAdd("y", "n", "1"))};
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.results[0].outcome, connectors::Outcome::kApplied) << r.results[0].reason;
+  EXPECT_EQ(r.results[1].outcome, connectors::Outcome::kRejected);
+  EXPECT_NE(r.results[1].reason.find("out of range"), std::string::npos) << r.results[1].reason;
+  EXPECT_EQ(r.results[2].outcome, connectors::Outcome::kApplied) << r.results[2].reason;
+  EXPECT_EQ(d->stack->db->Query("SELECT id, CAST(n AS CHAR) FROM money ORDER BY id"),
+            (Rows{{std::string("x"), std::string("9223372036854775807")}, {std::string("y"), std::string("1")}}));
+}
 #endif
 
 }  // namespace

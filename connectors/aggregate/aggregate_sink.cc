@@ -369,7 +369,6 @@ class AggregateSink : public Sink {
         results[i] = {Outcome::kStale, {}};
         continue;
       }
-      std::vector<Op> ops;
       if (!refused.count(i)) {
         results[i] = {Outcome::kApplied, {}};
         handlers::JsValueOutcome r = code_->Aggregate(e);
@@ -378,7 +377,9 @@ class AggregateSink : public Sink {
         } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
           results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + parsed.status().message()};
         } else {
-          ops = std::move(parsed).value();
+          std::string refused_why;
+          RETURN_IF_ERROR(FoldEvent(fold, *parsed, &refused_why));
+          if (!refused_why.empty()) results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + refused_why};
         }
       }
       if (results[i].outcome == Outcome::kRejected) {
@@ -391,7 +392,6 @@ class AggregateSink : public Sink {
         }
         continue;
       }
-      fold.Add(ops);
       if (was_rejected) {
         drop_rejected += (drop_rejected.empty() ? "(" : ",(") + std::to_string(e.partition) + "," +
                          std::to_string(e.event_id) + ")";
@@ -419,6 +419,26 @@ class AggregateSink : public Sink {
     for (const std::string& s : statements) {
       if (auto r = conn_->Execute(s); !r.ok()) return r.status();
     }
+    return Status::Ok();
+  }
+
+  // Folds an event's operations; when their sums with the batch's earlier
+  // ones would not fit a column, writes the fold so far (in the transaction)
+  // and folds the event anew. A failed write is returned; `*refused` says
+  // why the event's own operations do not fit (its dead letter), empty when
+  // they were folded.
+  Status FoldEvent(OpFold& fold, const std::vector<Op>& ops, std::string* refused) {
+    Status added = fold.Add(ops);
+    if (added.code() == StatusCode::kResourceExhausted) {
+      for (const std::string& s : fold.Statements([this](std::string& out, std::string_view v) {
+             conn_->AppendQuoted(out, v);
+           })) {
+        if (auto r = conn_->Execute(s); !r.ok()) return r.status();
+      }
+      fold.Clear();
+      added = fold.Add(ops);
+    }
+    refused->assign(added.ok() ? "" : added.message());
     return Status::Ok();
   }
 

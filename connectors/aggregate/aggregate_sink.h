@@ -26,7 +26,10 @@
 // A table whose columns are not the declared ones (a column's name or type,
 // or the primary key: the definition changed) makes the sink wait (backoff,
 // with a message naming the table, the column and both types, saying to
-// rebuild) rather than fill new columns from part of the events. A rebuild replays every
+// rebuild) rather than fill new columns from part of the events.
+//
+// A batch's operations are folded per row (aggregate_ops.h: exact sums on
+// integer and DECIMAL columns), all written in the batch's transaction. A rebuild replays every
 // event into shadow tables (<table>__rebuild, with their own offsets) made
 // from the current definition and swaps them in, offsets included, with one
 // RENAME TABLE.
