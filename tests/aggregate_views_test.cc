@@ -15,7 +15,8 @@
 //       view while commands flow
 //   (e) the sink alone: a live table whose column types or key differ from
 //       the declared ones makes it wait; decimal sums are exact, integer
-//       sums are refused rather than wrapped beyond the column
+//       sums are refused rather than wrapped beyond the column, and a batch
+//       larger than one statement's budget is written whole
 // The default run is small (CI); `scripts/test -L soak` runs (a) with
 // 200,000 commands over 10,000 accounts and 20 kills.
 #include <atomic>
@@ -580,6 +581,25 @@ TEST(AggregateSinkOnMariaDB, AnIntegerSumBeyondTheColumnIsRefusedNotWrapped) {
   EXPECT_EQ(r.results[2].outcome, connectors::Outcome::kApplied) << r.results[2].reason;
   EXPECT_EQ(d->stack->db->Query("SELECT id, CAST(n AS CHAR) FROM money ORDER BY id"),
             (Rows{{std::string("x"), std::string("9223372036854775807")}, {std::string("y"), std::string("1")}}));
+}
+
+TEST(AggregateSinkOnMariaDB, ABatchBeyondOneStatementIsWrittenWhole) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggbig");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  const std::string body(1000, 'b');
+  std::vector<ChangeEvent> events;
+  for (uint64_t i = 1; i <= 1500; ++i) {  // about 1.5 MB of text: two statements at least
+    events.push_back(OpsEvent(i, R"([{"table":"money","key":{"id":"r)" + std::to_string(i) + R"("},"set":{"body":")" +
+                                     body + R"("}}])"));
+  }
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  for (const auto& one : r.results) ASSERT_EQ(one.outcome, connectors::Outcome::kApplied) << one.reason;
+  EXPECT_EQ(d->stack->db->Scalar("SELECT COUNT(*) FROM money"), 1500);
+  EXPECT_EQ(d->stack->db->Scalar("SELECT SUM(LENGTH(body)) FROM money"), 1500 * 1000);
+  EXPECT_EQ(d->stack->db->Scalar("SELECT event_id FROM sluice_vo_agg"), 1500);
 }
 #endif
 

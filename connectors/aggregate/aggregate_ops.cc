@@ -347,7 +347,29 @@ Status OpFold::Add(const std::vector<Op>& ops) {
   return Status::Ok();
 }
 
-std::vector<std::string> OpFold::Statements(const std::function<void(std::string&, std::string_view)>& quote) const {
+std::vector<std::string> MultiRowStatements(std::string_view head, const std::vector<std::string>& rows,
+                                            std::string_view tail, size_t max_bytes) {
+  std::vector<std::string> out;
+  std::string s;
+  for (const std::string& row : rows) {
+    if (!s.empty() && s.size() + 1 + row.size() + tail.size() > max_bytes) {
+      out.push_back(std::move(s.append(tail)));
+      s.clear();
+    }
+    if (s.empty()) {
+      s.reserve(std::min(max_bytes, head.size() + row.size() + tail.size()));
+      s.append(head);
+    } else {
+      s += ',';
+    }
+    s += row;
+  }
+  if (!s.empty()) out.push_back(std::move(s.append(tail)));
+  return out;
+}
+
+std::vector<std::string> OpFold::Statements(const std::function<void(std::string&, std::string_view)>& quote,
+                                            size_t max_bytes) const {
   std::vector<std::string> out;
   // Rows deleted in the batch: gone before what the batch writes to them.
   for (const auto& [id, row] : rows_) {
@@ -372,35 +394,37 @@ std::vector<std::string> OpFold::Statements(const std::function<void(std::string
   for (const auto& [which, rows] : groups) {
     const AggregateTable& t = options_.tables[which.first];
     const Row& first = *rows.front();
-    std::string s = "INSERT INTO " + sql::QuoteIdent(t.name + suffix_) + " (";
-    for (size_t k = 0; k < t.key.size(); ++k) s += (k ? "," : "") + sql::QuoteIdent(t.key[k].name);
-    for (const auto& [c, col] : first.columns) s += "," + sql::QuoteIdent(t.columns[c].name);
-    s += ") VALUES ";
-    for (size_t r = 0; r < rows.size(); ++r) {
-      s += r ? ",(" : "(";
+    std::string head = "INSERT INTO " + sql::QuoteIdent(t.name + suffix_) + " (";
+    for (size_t k = 0; k < t.key.size(); ++k) head += (k ? "," : "") + sql::QuoteIdent(t.key[k].name);
+    for (const auto& [c, col] : first.columns) head += "," + sql::QuoteIdent(t.columns[c].name);
+    head += ") VALUES ";
+    std::vector<std::string> tuples;
+    tuples.reserve(rows.size());
+    for (const Row* row : rows) {
+      std::string& v = tuples.emplace_back("(");
       for (size_t k = 0; k < t.key.size(); ++k) {
-        if (k) s += ',';
-        AppendValue(s, rows[r]->key[k], quote);
+        if (k) v += ',';
+        AppendValue(v, row->key[k], quote);
       }
-      for (const auto& [c, col] : rows[r]->columns) {
-        s += ',';
+      for (const auto& [c, col] : row->columns) {
+        v += ',';
         if (col.exact) {
-          s += ScaledText(col.scaled, exact_[which.first][c]->scale);
+          v += ScaledText(col.scaled, exact_[which.first][c]->scale);
         } else {
-          AppendValue(s, col.value, quote);
+          AppendValue(v, col.value, quote);
         }
       }
-      s += ')';
+      v += ')';
     }
-    s += " ON DUPLICATE KEY UPDATE ";
+    std::string tail = " ON DUPLICATE KEY UPDATE ";
     bool comma = false;
     for (const auto& [c, col] : first.columns) {
       const std::string name = sql::QuoteIdent(t.columns[c].name);
-      if (comma) s += ',';
+      if (comma) tail += ',';
       comma = true;
-      s += name + (col.set ? "=VALUES(" + name + ")" : "=COALESCE(" + name + ",0)+VALUES(" + name + ")");
+      tail += name + (col.set ? "=VALUES(" + name + ")" : "=COALESCE(" + name + ",0)+VALUES(" + name + ")");
     }
-    out.push_back(std::move(s));
+    for (std::string& s : MultiRowStatements(head, tuples, tail, max_bytes)) out.push_back(std::move(s));
   }
   return out;
 }

@@ -38,6 +38,17 @@ struct Op {
 // event's dead letter) when the value is not such an array.
 Result<std::vector<Op>> ParseOps(std::string_view json, const AggregateSinkOptions& options);
 
+// Statements longer than this are split (MariaDB's default
+// max_allowed_packet is 16 MiB, MySQL's 64 MiB; 1 MiB keeps well under both).
+constexpr size_t kMaxStatementBytes = size_t{1} << 20;
+
+// `head` + rows joined by commas + `tail`, as few statements as keep each
+// within `max_bytes` (a row too long for the budget alone is a statement of
+// its own). Every row is in exactly one statement; for rows that are
+// independent (distinct keys) the statements may run in any order.
+std::vector<std::string> MultiRowStatements(std::string_view head, const std::vector<std::string>& rows,
+                                            std::string_view tail, size_t max_bytes = kMaxStatementBytes);
+
 // Operations of many events folded per row, in event order: a delete resets
 // the row (it is deleted, then written again if later operations write it),
 // a set replaces a column's value and later adds add to it, adds to the same
@@ -70,10 +81,12 @@ class OpFold {
   size_t rows() const { return rows_.size(); }
   void Clear() { rows_.clear(); }
 
-  // The statements that apply the fold: the DELETEs of reset rows, then one
+  // The statements that apply the fold: the DELETEs of reset rows, then
   // INSERT ... ON DUPLICATE KEY UPDATE per table and shape of write (which
-  // columns are set, which added to). `quote` appends a quoted string.
-  std::vector<std::string> Statements(const std::function<void(std::string&, std::string_view)>& quote) const;
+  // columns are set, which added to), split so that none exceeds
+  // `max_bytes` (unless one row alone does). `quote` appends a quoted string.
+  std::vector<std::string> Statements(const std::function<void(std::string&, std::string_view)>& quote,
+                                      size_t max_bytes = kMaxStatementBytes) const;
 
  private:
   struct Column {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -227,6 +228,56 @@ TEST(AggregateOps, ASumBeyondTheColumnAsksForTheFoldToBeWrittenFirst) {
                                              {"table":"money","key":{"id":"a"},"add":{"count":1}}])"));
   EXPECT_EQ(own.code(), StatusCode::kInvalidArgument) << own.ToString();
   EXPECT_TRUE(alone.empty());
+}
+
+TEST(AggregateOps, MultiRowStatementsKeepEachStatementWithinTheBudget) {
+  std::vector<std::string> rows;
+  for (int i = 0; i < 100; ++i) rows.push_back("(" + std::to_string(i) + ")");
+  rows.push_back("(" + std::string(80, 'x') + ")");  // beyond the budget alone
+  const auto s = MultiRowStatements("INSERT INTO t VALUES ", rows, " ON X", 60);
+  ASSERT_GT(s.size(), 10u);
+  std::string all;
+  for (const std::string& one : s) {
+    ASSERT_EQ(one.rfind("INSERT INTO t VALUES ", 0), 0u) << one;
+    ASSERT_EQ(one.substr(one.size() - 5), " ON X") << one;
+    if (one.find('x') == std::string::npos) {
+      EXPECT_LE(one.size(), 60u) << one;
+    }
+    all += (all.empty() ? "" : ",") + one.substr(21, one.size() - 26);
+  }
+  std::string want;
+  for (const std::string& r : rows) want += (want.empty() ? "" : ",") + r;
+  EXPECT_EQ(all, want);
+  EXPECT_TRUE(MultiRowStatements("h", {}, "t").empty());
+}
+
+TEST(AggregateOps, ABigFoldIsSplitIntoStatementsWithinTheBudgetThatCarryEveryRow) {
+  const AggregateSinkOptions o = Numbers();
+  OpFold fold(o);
+  const std::string body(1000, 'b');
+  constexpr int kRows = 5000;  // about 5 MB of text
+  for (int i = 0; i < kRows; ++i) {
+    const std::string key = R"("key":{"id":"r)" + std::to_string(i) + R"("})";
+    ASSERT_TRUE(fold.Add(Parse(o, R"([{"table":"docs",)" + key + R"(,"set":{"body":")" + body + R"("}},
+                                      {"table":"docs",)" + key + R"(,"add":{"n":1}}])"))
+                    .ok());
+  }
+  const auto s = fold.Statements(Quote);
+  ASSERT_GE(s.size(), 5u);
+  std::set<std::string> keys;
+  for (const std::string& one : s) {
+    EXPECT_LE(one.size(), kMaxStatementBytes);
+    EXPECT_EQ(one.rfind("INSERT INTO `docs` (`id`,`body`,`n`) VALUES ('r", 0), 0u);
+    EXPECT_NE(one.find(" ON DUPLICATE KEY UPDATE `body`=VALUES(`body`),`n`=COALESCE(`n`,0)+VALUES(`n`)"),
+              std::string::npos);
+    for (size_t at = one.find("('r"); at != std::string::npos; at = one.find("('r", at + 1)) {
+      const size_t end = one.find('\'', at + 2);
+      const std::string want = "','" + body + "',1)";
+      EXPECT_TRUE(one.compare(end, want.size(), want) == 0) << "row " << keys.size();
+      EXPECT_TRUE(keys.insert(one.substr(at + 2, end - at - 2)).second);
+    }
+  }
+  EXPECT_EQ(keys.size(), static_cast<size_t>(kRows));
 }
 
 }  // namespace

@@ -359,7 +359,7 @@ class AggregateSink : public Sink {
     }
     OpFold fold(options(), suffix_);
     std::map<uint32_t, uint64_t> next;
-    std::string add_rejected, drop_rejected;
+    std::vector<std::string> add_rejected, drop_rejected;  // rows of the statements below
     for (size_t i : which) {
       const ChangeEvent& e = events[i];
       uint64_t& hi = next[e.partition];
@@ -384,28 +384,28 @@ class AggregateSink : public Sink {
       }
       if (results[i].outcome == Outcome::kRejected) {
         if (!was_rejected) {
-          add_rejected += add_rejected.empty() ? "(" : ",(";
-          quote(add_rejected, cfg_.entity);
-          add_rejected += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
-          quote(add_rejected, results[i].reason);
-          add_rejected += ')';
+          std::string& row = add_rejected.emplace_back("(");
+          quote(row, cfg_.entity);
+          row += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
+          quote(row, results[i].reason);
+          row += ')';
         }
         continue;
       }
       if (was_rejected) {
-        drop_rejected += (drop_rejected.empty() ? "(" : ",(") + std::to_string(e.partition) + "," +
-                         std::to_string(e.event_id) + ")";
+        drop_rejected.push_back("(" + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ")");
       }
     }
     std::vector<std::string> statements = fold.Statements(quote);
-    if (!add_rejected.empty()) {
-      statements.push_back("INSERT IGNORE INTO " + rejected_table_ +
-                           " (entity_type, partition_id, event_id, reason) VALUES " + add_rejected);
+    for (std::string& s : MultiRowStatements("INSERT IGNORE INTO " + rejected_table_ +
+                                                 " (entity_type, partition_id, event_id, reason) VALUES ",
+                                             add_rejected, "")) {
+      statements.push_back(std::move(s));
     }
-    if (!drop_rejected.empty()) {
-      std::string s = "DELETE FROM " + rejected_table_ + " WHERE entity_type=";
-      quote(s, cfg_.entity);
-      statements.push_back(s + " AND (partition_id, event_id) IN (" + drop_rejected + ")");
+    std::string drop = "DELETE FROM " + rejected_table_ + " WHERE entity_type=";
+    quote(drop, cfg_.entity);
+    for (std::string& s : MultiRowStatements(drop + " AND (partition_id, event_id) IN (", drop_rejected, ")")) {
+      statements.push_back(std::move(s));
     }
     std::string moved = "INSERT INTO " + offsets_table_ + " (entity_type, partition_id, event_id) VALUES ";
     bool first = true;

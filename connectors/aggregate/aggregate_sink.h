@@ -29,7 +29,8 @@
 // rebuild) rather than fill new columns from part of the events.
 //
 // A batch's operations are folded per row (aggregate_ops.h: exact sums on
-// integer and DECIMAL columns), all written in the batch's transaction. A rebuild replays every
+// integer and DECIMAL columns) and written in statements of at most
+// kMaxStatementBytes each, all in the batch's transaction. A rebuild replays every
 // event into shadow tables (<table>__rebuild, with their own offsets) made
 // from the current definition and swaps them in, offsets included, with one
 // RENAME TABLE.
