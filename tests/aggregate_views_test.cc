@@ -13,6 +13,10 @@
 //   (d) a changed definition (a new column and new code for an aggregate
 //       view; a new column for a MySQL point view) is rebuilt into a correct
 //       view while commands flow
+//   (e) the sink alone: a live table whose column types or key differ from
+//       the declared ones makes it wait; decimal sums are exact, integer
+//       sums are refused rather than wrapped beyond the column, and a batch
+//       larger than one statement's budget is written whole
 // The default run is small (CI); `scripts/test -L soak` runs (a) with
 // 200,000 commands over 10,000 accounts and 20 kills.
 #include <atomic>
@@ -24,6 +28,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "connectors/aggregate/aggregate_sink.h"
+#include "connectors/sink.h"
 #include "tests/support/config_support.h"
 #include "tests/support/test_support.h"
 
@@ -31,6 +37,7 @@ namespace sluice::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using connectors::ChangeEvent;
 
 #ifdef SLUICE_SOAK
 constexpr int kCommands = 200000, kAccounts = 10000, kKills = 20;
@@ -457,6 +464,142 @@ TEST(AggregateViews, AViewThatLostItsOffsetsStopsInsteadOfSkippingEvents) {
   // Nothing was applied past the gap.
   EXPECT_EQ(s->db->Query("SELECT * FROM owner_balance ORDER BY owner"), before);
   EXPECT_EQ(serve->Terminate(), 0);
+}
+
+// The sink alone (no engine) on the test server: its code returns the
+// operations each event's state carries ({"ops": [...]}), so a test says
+// exactly what each event does.
+struct DirectSink {
+  std::unique_ptr<Stack> stack;
+  std::unique_ptr<connectors::Sink> sink;
+};
+
+std::unique_ptr<DirectSink> MakeDirectSink(const std::string& name) {
+  auto d = std::make_unique<DirectSink>();
+  d->stack = MakeStack(name, {{"account", 1}}, "");
+  const std::string code = d->stack->dir.Write("ops.js", "function aggregate(e) { return e.state.ops; }\n").string();
+  d->stack->cfg.extra_yaml += "  - name: agg\n    type: aggregate\n    entity: account\n    code: " + code + "\n"
+                              "    tables:\n"
+                              "      money: {key: {id: VARCHAR(32)}, columns: {amount: 'DECIMAL(20,2)', n: BIGINT, "
+                              "body: TEXT}}\n";
+  d->stack->path = d->stack->cfg.Write();
+  auto cfg = LoadConfig(d->stack->path);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  if (!cfg.ok()) return nullptr;
+  auto sink = connectors::aggregate::MakeAggregateSink(cfg->sinks.back(), *cfg);
+  EXPECT_TRUE(sink.ok()) << sink.status().ToString();
+  if (!sink.ok()) return nullptr;
+  d->sink = std::move(sink).value();
+  return d;
+}
+
+// Event `id` of partition 0, whose code returns `ops` (JSON text).
+ChangeEvent OpsEvent(uint64_t id, const std::string& ops) {
+  ChangeEvent e;
+  e.entity_type = "account";
+  e.event_id = id;
+  e.entity_id = "a" + std::to_string(id);
+  e.version = 1;
+  e.state = R"({"ops":)" + ops + "}";
+  e.command_name = "c";
+  return e;
+}
+
+std::string MoneyAdd(const std::string& id, const std::string& column, const std::string& value) {
+  return R"([{"table":"money","key":{"id":")" + id + R"("},"add":{")" + column + R"(":)" + value + "}}]";
+}
+
+TEST(AggregateSinkOnMariaDB, ATableWhoseColumnTypesOrKeyDifferFromTheDeclaredOnesMakesTheViewWait) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggtypes");
+  ASSERT_TRUE(d);
+  // The tables it made match the declaration (BIGINT is bigint(20) there).
+  ASSERT_TRUE(d->sink->Open().ok());
+  d->sink->Close();
+  ASSERT_TRUE(d->stack->db->conn().Execute("ALTER TABLE money MODIFY amount DECIMAL(18,2) NULL").ok());
+  Status st = d->sink->Open();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("table money has column amount as decimal(18,2), declared DECIMAL(20,2)"),
+            std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("`sluice rebuild --sink agg`"), std::string::npos) << st.message();
+  ASSERT_TRUE(d->stack->db->conn().Execute("ALTER TABLE money MODIFY amount DECIMAL(20,2) NULL").ok());
+  ASSERT_TRUE(d->sink->Open().ok());
+  d->sink->Close();
+  ASSERT_TRUE(d->stack->db->conn().Execute("ALTER TABLE money DROP PRIMARY KEY, ADD PRIMARY KEY (id, n)").ok());
+  st = d->sink->Open();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("table money has column n in its primary key, declared a plain column"),
+            std::string::npos) << st.message();
+}
+
+TEST(AggregateSinkOnMariaDB, DecimalSumsAreExactAndAValueTheColumnCannotHoldIsADeadLetter) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggexact");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  std::vector<ChangeEvent> events;
+  // Summed as doubles, these made 10.00 (after MySQL's rounding) and
+  // 12345678901230.29: a double holds about 16 significant digits.
+  for (uint64_t i = 1; i <= 1000; ++i) {
+    events.push_back(OpsEvent(i, R"([{"table":"money","key":{"id":"c"},"add":{"amount":0.01}},
+                                     {"table":"money","key":{"id":"x"},"add":{"amount":12345678901.23}}])"));
+  }
+  events.push_back(OpsEvent(1001, MoneyAdd("x", "amount", "0.001")));
+  // 20 significant digits, as a decimal string.
+  events.push_back(OpsEvent(1002, MoneyAdd("s", "amount", R"("123456789012345678.91")")));
+  events.push_back(OpsEvent(1003, MoneyAdd("s", "amount", "0.09")));
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_EQ(r.results.size(), events.size());
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(r.results[i].outcome, connectors::Outcome::kApplied) << i;
+  EXPECT_EQ(r.results[1000].outcome, connectors::Outcome::kRejected);
+  EXPECT_NE(r.results[1000].reason.find("is 0.001, which DECIMAL(20,2) cannot hold exactly"), std::string::npos)
+      << r.results[1000].reason;
+  EXPECT_EQ(r.results[1001].outcome, connectors::Outcome::kApplied) << r.results[1001].reason;
+  EXPECT_EQ(r.results[1002].outcome, connectors::Outcome::kApplied) << r.results[1002].reason;
+  EXPECT_EQ(d->stack->db->Query("SELECT id, CAST(amount AS CHAR) FROM money ORDER BY id"),
+            (Rows{{std::string("c"), std::string("10.00")},
+                  {std::string("s"), std::string("123456789012345679.00")},
+                  {std::string("x"), std::string("12345678901230.00")}}));
+  EXPECT_EQ(d->stack->db->Scalar("SELECT COUNT(*) FROM sluice_vr_agg"), 1);
+}
+
+TEST(AggregateSinkOnMariaDB, AnIntegerSumBeyondTheColumnIsRefusedNotWrapped) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggover");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  // Beyond a double's integers, so as a string; the second add overflows BIGINT.
+  const std::vector<ChangeEvent> events = {OpsEvent(1, MoneyAdd("x", "n", R"("9223372036854775807")")),
+                                           OpsEvent(2, MoneyAdd("x", "n", "1")),
+                                           OpsEvent(3, MoneyAdd("y", "n", "1"))};
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.results[0].outcome, connectors::Outcome::kApplied) << r.results[0].reason;
+  EXPECT_EQ(r.results[1].outcome, connectors::Outcome::kRejected);
+  EXPECT_NE(r.results[1].reason.find("out of range"), std::string::npos) << r.results[1].reason;
+  EXPECT_EQ(r.results[2].outcome, connectors::Outcome::kApplied) << r.results[2].reason;
+  EXPECT_EQ(d->stack->db->Query("SELECT id, CAST(n AS CHAR) FROM money ORDER BY id"),
+            (Rows{{std::string("x"), std::string("9223372036854775807")}, {std::string("y"), std::string("1")}}));
+}
+
+TEST(AggregateSinkOnMariaDB, ABatchBeyondOneStatementIsWrittenWhole) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggbig");
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->sink->Open().ok());
+  const std::string body(1000, 'b');
+  std::vector<ChangeEvent> events;
+  for (uint64_t i = 1; i <= 1500; ++i) {  // about 1.5 MB of text: two statements at least
+    events.push_back(OpsEvent(i, R"([{"table":"money","key":{"id":"r)" + std::to_string(i) + R"("},"set":{"body":")" +
+                                     body + R"("}}])"));
+  }
+  const connectors::ApplyResult r = d->sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  for (const auto& one : r.results) ASSERT_EQ(one.outcome, connectors::Outcome::kApplied) << one.reason;
+  EXPECT_EQ(d->stack->db->Scalar("SELECT COUNT(*) FROM money"), 1500);
+  EXPECT_EQ(d->stack->db->Scalar("SELECT SUM(LENGTH(body)) FROM money"), 1500 * 1000);
+  EXPECT_EQ(d->stack->db->Scalar("SELECT event_id FROM sluice_vo_agg"), 1500);
 }
 #endif
 

@@ -1,6 +1,9 @@
 #include "connectors/aggregate/aggregate_ops.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <regex>
 #include <utility>
 
 #include "sql/connection.h"
@@ -13,13 +16,110 @@ std::string Short(const Json& v) {
   return s.size() > 60 ? s.substr(0, 60) + "..." : s;
 }
 
-Json Sum(const Json& a, const Json& b) {
-  if (a.is_number_integer() && b.is_number_integer()) return a.get<int64_t>() + b.get<int64_t>();
-  if (a.is_number_unsigned() && b.is_number_unsigned()) return a.get<uint64_t>() + b.get<uint64_t>();
-  if ((a.is_number_integer() || a.is_number_unsigned()) && (b.is_number_integer() || b.is_number_unsigned())) {
-    return a.get<int64_t>() + b.get<int64_t>();
+// A decimal number as text: [-+]digits[.digits][(e|E)[-+]digits], the form
+// of JSON numbers and of the decimal strings an `add` may carry.
+struct DecimalText {
+  bool negative = false;
+  std::string digits;     // without leading zeros ("" for 0)
+  int64_t exponent = 0;   // the value is digits * 10^exponent
+};
+
+std::optional<DecimalText> ParseDecimalText(std::string_view t) {
+  DecimalText d;
+  size_t i = 0;
+  const auto digit = [&] { return i < t.size() && t[i] >= '0' && t[i] <= '9'; };
+  if (i < t.size() && (t[i] == '-' || t[i] == '+')) d.negative = t[i++] == '-';
+  bool any = false;
+  for (; digit(); ++i, any = true) d.digits += t[i];
+  if (i < t.size() && t[i] == '.') {
+    for (++i; digit(); ++i, any = true) {
+      d.digits += t[i];
+      --d.exponent;
+    }
+  }
+  if (!any) return std::nullopt;
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    bool negative = false;
+    if (i < t.size() && (t[i] == '-' || t[i] == '+')) negative = t[i++] == '-';
+    if (!digit()) return std::nullopt;
+    int64_t e = 0;
+    for (; digit(); ++i) e = std::min<int64_t>(e * 10 + (t[i] - '0'), 1'000'000);
+    d.exponent += negative ? -e : e;
+  }
+  if (i != t.size()) return std::nullopt;
+  d.digits.erase(0, d.digits.find_first_not_of('0') == std::string::npos ? d.digits.size()
+                                                                         : d.digits.find_first_not_of('0'));
+  return d;
+}
+
+enum class Scaled : uint8_t { kOk, kInexact, kTooLarge };
+
+// `d` in units of 10^-scale. Digits past the scale are refused (kInexact)
+// or, with `round`, rounded half away from zero as MySQL stores a DECIMAL.
+Scaled ToScaled(DecimalText d, int scale, bool round, __int128* out) {
+  int64_t shift = d.exponent + scale;
+  bool up = false;
+  if (shift < 0) {
+    const size_t drop = static_cast<size_t>(-shift);
+    const size_t keep = drop >= d.digits.size() ? 0 : d.digits.size() - drop;
+    const std::string_view gone = std::string_view(d.digits).substr(keep);
+    if (gone.find_first_not_of('0') != std::string_view::npos) {
+      if (!round) return Scaled::kInexact;
+      up = drop <= d.digits.size() && gone.front() >= '5';
+    }
+    d.digits.resize(keep);
+    shift = 0;
+  }
+  if (!d.digits.empty() && static_cast<int64_t>(d.digits.size()) + shift > 38) return Scaled::kTooLarge;
+  __int128 v = 0;
+  for (char c : d.digits) v = v * 10 + (c - '0');
+  for (int64_t i = 0; i < shift && v != 0; ++i) v *= 10;
+  if (up) v += 1;
+  *out = d.negative ? -v : v;
+  return Scaled::kOk;
+}
+
+std::string ScaledText(__int128 v, int scale) {
+  unsigned __int128 u = v < 0 ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
+  std::string digits;
+  do {
+    digits += static_cast<char>('0' + static_cast<int>(u % 10));
+    u /= 10;
+  } while (u != 0);
+  while (digits.size() <= static_cast<size_t>(scale)) digits += '0';
+  std::reverse(digits.begin(), digits.end());
+  if (scale > 0) digits.insert(digits.size() - static_cast<size_t>(scale), ".");
+  return v < 0 ? "-" + digits : digits;
+}
+
+// A JSON number or string as decimal text (a double in its shortest form,
+// as JavaScript's JSON.stringify wrote it).
+std::string NumberText(const Json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  return v.dump();
+}
+
+// A sum on a column that is not exact (DOUBLE, text...): integers while they
+// fit an int64, else doubles.
+Json FloatSum(const Json& a, const Json& b) {
+  int64_t sum = 0;
+  if (a.is_number_integer() && b.is_number_integer() && !a.is_number_unsigned() && !b.is_number_unsigned() &&
+      !__builtin_add_overflow(a.get<int64_t>(), b.get<int64_t>(), &sum)) {
+    return sum;
   }
   return a.get<double>() + b.get<double>();
+}
+
+// A string value as a number for FloatSum (0 when it is no number, as MySQL converts it).
+Json AsNumber(const Json& v) {
+  if (!v.is_string()) return v;
+  const std::string& text = v.get_ref<const std::string&>();
+  char* end = nullptr;
+  const double d = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size() ? d : 0.0;
 }
 
 // A value as SQL text: numbers as numbers, strings quoted, booleans 1/0,
@@ -84,7 +184,10 @@ Result<std::vector<Op>> ParseOps(std::string_view json, const AggregateSinkOptio
         if (c == decl.columns.size()) {
           return InvalidArgument(where + ": column '" + it.key() + "' is not declared in table '" + name + "'");
         }
-        if (add && !it.value().is_number()) return InvalidArgument(where + ": `add` of '" + it.key() + "' must be a number");
+        if (add && !it.value().is_number() &&
+            !(it.value().is_string() && ParseDecimalText(it.value().get_ref<const std::string&>()))) {
+          return InvalidArgument(where + ": `add` of '" + it.key() + "' must be a number or a decimal string");
+        }
         op.values.emplace_back(c, it.value());
       }
     }
@@ -93,15 +196,128 @@ Result<std::vector<Op>> ParseOps(std::string_view json, const AggregateSinkOptio
   return out;
 }
 
-void OpFold::Add(const std::vector<Op>& ops) {
+OpFold::OpFold(const AggregateSinkOptions& options, std::string suffix)
+    : options_(options), suffix_(std::move(suffix)) {
+  static const std::regex kDecimal(R"(^DECIMAL\(([0-9]+), ?([0-9]+)\)$)");
+  for (const AggregateTable& t : options_.tables) {
+    auto& columns = exact_.emplace_back();
+    for (const AggregateColumn& c : t.columns) {
+      std::optional<Exact> e;
+      std::smatch m;
+      const std::string& type = c.sql_type;
+      const bool is_unsigned = type.size() > 9 && type.compare(type.size() - 9, 9, " UNSIGNED") == 0;
+      const std::string base = is_unsigned ? type.substr(0, type.size() - 9) : type;
+      int bits = base == "TINYINT" ? 8 : base == "SMALLINT" ? 16 : base == "INT" ? 32 : base == "BIGINT" ? 64 : 0;
+      if (bits > 0) {
+        e = Exact{};
+        const __int128 one = 1;
+        e->min = is_unsigned ? 0 : -(one << (bits - 1));
+        e->max = is_unsigned ? (one << bits) - 1 : (one << (bits - 1)) - 1;
+      } else if (std::regex_match(type, m, kDecimal)) {
+        // Beyond 38 digits an __int128 cannot count: the fold then holds 38.
+        const int precision = std::min(std::stoi(m[1].str()), 38);
+        e = Exact{};
+        e->scale = std::stoi(m[2].str());
+        e->max = 1;
+        for (int i = 0; i < precision; ++i) e->max *= 10;
+        e->max -= 1;
+        e->min = -e->max;
+      }
+      columns.push_back(e);
+    }
+  }
+}
+
+Status OpFold::AddTo(size_t table, size_t c, const Json& v, bool present, Column& column, bool earlier) const {
+  const AggregateTable& t = options_.tables[table];
+  const AggregateColumn& decl = t.columns[c];
+  const std::optional<Exact>& exact = exact_[table][c];
+  if (!exact) {
+    const Json n = AsNumber(v);
+    if (!present) {
+      column = Column{};
+      column.value = n;
+    } else if (column.set && column.value.is_null()) {
+      column.value = n;  // NULL + n counts from 0, as COALESCE does in SQL
+    } else if (column.set && column.value.is_string()) {
+      // A number set as text, then added to: MySQL would convert the text;
+      // a text that is no number counts as 0 there too.
+      column.value = FloatSum(AsNumber(column.value), n);
+    } else if (column.set && !column.value.is_number()) {
+      column.value = n;  // a boolean, object or array set, then added to: counts as 0
+    } else {
+      column.value = FloatSum(column.value, n);
+    }
+    return Status::Ok();
+  }
+  const std::string what = "`add` of '" + decl.name + "' in table " + t.name;
+  const auto beyond = [&](const std::string& why) {
+    return earlier ? ResourceExhausted(why) : InvalidArgument(why);
+  };
+  const std::string text = NumberText(v);
+  const std::optional<DecimalText> d = ParseDecimalText(text);
+  if (!d) return InvalidArgument(what + " is " + text + ", not a number");
+  __int128 n = 0;
+  switch (ToScaled(*d, exact->scale, false, &n)) {
+    case Scaled::kInexact:
+      return InvalidArgument(what + " is " + text + ", which " + decl.sql_type + " cannot hold exactly (" +
+                             std::to_string(exact->scale) + " decimals): round it in the code, or pass it as a "
+                             "decimal string");
+    case Scaled::kTooLarge: n = exact->max + 1; break;
+    case Scaled::kOk: break;
+  }
+  if (n < exact->min || n > exact->max) return InvalidArgument(what + " is " + text + ", beyond what " + decl.sql_type + " holds");
+  if (!present) {
+    column = Column{};
+    column.exact = true;
+    column.scaled = n;
+    return Status::Ok();
+  }
+  if (!column.exact) {
+    // A set, then added to: the set value as MySQL stores it (rounded to the
+    // scale); NULL, a text that is no number, a boolean, object or array count as 0.
+    __int128 base = 0;
+    if (column.value.is_number() || column.value.is_string()) {
+      const std::string set = NumberText(column.value);
+      if (const auto sd = ParseDecimalText(set)) {
+        if (ToScaled(*sd, exact->scale, true, &base) != Scaled::kOk || base < exact->min || base > exact->max) {
+          return beyond("'" + decl.name + "' in table " + t.name + " was set to " + set + ", beyond what " +
+                        decl.sql_type + " holds");
+        }
+      }
+    }
+    column.exact = true;
+    column.value = Json();
+    column.scaled = base;
+  }
+  __int128 sum = 0;
+  if (__builtin_add_overflow(column.scaled, n, &sum) || sum < exact->min || sum > exact->max) {
+    return beyond("the adds to '" + decl.name + "' in table " + t.name + " sum beyond what " + decl.sql_type +
+                  " holds");
+  }
+  column.scaled = sum;
+  return Status::Ok();
+}
+
+Status OpFold::Add(const std::vector<Op>& ops) {
+  const bool earlier = !rows_.empty();
+  // Copies of the rows the event writes, kept only if all of it fits.
+  std::map<std::string, Row> touched;
   for (const Op& op : ops) {
     std::string id = std::to_string(op.table);
     for (const Json& k : op.key) id += '\x1f' + k.dump();
-    Row& row = rows_[id];
-    if (row.key.empty()) {
-      row.table = op.table;
-      row.key = op.key;
+    auto at = touched.find(id);
+    if (at == touched.end()) {
+      const auto live = rows_.find(id);
+      if (live != rows_.end()) {
+        at = touched.emplace(id, live->second).first;
+      } else {
+        at = touched.emplace(id, Row{}).first;
+        at->second.table = op.table;
+        at->second.key = op.key;
+      }
     }
+    Row& row = at->second;
     switch (op.kind) {
       case Op::Kind::kDelete:
         row.reset = true;
@@ -110,36 +326,50 @@ void OpFold::Add(const std::vector<Op>& ops) {
         break;
       case Op::Kind::kSet:
         row.written = true;
-        for (const auto& [c, v] : op.values) row.columns[c] = Column{true, v};
+        for (const auto& [c, v] : op.values) {
+          Column& column = row.columns[c] = Column{};
+          column.set = true;
+          column.value = v;
+        }
         break;
       case Op::Kind::kAdd:
         row.written = true;
         for (const auto& [c, v] : op.values) {
-          auto it = row.columns.find(c);
-          if (it == row.columns.end()) {
-            row.columns[c] = Column{false, v};
-          } else if (it->second.set && it->second.value.is_null()) {
-            it->second.value = v;  // NULL + n counts from 0, as COALESCE does in SQL
-          } else if (it->second.set && it->second.value.is_string()) {
-            // A number set as text, then added to: MySQL would convert the
-            // text; a text that is no number counts as 0 there too.
-            const std::string& text = it->second.value.get_ref<const std::string&>();
-            char* end = nullptr;
-            const double base = std::strtod(text.c_str(), &end);
-            const bool number = !text.empty() && end == text.c_str() + text.size();
-            it->second.value = Sum(Json(number ? base : 0.0), v);
-          } else if (it->second.set && !it->second.value.is_number()) {
-            it->second.value = v;  // a boolean, object or array set, then added to: counts as 0
-          } else {
-            it->second.value = Sum(it->second.value, v);
-          }
+          const auto it = row.columns.find(c);
+          const bool present = it != row.columns.end();
+          Column& column = present ? it->second : row.columns[c];
+          RETURN_IF_ERROR(AddTo(op.table, c, v, present, column, earlier));
         }
         break;
     }
   }
+  for (auto& [id, row] : touched) rows_[id] = std::move(row);
+  return Status::Ok();
 }
 
-std::vector<std::string> OpFold::Statements(const std::function<void(std::string&, std::string_view)>& quote) const {
+std::vector<std::string> MultiRowStatements(std::string_view head, const std::vector<std::string>& rows,
+                                            std::string_view tail, size_t max_bytes) {
+  std::vector<std::string> out;
+  std::string s;
+  for (const std::string& row : rows) {
+    if (!s.empty() && s.size() + 1 + row.size() + tail.size() > max_bytes) {
+      out.push_back(std::move(s.append(tail)));
+      s.clear();
+    }
+    if (s.empty()) {
+      s.reserve(std::min(max_bytes, head.size() + row.size() + tail.size()));
+      s.append(head);
+    } else {
+      s += ',';
+    }
+    s += row;
+  }
+  if (!s.empty()) out.push_back(std::move(s.append(tail)));
+  return out;
+}
+
+std::vector<std::string> OpFold::Statements(const std::function<void(std::string&, std::string_view)>& quote,
+                                            size_t max_bytes) const {
   std::vector<std::string> out;
   // Rows deleted in the batch: gone before what the batch writes to them.
   for (const auto& [id, row] : rows_) {
@@ -164,31 +394,37 @@ std::vector<std::string> OpFold::Statements(const std::function<void(std::string
   for (const auto& [which, rows] : groups) {
     const AggregateTable& t = options_.tables[which.first];
     const Row& first = *rows.front();
-    std::string s = "INSERT INTO " + sql::QuoteIdent(t.name + suffix_) + " (";
-    for (size_t k = 0; k < t.key.size(); ++k) s += (k ? "," : "") + sql::QuoteIdent(t.key[k].name);
-    for (const auto& [c, col] : first.columns) s += "," + sql::QuoteIdent(t.columns[c].name);
-    s += ") VALUES ";
-    for (size_t r = 0; r < rows.size(); ++r) {
-      s += r ? ",(" : "(";
+    std::string head = "INSERT INTO " + sql::QuoteIdent(t.name + suffix_) + " (";
+    for (size_t k = 0; k < t.key.size(); ++k) head += (k ? "," : "") + sql::QuoteIdent(t.key[k].name);
+    for (const auto& [c, col] : first.columns) head += "," + sql::QuoteIdent(t.columns[c].name);
+    head += ") VALUES ";
+    std::vector<std::string> tuples;
+    tuples.reserve(rows.size());
+    for (const Row* row : rows) {
+      std::string& v = tuples.emplace_back("(");
       for (size_t k = 0; k < t.key.size(); ++k) {
-        if (k) s += ',';
-        AppendValue(s, rows[r]->key[k], quote);
+        if (k) v += ',';
+        AppendValue(v, row->key[k], quote);
       }
-      for (const auto& [c, col] : rows[r]->columns) {
-        s += ',';
-        AppendValue(s, col.value, quote);
+      for (const auto& [c, col] : row->columns) {
+        v += ',';
+        if (col.exact) {
+          v += ScaledText(col.scaled, exact_[which.first][c]->scale);
+        } else {
+          AppendValue(v, col.value, quote);
+        }
       }
-      s += ')';
+      v += ')';
     }
-    s += " ON DUPLICATE KEY UPDATE ";
+    std::string tail = " ON DUPLICATE KEY UPDATE ";
     bool comma = false;
     for (const auto& [c, col] : first.columns) {
       const std::string name = sql::QuoteIdent(t.columns[c].name);
-      if (comma) s += ',';
+      if (comma) tail += ',';
       comma = true;
-      s += name + (col.set ? "=VALUES(" + name + ")" : "=COALESCE(" + name + ",0)+VALUES(" + name + ")");
+      tail += name + (col.set ? "=VALUES(" + name + ")" : "=COALESCE(" + name + ",0)+VALUES(" + name + ")");
     }
-    out.push_back(std::move(s));
+    for (std::string& s : MultiRowStatements(head, tuples, tail, max_bytes)) out.push_back(std::move(s));
   }
   return out;
 }

@@ -164,6 +164,20 @@ bool IsAggregateColumnType(std::string_view type, bool key, std::string* normali
   return true;
 }
 
+std::string CanonicalColumnType(std::string_view type) {
+  static const std::regex kSpaces(R"(\s+)");
+  static const std::regex kCommaSpace(R"( ?, ?)");
+  static const std::regex kDisplayWidth(R"(^(tinyint|smallint|mediumint|int|bigint) ?\([0-9]+\))");
+  std::string t = std::regex_replace(Lower(type), kSpaces, " ");
+  t = std::regex_replace(t, kCommaSpace, ",");
+  t = std::regex_replace(t, kDisplayWidth, "$1");
+  while (!t.empty() && t.back() == ' ') t.pop_back();
+  while (!t.empty() && t.front() == ' ') t.erase(0, 1);
+  if (t == "datetime(0)") return "datetime";
+  if (t == "json") return "longtext";
+  return t;
+}
+
 BuiltinSinkType AggregateSinkType() {
   config::SinkType t;
   t.name = "aggregate";

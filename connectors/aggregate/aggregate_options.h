@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.h"
@@ -35,6 +36,13 @@ struct AggregateSinkOptions {
 // column types a declaration may use (upper-cased `type` in *normalized).
 // Keys may not be TEXT, JSON or DOUBLE.
 bool IsAggregateColumnType(std::string_view type, bool key, std::string* normalized);
+
+// A column type in one spelling for comparing a declared type with a live
+// table's information_schema COLUMN_TYPE: lower case, no integer display
+// width, no space after a comma, DATETIME(0) as DATETIME and JSON as
+// LONGTEXT (MariaDB's JSON). `BIGINT` and `bigint(20)` are both "bigint",
+// `DECIMAL(18, 2)` and `decimal(18,2)` both "decimal(18,2)".
+std::string CanonicalColumnType(std::string_view type);
 
 BuiltinSinkType AggregateSinkType();
 

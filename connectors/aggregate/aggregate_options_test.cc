@@ -12,6 +12,7 @@ namespace sluice::config {
 namespace {
 
 using connectors::aggregate::AggregateSinkOptions;
+using connectors::aggregate::CanonicalColumnType;
 using connectors::aggregate::IsAggregateColumnType;
 using testing::Errors;
 using testing::LoadConfigFromString;
@@ -94,6 +95,36 @@ TEST(AggregateColumnTypes, TheListIsExplicit) {
   EXPECT_TRUE(IsAggregateColumnType("DOUBLE", false, &n));
   for (const char* bad : {"JSON", "TEXT", "DOUBLE", "VARCHAR(5000)", "INT; DROP TABLE x", "BLOB"}) {
     EXPECT_FALSE(IsAggregateColumnType(bad, true, &n)) << bad;
+  }
+}
+
+// Each declared type (as IsAggregateColumnType normalizes it) against the
+// COLUMN_TYPE MariaDB 10.11 reports for a table created with it.
+TEST(AggregateColumnTypes, ADeclaredTypeMatchesTheLiveColumnTypeMadeFromIt) {
+  const std::pair<const char*, const char*> same[] = {
+      {"TINYINT", "tinyint(4)"},       {"SMALLINT UNSIGNED", "smallint(5) unsigned"},
+      {"INT", "int(11)"},              {"BIGINT", "bigint(20)"},
+      {"BIGINT UNSIGNED", "bigint(20) unsigned"}, {"BIGINT", "bigint"},
+      {"DECIMAL(18,2)", "decimal(18,2)"}, {"DECIMAL(18, 2)", "decimal(18,2)"},
+      {"DOUBLE", "double"},            {"VARCHAR(64)", "varchar(64)"},
+      {"VARBINARY(8)", "varbinary(8)"}, {"CHAR(3)", "char(3)"},
+      {"DATE", "date"},                {"DATETIME", "datetime"},
+      {"DATETIME(0)", "datetime"},     {"DATETIME(6)", "datetime(6)"},
+      {"TEXT", "text"},                {"JSON", "longtext"},
+      {"JSON", "json"},
+  };
+  for (const auto& [declared, live] : same) {
+    std::string n;
+    ASSERT_TRUE(IsAggregateColumnType(declared, false, &n)) << declared;
+    EXPECT_EQ(CanonicalColumnType(n), CanonicalColumnType(live)) << declared << " vs " << live;
+  }
+  const std::pair<const char*, const char*> differ[] = {
+      {"BIGINT", "int(11)"},         {"BIGINT", "bigint(20) unsigned"}, {"DECIMAL(18,2)", "decimal(18,3)"},
+      {"DECIMAL(20,2)", "decimal(18,2)"}, {"VARCHAR(64)", "varchar(32)"}, {"DATETIME(6)", "datetime"},
+      {"DOUBLE", "float"},           {"TEXT", "longtext"},
+  };
+  for (const auto& [declared, live] : differ) {
+    EXPECT_NE(CanonicalColumnType(declared), CanonicalColumnType(live)) << declared << " vs " << live;
   }
 }
 

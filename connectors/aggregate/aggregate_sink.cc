@@ -225,23 +225,49 @@ class AggregateSink : public Sink {
     return out;
   }
 
-  // A live table whose columns are not the declared ones (the definition
-  // changed): the sink waits (backoff) until a rebuild replaces the tables,
-  // rather than adding to columns that would hold only part of the events.
+  // A live table whose columns, types or primary key are not the declared
+  // ones (the definition changed): the sink waits (backoff) until a rebuild
+  // replaces the tables, rather than adding to columns that would hold only
+  // part of the events, or that hold another type than the code writes.
   Status CheckDeclaredTables() {
     for (const AggregateTable& t : options().tables) {
-      std::string q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
+      std::string q = "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
+                      "WHERE TABLE_SCHEMA=DATABASE() AND TABLE_NAME=";
       conn_->AppendQuoted(q, t.name + suffix_);
       auto rows = conn_->Query(q);
       if (!rows.ok()) return Fail(rows.status(), "reading the columns of " + t.name + suffix_);
       if (rows->empty()) continue;  // created below
-      std::set<std::string> have, want;
-      for (const auto& r : *rows) have.insert(Lower(r[0].value_or("")));
-      for (const auto& c : t.key) want.insert(Lower(c.name));
-      for (const auto& c : t.columns) want.insert(Lower(c.name));
-      if (have != want) {
-        return Unavailable(Context() + ": table " + t.name + " does not have the columns the config declares; "
-                           "its definition changed: `sluice rebuild --sink " + cfg_.name +
+      struct Live {
+        std::string name, type;
+        bool key = false;
+      };
+      std::map<std::string, Live> live;  // by lower-case name
+      for (const auto& r : *rows) {
+        live[Lower(r[0].value_or(""))] = {r[0].value_or(""), r[1].value_or(""), r[2].value_or("") == "PRI"};
+      }
+      std::string problem;
+      for (const bool key : {true, false}) {
+        for (const AggregateColumn& c : key ? t.key : t.columns) {
+          const auto it = live.find(Lower(c.name));
+          if (!problem.empty()) continue;
+          if (it == live.end()) {
+            problem = "has no column " + c.name + " (declared " + c.sql_type + ")";
+          } else if (CanonicalColumnType(c.sql_type) != CanonicalColumnType(it->second.type)) {
+            problem = "has column " + c.name + " as " + it->second.type + ", declared " + c.sql_type;
+          } else if (it->second.key != key) {
+            problem = "has column " + c.name + (key ? " outside its primary key, declared a key column"
+                                                    : " in its primary key, declared a plain column");
+          }
+          if (it != live.end()) live.erase(it);
+        }
+      }
+      if (problem.empty() && !live.empty()) {
+        problem = "has column " + live.begin()->second.name + " (" + live.begin()->second.type +
+                  "), which the config does not declare";
+      }
+      if (!problem.empty()) {
+        return Unavailable(Context() + ": table " + t.name + suffix_ + " " + problem +
+                           "; its definition changed: `sluice rebuild --sink " + cfg_.name +
                            "` recomputes the view with it (until then the view waits)");
       }
     }
@@ -333,7 +359,7 @@ class AggregateSink : public Sink {
     }
     OpFold fold(options(), suffix_);
     std::map<uint32_t, uint64_t> next;
-    std::string add_rejected, drop_rejected;
+    std::vector<std::string> add_rejected, drop_rejected;  // rows of the statements below
     for (size_t i : which) {
       const ChangeEvent& e = events[i];
       uint64_t& hi = next[e.partition];
@@ -343,7 +369,6 @@ class AggregateSink : public Sink {
         results[i] = {Outcome::kStale, {}};
         continue;
       }
-      std::vector<Op> ops;
       if (!refused.count(i)) {
         results[i] = {Outcome::kApplied, {}};
         handlers::JsValueOutcome r = code_->Aggregate(e);
@@ -352,34 +377,35 @@ class AggregateSink : public Sink {
         } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
           results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + parsed.status().message()};
         } else {
-          ops = std::move(parsed).value();
+          std::string refused_why;
+          RETURN_IF_ERROR(FoldEvent(fold, *parsed, &refused_why));
+          if (!refused_why.empty()) results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + refused_why};
         }
       }
       if (results[i].outcome == Outcome::kRejected) {
         if (!was_rejected) {
-          add_rejected += add_rejected.empty() ? "(" : ",(";
-          quote(add_rejected, cfg_.entity);
-          add_rejected += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
-          quote(add_rejected, results[i].reason);
-          add_rejected += ')';
+          std::string& row = add_rejected.emplace_back("(");
+          quote(row, cfg_.entity);
+          row += "," + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ",";
+          quote(row, results[i].reason);
+          row += ')';
         }
         continue;
       }
-      fold.Add(ops);
       if (was_rejected) {
-        drop_rejected += (drop_rejected.empty() ? "(" : ",(") + std::to_string(e.partition) + "," +
-                         std::to_string(e.event_id) + ")";
+        drop_rejected.push_back("(" + std::to_string(e.partition) + "," + std::to_string(e.event_id) + ")");
       }
     }
     std::vector<std::string> statements = fold.Statements(quote);
-    if (!add_rejected.empty()) {
-      statements.push_back("INSERT IGNORE INTO " + rejected_table_ +
-                           " (entity_type, partition_id, event_id, reason) VALUES " + add_rejected);
+    for (std::string& s : MultiRowStatements("INSERT IGNORE INTO " + rejected_table_ +
+                                                 " (entity_type, partition_id, event_id, reason) VALUES ",
+                                             add_rejected, "")) {
+      statements.push_back(std::move(s));
     }
-    if (!drop_rejected.empty()) {
-      std::string s = "DELETE FROM " + rejected_table_ + " WHERE entity_type=";
-      quote(s, cfg_.entity);
-      statements.push_back(s + " AND (partition_id, event_id) IN (" + drop_rejected + ")");
+    std::string drop = "DELETE FROM " + rejected_table_ + " WHERE entity_type=";
+    quote(drop, cfg_.entity);
+    for (std::string& s : MultiRowStatements(drop + " AND (partition_id, event_id) IN (", drop_rejected, ")")) {
+      statements.push_back(std::move(s));
     }
     std::string moved = "INSERT INTO " + offsets_table_ + " (entity_type, partition_id, event_id) VALUES ";
     bool first = true;
@@ -393,6 +419,26 @@ class AggregateSink : public Sink {
     for (const std::string& s : statements) {
       if (auto r = conn_->Execute(s); !r.ok()) return r.status();
     }
+    return Status::Ok();
+  }
+
+  // Folds an event's operations; when their sums with the batch's earlier
+  // ones would not fit a column, writes the fold so far (in the transaction)
+  // and folds the event anew. A failed write is returned; `*refused` says
+  // why the event's own operations do not fit (its dead letter), empty when
+  // they were folded.
+  Status FoldEvent(OpFold& fold, const std::vector<Op>& ops, std::string* refused) {
+    Status added = fold.Add(ops);
+    if (added.code() == StatusCode::kResourceExhausted) {
+      for (const std::string& s : fold.Statements([this](std::string& out, std::string_view v) {
+             conn_->AppendQuoted(out, v);
+           })) {
+        if (auto r = conn_->Execute(s); !r.ok()) return r.status();
+      }
+      fold.Clear();
+      added = fold.Add(ops);
+    }
+    refused->assign(added.ok() ? "" : added.message());
     return Status::Ok();
   }
 

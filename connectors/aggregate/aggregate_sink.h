@@ -23,9 +23,14 @@
 // once the code is fixed, is applied then (also what `sluice deadletters
 // retry` does) and leaves the table.
 //
-// A table whose columns are not the declared ones (the definition changed)
-// makes the sink wait (backoff, with a message saying to rebuild) rather
-// than fill new columns from part of the events. A rebuild replays every
+// A table whose columns are not the declared ones (a column's name or type,
+// or the primary key: the definition changed) makes the sink wait (backoff,
+// with a message naming the table, the column and both types, saying to
+// rebuild) rather than fill new columns from part of the events.
+//
+// A batch's operations are folded per row (aggregate_ops.h: exact sums on
+// integer and DECIMAL columns) and written in statements of at most
+// kMaxStatementBytes each, all in the batch's transaction. A rebuild replays every
 // event into shadow tables (<table>__rebuild, with their own offsets) made
 // from the current definition and swaps them in, offsets included, with one
 // RENAME TABLE.
