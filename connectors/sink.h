@@ -51,6 +51,12 @@ namespace sluice::connectors {
 
 // One committed event as sinks see it. Owned by the caller for the duration
 // of Apply().
+// What Sink::Prepare made of one event for its own Apply (each sink type
+// its own kind).
+struct PreparedEvent {
+  virtual ~PreparedEvent() = default;
+};
+
 struct ChangeEvent {
   std::string entity_type;
   uint32_t partition = 0;
@@ -75,6 +81,8 @@ struct ChangeEvent {
   // id) and headers added to the sink's own.
   std::string record_key;
   std::vector<std::pair<std::string, std::string>> record_headers;
+  // Set by the sink's Prepare(), read by its Apply(); null when not prepared.
+  std::shared_ptr<const PreparedEvent> prepared;
 };
 
 enum class Outcome : uint8_t {
@@ -108,6 +116,8 @@ struct Capabilities {
   bool full_events = false;
   // Apply() writes ChangeEvent::record_key and record_headers (kafka).
   bool record_keys = false;
+  // Prepare() does work ahead of Apply() (view code); the engine calls it.
+  bool prepares = false;
 };
 
 // The latest truth about one entity, from main storage, for Verify().
@@ -161,6 +171,14 @@ class Sink {
 
   virtual Status Open() = 0;
   virtual ApplyResult Apply(std::span<const ChangeEvent> events) = 0;
+  // Work on events ahead of Apply() (Capabilities::prepares): the engine's
+  // reader calls it on each batch it reads, on its own thread, so that it
+  // overlaps the writes of the batches before (a sink with view code runs the
+  // code there). It may set ChangeEvent::prepared, which Apply() then uses;
+  // Apply() still takes events nobody prepared. Called by one thread at a
+  // time, possibly while another calls Apply(): it touches nothing Apply()
+  // does.
+  virtual void Prepare(std::span<ChangeEvent> events) { (void)events; }
   // Makes what Apply() acknowledged since the last Flush() durable (see the
   // contract above); ok, kUnavailable or kFailedPrecondition.
   virtual Status Flush() { return Status::Ok(); }

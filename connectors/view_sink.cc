@@ -5,10 +5,12 @@
 
 namespace sluice::connectors {
 
-ViewSink::ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code)
+ViewSink::ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
+                   std::unique_ptr<ViewCode> ahead_code)
     : entity_type_(std::move(entity_type)),
       destinations_(std::move(destinations)),
       code_(std::move(code)),
+      ahead_code_(std::move(ahead_code)),
       log_(destinations_.front().sink->capabilities().verifies_history) {}
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::string_view routes_to,
@@ -19,7 +21,8 @@ Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std
                                                                   destinations.front().name) != sink.routes.end())) {
     return InvalidArgument("sink " + sink.name + ": routes need a sink made for each of them");
   }
-  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(destinations), std::move(code)));
+  ASSIGN_OR_RETURN(auto ahead, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
+  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(destinations), std::move(code), std::move(ahead)));
 }
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::unique_ptr<Sink> inner) {
@@ -50,6 +53,7 @@ Capabilities ViewSink::capabilities() const {
   c.entity_checks = false;
   c.overwrite = false;
   c.record_keys = false;  // what the code sets; nothing a caller may set
+  c.prepares = true;      // the code runs ahead, on the engine's reader thread
   return c;
 }
 
@@ -111,8 +115,8 @@ ChangeEvent DeleteOf(const ChangeEvent& e) {
 
 }  // namespace
 
-Result<size_t> ViewSink::RouteOf(const ChangeEvent& e, ViewCode::Routed* routed) {
-  *routed = code_->Route(e);
+Result<size_t> ViewSink::RouteOf(ViewCode& code, const ChangeEvent& e, ViewCode::Routed* routed) {
+  *routed = code.Route(e);
   switch (routed->kind) {
     case ViewCode::Routed::Kind::kError:
       return InvalidArgument(routed->error.empty() ? "route() failed" : routed->error);
@@ -128,12 +132,12 @@ Result<size_t> ViewSink::RouteOf(const ChangeEvent& e, ViewCode::Routed* routed)
   for (const Destination& d : destinations_) {
     if (!d.name.empty()) known += (known.empty() ? "" : ", ") + d.name;
   }
-  return InvalidArgument(code_->file() + ": route() returned '" + routed->to + "' for " + e.entity_type + "/" +
+  return InvalidArgument(code.file() + ": route() returned '" + routed->to + "' for " + e.entity_type + "/" +
                          e.entity_id + " version " + std::to_string(e.version) +
                          ", which is not one of the sink's destinations (" + known + ")");
 }
 
-std::optional<size_t> ViewSink::RouteBefore(const ChangeEvent& e) {
+std::optional<size_t> ViewSink::RouteBefore(ViewCode& code, const ChangeEvent& e) {
   if (e.before.empty()) return std::nullopt;
   ChangeEvent was = ForInnerSink(e);
   was.deleted = false;
@@ -141,9 +145,58 @@ std::optional<size_t> ViewSink::RouteBefore(const ChangeEvent& e) {
   was.request = e.request;
   was.response = e.response;
   ViewCode::Routed routed;
-  auto d = RouteOf(was, &routed);
+  auto d = RouteOf(code, was, &routed);
   if (!d.ok()) return std::nullopt;
   return *d;
+}
+
+ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
+  Planned p;
+  ViewCode::Shaped shaped = code.Shape(e);
+  if (shaped.kind == ViewCode::Shaped::Kind::kError) {
+    p.rejected = shaped.error.empty() ? "view code failed" : "view code: " + shaped.error;
+    return p;
+  }
+  const bool absent = shaped.kind == ViewCode::Shaped::Kind::kAbsent;
+  p.out = absent ? DeleteOf(e) : ForInnerSink(e);
+  if (!absent) p.out.state = std::move(shaped.document);
+  if (!code.routes()) return p;
+  if (absent && !log_) {
+    // A point view holds the entity in at most one destination: gone from all.
+    for (size_t d = 1; d < destinations_.size(); ++d) p.deletes.push_back(d);
+    return p;
+  }
+  ViewCode::Routed routed;
+  auto to = RouteOf(code, e, &routed);
+  if (!to.ok()) {
+    p.rejected = "view code: " + to.status().message();
+    return p;
+  }
+  p.to = *to;
+  if (!routed.key.empty() || !routed.headers.empty()) {
+    if (!destinations_[p.to].sink->capabilities().record_keys) {
+      p.rejected = "view code: " + code.file() + ": route() set a key or headers, which a " +
+                   "sink of this type does not write (kafka records have them)";
+      return p;
+    }
+    p.out.record_key = std::move(routed.key);
+    p.out.record_headers = std::move(routed.headers);
+  }
+  if (!log_ && !e.before.empty()) {
+    // Moved: out of where it was, at this version. Where it was unknown
+    // (the code fails on the state before): out of every other destination.
+    const std::optional<size_t> was = RouteBefore(code, e);
+    if (was != p.to) {
+      for (size_t d = 0; d < destinations_.size(); ++d) {
+        if (d != p.to && (!was || d == *was)) p.deletes.push_back(d);
+      }
+    }
+  }
+  return p;
+}
+
+void ViewSink::Prepare(std::span<ChangeEvent> events) {
+  for (ChangeEvent& e : events) e.prepared = std::make_shared<Planned>(PlanOne(*ahead_code_, e));
 }
 
 ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
@@ -151,57 +204,24 @@ ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
   plan.events.resize(destinations_.size());
   plan.writes.resize(destinations_.size());
   plan.rejected.assign(events.size(), std::string());
-  for (auto& v : plan.events) v.reserve(destinations_.size() == 1 ? events.size() : 0);
-  const auto add = [&](size_t d, size_t i, bool own, ChangeEvent e) {
-    plan.events[d].push_back(std::move(e));
-    plan.writes[d].push_back({i, own});
-  };
+  if (destinations_.size() == 1) plan.events[0].reserve(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
-    const ChangeEvent& e = events[i];
-    ViewCode::Shaped shaped = code_->Shape(e);
-    if (shaped.kind == ViewCode::Shaped::Kind::kError) {
-      plan.rejected[i] = "view code: " + shaped.error;
-      if (shaped.error.empty()) plan.rejected[i] = "view code failed";
+    const auto* prepared = dynamic_cast<const Planned*>(events[i].prepared.get());
+    Planned now;
+    if (prepared == nullptr) {
+      now = PlanOne(*code_, events[i]);
+      prepared = &now;
+    }
+    if (!prepared->rejected.empty()) {
+      plan.rejected[i] = prepared->rejected;
       continue;
     }
-    const bool absent = shaped.kind == ViewCode::Shaped::Kind::kAbsent;
-    ChangeEvent out = absent ? DeleteOf(e) : ForInnerSink(e);
-    if (!absent) out.state = std::move(shaped.document);
-    if (!code_->routes()) {
-      add(0, i, true, std::move(out));
-      continue;
+    for (size_t d : prepared->deletes) {
+      plan.events[d].push_back(DeleteOf(events[i]));
+      plan.writes[d].push_back({i, false});
     }
-    if (absent && !log_) {
-      // A point view holds the entity in at most one destination: gone from all.
-      for (size_t d = 0; d < destinations_.size(); ++d) add(d, i, d == 0, out);
-      continue;
-    }
-    ViewCode::Routed routed;
-    auto to = RouteOf(e, &routed);
-    if (!to.ok()) {
-      plan.rejected[i] = "view code: " + to.status().message();
-      continue;
-    }
-    if (!routed.key.empty() || !routed.headers.empty()) {
-      if (!destinations_[*to].sink->capabilities().record_keys) {
-        plan.rejected[i] = "view code: " + code_->file() + ": route() set a key or headers, which a " +
-                           "sink of this type does not write (kafka records have them)";
-        continue;
-      }
-      out.record_key = std::move(routed.key);
-      out.record_headers = std::move(routed.headers);
-    }
-    if (!log_) {
-      // Moved: out of where it was, at this version. Where it was unknown
-      // (the code fails on the state before): out of every other destination.
-      const std::optional<size_t> was = RouteBefore(e);
-      if (!e.before.empty() && was != to.value()) {
-        for (size_t d = 0; d < destinations_.size(); ++d) {
-          if (d != *to && (!was || d == *was)) add(d, i, false, DeleteOf(e));
-        }
-      }
-    }
-    add(*to, i, true, std::move(out));
+    plan.events[prepared->to].push_back(prepared == &now ? std::move(now.out) : prepared->out);
+    plan.writes[prepared->to].push_back({i, true});
   }
   return plan;
 }
@@ -257,7 +277,7 @@ std::vector<std::vector<EntitySnapshot>> ViewSink::ShapeTruth(std::span<const En
       e.state = s.state;
       ViewCode::Shaped r = code_->Shape(e);
       ViewCode::Routed routed;
-      Result<size_t> d = code_->routes() ? RouteOf(e, &routed) : Result<size_t>(size_t{0});
+      Result<size_t> d = code_->routes() ? RouteOf(*code_, e, &routed) : Result<size_t>(size_t{0});
       if (r.kind == ViewCode::Shaped::Kind::kDocument && d.ok()) {
         shaped.state = std::move(r.document);
         to = *d;
@@ -308,7 +328,8 @@ Result<std::unique_ptr<Sink>> ViewSink::MakeRebuildShadow() const {
     shadows.push_back({d.name, std::move(shadow)});
   }
   ASSIGN_OR_RETURN(auto code, ViewCode::Load(code_->file()));
-  return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadows), std::move(code)));
+  ASSIGN_OR_RETURN(auto ahead, ViewCode::Load(code_->file()));
+  return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadows), std::move(code), std::move(ahead)));
 }
 
 }  // namespace sluice::connectors

@@ -54,7 +54,10 @@ class ViewSink : public Sink {
     std::unique_ptr<Sink> sink;
   };
 
-  ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code);
+  // `code` runs on Apply's thread, `ahead_code` (the same file) on
+  // Prepare's: a JavaScript runtime is kept on one thread.
+  ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
+           std::unique_ptr<ViewCode> ahead_code);
 
   // Wraps `destinations` (the sink's own first, then one per sink.routes
   // other than the own one) with the code of sink.code; `routes_to` is the
@@ -72,6 +75,9 @@ class ViewSink : public Sink {
   Capabilities capabilities() const override;
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;
+  // Runs the code on each event (the engine's reader thread); Apply then
+  // writes what it made.
+  void Prepare(std::span<ChangeEvent> events) override;
   Status Flush() override;
   Status Health() override;
   void Close() override;
@@ -95,14 +101,24 @@ class ViewSink : public Sink {
     std::vector<std::vector<Write>> writes;        // per destination, beside events
     std::vector<std::string> rejected;             // per event: why, or empty
   };
+  // What the code made of one event: rejected, or `out` for destination
+  // `to` and a versioned delete for each of `deletes` (a move, or a delete
+  // everywhere). Made by Prepare ahead of Apply, or by Apply itself.
+  struct Planned : PreparedEvent {
+    std::string rejected;  // why the event is refused; empty: it is not
+    size_t to = 0;
+    ChangeEvent out;
+    std::vector<size_t> deletes;
+  };
   Sink& own() const { return *destinations_.front().sink; }
-  // Shapes and routes `events`.
+  Planned PlanOne(ViewCode& code, const ChangeEvent& e);
+  // Shapes and routes `events` (those Prepare did not).
   Plan PlanEvents(std::span<const ChangeEvent> events);
   // The destination of route(e): its index, or an error.
-  Result<size_t> RouteOf(const ChangeEvent& e, ViewCode::Routed* routed);
+  Result<size_t> RouteOf(ViewCode& code, const ChangeEvent& e, ViewCode::Routed* routed);
   // Where the entity was before `e`: its destination, or nullopt when
   // unknown (no state before, or the code fails on it).
-  std::optional<size_t> RouteBefore(const ChangeEvent& e);
+  std::optional<size_t> RouteBefore(ViewCode& code, const ChangeEvent& e);
   // Runs `apply` on each destination's part of the plan and merges the results.
   template <class F>
   ApplyResult ApplyPlanned(std::span<const ChangeEvent> events, F&& apply);
@@ -114,6 +130,7 @@ class ViewSink : public Sink {
   const std::string entity_type_;
   std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
+  std::unique_ptr<ViewCode> ahead_code_;
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
 };
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "core/json.h"
 #include "tests/support/config_support.h"
@@ -344,6 +345,45 @@ function transform(e) {
   EXPECT_EQ(recorder_->applied[0].entity_id, "ok1");
   EXPECT_TRUE(recorder_->applied[1].deleted);
   EXPECT_EQ(recorder_->applied[2].state, R"({"id":"ok2"})");
+}
+
+TEST_F(ViewSinkTest, CodeRunAheadOnAnotherThreadGivesWhatApplyAloneGives) {
+  const std::string code = R"JS(
+function filter(e) { if (e.id === 'bad') throw new Error('bad one'); return e.state.balance % 2 === 0; }
+function transform(e) { return {b: e.state.balance, was: e.before ? e.before.balance : null}; }
+)JS";
+  std::vector<ChangeEvent> events;
+  for (uint64_t v = 1; v <= 50; ++v) {
+    events.push_back(Event(v == 7 ? "bad" : "a", v, R"({"balance":)" + std::to_string(v) + "}",
+                           v > 1 ? R"({"balance":)" + std::to_string(v - 1) + "}" : ""));
+  }
+  auto alone = Make(code);
+  ASSERT_NE(alone, nullptr);
+  EXPECT_TRUE(alone->capabilities().prepares);
+  const ApplyResult want = alone->Apply(events);
+  const std::vector<ChangeEvent> want_applied = recorder_->applied;
+
+  auto ahead = Make(code);
+  ASSERT_NE(ahead, nullptr);
+  std::vector<ChangeEvent> prepared = events;
+  std::thread reader([&] { ahead->Prepare(prepared); });  // the engine's reader thread
+  reader.join();
+  for (const ChangeEvent& e : prepared) ASSERT_NE(e.prepared, nullptr);
+  const ApplyResult got = ahead->Apply(prepared);
+  ASSERT_TRUE(got.status.ok());
+  ASSERT_EQ(got.results.size(), want.results.size());
+  for (size_t i = 0; i < got.results.size(); ++i) {
+    EXPECT_EQ(got.results[i].outcome, want.results[i].outcome) << i;
+    EXPECT_EQ(got.results[i].reason, want.results[i].reason) << i;
+  }
+  EXPECT_NE(got.results[6].reason.find("bad one"), std::string::npos) << got.results[6].reason;
+  ASSERT_EQ(recorder_->applied.size(), want_applied.size());
+  for (size_t i = 0; i < want_applied.size(); ++i) {
+    EXPECT_EQ(recorder_->applied[i].state, want_applied[i].state) << i;
+    EXPECT_EQ(recorder_->applied[i].deleted, want_applied[i].deleted) << i;
+    EXPECT_EQ(recorder_->applied[i].version, want_applied[i].version) << i;
+    EXPECT_EQ(recorder_->applied[i].prepared, nullptr);  // the inner sink never sees the wrapper's plan
+  }
 }
 
 TEST_F(ViewSinkTest, ABatchFailureOfTheSinkIsPassedOn) {

@@ -54,6 +54,7 @@ Status SinkRunner::Start() {
   // Asked before the applier owns the sink.
   const bool entity_checks = sink_->capabilities().entity_checks;
   full_events_ = sink_->capabilities().full_events;
+  prepares_ = sink_->capabilities().prepares;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
   if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
@@ -378,6 +379,7 @@ void SinkRunner::ReadLoop() {
         backlogged[p] = read.events.size() >= options_.engine.batch_max;
         if (read.events.empty()) continue;
         any = true;
+        if (prepares_) sink_->Prepare(read.events);  // beside the applier's writes of earlier batches
         std::lock_guard lock(mu_);
         if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
         position[p] = read.events.back().event_id;

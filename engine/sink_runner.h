@@ -40,7 +40,9 @@
 //                   The calling thread waits for the outcome.
 //
 // Threads: Start/Stop/Wake/totals/controls from any thread; the sink is only
-// called from the applier thread.
+// called from the applier thread, but for Sink::Prepare (the reader thread,
+// for a sink with Capabilities::prepares: its view code runs while the
+// applier writes the batches before).
 #pragma once
 
 #include <atomic>
@@ -214,6 +216,7 @@ class SinkRunner {
   std::deque<Batch> queue_;
   bool stopping_ = false;
   bool full_events_ = false;  // the sink's view code needs request, response and the state before
+  bool prepares_ = false;     // the reader has the sink Prepare() each batch (its view code)
   uint64_t wake_seq_ = 0;
   std::map<uint32_t, uint64_t> start_offsets_;
   std::deque<std::shared_ptr<Control>> controls_;

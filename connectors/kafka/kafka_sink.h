@@ -2,7 +2,8 @@
 // docs/sinks/kafka.md for the user's view).
 //
 // One record per event on the sink's topic, produced by librdkafka's
-// idempotent producer with acks=all; the record key is the entity id, the
+// idempotent producer with acks=all; the record key is the entity id (or
+// the key view code set, ChangeEvent::record_key), the
 // value the change event (record_codec.h), the headers its entity type,
 // version, event id and source partition. Source partition p of the entity
 // type goes to topic partition p % (topic partitions): with as many topic
