@@ -49,11 +49,13 @@ std::string Lower(std::string_view s) {
 class AggregateSink : public Sink {
  public:
   // `shadow_of`: the live sink's name when this is its rebuild shadow.
+  // `code` runs on Apply's thread, `ahead_code` (the same file) on Prepare's.
   AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
-                std::string shared_with, std::string shadow_of = "")
+                std::unique_ptr<ViewCode> ahead_code, std::string shared_with, std::string shadow_of = "")
       : cfg_(std::move(cfg)),
         params_(std::move(params)),
         code_(std::move(code)),
+        ahead_code_(std::move(ahead_code)),
         shared_with_(std::move(shared_with)),
         shadow_of_(std::move(shadow_of)),
         suffix_(shadow_of_.empty() ? "" : std::string(kShadowSuffix)),
@@ -64,7 +66,14 @@ class AggregateSink : public Sink {
   Capabilities capabilities() const override {
     Capabilities c;
     c.full_events = true;
+    c.prepares = true;
     return c;
+  }
+
+  // Runs the code and reads its operations ahead (the engine's reader
+  // thread); Apply folds and writes them.
+  void Prepare(std::span<ChangeEvent> events) override {
+    for (ChangeEvent& e : events) e.prepared = std::make_shared<PreparedOps>(RunCode(*ahead_code_, e));
   }
 
   Status Open() override {
@@ -168,7 +177,9 @@ class AggregateSink : public Sink {
       }
     }
     ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
-    return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, std::move(code), "", cfg_.name));
+    ASSIGN_OR_RETURN(auto ahead, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
+    return std::unique_ptr<Sink>(
+        new AggregateSink(std::move(shadow), params_, std::move(code), std::move(ahead), "", cfg_.name));
   }
 
   // On the shadow: its tables, offsets and rejected events become the live
@@ -371,14 +382,17 @@ class AggregateSink : public Sink {
       }
       if (!refused.count(i)) {
         results[i] = {Outcome::kApplied, {}};
-        handlers::JsValueOutcome r = code_->Aggregate(e);
-        if (r.kind != handlers::JsOutcome::Kind::kApplied) {
-          results[i] = {Outcome::kRejected, "view code: " + r.message};
-        } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
-          results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + parsed.status().message()};
+        const auto* prepared = dynamic_cast<const PreparedOps*>(e.prepared.get());
+        PreparedOps now;
+        if (prepared == nullptr) {
+          now = RunCode(*code_, e);
+          prepared = &now;
+        }
+        if (!prepared->rejected.empty()) {
+          results[i] = {Outcome::kRejected, prepared->rejected};
         } else {
           std::string refused_why;
-          RETURN_IF_ERROR(FoldEvent(fold, *parsed, &refused_why));
+          RETURN_IF_ERROR(FoldEvent(fold, prepared->ops, &refused_why));
           if (!refused_why.empty()) results[i] = {Outcome::kRejected, "view code: " + code_->file() + ": " + refused_why};
         }
       }
@@ -427,6 +441,24 @@ class AggregateSink : public Sink {
   // and folds the event anew. A failed write is returned; `*refused` says
   // why the event's own operations do not fit (its dead letter), empty when
   // they were folded.
+  // An event's operations, or why the code gave none.
+  struct PreparedOps : PreparedEvent {
+    std::string rejected;
+    std::vector<Op> ops;
+  };
+  PreparedOps RunCode(ViewCode& code, const ChangeEvent& e) const {
+    PreparedOps out;
+    handlers::JsValueOutcome r = code.Aggregate(e);
+    if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+      out.rejected = "view code: " + r.message;
+    } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
+      out.rejected = "view code: " + code.file() + ": " + parsed.status().message();
+    } else {
+      out.ops = std::move(parsed).value();
+    }
+    return out;
+  }
+
   Status FoldEvent(OpFold& fold, const std::vector<Op>& ops, std::string* refused) {
     Status added = fold.Add(ops);
     if (added.code() == StatusCode::kResourceExhausted) {
@@ -445,6 +477,7 @@ class AggregateSink : public Sink {
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
+  std::unique_ptr<ViewCode> ahead_code_;
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
@@ -478,7 +511,8 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
       }
     }
   }
-  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), shared_with));
+  ASSIGN_OR_RETURN(auto ahead, ViewCode::LoadFor(sink, ViewCode::Purpose::kAggregate));
+  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), std::move(ahead), shared_with));
 }
 
 }  // namespace sluice::connectors::aggregate
