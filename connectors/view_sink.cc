@@ -6,11 +6,11 @@
 namespace sluice::connectors {
 
 ViewSink::ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
-                   std::unique_ptr<ViewCode> ahead_code)
+                   std::unique_ptr<ViewCodePool> ahead)
     : entity_type_(std::move(entity_type)),
       destinations_(std::move(destinations)),
       code_(std::move(code)),
-      ahead_code_(std::move(ahead_code)),
+      ahead_(std::move(ahead)),
       log_(destinations_.front().sink->capabilities().verifies_history) {}
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::string_view routes_to,
@@ -21,7 +21,7 @@ Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std
                                                                   destinations.front().name) != sink.routes.end())) {
     return InvalidArgument("sink " + sink.name + ": routes need a sink made for each of them");
   }
-  ASSIGN_OR_RETURN(auto ahead, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
+  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(sink, ViewCode::Purpose::kShape));
   return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(destinations), std::move(code), std::move(ahead)));
 }
 
@@ -196,7 +196,9 @@ ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
-  for (ChangeEvent& e : events) e.prepared = std::make_shared<Planned>(PlanOne(*ahead_code_, e));
+  ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
+    events[i].prepared = std::make_shared<Planned>(PlanOne(code, events[i]));
+  });
 }
 
 ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
@@ -328,7 +330,10 @@ Result<std::unique_ptr<Sink>> ViewSink::MakeRebuildShadow() const {
     shadows.push_back({d.name, std::move(shadow)});
   }
   ASSIGN_OR_RETURN(auto code, ViewCode::Load(code_->file()));
-  ASSIGN_OR_RETURN(auto ahead, ViewCode::Load(code_->file()));
+  config::SinkConfig again;
+  again.name = name();
+  again.code = code_->file();
+  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(again, ViewCode::Purpose::kShape, ahead_->size()));
   return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadows), std::move(code), std::move(ahead)));
 }
 

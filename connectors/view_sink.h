@@ -42,6 +42,7 @@
 
 #include "connectors/sink.h"
 #include "connectors/view_code.h"
+#include "connectors/view_code_pool.h"
 
 namespace sluice::connectors {
 
@@ -54,10 +55,10 @@ class ViewSink : public Sink {
     std::unique_ptr<Sink> sink;
   };
 
-  // `code` runs on Apply's thread, `ahead_code` (the same file) on
-  // Prepare's: a JavaScript runtime is kept on one thread.
+  // `code` runs on Apply's thread, `ahead` (runtimes of the same file) on
+  // Prepare's and its workers: a JavaScript runtime is kept on one thread.
   ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
-           std::unique_ptr<ViewCode> ahead_code);
+           std::unique_ptr<ViewCodePool> ahead);
 
   // Wraps `destinations` (the sink's own first, then one per sink.routes
   // other than the own one) with the code of sink.code; `routes_to` is the
@@ -75,8 +76,8 @@ class ViewSink : public Sink {
   Capabilities capabilities() const override;
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;
-  // Runs the code on each event (the engine's reader thread); Apply then
-  // writes what it made.
+  // Runs the code on each event (the engine's reader thread, and the pool's
+  // workers beside it); Apply then writes what it made.
   void Prepare(std::span<ChangeEvent> events) override;
   Status Flush() override;
   Status Health() override;
@@ -130,7 +131,7 @@ class ViewSink : public Sink {
   const std::string entity_type_;
   std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
-  std::unique_ptr<ViewCode> ahead_code_;
+  std::unique_ptr<ViewCodePool> ahead_;
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
 };
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/json.h"
@@ -353,7 +355,7 @@ function filter(e) { if (e.id === 'bad') throw new Error('bad one'); return e.st
 function transform(e) { return {b: e.state.balance, was: e.before ? e.before.balance : null}; }
 )JS";
   std::vector<ChangeEvent> events;
-  for (uint64_t v = 1; v <= 50; ++v) {
+  for (uint64_t v = 1; v <= 500; ++v) {  // enough for the pool's workers to take slices
     events.push_back(Event(v == 7 ? "bad" : "a", v, R"({"balance":)" + std::to_string(v) + "}",
                            v > 1 ? R"({"balance":)" + std::to_string(v - 1) + "}" : ""));
   }
@@ -383,6 +385,35 @@ function transform(e) { return {b: e.state.balance, was: e.before ? e.before.bal
     EXPECT_EQ(recorder_->applied[i].deleted, want_applied[i].deleted) << i;
     EXPECT_EQ(recorder_->applied[i].version, want_applied[i].version) << i;
     EXPECT_EQ(recorder_->applied[i].prepared, nullptr);  // the inner sink never sees the wrapper's plan
+  }
+}
+
+TEST_F(ViewSinkTest, APoolRunsEveryEventOnceEachRuntimeOnItsOwnThread) {
+  config::SinkConfig c;
+  c.name = "view";
+  c.code = dir_.Write("pool.js", "function transform(e) { return {v: e.version * 2}; }\n").string();
+  auto pool = ViewCodePool::Load(c, ViewCode::Purpose::kShape, 3);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  for (size_t n : {0, 1, 10, 1000, 4097}) {
+    std::vector<std::string> docs(n);
+    std::vector<std::thread::id> ran_on(n);
+    std::map<const ViewCode*, std::set<std::thread::id>> threads_of;
+    std::mutex mu;
+    (*pool)->ForEach(n, [&](ViewCode& code, size_t i) {
+      ChangeEvent e = Event("a", i + 1, "{}");
+      docs[i] = code.Shape(e).document;
+      ran_on[i] = std::this_thread::get_id();
+      std::lock_guard lock(mu);
+      threads_of[&code].insert(std::this_thread::get_id());
+    });
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(docs[i], "{\"v\":" + std::to_string((i + 1) * 2) + "}") << n << " " << i;
+    for (const auto& [code, threads] : threads_of) EXPECT_EQ(threads.size(), 1u) << "a runtime ran on two threads";
+    if (n >= 1000) {
+      EXPECT_EQ(threads_of.size(), 3u) << n;  // every runtime took a slice
+    }
+    if (n > 0 && n <= 10) {
+      EXPECT_EQ(std::set<std::thread::id>(ran_on.begin(), ran_on.end()).size(), 1u);  // small: the caller alone
+    }
   }
 }
 

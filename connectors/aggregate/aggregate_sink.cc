@@ -8,6 +8,7 @@
 #include "connectors/aggregate/aggregate_ops.h"
 #include "connectors/aggregate/aggregate_options.h"
 #include "connectors/view_code.h"
+#include "connectors/view_code_pool.h"
 #include "sql/connection.h"
 #include "sql/errors.h"
 #include "sql/params.h"
@@ -49,13 +50,14 @@ std::string Lower(std::string_view s) {
 class AggregateSink : public Sink {
  public:
   // `shadow_of`: the live sink's name when this is its rebuild shadow.
-  // `code` runs on Apply's thread, `ahead_code` (the same file) on Prepare's.
+  // `code` runs on Apply's thread, `ahead` (runtimes of the same file) on
+  // Prepare's and its workers.
   AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
-                std::unique_ptr<ViewCode> ahead_code, std::string shared_with, std::string shadow_of = "")
+                std::unique_ptr<ViewCodePool> ahead, std::string shared_with, std::string shadow_of = "")
       : cfg_(std::move(cfg)),
         params_(std::move(params)),
         code_(std::move(code)),
-        ahead_code_(std::move(ahead_code)),
+        ahead_(std::move(ahead)),
         shared_with_(std::move(shared_with)),
         shadow_of_(std::move(shadow_of)),
         suffix_(shadow_of_.empty() ? "" : std::string(kShadowSuffix)),
@@ -73,7 +75,9 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
-    for (ChangeEvent& e : events) e.prepared = std::make_shared<PreparedOps>(RunCode(*ahead_code_, e));
+    ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
+      events[i].prepared = std::make_shared<PreparedOps>(RunCode(code, events[i]));
+    });
   }
 
   Status Open() override {
@@ -177,7 +181,7 @@ class AggregateSink : public Sink {
       }
     }
     ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
-    ASSIGN_OR_RETURN(auto ahead, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
+    ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(cfg_, ViewCode::Purpose::kAggregate, ahead_->size()));
     return std::unique_ptr<Sink>(
         new AggregateSink(std::move(shadow), params_, std::move(code), std::move(ahead), "", cfg_.name));
   }
@@ -477,7 +481,7 @@ class AggregateSink : public Sink {
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
-  std::unique_ptr<ViewCode> ahead_code_;
+  std::unique_ptr<ViewCodePool> ahead_;
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
@@ -511,7 +515,7 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
       }
     }
   }
-  ASSIGN_OR_RETURN(auto ahead, ViewCode::LoadFor(sink, ViewCode::Purpose::kAggregate));
+  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(sink, ViewCode::Purpose::kAggregate));
   return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), std::move(ahead), shared_with));
 }
 
