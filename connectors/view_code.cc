@@ -44,9 +44,8 @@ bool IsObjectText(std::string_view json) {
 
 std::string Shorten(const std::string& json) { return json.size() > 60 ? json.substr(0, 60) + "..." : json; }
 
-bool IsFalsy(std::string_view json) {
-  return json == "false" || json == "null" || json == "0" || json == "\"\"" || json == "-0";
-}
+// The function Load adds that calls filter() and returns its truth.
+constexpr std::string_view kFilterTruth = "sluice_filter_truth";
 
 // The event's JSON object; with `lazy`, without request, response and
 // before, which CallJsonLazy adds (LazyMembers).
@@ -111,7 +110,12 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
   if (!in) return InvalidArgument(file + ": cannot read the view code file");
   std::ostringstream text;
   text << in.rdbuf();
-  ASSIGN_OR_RETURN(auto runtime, handlers::JsRuntime::Create(file, text.str(), limits, handlers::JsPurpose::kViewCode));
+  // filter()'s result counts as JavaScript counts it (a function or an
+  // object is truthy), not as its JSON (where a function is null). Appended
+  // after the file's last line, so its line numbers stay the file's.
+  std::string source = text.str();
+  source += "\nfunction " + std::string(kFilterTruth) + "(event) { return !!filter(event); }\n";
+  ASSIGN_OR_RETURN(auto runtime, handlers::JsRuntime::Create(file, source, limits, handlers::JsPurpose::kViewCode));
   if (purpose == Purpose::kAggregate && !runtime->HasCommand("aggregate")) {
     return InvalidArgument(file + ": defines no aggregate(event), which an aggregate view calls for each event");
   }
@@ -147,13 +151,13 @@ ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
     return out;
   }
   if (filter_) {
-    handlers::JsValueOutcome r = Call("filter", e);
+    handlers::JsValueOutcome r = Call(kFilterTruth, e);
     if (r.kind != handlers::JsOutcome::Kind::kApplied) {
       out.kind = Shaped::Kind::kError;
       out.error = std::move(r.message);
       return out;
     }
-    if (IsFalsy(r.json)) {
+    if (r.json != "true") {
       out.kind = Shaped::Kind::kAbsent;
       return out;
     }

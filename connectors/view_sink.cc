@@ -3,15 +3,20 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/log.h"
+
 namespace sluice::connectors {
 
-ViewSink::ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
-                   std::unique_ptr<ViewCodePool> ahead)
-    : entity_type_(std::move(entity_type)),
+ViewSink::ViewSink(const config::SinkConfig& sink, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code)
+    : entity_type_(sink.entity),
       destinations_(std::move(destinations)),
       code_(std::move(code)),
-      ahead_(std::move(ahead)),
-      log_(destinations_.front().sink->capabilities().verifies_history) {}
+      log_(destinations_.front().sink->capabilities().verifies_history) {
+  code_config_.name = sink.name;
+  code_config_.entity = sink.entity;
+  code_config_.code = sink.code;
+  code_config_.code_origin = sink.code_origin;
+}
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::string_view routes_to,
                                           std::vector<Destination> destinations) {
@@ -21,8 +26,7 @@ Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std
                                                                   destinations.front().name) != sink.routes.end())) {
     return InvalidArgument("sink " + sink.name + ": routes need a sink made for each of them");
   }
-  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(sink, ViewCode::Purpose::kShape));
-  return std::unique_ptr<Sink>(new ViewSink(sink.entity, std::move(destinations), std::move(code), std::move(ahead)));
+  return std::unique_ptr<Sink>(new ViewSink(sink, std::move(destinations), std::move(code)));
 }
 
 Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std::unique_ptr<Sink> inner) {
@@ -196,6 +200,18 @@ ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
+  if (!ahead_ && !ahead_failed_) {
+    auto pool = ViewCodePool::Load(code_config_, ViewCode::Purpose::kShape);
+    if (!pool.ok()) {
+      // The file changed since the sink started: Apply runs the code it loaded then.
+      LogRateLimited(LogLevel::kWarn, "view.prepare." + code_config_.name,
+                     "sink " + code_config_.name + ": view code runs on the applier alone: " + pool.status().message());
+      ahead_failed_ = true;
+      return;
+    }
+    ahead_ = std::move(pool).value();
+  }
+  if (!ahead_) return;
   ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
     events[i].prepared = std::make_shared<Planned>(PlanOne(code, events[i]));
   });
@@ -329,12 +345,8 @@ Result<std::unique_ptr<Sink>> ViewSink::MakeRebuildShadow() const {
     ASSIGN_OR_RETURN(auto shadow, d.sink->MakeRebuildShadow());
     shadows.push_back({d.name, std::move(shadow)});
   }
-  ASSIGN_OR_RETURN(auto code, ViewCode::Load(code_->file()));
-  config::SinkConfig again;
-  again.name = name();
-  again.code = code_->file();
-  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(again, ViewCode::Purpose::kShape, ahead_->size()));
-  return std::unique_ptr<Sink>(new ViewSink(entity_type_, std::move(shadows), std::move(code), std::move(ahead)));
+  ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(code_config_, ViewCode::Purpose::kShape));
+  return std::unique_ptr<Sink>(new ViewSink(code_config_, std::move(shadows), std::move(code)));
 }
 
 }  // namespace sluice::connectors

@@ -55,10 +55,11 @@ class ViewSink : public Sink {
     std::unique_ptr<Sink> sink;
   };
 
-  // `code` runs on Apply's thread, `ahead` (runtimes of the same file) on
-  // Prepare's and its workers: a JavaScript runtime is kept on one thread.
-  ViewSink(std::string entity_type, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code,
-           std::unique_ptr<ViewCodePool> ahead);
+  // `code` (of sink.code) runs on Apply's thread; Prepare loads a pool of
+  // runtimes of the same file at its first call (a sink the engine never
+  // prepares for, such as the writer's push sinks, has none): a JavaScript
+  // runtime is kept on one thread.
+  ViewSink(const config::SinkConfig& sink, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code);
 
   // Wraps `destinations` (the sink's own first, then one per sink.routes
   // other than the own one) with the code of sink.code; `routes_to` is the
@@ -131,7 +132,9 @@ class ViewSink : public Sink {
   const std::string entity_type_;
   std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
-  std::unique_ptr<ViewCodePool> ahead_;
+  config::SinkConfig code_config_;        // name, code and code_origin: what the pool loads
+  std::unique_ptr<ViewCodePool> ahead_;  // the reader's, made by the first Prepare
+  bool ahead_failed_ = false;            // it did not load: Apply runs the code
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
 };
 

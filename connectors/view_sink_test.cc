@@ -302,6 +302,31 @@ TEST_F(ViewSinkTest, AnEntityThatStopsMatchingLeavesAsAVersionedDelete) {
   EXPECT_TRUE(recorder_->applied[2].state.empty());
 }
 
+TEST_F(ViewSinkTest, AFilterResultCountsAsJavaScriptCountsIt) {
+  auto sink = Make(R"JS(
+function filter(e) {
+  switch (e.id) {
+    case 'fn': return function () {};   // truthy, though its JSON is nothing
+    case 'obj': return {};
+    case 'str': return 'yes';
+    case 'nan': return NaN;
+    case 'undef': return undefined;
+    default: return '';
+  }
+}
+)JS");
+  ASSERT_NE(sink, nullptr);
+  std::vector<ChangeEvent> events;
+  for (const char* id : {"fn", "obj", "str", "nan", "undef", "empty"}) events.push_back(Event(id, 1, "{}"));
+  ApplyResult r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok());
+  ASSERT_EQ(recorder_->applied.size(), events.size());
+  std::map<std::string, bool> in_view;
+  for (const ChangeEvent& e : recorder_->applied) in_view[e.entity_id] = !e.deleted;
+  EXPECT_EQ(in_view, (std::map<std::string, bool>{{"fn", true}, {"obj", true}, {"str", true}, {"nan", false},
+                                                   {"undef", false}, {"empty", false}}));
+}
+
 TEST_F(ViewSinkTest, ADeletedEntityLeavesWithoutCallingTheCode) {
   auto sink = Make("function transform(e) { throw new Error('must not be called'); }\n");
   ASSERT_NE(sink, nullptr);

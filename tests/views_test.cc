@@ -257,10 +257,12 @@ function transform(event) {
           req: event.request.balance};
 }
 )JS").string();
+  // push_timeout: the first push builds the code's runtime on the push
+  // thread, which a loaded machine (ctest -j) can stretch past the default 50 ms.
   auto s = MakeStack("viewpush", "  - name: pushed\n    type: redis\n    entity: account\n"
                                  "    url: redis://127.0.0.1:" + std::to_string(RedisPort()) + "/0\n"
                                  "    key: \"" + UniquePrefix("viewpush") + "p:{id}\"\n"
-                                 "    push: true\n    push_mode: sync\n    code: " + delta + "\n");
+                                 "    push: true\n    push_mode: sync\n    push_timeout: 5s\n    code: " + delta + "\n");
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", s->path}, &out), 0) << out;
   auto writer = StartSluice("writer", s->path, s->cfg.port);  // push only: no engine runs

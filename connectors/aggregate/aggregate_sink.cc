@@ -9,6 +9,7 @@
 #include "connectors/aggregate/aggregate_options.h"
 #include "connectors/view_code.h"
 #include "connectors/view_code_pool.h"
+#include "core/log.h"
 #include "sql/connection.h"
 #include "sql/errors.h"
 #include "sql/params.h"
@@ -50,14 +51,13 @@ std::string Lower(std::string_view s) {
 class AggregateSink : public Sink {
  public:
   // `shadow_of`: the live sink's name when this is its rebuild shadow.
-  // `code` runs on Apply's thread, `ahead` (runtimes of the same file) on
-  // Prepare's and its workers.
+  // `code` runs on Apply's thread; Prepare loads a pool of runtimes of the
+  // same file at its first call.
   AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
-                std::unique_ptr<ViewCodePool> ahead, std::string shared_with, std::string shadow_of = "")
+                std::string shared_with, std::string shadow_of = "")
       : cfg_(std::move(cfg)),
         params_(std::move(params)),
         code_(std::move(code)),
-        ahead_(std::move(ahead)),
         shared_with_(std::move(shared_with)),
         shadow_of_(std::move(shadow_of)),
         suffix_(shadow_of_.empty() ? "" : std::string(kShadowSuffix)),
@@ -75,6 +75,18 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
+    if (!ahead_ && !ahead_failed_) {
+      auto pool = ViewCodePool::Load(cfg_, ViewCode::Purpose::kAggregate);
+      if (!pool.ok()) {
+        // The file changed since the sink started: Apply runs the code it loaded then.
+        LogRateLimited(LogLevel::kWarn, "view.prepare." + cfg_.name,
+                       Context() + ": view code runs on the applier alone: " + pool.status().message());
+        ahead_failed_ = true;
+        return;
+      }
+      ahead_ = std::move(pool).value();
+    }
+    if (!ahead_) return;
     ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
       events[i].prepared = std::make_shared<PreparedOps>(RunCode(code, events[i]));
     });
@@ -181,9 +193,7 @@ class AggregateSink : public Sink {
       }
     }
     ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
-    ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(cfg_, ViewCode::Purpose::kAggregate, ahead_->size()));
-    return std::unique_ptr<Sink>(
-        new AggregateSink(std::move(shadow), params_, std::move(code), std::move(ahead), "", cfg_.name));
+    return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, std::move(code), "", cfg_.name));
   }
 
   // On the shadow: its tables, offsets and rejected events become the live
@@ -481,7 +491,8 @@ class AggregateSink : public Sink {
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
-  std::unique_ptr<ViewCodePool> ahead_;
+  std::unique_ptr<ViewCodePool> ahead_;  // the reader's, made by the first Prepare
+  bool ahead_failed_ = false;            // it did not load: Apply runs the code
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
@@ -515,8 +526,7 @@ Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, 
       }
     }
   }
-  ASSIGN_OR_RETURN(auto ahead, ViewCodePool::Load(sink, ViewCode::Purpose::kAggregate));
-  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), std::move(ahead), shared_with));
+  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), shared_with));
 }
 
 }  // namespace sluice::connectors::aggregate
