@@ -152,6 +152,15 @@ void ConfigReader::CheckRoutes(const Field& at, const SinkConfig& sink) {
   if (sink.code.empty()) {
     Problem(at, "routes need `code:` whose route(event) picks one of them for each event");
   }
+  if (spec->routes_to == "index") {
+    // Elasticsearch and OpenSearch refuse other index names at the first write.
+    for (const std::string& name : sink.routes) {
+      const bool lower = std::none_of(name.begin(), name.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+      if (!lower || name[0] == '_' || name[0] == '-' || name[0] == '+') {
+        Problem(at, "'" + name + "' is not an index name: use lower case, not starting with '_', '-' or '+'");
+      }
+    }
+  }
 }
 
 // Appends the keys of sinks of type `owner`: as they are for such a sink,

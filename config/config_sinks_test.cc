@@ -239,6 +239,12 @@ TEST(SinkErrors, RoutesNeedCodeATypeWithDestinationsAndLegalNames) {
   EXPECT_NE(errors.find("sinks[0].routes[1]: 'b/c' is not a destination name"), std::string::npos) << errors;
   EXPECT_NE(errors.find("sinks[0].routes[2]: 'a' is listed twice"), std::string::npos) << errors;
   EXPECT_NE(errors.find("sinks[0].routes[3]: '..' is not a destination name"), std::string::npos) << errors;
+  const std::string search = "  - {name: s, type: elasticsearch, entity: account, url: \"http://127.0.0.1:9200\", " +
+                             code + "routes: [Orders, _x, ok.index]}\n";
+  const std::string index_errors = Errors(WithSinks(search));
+  EXPECT_NE(index_errors.find("'Orders' is not an index name"), std::string::npos) << index_errors;
+  EXPECT_NE(index_errors.find("'_x' is not an index name"), std::string::npos) << index_errors;
+  EXPECT_EQ(index_errors.find("ok.index"), std::string::npos) << index_errors;
 }
 
 TEST(SinkErrors, MissingRequiredKeys) {

@@ -49,14 +49,14 @@
 
 namespace sluice::connectors {
 
-// One committed event as sinks see it. Owned by the caller for the duration
-// of Apply().
 // What Sink::Prepare made of one event for its own Apply (each sink type
 // its own kind).
 struct PreparedEvent {
   virtual ~PreparedEvent() = default;
 };
 
+// One committed event as sinks see it. Owned by the caller for the duration
+// of Apply().
 struct ChangeEvent {
   std::string entity_type;
   uint32_t partition = 0;

@@ -98,8 +98,9 @@ std::array<std::pair<std::string_view, std::string_view>, 3> LazyMembers(const C
 
 std::string EventJson(const ChangeEvent& e) { return EventObject(e, false); }
 
-ViewCode::ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime)
-    : file_(std::move(file)), runtime_(std::move(runtime)) {
+ViewCode::ViewCode(std::string file, std::string text, handlers::JsLimits limits, Purpose purpose,
+                   std::unique_ptr<handlers::JsRuntime> runtime)
+    : file_(std::move(file)), text_(std::move(text)), limits_(limits), purpose_(purpose), runtime_(std::move(runtime)) {
   filter_ = runtime_->HasCommand("filter");
   transform_ = runtime_->HasCommand("transform");
   route_ = runtime_->HasCommand("route");
@@ -110,11 +111,18 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
   if (!in) return InvalidArgument(file + ": cannot read the view code file");
   std::ostringstream text;
   text << in.rdbuf();
+  return FromSource(file, text.str(), limits, purpose);
+}
+
+Result<std::unique_ptr<ViewCode>> ViewCode::FromSource(const std::string& file, std::string text,
+                                                       handlers::JsLimits limits, Purpose purpose) {
   // filter()'s result counts as JavaScript counts it (a function or an
-  // object is truthy), not as its JSON (where a function is null). Appended
-  // after the file's last line, so its line numbers stay the file's.
-  std::string source = text.str();
-  source += "\nfunction " + std::string(kFilterTruth) + "(event) { return !!filter(event); }\n";
+  // object is truthy, a promise counts by what it settles to), not as its
+  // JSON (where a function is null). Appended after the file's last line, so
+  // its line numbers stay the file's.
+  std::string source = text;
+  source += "\nfunction " + std::string(kFilterTruth) +
+            "(event) { const r = filter(event); return r && typeof r.then === 'function' ? r.then(v => !!v) : !!r; }\n";
   ASSIGN_OR_RETURN(auto runtime, handlers::JsRuntime::Create(file, source, limits, handlers::JsPurpose::kViewCode));
   if (purpose == Purpose::kAggregate && !runtime->HasCommand("aggregate")) {
     return InvalidArgument(file + ": defines no aggregate(event), which an aggregate view calls for each event");
@@ -123,8 +131,10 @@ Result<std::unique_ptr<ViewCode>> ViewCode::Load(const std::string& file, handle
       !runtime->HasCommand("route")) {
     return InvalidArgument(file + ": defines none of filter(event), transform(event) and route(event)");
   }
-  return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(runtime)));
+  return std::unique_ptr<ViewCode>(new ViewCode(file, std::move(text), limits, purpose, std::move(runtime)));
 }
+
+Result<std::unique_ptr<ViewCode>> ViewCode::Again() const { return FromSource(file_, text_, limits_, purpose_); }
 
 Result<std::unique_ptr<ViewCode>> ViewCode::LoadFor(const config::SinkConfig& sink, Purpose purpose) {
   auto code = Load(sink.code, {}, purpose);

@@ -21,8 +21,8 @@
 // Errors (a throw, the time or memory limit, a value of the wrong shape) are
 // the event's: the sink dead-letters it and goes on.
 //
-// Threads: one caller at a time (the sink's applier); each instance has its
-// own JavaScript heap.
+// Threads: one caller at a time (a sink's applier, or one thread of its
+// ViewCodePool); each instance has its own JavaScript heap.
 #pragma once
 
 #include <memory>
@@ -55,6 +55,9 @@ class ViewCode {
   // The code of `sink` (its `code:` file); InvalidArgument as
   // "sink NAME: FILE:LINE: ... (code at ORIGIN)".
   static Result<std::unique_ptr<ViewCode>> LoadFor(const config::SinkConfig& sink, Purpose purpose);
+  // Another runtime of the same text (not read from the file again: the file
+  // may have changed since), for another thread.
+  Result<std::unique_ptr<ViewCode>> Again() const;
 
   // What the code made of one event.
   struct Shaped {
@@ -92,13 +95,19 @@ class ViewCode {
   const std::string& file() const { return file_; }
 
  private:
-  ViewCode(std::string file, std::unique_ptr<handlers::JsRuntime> runtime);
+  ViewCode(std::string file, std::string text, handlers::JsLimits limits, Purpose purpose,
+           std::unique_ptr<handlers::JsRuntime> runtime);
+  static Result<std::unique_ptr<ViewCode>> FromSource(const std::string& file, std::string text,
+                                                      handlers::JsLimits limits, Purpose purpose);
 
   // Calls `function` with the event; request, response and before are
   // parsed only if the code reads them.
   handlers::JsValueOutcome Call(std::string_view function, const ChangeEvent& e);
 
   const std::string file_;
+  const std::string text_;  // the file as it was read
+  const handlers::JsLimits limits_;
+  const Purpose purpose_;
   std::unique_ptr<handlers::JsRuntime> runtime_;
   bool filter_ = false, transform_ = false, route_ = false;
 };

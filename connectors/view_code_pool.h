@@ -1,24 +1,27 @@
 // ViewCodePool: a sink's view code on several threads, so that the code of
 // one batch runs on more than one core (Sink::Prepare of ViewSink and the
-// aggregate sink). It holds one runtime of the file per thread: the calling
-// thread's and one per worker thread, each runtime only ever called on its
-// own thread (a JavaScript runtime is kept on one thread,
-// handlers/js_runtime.h).
+// aggregate sink). It holds one runtime of the code per thread, all made from
+// the text of one ViewCode (never the file read again): the calling thread's
+// and one per worker thread, each made and called only on its own thread (a
+// JavaScript runtime is kept on one thread, handlers/js_runtime.h).
 //
 // ForEach(n, each) splits [0, n) into one slice per runtime, runs the
 // caller's slice on the calling thread and the others on the workers, and
 // returns when every slice is done. `each` must only touch what belongs to
 // its index.
 //
-// Threads: ForEach is called by one thread at a time (the engine's reader);
+// Threads: Make and ForEach are called by one thread (the engine's reader);
 // the workers live as long as the pool.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,33 +34,60 @@ class ViewCodePool {
   // How many runtimes a pool gets by default: the machine's cores, at most 4.
   static size_t DefaultSize();
 
-  // Loads `size` runtimes of `sink`'s code (InvalidArgument as
-  // ViewCode::LoadFor) and starts size - 1 worker threads.
-  static Result<std::unique_ptr<ViewCodePool>> Load(const config::SinkConfig& sink, ViewCode::Purpose purpose,
-                                                    size_t size = DefaultSize());
+  // `size` runtimes of `like`'s text (the caller's made here, each worker's
+  // on its thread); the error of the first that fails.
+  static Result<std::unique_ptr<ViewCodePool>> Make(const ViewCode& like, size_t size = DefaultSize());
   ~ViewCodePool();
 
   // Calls each(code, i) for every i in [0, n), in slices over the runtimes.
   // Batches smaller than a few dozen run on the calling thread alone.
-  void ForEach(size_t n, const std::function<void(ViewCode& code, size_t i)>& each);
+  // Internal (after every slice has stopped) when `each` threw.
+  Status ForEach(size_t n, const std::function<void(ViewCode& code, size_t i)>& each);
 
   size_t size() const { return codes_.size(); }
 
  private:
-  explicit ViewCodePool(std::vector<std::unique_ptr<ViewCode>> codes);
-  void Work(size_t worker);
+  ViewCodePool() = default;
+  void Work(size_t worker, const ViewCode* like);
+  void StopWorkers();
 
   std::vector<std::unique_ptr<ViewCode>> codes_;  // [0]: the caller's; [k]: worker k's
   std::vector<std::thread> workers_;              // worker k runs codes_[k + 1]
 
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
+  size_t loading_ = 0;       // workers still making their runtime
+  Status load_error_;        // the first worker's that failed
   uint64_t generation_ = 0;  // a new job
   bool stopping_ = false;
   size_t pending_ = 0;       // workers still on the job
   // The job: its size and work (valid while a ForEach runs).
   size_t n_ = 0;
   const std::function<void(ViewCode&, size_t)>* each_ = nullptr;
+  std::exception_ptr failure_;  // what a slice threw
+};
+
+// What a sink's Prepare does with a pool (ViewSink, the aggregate sink): the
+// pool is made from the sink's code at the first batch (a sink the engine
+// never prepares for, such as the writer's push sinks, makes none), and
+// fills each event's `prepared` with what `make` returns. When the pool
+// cannot be made, or `make` throws, events are left unprepared (the sink's
+// Apply runs its code itself) and it is logged.
+//
+// Threads: the engine's reader (Prepare's) only; `code` must outlive it and
+// only its text is read here.
+class CodeAhead {
+ public:
+  using Make = std::function<std::shared_ptr<const PreparedEvent>(ViewCode& code, const ChangeEvent& e)>;
+  // `who` names the sink in log lines.
+  CodeAhead(const ViewCode& code, std::string who) : code_(code), who_(std::move(who)) {}
+  void Prepare(std::span<ChangeEvent> events, const Make& make);
+
+ private:
+  const ViewCode& code_;
+  const std::string who_;
+  std::unique_ptr<ViewCodePool> pool_;
+  bool failed_ = false;  // the pool could not be made
 };
 
 }  // namespace sluice::connectors

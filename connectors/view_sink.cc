@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/log.h"
-
 namespace sluice::connectors {
 
 ViewSink::ViewSink(const config::SinkConfig& sink, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code)
     : entity_type_(sink.entity),
       destinations_(std::move(destinations)),
       code_(std::move(code)),
+      ahead_(*code_, "sink " + sink.name),
       log_(destinations_.front().sink->capabilities().verifies_history) {
   code_config_.name = sink.name;
   code_config_.entity = sink.entity;
@@ -200,20 +199,8 @@ ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
-  if (!ahead_ && !ahead_failed_) {
-    auto pool = ViewCodePool::Load(code_config_, ViewCode::Purpose::kShape);
-    if (!pool.ok()) {
-      // The file changed since the sink started: Apply runs the code it loaded then.
-      LogRateLimited(LogLevel::kWarn, "view.prepare." + code_config_.name,
-                     "sink " + code_config_.name + ": view code runs on the applier alone: " + pool.status().message());
-      ahead_failed_ = true;
-      return;
-    }
-    ahead_ = std::move(pool).value();
-  }
-  if (!ahead_) return;
-  ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
-    events[i].prepared = std::make_shared<Planned>(PlanOne(code, events[i]));
+  ahead_.Prepare(events, [this](ViewCode& code, const ChangeEvent& e) {
+    return std::make_shared<const Planned>(PlanOne(code, e));
   });
 }
 
@@ -253,8 +240,17 @@ ApplyResult ViewSink::ApplyPlanned(std::span<const ChangeEvent> events, F&& appl
   for (size_t d = 0; d < destinations_.size(); ++d) {
     if (plan.events[d].empty()) continue;
     ApplyResult r = apply(*destinations_[d].sink, std::span<const ChangeEvent>(plan.events[d]));
-    if (!r.status.ok()) return r;
-    if (r.results.size() != plan.events[d].size()) return r;  // the loop reports the broken contract
+    if (!r.status.ok()) {
+      if (destinations_.size() > 1) r.status = r.status.WithContext("destination " + destinations_[d].name);
+      return r;
+    }
+    if (r.results.size() != plan.events[d].size()) {
+      r.status = Internal("sink " + name() + ": destination " + destinations_[d].name + " answered " +
+                          std::to_string(r.results.size()) + " results for " + std::to_string(plan.events[d].size()) +
+                          " events");
+      r.results.clear();
+      return r;
+    }
     for (size_t k = 0; k < r.results.size(); ++k) {
       const Plan::Write& w = plan.writes[d][k];
       if (w.own) {

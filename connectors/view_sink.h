@@ -31,7 +31,9 @@
 // rebuild shadow wraps the destinations' shadows with the code read again
 // from its file: a changed definition is built into the shadow.
 //
-// Threads: as any Sink (one caller at a time).
+// Threads: as any Sink (one caller at a time), except that Prepare (the
+// engine's reader, with the pool's workers) may run while Apply runs: it uses
+// its own runtimes of the code and reads only what never changes.
 #pragma once
 
 #include <memory>
@@ -55,9 +57,8 @@ class ViewSink : public Sink {
     std::unique_ptr<Sink> sink;
   };
 
-  // `code` (of sink.code) runs on Apply's thread; Prepare loads a pool of
-  // runtimes of the same file at its first call (a sink the engine never
-  // prepares for, such as the writer's push sinks, has none): a JavaScript
+  // `code` (of sink.code) runs on Apply's thread; Prepare makes a pool of
+  // runtimes of the same text at its first call (CodeAhead): a JavaScript
   // runtime is kept on one thread.
   ViewSink(const config::SinkConfig& sink, std::vector<Destination> destinations, std::unique_ptr<ViewCode> code);
 
@@ -132,9 +133,8 @@ class ViewSink : public Sink {
   const std::string entity_type_;
   std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
-  config::SinkConfig code_config_;        // name, code and code_origin: what the pool loads
-  std::unique_ptr<ViewCodePool> ahead_;  // the reader's, made by the first Prepare
-  bool ahead_failed_ = false;            // it did not load: Apply runs the code
+  config::SinkConfig code_config_;  // name, code and code_origin: what a rebuild shadow loads
+  CodeAhead ahead_;                 // Prepare's (the reader's), of code_'s text
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
 };
 

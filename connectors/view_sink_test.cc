@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "core/json.h"
@@ -311,20 +312,25 @@ function filter(e) {
     case 'str': return 'yes';
     case 'nan': return NaN;
     case 'undef': return undefined;
+    case 'later-yes': return Promise.resolve({});
+    case 'later-no': return Promise.resolve(0);
     default: return '';
   }
 }
 )JS");
   ASSERT_NE(sink, nullptr);
   std::vector<ChangeEvent> events;
-  for (const char* id : {"fn", "obj", "str", "nan", "undef", "empty"}) events.push_back(Event(id, 1, "{}"));
+  for (const char* id : {"fn", "obj", "str", "nan", "undef", "empty", "later-yes", "later-no"}) {
+    events.push_back(Event(id, 1, "{}"));
+  }
   ApplyResult r = sink->Apply(events);
   ASSERT_TRUE(r.status.ok());
   ASSERT_EQ(recorder_->applied.size(), events.size());
   std::map<std::string, bool> in_view;
   for (const ChangeEvent& e : recorder_->applied) in_view[e.entity_id] = !e.deleted;
   EXPECT_EQ(in_view, (std::map<std::string, bool>{{"fn", true}, {"obj", true}, {"str", true}, {"nan", false},
-                                                   {"undef", false}, {"empty", false}}));
+                                                   {"undef", false}, {"empty", false}, {"later-yes", true},
+                                                   {"later-no", false}}));
 }
 
 TEST_F(ViewSinkTest, ADeletedEntityLeavesWithoutCallingTheCode) {
@@ -417,20 +423,27 @@ TEST_F(ViewSinkTest, APoolRunsEveryEventOnceEachRuntimeOnItsOwnThread) {
   config::SinkConfig c;
   c.name = "view";
   c.code = dir_.Write("pool.js", "function transform(e) { return {v: e.version * 2}; }\n").string();
-  auto pool = ViewCodePool::Load(c, ViewCode::Purpose::kShape, 3);
+  auto code = ViewCode::LoadFor(c, ViewCode::Purpose::kShape);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  // The pool runs the text the sink loaded, not what the file says now.
+  dir_.Write("pool.js", "function transform(e) { return {changed: true}; }\n");
+  auto pool = ViewCodePool::Make(**code, 3);
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   for (size_t n : {0, 1, 10, 1000, 4097}) {
     std::vector<std::string> docs(n);
     std::vector<std::thread::id> ran_on(n);
     std::map<const ViewCode*, std::set<std::thread::id>> threads_of;
     std::mutex mu;
-    (*pool)->ForEach(n, [&](ViewCode& code, size_t i) {
-      ChangeEvent e = Event("a", i + 1, "{}");
-      docs[i] = code.Shape(e).document;
-      ran_on[i] = std::this_thread::get_id();
-      std::lock_guard lock(mu);
-      threads_of[&code].insert(std::this_thread::get_id());
-    });
+    ASSERT_TRUE((*pool)
+                    ->ForEach(n,
+                              [&](ViewCode& runtime, size_t i) {
+                                ChangeEvent e = Event("a", i + 1, "{}");
+                                docs[i] = runtime.Shape(e).document;
+                                ran_on[i] = std::this_thread::get_id();
+                                std::lock_guard lock(mu);
+                                threads_of[&runtime].insert(std::this_thread::get_id());
+                              })
+                    .ok());
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(docs[i], "{\"v\":" + std::to_string((i + 1) * 2) + "}") << n << " " << i;
     for (const auto& [code, threads] : threads_of) EXPECT_EQ(threads.size(), 1u) << "a runtime ran on two threads";
     if (n >= 1000) {
@@ -440,6 +453,15 @@ TEST_F(ViewSinkTest, APoolRunsEveryEventOnceEachRuntimeOnItsOwnThread) {
       EXPECT_EQ(std::set<std::thread::id>(ran_on.begin(), ran_on.end()).size(), 1u);  // small: the caller alone
     }
   }
+  // A slice that throws: every slice stops, the pool says so and still works.
+  for (size_t throw_at : {size_t{5}, size_t{999}}) {
+    Status st = (*pool)->ForEach(1000, [&](ViewCode&, size_t i) {
+      if (i == throw_at) throw std::runtime_error("boom");
+    });
+    EXPECT_EQ(st.code(), StatusCode::kInternal);
+    EXPECT_NE(st.message().find("boom"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE((*pool)->ForEach(1000, [](ViewCode&, size_t) {}).ok());
 }
 
 TEST_F(ViewSinkTest, ABatchFailureOfTheSinkIsPassedOn) {

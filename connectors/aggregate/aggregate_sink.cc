@@ -9,7 +9,6 @@
 #include "connectors/aggregate/aggregate_options.h"
 #include "connectors/view_code.h"
 #include "connectors/view_code_pool.h"
-#include "core/log.h"
 #include "sql/connection.h"
 #include "sql/errors.h"
 #include "sql/params.h"
@@ -51,8 +50,8 @@ std::string Lower(std::string_view s) {
 class AggregateSink : public Sink {
  public:
   // `shadow_of`: the live sink's name when this is its rebuild shadow.
-  // `code` runs on Apply's thread; Prepare loads a pool of runtimes of the
-  // same file at its first call.
+  // `code` runs on Apply's thread; Prepare makes a pool of runtimes of the
+  // same text at its first call (CodeAhead).
   AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
                 std::string shared_with, std::string shadow_of = "")
       : cfg_(std::move(cfg)),
@@ -75,20 +74,8 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
-    if (!ahead_ && !ahead_failed_) {
-      auto pool = ViewCodePool::Load(cfg_, ViewCode::Purpose::kAggregate);
-      if (!pool.ok()) {
-        // The file changed since the sink started: Apply runs the code it loaded then.
-        LogRateLimited(LogLevel::kWarn, "view.prepare." + cfg_.name,
-                       Context() + ": view code runs on the applier alone: " + pool.status().message());
-        ahead_failed_ = true;
-        return;
-      }
-      ahead_ = std::move(pool).value();
-    }
-    if (!ahead_) return;
-    ahead_->ForEach(events.size(), [&](ViewCode& code, size_t i) {
-      events[i].prepared = std::make_shared<PreparedOps>(RunCode(code, events[i]));
+    ahead_.Prepare(events, [this](ViewCode& code, const ChangeEvent& e) {
+      return std::make_shared<const PreparedOps>(RunCode(code, e));
     });
   }
 
@@ -491,8 +478,7 @@ class AggregateSink : public Sink {
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
-  std::unique_ptr<ViewCodePool> ahead_;  // the reader's, made by the first Prepare
-  bool ahead_failed_ = false;            // it did not load: Apply runs the code
+  CodeAhead ahead_{*code_, "sink " + cfg_.name};  // Prepare's (the reader's), of code_'s text
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
