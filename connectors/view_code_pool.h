@@ -44,7 +44,6 @@ class ViewCodePool {
   // Internal (after every slice has stopped) when `each` threw.
   Status ForEach(size_t n, const std::function<void(ViewCode& code, size_t i)>& each);
 
-  size_t size() const { return codes_.size(); }
 
  private:
   ViewCodePool() = default;

@@ -11,6 +11,7 @@ ViewSink::ViewSink(const config::SinkConfig& sink, std::vector<Destination> dest
       code_(std::move(code)),
       ahead_(*code_, "sink " + sink.name),
       log_(destinations_.front().sink->capabilities().verifies_history) {
+  for (const Destination& d : destinations_) record_keys_.push_back(d.sink->capabilities().record_keys);
   code_config_.name = sink.name;
   code_config_.entity = sink.entity;
   code_config_.code = sink.code;
@@ -21,8 +22,10 @@ Result<std::unique_ptr<Sink>> ViewSink::Wrap(const config::SinkConfig& sink, std
                                           std::vector<Destination> destinations) {
   ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kShape));
   RETURN_IF_ERROR(CheckRoutes(sink, routes_to, *code));
-  if (destinations.size() != 1 + sink.routes.size() - (std::find(sink.routes.begin(), sink.routes.end(),
-                                                                  destinations.front().name) != sink.routes.end())) {
+  // The sink's own destination, then one per route but the own one.
+  const auto others = std::count_if(sink.routes.begin(), sink.routes.end(),
+                                    [&](const std::string& r) { return r != destinations.front().name; });
+  if (destinations.size() != 1 + static_cast<size_t>(others)) {
     return InvalidArgument("sink " + sink.name + ": routes need a sink made for each of them");
   }
   return std::unique_ptr<Sink>(new ViewSink(sink, std::move(destinations), std::move(code)));
@@ -177,7 +180,7 @@ ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
   }
   p.to = *to;
   if (!routed.key.empty() || !routed.headers.empty()) {
-    if (!destinations_[p.to].sink->capabilities().record_keys) {
+    if (!record_keys_[p.to]) {
       p.rejected = "view code: " + code.file() + ": route() set a key or headers, which a " +
                    "sink of this type does not write (kafka records have them)";
       return p;

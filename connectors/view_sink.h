@@ -136,6 +136,7 @@ class ViewSink : public Sink {
   config::SinkConfig code_config_;  // name, code and code_origin: what a rebuild shadow loads
   CodeAhead ahead_;                 // Prepare's (the reader's), of code_'s text
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
+  std::vector<bool> record_keys_;  // per destination: it writes record keys and headers (kafka)
 };
 
 }  // namespace sluice::connectors
