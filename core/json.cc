@@ -107,7 +107,40 @@ std::string CanonicalJson(const Json& value) {
 void ApplyMergePatch(Json& target, const Json& patch) { target.merge_patch(patch); }
 
 void AppendJsonString(std::string& out, std::string_view s) {
-  out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+  // ASCII (ids, names, timestamps: nearly every string sluice writes) is
+  // escaped here; anything else goes through nlohmann's serializer, which
+  // replaces invalid UTF-8, so both give CanonicalJson's text.
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+      return;
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.reserve(out.size() + s.size() + 2);
+  out += '"';
+  size_t plain = 0;  // start of the run not yet appended
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xf];
+    }
+  }
+  out.append(s.data() + plain, s.size() - plain);
+  out += '"';
 }
 
 }  // namespace sluice

@@ -104,5 +104,27 @@ TEST(Json, AppendJsonStringEscapes) {
   EXPECT_EQ(out, R"("a\"b\\c\n")");
 }
 
+// The ASCII fast path writes what nlohmann's serializer (CanonicalJson) writes,
+// for every byte and for mixed strings; non-ASCII goes through nlohmann.
+TEST(Json, AppendJsonStringIsCanonicalJson) {
+  std::vector<std::string> cases = {"", "plain", "tab\there", std::string("nul\0in", 6), "\x7f del", "caf\xc3\xa9",
+                                    "bad \xff utf-8", "\x1f\x01\\\"/"};
+  for (int c = 0; c < 256; ++c) cases.push_back(std::string(1, static_cast<char>(c)) + "x");
+  uint32_t seed = 7;
+  for (int n = 0; n < 500; ++n) {
+    std::string s;
+    for (int k = 0; k < 12; ++k) {
+      seed = seed * 1103515245 + 12345;
+      s += static_cast<char>((seed >> 16) & (n % 2 == 0 ? 0x7f : 0xff));
+    }
+    cases.push_back(s);
+  }
+  for (const std::string& s : cases) {
+    std::string out = "[";
+    AppendJsonString(out, s);
+    EXPECT_EQ(out, "[" + CanonicalJson(Json(s))) << s;
+  }
+}
+
 }  // namespace
 }  // namespace sluice
