@@ -172,9 +172,9 @@ class Sink {
   virtual Status Open() = 0;
   virtual ApplyResult Apply(std::span<const ChangeEvent> events) = 0;
   // Work on events ahead of Apply() (Capabilities::prepares): the engine's
-  // reader calls it on each batch it reads, on its own thread, so that it
-  // overlaps the writes of the batches before (a sink with view code runs the
-  // code there). It may set ChangeEvent::prepared, which Apply() then uses;
+  // preparer thread calls it on each batch read, in order, so that it
+  // overlaps the writes of the batches before and the reads of the next ones
+  // (a sink with view code runs the code there). It may set ChangeEvent::prepared, which Apply() then uses;
   // Apply() still takes events nobody prepared. Called by one thread at a
   // time, possibly while another calls Apply(): it touches nothing Apply()
   // does.

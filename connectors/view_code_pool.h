@@ -10,7 +10,7 @@
 // returns when every slice is done. `each` must only touch what belongs to
 // its index.
 //
-// Threads: Make and ForEach are called by one thread (the engine's reader);
+// Threads: Make and ForEach are called by one thread (the engine's preparer);
 // the workers live as long as the pool.
 #pragma once
 
@@ -73,7 +73,7 @@ class ViewCodePool {
 // cannot be made, or `make` throws, events are left unprepared (the sink's
 // Apply runs its code itself) and it is logged.
 //
-// Threads: the engine's reader (Prepare's) only; `code` must outlive it and
+// Threads: the engine's preparer (Prepare's) only; `code` must outlive it and
 // only its text is read here.
 class CodeAhead {
  public:

@@ -32,7 +32,7 @@
 // from its file: a changed definition is built into the shadow.
 //
 // Threads: as any Sink (one caller at a time), except that Prepare (the
-// engine's reader, with the pool's workers) may run while Apply runs: it uses
+// engine's preparer, with the pool's workers) may run while Apply runs: it uses
 // its own runtimes of the code and reads only what never changes.
 #pragma once
 
@@ -78,7 +78,7 @@ class ViewSink : public Sink {
   Capabilities capabilities() const override;
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;
-  // Runs the code on each event (the engine's reader thread, and the pool's
+  // Runs the code on each event (the engine's preparer thread, and the pool's
   // workers beside it); Apply then writes what it made.
   void Prepare(std::span<ChangeEvent> events) override;
   Status Flush() override;
@@ -134,7 +134,7 @@ class ViewSink : public Sink {
   std::vector<Destination> destinations_;
   std::unique_ptr<ViewCode> code_;
   config::SinkConfig code_config_;  // name, code and code_origin: what a rebuild shadow loads
-  CodeAhead ahead_;                 // Prepare's (the reader's), of code_'s text
+  CodeAhead ahead_;                 // Prepare's (the preparer's), of code_'s text
   const bool log_;  // the destinations are logs (every event where its route says; no moves)
   std::vector<bool> record_keys_;  // per destination: it writes record keys and headers (kafka)
 };

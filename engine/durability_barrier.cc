@@ -4,6 +4,8 @@
 #include <charconv>
 #include <thread>
 
+#include "core/log.h"
+
 namespace sluice::engine {
 namespace {
 
@@ -104,20 +106,25 @@ Status DurabilityBarrier::Connect() {
     }
     mode = lsn_ok ? config::DurabilityBarrier::kLsn : config::DurabilityBarrier::kCommit;
   }
+  table_ready_ = false;
   if (mode == config::DurabilityBarrier::kCommit) {
-    Status st = conn_->Execute(std::string("CREATE TABLE IF NOT EXISTS ") + kBarrierTable +
-                               " (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB")
-                    .status();
-    if (st.ok()) {
-      st = conn_->Execute(std::string("INSERT IGNORE INTO ") + kBarrierTable + " (id, n) VALUES (1, 0)").status();
-    }
-    if (!st.ok()) {
+    if (Status st = EnsureBarrierTable(); !st.ok()) {
       conn_.reset();
       return st;
     }
   }
   std::lock_guard lock(mu_);
   mode_ = mode;
+  return Status::Ok();
+}
+
+Status DurabilityBarrier::EnsureBarrierTable() {
+  if (table_ready_) return Status::Ok();
+  RETURN_IF_ERROR(conn_->Execute(std::string("CREATE TABLE IF NOT EXISTS ") + kBarrierTable +
+                                 " (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB")
+                      .status());
+  RETURN_IF_ERROR(conn_->Execute(std::string("INSERT IGNORE INTO ") + kBarrierTable + " (id, n) VALUES (1, 0)").status());
+  table_ready_ = true;
   return Status::Ok();
 }
 
@@ -136,12 +143,34 @@ Status DurabilityBarrier::LsnRound() {
   const uint64_t target = first.current;
   if (first.flushed >= target) return Status::Ok();
   // The writers' commits flush the log; a group commit is a millisecond or
-  // two away. Poll gently: 100 us, doubling to 2 ms.
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  // two away. Poll gently: 100 us, doubling to 2 ms. Past kPatience, flush
+  // it with a commit of our own (once), then go on polling: under
+  // innodb_flush_log_at_trx_commit=1 that commit has flushed past target.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + kTimeout;
   auto pause = std::chrono::microseconds(100);
+  bool forced = false;
   for (;;) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    if (!forced && !force_refused_ && std::chrono::steady_clock::now() - start >= kPatience) {
+      forced = true;
+      Status st = EnsureBarrierTable();
+      if (st.ok()) st = CommitRound();
+      if (st.ok()) {
+        std::lock_guard lock(mu_);
+        ++counters_.forced_flushes;
+      } else if (!conn_->healthy()) {
+        return st;
+      } else {
+        // Refused (no privilege to create or update the table): wait for
+        // the log as before, without asking again.
+        force_refused_ = true;
+        Log(LogLevel::kWarn, "engine: the durability barrier cannot commit a row of its own to flush the redo "
+                             "log, so it waits for the server's own flush when nobody writes: " + st.message());
+      }
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
     ASSIGN_OR_RETURN(auto rows, conn_->Query("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_flushed'"));
     {
       std::lock_guard lock(mu_);

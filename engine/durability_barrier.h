@@ -15,7 +15,12 @@
 //           every commit a finished read saw has a smaller one. Then it waits
 //           until Innodb_lsn_flushed passes it: the writers' own commits
 //           flush the log, so this is usually one group commit away and
-//           costs no write. MariaDB reports both numbers; MySQL does not.
+//           costs no write. When no writer flushes it within kPatience (a
+//           backlog drain with nobody writing, while InnoDB's background
+//           work moved the LSN on), the round commits a row of its own, as
+//           `commit` does, and goes on waiting: InnoDB would otherwise take
+//           up to its once-a-second background flush. MariaDB reports both
+//           numbers; MySQL does not.
 //   commit  commits a one-row UPDATE of its own (table
 //           sluice_durability_barrier, created on first use). Its commit gets
 //           a later LSN than anything the read saw, and returns only once the
@@ -70,18 +75,24 @@ class DurabilityBarrier {
     uint64_t waits = 0;       // calls of Wait()
     uint64_t rounds = 0;      // rounds run (at most one per wait; fewer when waits share one)
     uint64_t lsn_polls = 0;   // lsn mode: queries of Innodb_lsn_flushed after the first
+    uint64_t forced_flushes = 0;  // lsn mode: rounds that committed a row to flush the log
     std::chrono::nanoseconds round_time{0};
   };
   Counters counters() const;
 
   // The longest a round waits for the log to be flushed (lsn mode).
   static constexpr std::chrono::seconds kTimeout{10};
+  // How long a round in lsn mode waits for a writer to flush the log before
+  // it commits a row of its own to flush it.
+  static constexpr std::chrono::microseconds kPatience{1000};
 
  private:
   Status RunRound();
   Status Connect();
   Status LsnRound();
   Status CommitRound();
+  // Creates the one-row table CommitRound updates (once per connection).
+  Status EnsureBarrierTable();
 
   const sql::ConnectParams mysql_;
   const std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics_;
@@ -93,6 +104,8 @@ class DurabilityBarrier {
   bool running_ = false;            // a caller runs a round
   Counters counters_;
   std::unique_ptr<sql::Connection> conn_;  // only the caller running a round touches it
+  bool table_ready_ = false;               // conn_ has seen sluice_durability_barrier exist
+  bool force_refused_ = false;             // the server refused the forced flush's commit
 };
 
 }  // namespace sluice::engine

@@ -56,6 +56,7 @@ Status SinkRunner::Start() {
   full_events_ = sink_->capabilities().full_events;
   prepares_ = sink_->capabilities().prepares;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
+  if (prepares_) preparer_ = StartNamedThread("sluice-prep", [this] { PrepareLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });
   if (options_.engine.anti_entropy.enabled && options_.sink.anti_entropy && entity_checks) {
     AntiEntropy::Options o;
@@ -104,12 +105,13 @@ void SinkRunner::Stop() {
   if (anti_entropy_) anti_entropy_->RequestStop();
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !reader_.joinable() && !applier_.joinable()) return;
+    if (stopping_ && !reader_.joinable() && !preparer_.joinable() && !applier_.joinable()) return;
     stopping_ = true;
   }
   queue_cv_.notify_all();
   wake_cv_.notify_all();
   if (reader_.joinable()) reader_.join();
+  if (preparer_.joinable()) preparer_.join();
   if (applier_.joinable()) applier_.join();
   // Its step, if any, returned when the applier ran or refused it.
   if (anti_entropy_) anti_entropy_->Stop();
@@ -220,6 +222,7 @@ void SinkRunner::MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets) 
     reread_from_[p] = off;
   }
   std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
+  std::erase_if(unprepared_, [this](const Batch& b) { return Outdated(b); });
   dirty_ = true;
 }
 
@@ -311,7 +314,7 @@ void SinkRunner::ReadLoop() {
       std::vector<std::pair<uint32_t, uint64_t>> from;
       {
         std::unique_lock lock(mu_);
-        queue_cv_.wait(lock, [this] { return stopping_ || queue_.size() < options_.engine.inflight_batches; });
+        queue_cv_.wait(lock, [this] { return stopping_ || InFlightLocked() < options_.engine.inflight_batches; });
         if (stopping_) return;
         for (const uint32_t p : group) {
           if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition
@@ -379,13 +382,12 @@ void SinkRunner::ReadLoop() {
         backlogged[p] = read.events.size() >= options_.engine.batch_max;
         if (read.events.empty()) continue;
         any = true;
-        if (prepares_) sink_->Prepare(read.events);  // beside the applier's writes of earlier batches
         std::lock_guard lock(mu_);
         if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
         position[p] = read.events.back().event_id;
         read_ += read.events.size();
         metrics_->Read(read.events.size());
-        queue_.push_back(Batch{p, seen_epoch[p], std::move(read.events)});
+        (prepares_ ? unprepared_ : queue_).push_back(Batch{p, seen_epoch[p], std::move(read.events)});
       }
       queue_cv_.notify_all();
     }
@@ -397,6 +399,29 @@ void SinkRunner::ReadLoop() {
     wake_cv_.wait_for(lock, idle, [&] { return stopping_ || wake_seq_ != seen_wake; });
     if (stopping_) return;
     idle = std::min(idle * 2, options_.engine.idle_poll_max);
+  }
+}
+
+void SinkRunner::PrepareLoop() {
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock lock(mu_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !unprepared_.empty(); });
+      if (stopping_) return;
+      batch = std::move(unprepared_.front());
+      unprepared_.pop_front();
+      preparing_ = true;
+    }
+    // Beside the applier's writes of earlier batches and the reader's next read.
+    sink_->Prepare(batch.events);
+    {
+      std::lock_guard lock(mu_);
+      preparing_ = false;
+      // An offset move while it was prepared drops it, as it drops the queued ones.
+      if (!Outdated(batch)) queue_.push_back(std::move(batch));
+    }
+    queue_cv_.notify_all();
   }
 }
 

@@ -12,6 +12,13 @@
 //                   once; when every partition is idle it sleeps 1 ms,
 //                   doubling up to engine.idle_poll_max, unless Wake() says
 //                   new events were committed.
+//   preparer thread only for a sink that prepares (Sink::Prepare: view
+//                   code run ahead of the writes): takes each batch the
+//                   reader queued, in order, runs the sink's Prepare on it
+//                   (with the sink's pool of view-code threads) and hands it
+//                   to the applier, so that reading the next batch, waiting
+//                   for the durability barrier and running the code of this
+//                   one overlap. The read-ahead bound counts its batches too.
 //   applier thread  applies each batch in chunks of sink.batch_max (through
 //                   connectors::ApplyLoop, as the writer's push does), then
 //                   advances the partition's in-memory offset past what the
@@ -160,7 +167,10 @@ class SinkRunner {
   };
 
   void ReadLoop();
+  void PrepareLoop();
   void ApplyLoop();
+  // Under mu_: the batches read and not yet taken by the applier.
+  size_t InFlightLocked() const { return queue_.size() + unprepared_.size() + (preparing_ ? 1 : 0); }
   // The anti-entropy's Compare: runs CompareAndRepair on the applier thread
   // with the offsets of the moment; a skipped report while the sink is not
   // running (paused, backing off, stopped).
@@ -213,7 +223,9 @@ class SinkRunner {
   mutable std::mutex mu_;
   std::condition_variable queue_cv_;   // queue_ changed or stopping_
   std::condition_variable wake_cv_;    // Wake() or stopping_
-  std::deque<Batch> queue_;
+  std::deque<Batch> queue_;       // read (and prepared): for the applier
+  std::deque<Batch> unprepared_;  // read, for the preparer (prepares_ only)
+  bool preparing_ = false;        // the preparer holds a batch
   bool stopping_ = false;
   bool full_events_ = false;  // the sink's view code needs request, response and the state before
   bool prepares_ = false;     // the reader has the sink Prepare() each batch (its view code)
@@ -243,6 +255,7 @@ class SinkRunner {
   bool dirty_ = false;
 
   std::thread reader_;
+  std::thread preparer_;
   std::thread applier_;
   std::unique_ptr<AntiEntropy> anti_entropy_;  // null when off or unsupported
 };

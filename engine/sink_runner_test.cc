@@ -1,9 +1,11 @@
 // The pull loop (SinkRunner) on the in-memory tables and a scripted sink:
 // ordering, offsets saved only past what the sink flushed, dead letters per
-// on_error, retries while the sink or storage is unavailable, gaps. No server.
+// on_error, retries while the sink or storage is unavailable, gaps, a sink
+// that prepares its batches ahead. No server.
 #include "engine/sink_runner.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -34,14 +36,36 @@ struct Script {
   std::map<std::string, uint64_t> versions;  // the view as flushed: entity -> version
   std::map<std::string, uint64_t> pending;   // written since the last flush (lost on Close)
   int stale = 0;
+  // Capabilities::prepares: Prepare() marks each event; Apply() counts the unmarked.
+  bool prepares = false;
+  std::vector<std::pair<uint32_t, uint64_t>> prepared;  // every event Prepare() saw, in order
+  int applied_unprepared = 0;
+  bool hold_prepare = false;  // Prepare() waits (on cv) until it is cleared
+  bool in_prepare = false;
+  std::condition_variable cv;
 };
 
 class ScriptedSink : public connectors::Sink {
  public:
   explicit ScriptedSink(Script* s) : s_(s) {}
   const std::string& name() const override { return name_; }
-  connectors::Capabilities capabilities() const override { return {}; }
+  connectors::Capabilities capabilities() const override {
+    connectors::Capabilities c;
+    c.prepares = s_->prepares;
+    return c;
+  }
   Status Open() override { return Status::Ok(); }
+  void Prepare(std::span<ChangeEvent> events) override {
+    std::unique_lock lock(s_->mu);
+    s_->in_prepare = true;
+    s_->cv.notify_all();
+    s_->cv.wait(lock, [&] { return !s_->hold_prepare; });
+    s_->in_prepare = false;
+    for (ChangeEvent& e : events) {
+      s_->prepared.emplace_back(e.partition, e.event_id);
+      e.prepared = std::make_shared<const connectors::PreparedEvent>();
+    }
+  }
   connectors::ApplyResult Apply(std::span<const ChangeEvent> events) override {
     std::lock_guard lock(s_->mu);
     connectors::ApplyResult r;
@@ -52,6 +76,7 @@ class ScriptedSink : public connectors::Sink {
     }
     for (const auto& e : events) {
       s_->applied.emplace_back(e.partition, e.event_id);
+      if (!e.prepared) ++s_->applied_unprepared;
       connectors::EventResult er;
       if (s_->reject.count({e.partition, e.event_id})) {
         er.outcome = Outcome::kRejected;
@@ -298,6 +323,58 @@ TEST_F(SinkRunnerUnitTest, PauseKeepsOffsetsAndResumeCarriesOn) {
   EXPECT_EQ(runner_->totals().applied, 0u);
   ASSERT_TRUE(runner_->Resume().ok());
   ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 3; }));
+}
+
+// A sink that prepares: every batch goes through Prepare() (on the
+// preparer thread) before the applier hands it to Apply(), in read order.
+TEST_F(SinkRunnerUnitTest, APreparingSinkGetsEveryBatchPreparedInOrderBeforeApply) {
+  script_.prepares = true;
+  Append(0, 250);
+  Append(1, 90);
+  Start(config::OnError::kDeadLetter, /*chunk=*/64);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 340; }));
+  runner_->Stop();
+  std::lock_guard lock(script_.mu);
+  EXPECT_EQ(script_.applied_unprepared, 0);
+  EXPECT_EQ(script_.prepared.size(), 340u);
+  std::map<uint32_t, uint64_t> last;
+  for (const auto& [p, id] : script_.prepared) {
+    EXPECT_EQ(id, last[p] + 1) << "partition " << p;
+    last[p] = id;
+  }
+  last.clear();
+  for (const auto& [p, id] : script_.applied) {
+    EXPECT_EQ(id, last[p] + 1) << "partition " << p;
+    last[p] = id;
+  }
+}
+
+// An offset move while a batch is being prepared drops that batch: nothing
+// read from the old position is applied after the move.
+TEST_F(SinkRunnerUnitTest, AnOffsetMoveWhileABatchIsPreparedDropsIt) {
+  script_.prepares = true;
+  script_.hold_prepare = true;
+  Append(0, 50);
+  Start();
+  {
+    std::unique_lock lock(script_.mu);
+    ASSERT_TRUE(script_.cv.wait_for(lock, 10s, [&] { return script_.in_prepare; }));
+  }
+  ASSERT_TRUE(runner_->SetOffsets({{0, 20}}).ok());
+  {
+    std::lock_guard lock(script_.mu);
+    script_.hold_prepare = false;
+  }
+  script_.cv.notify_all();
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 50; }));
+  runner_->Stop();
+  std::lock_guard lock(script_.mu);
+  std::vector<uint64_t> applied;
+  for (const auto& [p, id] : script_.applied) applied.push_back(id);
+  ASSERT_EQ(applied.size(), 30u);
+  EXPECT_EQ(applied.front(), 21u);
+  EXPECT_EQ(applied.back(), 50u);
+  EXPECT_EQ(script_.applied_unprepared, 0);
 }
 
 }  // namespace

@@ -478,7 +478,7 @@ class AggregateSink : public Sink {
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
   std::unique_ptr<ViewCode> code_;
-  CodeAhead ahead_{*code_, "sink " + cfg_.name};  // Prepare's (the reader's), of code_'s text
+  CodeAhead ahead_{*code_, "sink " + cfg_.name};  // Prepare's (the preparer's), of code_'s text
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
