@@ -17,11 +17,15 @@
 #include <jsapi.h>
 #include <jsfriendapi.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/names.h"
 #include "handlers/js_thread_engine.h"
 
@@ -93,9 +97,18 @@ bool Stringify(JSContext* cx, JS::MutableHandleValue v, std::string* out) {
   return true;
 }
 
+// A JavaScript string of UTF-8 text; ASCII (most JSON sluice passes) is
+// copied as it is, without decoding.
+JSString* NewString(JSContext* cx, std::string_view text) {
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x80) return JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(text.data(), text.size()));
+  }
+  return JS_NewStringCopyN(cx, text.data(), text.size());
+}
+
 // JSON.parse(text).
 bool ParseText(JSContext* cx, std::string_view text, JS::MutableHandleValue v) {
-  JS::RootedString s(cx, JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(text.data(), text.size())));
+  JS::RootedString s(cx, NewString(cx, text));
   return s != nullptr && JS_ParseJSON(cx, s, v);
 }
 
@@ -234,6 +247,81 @@ constexpr std::string_view kLazyMember = R"JS(
 })()
 )JS";
 
+// many(fn, events, names, texts, times, now): CallJsonMany's run in one call.
+// `events` is a JSON array of the calls' arguments, `names` one of the lazy
+// members' names, `texts` one array per call of their JSON texts (null: the
+// member is null), `times` the Date of each call, which `now` (a native)
+// sets. Returns one line per call: the JSON text of what fn returned, or ""
+// when the call threw or returned a promise (CallJsonMany then calls it
+// alone). JSON.stringify never writes a line break. Made before the file
+// runs, with its own JSON, defineProperty and Promise.
+constexpr std::string_view kMany = R"JS(
+(function () {
+  'use strict';
+  const parse = JSON.parse;
+  const stringify = JSON.stringify;
+  const define = Object.defineProperty;
+  const NativePromise = Promise;
+  const lazy = (object, name, text) => {
+    define(object, name, {
+      configurable: true, enumerable: true,
+      get() {
+        const value = parse(text);
+        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
+        return value;
+      },
+      set(value) {
+        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
+      }
+    });
+  };
+  return function many(fn, events, names, texts, times, now) {
+    const list = parse(events);
+    const members = parse(names);
+    const rest = parse(texts);
+    const at = parse(times);
+    let out = '';
+    for (let i = 0; i < list.length; i++) {
+      const event = list[i];
+      const mine = rest[i];
+      for (let k = 0; k < members.length; k++) {
+        if (mine[k] === null) {
+          event[members[k]] = null;
+        } else {
+          lazy(event, members[k], mine[k]);
+        }
+      }
+      now(at[i]);
+      let line = '';
+      try {
+        const r = fn(event);
+        if (r instanceof NativePromise) {
+          line = '';
+        } else if (r === undefined || typeof r === 'function' || typeof r === 'symbol') {
+          line = 'null';
+        } else {
+          const text = stringify(r);
+          line = text === undefined ? 'null' : text;
+        }
+      } catch (e) {
+        line = '';
+      }
+      out += i === 0 ? line : '\n' + line;
+    }
+    return out;
+  };
+})()
+)JS";
+
+// kMany's `now`: Date for the next call of the run.
+bool SetNowNative(JSContext* cx, unsigned argc, JS::Value* vp) {
+  (void)cx;
+  JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+  SetFixedNow(args.get(0).isNumber() ? args.get(0).toNumber() : 0);
+  args.rval().setUndefined();
+  return true;
+}
+
 // The deepest state or request a handler is given: what ParseJson ever
 // builds (SpiderMonkey's JSON.parse has no limit of its own).
 constexpr uint32_t kMaxJsonDepth = kMaxJsonDepthCap;
@@ -319,6 +407,18 @@ Status JsRuntime::Load() {
       return fail(file_ + ": the handler prelude failed to run");
     }
     realm.lazy_member.emplace(cx, &lazy.toObject());
+    JS::CompileOptions many_options(cx);
+    many_options.setFileAndLine("many.js", 1);
+    JS::SourceText<mozilla::Utf8Unit> many_text;
+    JS::RootedValue many(cx);
+    if (!many_text.init(cx, kMany.data(), kMany.size(), JS::SourceOwnership::Borrowed) ||
+        !JS::Evaluate(cx, many_options, many_text, &many) || !many.isObject()) {
+      return fail(file_ + ": the handler prelude failed to run");
+    }
+    realm.many.emplace(cx, &many.toObject());
+    JSFunction* set_now = JS_NewFunction(cx, SetNowNative, 1, 0, "now");
+    if (set_now == nullptr) return fail(file_ + ": the handler prelude failed to run");
+    realm.set_now.emplace(cx, JS_GetFunctionObject(set_now));
   }
   // The top level's promise jobs run now, within its limits.
   if (!Evaluate(cx, file_.c_str(), source_) || (js::RunJobs(cx), JS_IsExceptionPending(cx))) {
@@ -423,7 +523,7 @@ bool FunctionOf(JSContext* cx, const Realm& realm, std::string_view name, JS::Mu
 
 template <typename ArgsOf, typename Encode>
 JsOutcome::Kind JsRuntime::CallFunction(Wording wording, std::string_view name, int64_t now_ms, ArgsOf&& args_of,
-                                        Encode&& encode, std::string* message) {
+                                        Encode&& encode, std::string* message, bool many) {
   const bool command = wording == Wording::kCommand;
   // Who failed, as the message names it.
   auto who = [&] {
@@ -456,8 +556,17 @@ JsOutcome::Kind JsRuntime::CallFunction(Wording wording, std::string_view name, 
     JS::RootedValueVector args(cx);
     JS::RootedValue fn(cx);
     JS::RootedValue ret(cx);
-    bool ok = FunctionOf(cx, realm, name, &fn) && args_of(cx, realm, &args) &&
-              JS_CallFunctionValue(cx, nullptr, fn, args, &ret) && SettleValue(cx, &ret);
+    // With `many`, kMany is called with the function as its first argument.
+    JS::RootedValue callee(cx);
+    bool ok = FunctionOf(cx, realm, name, &fn) && args_of(cx, realm, &args);
+    if (ok && many) {
+      ok = args.length() > 0;
+      if (ok) args[0].set(fn);
+      callee.setObject(**realm.many);
+    } else {
+      callee.set(fn);
+    }
+    ok = ok && JS_CallFunctionValue(cx, nullptr, callee, args, &ret) && SettleValue(cx, &ret);
     if (ok) {
       returned = true;
       ok = encode(cx, &args, &ret);
@@ -583,7 +692,7 @@ JsValueOutcome JsRuntime::CallJsonLazy(std::string_view name, std::string_view a
       JS::RootedValueArray<3> lazy_args(cx);
       lazy_args[0].setObject(*object);
       JS::RootedString key_string(cx, JS_NewStringCopyN(cx, key.data(), key.size()));
-      JS::RootedString text_string(cx, JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(text.data(), text.size())));
+      JS::RootedString text_string(cx, NewString(cx, text));
       if (key_string == nullptr || text_string == nullptr) return false;
       lazy_args[1].setString(key_string);
       lazy_args[2].setString(text_string);
@@ -602,6 +711,130 @@ JsValueOutcome JsRuntime::CallJsonLazy(std::string_view name, std::string_view a
   out.kind = CallFunction(Wording::kFunction, name, now_ms, args_of, encode, &out.message);
   if (out.kind == JsOutcome::Kind::kApplied) out.json = json.empty() ? "null" : std::move(json);
   return out;
+}
+
+std::vector<JsValueOutcome> JsRuntime::CallJsonMany(std::string_view name, std::span<const LazyArg> args) {
+  std::vector<JsValueOutcome> out(args.size());
+  // A run takes at most this share of the time limit (by the CPU time the
+  // last runs took per call), and at most kMaxRun calls.
+  constexpr size_t kMaxRun = 256;
+  const double budget_ns = std::chrono::duration<double, std::nano>(limits_.timeout).count() / 8;
+  size_t i = 0;
+  while (i < args.size()) {
+    const size_t run = std::min(args.size() - i, run_length_);
+    std::vector<size_t> alone;
+    if (run == 1) {
+      alone.push_back(0);
+    } else {
+      timespec before{}, after{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
+      alone = RunMany(name, args.subspan(i, run), out.data() + i);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+      const double took_ns = (after.tv_sec - before.tv_sec) * 1e9 + (after.tv_nsec - before.tv_nsec);
+      const double per_call = took_ns / static_cast<double>(run);
+      if (alone.size() == run) {
+        run_length_ = std::max<size_t>(1, run_length_ / 2);  // stopped, or nothing came back
+      } else if (per_call * static_cast<double>(run_length_ * 2) <= budget_ns) {
+        run_length_ = std::min(kMaxRun, run_length_ * 2);
+      } else if (per_call * static_cast<double>(run_length_) > budget_ns) {
+        run_length_ = std::max<size_t>(1, static_cast<size_t>(budget_ns / std::max(per_call, 1.0)));
+      }
+    }
+    if (run > 1 && alone.size() < run) ++runs_;
+    calls_alone_ += alone.size();
+    for (const size_t k : alone) {
+      const LazyArg& a = args[i + k];
+      out[i + k] = CallJsonLazy(name, a.arg, a.lazy, a.now_ms);
+    }
+    // Runs of one call grow back once calls prove cheap.
+    if (run == 1 && run_length_ == 1 && out[i].kind == JsOutcome::Kind::kApplied) run_length_ = 2;
+    i += run;
+  }
+  return out;
+}
+
+std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const LazyArg> args, JsValueOutcome* out) {
+  std::vector<size_t> all(args.size());
+  for (size_t k = 0; k < args.size(); ++k) all[k] = k;
+  if (!HasCommand(name)) return all;
+  const auto lazy_names = args[0].lazy;
+  std::string events = "[", names = "[", texts = "[", times = "[";
+  for (size_t m = 0; m < lazy_names.size(); ++m) {
+    if (m > 0) names += ',';
+    AppendJsonString(names, lazy_names[m].first);
+  }
+  names += ']';
+  for (size_t k = 0; k < args.size(); ++k) {
+    const LazyArg& a = args[k];
+    if (a.lazy.size() != lazy_names.size()) return all;
+    if (k > 0) {
+      events += ',';
+      texts += ',';
+      times += ',';
+    }
+    events += a.arg;
+    texts += '[';
+    for (size_t m = 0; m < a.lazy.size(); ++m) {
+      if (a.lazy[m].first != lazy_names[m].first) return all;
+      if (m > 0) texts += ',';
+      if (a.lazy[m].second.empty()) {
+        texts += "null";
+      } else {
+        AppendJsonString(texts, a.lazy[m].second);
+      }
+    }
+    texts += ']';
+    times += std::to_string(a.now_ms);
+  }
+  events += ']';
+  texts += ']';
+  times += ']';
+  std::string joined;
+  auto args_of = [&](JSContext* cx, const Realm& realm, JS::MutableHandleValueVector v) {
+    if (!v.resize(6)) return false;
+    const std::string_view parts[] = {events, names, texts, times};
+    for (size_t p = 0; p < 4; ++p) {
+      JSString* s = NewString(cx, parts[p]);
+      if (s == nullptr) return false;
+      v[p + 1].setString(s);
+    }
+    v[5].setObject(**realm.set_now);
+    return true;
+  };
+  auto encode = [&](JSContext* cx, JS::MutableHandleValueVector, JS::MutableHandleValue ret) {
+    if (!ret.isString()) return true;  // joined stays empty: every call alone
+    JS::RootedString s(cx, ret.toString());
+    JS::UniqueChars chars = JS_EncodeStringToUTF8(cx, s);
+    if (!chars) return false;
+    joined.assign(chars.get());
+    return true;
+  };
+  std::string message;
+  if (CallFunction(Wording::kFunction, name, args[0].now_ms, args_of, encode, &message, /*many=*/true) !=
+      JsOutcome::Kind::kApplied) {
+    return all;
+  }
+  // One line per call.
+  std::vector<std::string_view> lines;
+  std::string_view rest = joined;
+  for (;;) {
+    const size_t nl = rest.find('\n');
+    lines.push_back(rest.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    rest.remove_prefix(nl + 1);
+  }
+  if (lines.size() != args.size()) return all;
+  std::vector<size_t> alone;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (lines[k].empty()) {
+      alone.push_back(k);
+      continue;
+    }
+    out[k].kind = JsOutcome::Kind::kApplied;
+    out[k].json.assign(lines[k]);
+    out[k].message.clear();
+  }
+  return alone;
 }
 
 }  // namespace sluice::handlers

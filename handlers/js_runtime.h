@@ -130,8 +130,30 @@ class JsRuntime {
   JsValueOutcome CallJsonLazy(std::string_view name, std::string_view arg,
                               std::span<const std::pair<std::string_view, std::string_view>> lazy, int64_t now_ms);
 
+  // One call of CallJsonMany: CallJsonLazy's arguments.
+  struct LazyArg {
+    std::string_view arg;
+    std::span<const std::pair<std::string_view, std::string_view>> lazy;
+    int64_t now_ms = 0;
+  };
+  // CallJsonLazy on each of `args`, in order, with what each returns at the
+  // same index, in as few entries into JavaScript as the limits allow: a run
+  // of calls is one call of a helper that loops over them (each with its own
+  // Date) under the time and memory limits of ONE call, its length kept to
+  // a fraction of the time limit by the CPU time runs took. A call that
+  // throws, returns a promise or returns what JSON cannot encode, and every
+  // call of a run stopped at a limit, is made again alone (CallJsonLazy),
+  // so its outcome and message are CallJsonLazy's; code that keeps state in
+  // globals then sees that argument twice. Promise jobs queued by a run's
+  // calls run once the run ends. Every call's lazy members must have the
+  // names of the first's, in the same order (else each is called alone).
+  std::vector<JsValueOutcome> CallJsonMany(std::string_view name, std::span<const LazyArg> args);
+
   // Realms rebuilt after a limit was hit (for tests and stats).
   uint64_t rebuilds() const { return rebuilds_; }
+  // CallJsonMany: runs answered in one entry, and calls made again alone.
+  uint64_t runs() const { return runs_; }
+  uint64_t calls_alone() const { return calls_alone_; }
 
  private:
   struct Heap;
@@ -148,9 +170,14 @@ class JsRuntime {
   // function `name` with Date at `now_ms` under limits_, and has `encode` turn
   // what it returned into text; a call stopped at a limit rebuilds the realm.
   // Returns the outcome's kind; `message` says why when it is not kApplied.
+  // With `many`, what is called is kMany (CallJsonMany's run), with the
+  // function as its first argument (args_of leaves that one to it).
   template <typename ArgsOf, typename Encode>
   JsOutcome::Kind CallFunction(Wording wording, std::string_view name, int64_t now_ms, ArgsOf&& args_of,
-                               Encode&& encode, std::string* message);
+                               Encode&& encode, std::string* message, bool many = false);
+  // One run of CallJsonMany: every call of `args` in one call of kMany;
+  // fills out[i] for the calls it could answer, and returns which it could not.
+  std::vector<size_t> RunMany(std::string_view name, std::span<const LazyArg> args, JsValueOutcome* out);
 
   const std::string file_;
   const std::string source_;
@@ -158,6 +185,8 @@ class JsRuntime {
   const JsPurpose purpose_;
   std::unique_ptr<Heap> heap_;
   std::vector<std::string> commands_;
+  size_t run_length_ = 16;
+  uint64_t runs_ = 0, calls_alone_ = 0;  // CallJsonMany's calls per run, adapted to the time each took
   uint64_t rebuilds_ = 0;
 };
 

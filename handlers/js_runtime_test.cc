@@ -1,5 +1,6 @@
 #include "handlers/js_runtime.h"
 
+#include <array>
 #include <time.h>
 
 #include <cstdio>
@@ -447,6 +448,74 @@ function writes(e) { e.before = 7; return {before: e.before}; }
   v = (*rt)->CallJsonLazy("writes", R"({"id":"a"})", good, 0);
   ASSERT_EQ(v.kind, JsOutcome::Kind::kApplied) << v.message;
   EXPECT_EQ(v.json, R"({"before":7})");
+}
+
+// CallJsonMany answers each call as CallJsonLazy would (kind, JSON text,
+// message), whatever the call does: returns, throws, returns undefined, a
+// function, a promise, a cycle or a BigInt, reads its lazy members or Date.
+TEST(JsRuntime, CallJsonManyAnswersEachCallAsCallJsonLazy) {
+  const std::string code = R"JS(
+function f(e) {
+  if (e.n % 7 === 3) throw new Error('bad ' + e.n);
+  if (e.n % 11 === 5) return undefined;
+  if (e.n % 13 === 6) return function () {};
+  if (e.n % 17 === 8) return (async () => ({late: e.n, now: Date.now()}))();
+  if (e.n % 19 === 9) { const o = {}; o.o = o; return o; }
+  if (e.n % 23 === 10) return 10n;
+  return {n: e.n, now: Date.now(), was: e.before && e.before.v, req: e.request, keys: Object.keys(e).join(',')};
+}
+)JS";
+  auto many = JsRuntime::Create("view.js", code, SmallLimits(), JsPurpose::kViewCode);
+  auto alone = JsRuntime::Create("view.js", code, SmallLimits(), JsPurpose::kViewCode);
+  ASSERT_TRUE(many.ok() && alone.ok());
+  std::vector<std::string> args, befores;
+  for (int n = 0; n < 300; ++n) {
+    args.push_back(R"({"n":)" + std::to_string(n) + "}");
+    befores.push_back(n % 3 == 0 ? "" : R"({"v":)" + std::to_string(n * 2) + R"(,"s":"caf\u00e9 \"q\""})");
+  }
+  std::vector<std::array<std::pair<std::string_view, std::string_view>, 3>> lazy(args.size());
+  std::vector<JsRuntime::LazyArg> calls;
+  for (size_t n = 0; n < args.size(); ++n) {
+    lazy[n] = {{{"request", n % 2 ? R"({"a":1})" : ""}, {"response", ""}, {"before", befores[n]}}};
+    calls.push_back({args[n], lazy[n], static_cast<int64_t>(1'700'000'000'000 + n)});
+  }
+  const std::vector<JsValueOutcome> got = (*many)->CallJsonMany("f", calls);
+  ASSERT_EQ(got.size(), calls.size());
+  int applied = 0;
+  for (size_t n = 0; n < calls.size(); ++n) {
+    const JsValueOutcome want = (*alone)->CallJsonLazy("f", calls[n].arg, calls[n].lazy, calls[n].now_ms);
+    EXPECT_EQ(static_cast<int>(got[n].kind), static_cast<int>(want.kind)) << n << ": " << got[n].message;
+    EXPECT_EQ(got[n].json, want.json) << n;
+    EXPECT_EQ(got[n].message, want.message) << n;
+    applied += got[n].kind == JsOutcome::Kind::kApplied;
+  }
+  EXPECT_GT(applied, 200);
+  EXPECT_GE((*many)->runs(), 2u);
+  EXPECT_LT((*many)->calls_alone(), calls.size() / 3);
+  EXPECT_EQ(got[3].message, "view.js:3: Error: bad 3");
+  EXPECT_EQ(ParseJsonOrDiscarded(got[1].json),
+            ParseJsonOrDiscarded(R"({"n":1,"now":1700000000001,"was":2,"req":{"a":1},"keys":"n,request,response,before"})"));
+}
+
+// A call that runs away inside a run stops the run; it alone times out, and
+// every other call of the run is answered.
+TEST(JsRuntime, CallJsonManyStopsARunawayCallAlone) {
+  auto rt = JsRuntime::Create("view.js", "function f(e) { if (e.n === 40) { for (;;) {} } return e.n; }\n", SmallLimits(),
+                              JsPurpose::kViewCode);
+  ASSERT_TRUE(rt.ok());
+  std::vector<std::string> args;
+  for (int n = 0; n < 100; ++n) args.push_back(R"({"n":)" + std::to_string(n) + "}");
+  std::vector<JsRuntime::LazyArg> calls;
+  for (const std::string& a : args) calls.push_back({a, {}, 0});
+  const std::vector<JsValueOutcome> got = (*rt)->CallJsonMany("f", calls);
+  for (size_t n = 0; n < got.size(); ++n) {
+    if (n == 40) {
+      EXPECT_EQ(got[n].kind, JsOutcome::Kind::kTimeout) << got[n].message;
+    } else {
+      ASSERT_EQ(got[n].kind, JsOutcome::Kind::kApplied) << n << ": " << got[n].message;
+      EXPECT_EQ(got[n].json, std::to_string(n));
+    }
+  }
 }
 
 }  // namespace

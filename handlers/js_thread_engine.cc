@@ -27,6 +27,12 @@ thread_local double t_now_us = 0;
 
 double FixedNow(double, JSContext*) { return t_now_us; }
 
+}  // namespace
+
+void SetFixedNow(double now_ms) { t_now_us = now_ms * 1000.0; }
+
+namespace {
+
 // JS_Init, and every JS_NewContext, must not run concurrently.
 std::mutex& ContextCreationMutex() {
   static std::mutex mu;

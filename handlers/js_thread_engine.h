@@ -48,8 +48,13 @@ struct Realm {
   std::vector<std::string> names;                        // sorted
   // kLazyMember, made before the file ran (so the file cannot change what it uses).
   std::optional<JS::PersistentRootedObject> lazy_member;
+  // kMany and the native it moves Date with, made before the file ran too.
+  std::optional<JS::PersistentRootedObject> many;
+  std::optional<JS::PersistentRootedObject> set_now;
 
   void ReleaseRoots() {
+    set_now.reset();
+    many.reset();
     lazy_member.reset();
     functions.reset();
     global.reset();
@@ -113,6 +118,10 @@ class ThreadEngine {
   uint32_t base_heap_bytes_ = 0;
   uint32_t threshold_mb_ = 0;
 };
+
+// Moves the fixed timestamp Date sees on this thread (a call of a run of
+// JsRuntime::CallJsonMany, each at its own time).
+void SetFixedNow(double now_ms);
 
 // True while the realm's zone (its part of the GC heap) stays within its
 // limit, after collecting the zone if it had grown past it.

@@ -145,48 +145,50 @@ Result<std::vector<Op>> ParseOps(std::string_view json, const AggregateSinkOptio
   if (parsed->is_null()) return out;
   if (!parsed->is_array()) return InvalidArgument("aggregate() must return an array of operations (or null), got " + Short(*parsed));
   for (const Json& j : *parsed) {
-    const std::string where = "operation " + Short(j);
-    if (!j.is_object()) return InvalidArgument(where + ": must be an object {table, key, add | set | delete}");
+    // Said only when something is wrong: dumping every operation would cost
+    // more than checking it.
+    const auto where = [&j] { return "operation " + Short(j); };
+    if (!j.is_object()) return InvalidArgument(where() + ": must be an object {table, key, add | set | delete}");
     Op op;
     const auto table = j.find("table");
-    if (table == j.end() || !table->is_string()) return InvalidArgument(where + ": needs `table`, the name of a declared table");
+    if (table == j.end() || !table->is_string()) return InvalidArgument(where() + ": needs `table`, the name of a declared table");
     const std::string& name = table->get_ref<const std::string&>();
     size_t t = 0;
     while (t < options.tables.size() && options.tables[t].name != name) ++t;
-    if (t == options.tables.size()) return InvalidArgument(where + ": table '" + name + "' is not declared in the sink's tables");
+    if (t == options.tables.size()) return InvalidArgument(where() + ": table '" + name + "' is not declared in the sink's tables");
     op.table = t;
     const AggregateTable& decl = options.tables[t];
     const auto key = j.find("key");
-    if (key == j.end() || !key->is_object()) return InvalidArgument(where + ": needs `key`, an object of the table's key columns");
+    if (key == j.end() || !key->is_object()) return InvalidArgument(where() + ": needs `key`, an object of the table's key columns");
     for (const AggregateColumn& k : decl.key) {
       const auto v = key->find(k.name);
-      if (v == key->end() || v->is_null()) return InvalidArgument(where + ": the key lacks column '" + k.name + "'");
-      if (!v->is_string() && !v->is_number()) return InvalidArgument(where + ": key column '" + k.name + "' must be a string or a number");
+      if (v == key->end() || v->is_null()) return InvalidArgument(where() + ": the key lacks column '" + k.name + "'");
+      if (!v->is_string() && !v->is_number()) return InvalidArgument(where() + ": key column '" + k.name + "' must be a string or a number");
       op.key.push_back(*v);
     }
-    if (key->size() != decl.key.size()) return InvalidArgument(where + ": the key has columns the table's key does not");
+    if (key->size() != decl.key.size()) return InvalidArgument(where() + ": the key has columns the table's key does not");
     int kinds = 0;
     for (const char* kind : {"add", "set", "delete"}) kinds += j.contains(kind) ? 1 : 0;
-    if (kinds != 1) return InvalidArgument(where + ": needs exactly one of `add`, `set` and `delete`");
+    if (kinds != 1) return InvalidArgument(where() + ": needs exactly one of `add`, `set` and `delete`");
     if (j.contains("delete")) {
-      if (j["delete"] != true) return InvalidArgument(where + ": `delete` must be true");
+      if (j["delete"] != true) return InvalidArgument(where() + ": `delete` must be true");
       op.kind = Op::Kind::kDelete;
     } else {
       const bool add = j.contains("add");
       op.kind = add ? Op::Kind::kAdd : Op::Kind::kSet;
       const Json& values = j[add ? "add" : "set"];
       if (!values.is_object() || values.empty()) {
-        return InvalidArgument(where + ": `" + (add ? "add" : "set") + "` must be an object of columns");
+        return InvalidArgument(where() + ": `" + (add ? "add" : "set") + "` must be an object of columns");
       }
       for (auto it = values.begin(); it != values.end(); ++it) {
         size_t c = 0;
         while (c < decl.columns.size() && decl.columns[c].name != it.key()) ++c;
         if (c == decl.columns.size()) {
-          return InvalidArgument(where + ": column '" + it.key() + "' is not declared in table '" + name + "'");
+          return InvalidArgument(where() + ": column '" + it.key() + "' is not declared in table '" + name + "'");
         }
         if (add && !it.value().is_number() &&
             !(it.value().is_string() && ParseDecimalText(it.value().get_ref<const std::string&>()))) {
-          return InvalidArgument(where + ": `add` of '" + it.key() + "' must be a number or a decimal string");
+          return InvalidArgument(where() + ": `add` of '" + it.key() + "' must be a number or a decimal string");
         }
         op.values.emplace_back(c, it.value());
       }
