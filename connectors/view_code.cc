@@ -146,60 +146,106 @@ Result<std::unique_ptr<ViewCode>> ViewCode::LoadFor(const config::SinkConfig& si
 }
 
 handlers::JsValueOutcome ViewCode::Aggregate(const ChangeEvent& e) {
-  return Call("aggregate", e);
-}
-
-handlers::JsValueOutcome ViewCode::Call(std::string_view function, const ChangeEvent& e) {
-  const auto lazy = LazyMembers(e);
-  return runtime_->CallJsonLazy(function, EventObject(e, true), lazy, e.committed_at_us / 1000);
+  const ChangeEvent* one[] = {&e};
+  return std::move(AggregateMany(one)[0]);
 }
 
 ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
-  Shaped out;
-  if (e.deleted) {
-    out.kind = Shaped::Kind::kAbsent;
-    return out;
-  }
-  if (filter_) {
-    handlers::JsValueOutcome r = Call(kFilterTruth, e);
-    if (r.kind != handlers::JsOutcome::Kind::kApplied) {
-      out.kind = Shaped::Kind::kError;
-      out.error = std::move(r.message);
-      return out;
-    }
-    if (r.json != "true") {
-      out.kind = Shaped::Kind::kAbsent;
-      return out;
-    }
-  }
-  if (!transform_) {
-    out.document = e.state;
-    return out;
-  }
-  handlers::JsValueOutcome r = Call("transform", e);
-  if (r.kind != handlers::JsOutcome::Kind::kApplied) {
-    out.kind = Shaped::Kind::kError;
-    out.error = std::move(r.message);
-    return out;
-  }
-  if (r.json == "null") {
-    out.kind = Shaped::Kind::kAbsent;
-    return out;
-  }
-  if (!IsObjectText(r.json)) {
-    out.kind = Shaped::Kind::kError;
-    out.error = file_ + ": transform() returned " + Shorten(r.json) +
-                " for " + e.entity_type + "/" + e.entity_id + " version " + std::to_string(e.version) +
-                "; it must return an object (the document) or null (not in the view)";
-    return out;
-  }
-  out.document = std::move(r.json);
-  return out;
+  const ChangeEvent* one[] = {&e};
+  return std::move(ShapeMany(one)[0]);
 }
 
 ViewCode::Routed ViewCode::Route(const ChangeEvent& e) {
+  const ChangeEvent* one[] = {&e};
+  return std::move(RouteMany(one)[0]);
+}
+
+std::vector<handlers::JsValueOutcome> ViewCode::CallMany(std::string_view function, Events events) {
+  std::vector<std::string> objects;
+  std::vector<std::array<std::pair<std::string_view, std::string_view>, 3>> lazy;
+  std::vector<handlers::JsRuntime::LazyArg> args;
+  objects.reserve(events.size());
+  lazy.reserve(events.size());
+  args.reserve(events.size());
+  for (const ChangeEvent* e : events) {
+    objects.push_back(EventObject(*e, true));
+    lazy.push_back(LazyMembers(*e));
+    args.push_back({objects.back(), lazy.back(), e->committed_at_us / 1000});
+  }
+  return runtime_->CallJsonMany(function, args);
+}
+
+std::vector<handlers::JsValueOutcome> ViewCode::AggregateMany(Events events) { return CallMany("aggregate", events); }
+
+std::vector<ViewCode::Shaped> ViewCode::ShapeMany(Events events) {
+  std::vector<Shaped> out(events.size());
+  // The events still in the view after each step, by index.
+  std::vector<size_t> live;
+  std::vector<const ChangeEvent*> picked;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i]->deleted) {
+      out[i].kind = Shaped::Kind::kAbsent;  // a deleted entity leaves the view without a call
+    } else {
+      live.push_back(i);
+    }
+  }
+  const auto pick = [&] {
+    picked.clear();
+    for (const size_t i : live) picked.push_back(events[i]);
+    return Events(picked);
+  };
+  if (filter_ && !live.empty()) {
+    std::vector<handlers::JsValueOutcome> r = CallMany(kFilterTruth, pick());
+    std::vector<size_t> kept;
+    for (size_t k = 0; k < live.size(); ++k) {
+      Shaped& s = out[live[k]];
+      if (r[k].kind != handlers::JsOutcome::Kind::kApplied) {
+        s.kind = Shaped::Kind::kError;
+        s.error = std::move(r[k].message);
+      } else if (r[k].json != "true") {
+        s.kind = Shaped::Kind::kAbsent;
+      } else {
+        kept.push_back(live[k]);
+      }
+    }
+    live.swap(kept);
+  }
+  if (!transform_) {
+    for (const size_t i : live) out[i].document = events[i]->state;
+    return out;
+  }
+  if (live.empty()) return out;
+  std::vector<handlers::JsValueOutcome> r = CallMany("transform", pick());
+  for (size_t k = 0; k < live.size(); ++k) {
+    Shaped& s = out[live[k]];
+    const ChangeEvent& e = *events[live[k]];
+    if (r[k].kind != handlers::JsOutcome::Kind::kApplied) {
+      s.kind = Shaped::Kind::kError;
+      s.error = std::move(r[k].message);
+    } else if (r[k].json == "null") {
+      s.kind = Shaped::Kind::kAbsent;
+    } else if (!IsObjectText(r[k].json)) {
+      s.kind = Shaped::Kind::kError;
+      s.error = file_ + ": transform() returned " + Shorten(r[k].json) + " for " + e.entity_type + "/" + e.entity_id +
+                " version " + std::to_string(e.version) +
+                "; it must return an object (the document) or null (not in the view)";
+    } else {
+      s.document = std::move(r[k].json);
+    }
+  }
+  return out;
+}
+
+std::vector<ViewCode::Routed> ViewCode::RouteMany(Events events) {
+  std::vector<handlers::JsValueOutcome> r = CallMany("route", events);
+  std::vector<Routed> out;
+  out.reserve(events.size());
+  for (size_t i = 0; i < events.size(); ++i) out.push_back(RoutedOf(std::move(r[i]), *events[i]));
+  return out;
+}
+
+ViewCode::Routed ViewCode::RoutedOf(handlers::JsValueOutcome r, const ChangeEvent& e) const {
   Routed out;
-  handlers::JsValueOutcome r = Call("route", e);
   const auto fail = [&](std::string why) {
     out.kind = Routed::Kind::kError;
     out.error = file_ + ": route() " + std::move(why) + " for " + e.entity_type + "/" + e.entity_id + " version " +

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,6 +93,14 @@ class ViewCode {
   // kAggregate: what aggregate(event) returned, as JSON text.
   handlers::JsValueOutcome Aggregate(const ChangeEvent& e);
 
+  // The same for many events at once, out[i] for events[i]: the code is
+  // entered once per run of events, not once per event
+  // (handlers::JsRuntime::CallJsonMany), with the same answers and errors.
+  using Events = std::span<const ChangeEvent* const>;
+  std::vector<Shaped> ShapeMany(Events events);
+  std::vector<Routed> RouteMany(Events events);
+  std::vector<handlers::JsValueOutcome> AggregateMany(Events events);
+
   const std::string& file() const { return file_; }
 
  private:
@@ -100,9 +109,11 @@ class ViewCode {
   static Result<std::unique_ptr<ViewCode>> FromSource(const std::string& file, std::string text,
                                                       handlers::JsLimits limits, Purpose purpose);
 
-  // Calls `function` with the event; request, response and before are
+  // Calls `function` with each event; request, response and before are
   // parsed only if the code reads them.
-  handlers::JsValueOutcome Call(std::string_view function, const ChangeEvent& e);
+  std::vector<handlers::JsValueOutcome> CallMany(std::string_view function, Events events);
+  // What route() returned for e, checked.
+  Routed RoutedOf(handlers::JsValueOutcome r, const ChangeEvent& e) const;
 
   const std::string file_;
   const std::string text_;  // the file as it was read

@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kMinSlice = 32;
 
 // Slice k of [0, n) cut in `parts`.
-std::pair<size_t, size_t> Slice(size_t n, size_t parts, size_t k) {
+std::pair<size_t, size_t> SliceOf(size_t n, size_t parts, size_t k) {
   return {n * k / parts, n * (k + 1) / parts};
 }
 
@@ -94,7 +94,7 @@ void ViewCodePool::Work(size_t worker, const ViewCode* like) {
   uint64_t seen = 0;
   for (;;) {
     size_t n = 0;
-    const std::function<void(ViewCode&, size_t)>* each = nullptr;
+    const Slice* each = nullptr;
     {
       std::unique_lock lock(mu_);
       start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -105,8 +105,8 @@ void ViewCodePool::Work(size_t worker, const ViewCode* like) {
     }
     std::exception_ptr failed;
     try {
-      const auto [begin, end] = Slice(n, codes_.size(), worker);
-      for (size_t i = begin; i < end; ++i) (*each)(*codes_[worker], i);
+      const auto [begin, end] = SliceOf(n, codes_.size(), worker);
+      if (begin < end) (*each)(*codes_[worker], begin, end);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -119,6 +119,12 @@ void ViewCodePool::Work(size_t worker, const ViewCode* like) {
 }
 
 Status ViewCodePool::ForEach(size_t n, const std::function<void(ViewCode& code, size_t i)>& each) {
+  return ForEachSlice(n, [&each](ViewCode& code, size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) each(code, i);
+  });
+}
+
+Status ViewCodePool::ForEachSlice(size_t n, const Slice& each) {
   const bool alone = workers_.empty() || n < kMinSlice * 2;
   if (!alone) {
     std::lock_guard lock(mu_);
@@ -131,8 +137,8 @@ Status ViewCodePool::ForEach(size_t n, const std::function<void(ViewCode& code, 
   if (!alone) start_cv_.notify_all();
   std::exception_ptr failed;
   try {
-    const auto [begin, end] = alone ? std::pair<size_t, size_t>{0, n} : Slice(n, codes_.size(), 0);
-    for (size_t i = begin; i < end; ++i) each(*codes_[0], i);
+    const auto [begin, end] = alone ? std::pair<size_t, size_t>{0, n} : SliceOf(n, codes_.size(), 0);
+    if (begin < end) each(*codes_[0], begin, end);
   } catch (...) {
     failed = std::current_exception();
   }
@@ -159,7 +165,9 @@ void CodeAhead::Prepare(std::span<ChangeEvent> events, const Make& make) {
     pool_ = std::move(pool).value();
   }
   if (!pool_) return;
-  Status st = pool_->ForEach(events.size(), [&](ViewCode& code, size_t i) { events[i].prepared = make(code, events[i]); });
+  Status st = pool_->ForEachSlice(events.size(), [&](ViewCode& code, size_t begin, size_t end) {
+    make(code, events.subspan(begin, end - begin));
+  });
   if (!st.ok()) {
     for (ChangeEvent& e : events) e.prepared.reset();  // Apply runs the code of what is unprepared
     LogRateLimited(LogLevel::kWarn, "view.prepare." + who_, who_ + ": " + st.message());

@@ -5,10 +5,10 @@
 // and one per worker thread, each made and called only on its own thread (a
 // JavaScript runtime is kept on one thread, handlers/js_runtime.h).
 //
-// ForEach(n, each) splits [0, n) into one slice per runtime, runs the
+// ForEachSlice(n, each) splits [0, n) into one slice per runtime, runs the
 // caller's slice on the calling thread and the others on the workers, and
 // returns when every slice is done. `each` must only touch what belongs to
-// its index.
+// its slice. ForEach(n, each) is the same one index at a time.
 //
 // Threads: Make and ForEach are called by one thread (the engine's preparer);
 // the workers live as long as the pool.
@@ -39,9 +39,12 @@ class ViewCodePool {
   static Result<std::unique_ptr<ViewCodePool>> Make(const ViewCode& like, size_t size = DefaultSize());
   ~ViewCodePool();
 
-  // Calls each(code, i) for every i in [0, n), in slices over the runtimes.
-  // Batches smaller than a few dozen run on the calling thread alone.
-  // Internal (after every slice has stopped) when `each` threw.
+  // Calls each(code, begin, end) on slices that cover [0, n), one slice per
+  // runtime. Batches smaller than a few dozen are one slice, on the calling
+  // thread. Internal (after every slice has stopped) when `each` threw.
+  using Slice = std::function<void(ViewCode& code, size_t begin, size_t end)>;
+  Status ForEachSlice(size_t n, const Slice& each);
+  // Calls each(code, i) for every i in [0, n), in such slices.
   Status ForEach(size_t n, const std::function<void(ViewCode& code, size_t i)>& each);
 
 
@@ -62,14 +65,15 @@ class ViewCodePool {
   size_t pending_ = 0;       // workers still on the job
   // The job: its size and work (valid while a ForEach runs).
   size_t n_ = 0;
-  const std::function<void(ViewCode&, size_t)>* each_ = nullptr;
+  const Slice* each_ = nullptr;
   std::exception_ptr failure_;  // what a slice threw
 };
 
 // What a sink's Prepare does with a pool (ViewSink, the aggregate sink): the
 // pool is made from the sink's code at the first batch (a sink the engine
 // never prepares for, such as the writer's push sinks, makes none), and
-// fills each event's `prepared` with what `make` returns. When the pool
+// `make` fills the `prepared` of each event of a slice, running the code of
+// the whole slice at once (ViewCode's *Many). When the pool
 // cannot be made, or `make` throws, events are left unprepared (the sink's
 // Apply runs its code itself) and it is logged.
 //
@@ -77,7 +81,7 @@ class ViewCodePool {
 // only its text is read here.
 class CodeAhead {
  public:
-  using Make = std::function<std::shared_ptr<const PreparedEvent>(ViewCode& code, const ChangeEvent& e)>;
+  using Make = std::function<void(ViewCode& code, std::span<ChangeEvent> slice)>;
   // `who` names the sink in log lines.
   CodeAhead(const ViewCode& code, std::string who) : code_(code), who_(std::move(who)) {}
   void Prepare(std::span<ChangeEvent> events, const Make& make);

@@ -121,16 +121,16 @@ ChangeEvent DeleteOf(const ChangeEvent& e) {
 
 }  // namespace
 
-Result<size_t> ViewSink::RouteOf(ViewCode& code, const ChangeEvent& e, ViewCode::Routed* routed) {
-  *routed = code.Route(e);
-  switch (routed->kind) {
+Result<size_t> ViewSink::DestinationOf(const ViewCode& code, const ViewCode::Routed& routed,
+                                       const ChangeEvent& e) const {
+  switch (routed.kind) {
     case ViewCode::Routed::Kind::kError:
-      return InvalidArgument(routed->error.empty() ? "route() failed" : routed->error);
+      return InvalidArgument(routed.error.empty() ? "route() failed" : routed.error);
     case ViewCode::Routed::Kind::kOwn:
       return size_t{0};
     case ViewCode::Routed::Kind::kTo:
       for (size_t d = 0; d < destinations_.size(); ++d) {
-        if (destinations_[d].name == routed->to) return d;
+        if (destinations_[d].name == routed.to) return d;
       }
       break;
   }
@@ -138,72 +138,94 @@ Result<size_t> ViewSink::RouteOf(ViewCode& code, const ChangeEvent& e, ViewCode:
   for (const Destination& d : destinations_) {
     if (!d.name.empty()) known += (known.empty() ? "" : ", ") + d.name;
   }
-  return InvalidArgument(code.file() + ": route() returned '" + routed->to + "' for " + e.entity_type + "/" +
+  return InvalidArgument(code.file() + ": route() returned '" + routed.to + "' for " + e.entity_type + "/" +
                          e.entity_id + " version " + std::to_string(e.version) +
                          ", which is not one of the sink's destinations (" + known + ")");
 }
 
-std::optional<size_t> ViewSink::RouteBefore(ViewCode& code, const ChangeEvent& e) {
-  if (e.before.empty()) return std::nullopt;
-  ChangeEvent was = ForInnerSink(e);
-  was.deleted = false;
-  was.state = e.before;
-  was.request = e.request;
-  was.response = e.response;
-  ViewCode::Routed routed;
-  auto d = RouteOf(code, was, &routed);
-  if (!d.ok()) return std::nullopt;
-  return *d;
-}
-
-ViewSink::Planned ViewSink::PlanOne(ViewCode& code, const ChangeEvent& e) {
-  Planned p;
-  ViewCode::Shaped shaped = code.Shape(e);
-  if (shaped.kind == ViewCode::Shaped::Kind::kError) {
-    p.rejected = shaped.error.empty() ? "view code failed" : "view code: " + shaped.error;
-    return p;
-  }
-  const bool absent = shaped.kind == ViewCode::Shaped::Kind::kAbsent;
-  p.out = absent ? DeleteOf(e) : ForInnerSink(e);
-  if (!absent) p.out.state = std::move(shaped.document);
-  if (!code.routes()) return p;
-  if (absent && !log_) {
-    // A point view holds the entity in at most one destination: gone from all.
-    for (size_t d = 1; d < destinations_.size(); ++d) p.deletes.push_back(d);
-    return p;
-  }
-  ViewCode::Routed routed;
-  auto to = RouteOf(code, e, &routed);
-  if (!to.ok()) {
-    p.rejected = "view code: " + to.status().message();
-    return p;
-  }
-  p.to = *to;
-  if (!routed.key.empty() || !routed.headers.empty()) {
-    if (!record_keys_[p.to]) {
-      p.rejected = "view code: " + code.file() + ": route() set a key or headers, which a " +
-                   "sink of this type does not write (kafka records have them)";
-      return p;
+std::vector<ViewSink::Planned> ViewSink::PlanMany(ViewCode& code, ViewCode::Events events) {
+  std::vector<Planned> plans(events.size());
+  std::vector<ViewCode::Shaped> shaped = code.ShapeMany(events);
+  std::vector<size_t> routing;  // the events route() places
+  for (size_t i = 0; i < events.size(); ++i) {
+    const ChangeEvent& e = *events[i];
+    Planned& p = plans[i];
+    if (shaped[i].kind == ViewCode::Shaped::Kind::kError) {
+      p.rejected = shaped[i].error.empty() ? "view code failed" : "view code: " + shaped[i].error;
+      continue;
     }
-    p.out.record_key = std::move(routed.key);
-    p.out.record_headers = std::move(routed.headers);
+    const bool absent = shaped[i].kind == ViewCode::Shaped::Kind::kAbsent;
+    p.out = absent ? DeleteOf(e) : ForInnerSink(e);
+    if (!absent) p.out.state = std::move(shaped[i].document);
+    if (!code.routes()) continue;
+    if (absent && !log_) {
+      // A point view holds the entity in at most one destination: gone from all.
+      for (size_t d = 1; d < destinations_.size(); ++d) p.deletes.push_back(d);
+      continue;
+    }
+    routing.push_back(i);
   }
-  if (!log_ && !e.before.empty()) {
+  if (routing.empty()) return plans;
+  std::vector<const ChangeEvent*> picked;
+  for (const size_t i : routing) picked.push_back(events[i]);
+  std::vector<ViewCode::Routed> routed = code.RouteMany(picked);
+  // Point views: events whose entity may have moved, and the state before
+  // of each as an event of its own, to route where it was.
+  std::vector<size_t> moving;
+  std::vector<ChangeEvent> was;
+  for (size_t k = 0; k < routing.size(); ++k) {
+    const ChangeEvent& e = *events[routing[k]];
+    Planned& p = plans[routing[k]];
+    auto to = DestinationOf(code, routed[k], e);
+    if (!to.ok()) {
+      p.rejected = "view code: " + to.status().message();
+      continue;
+    }
+    p.to = *to;
+    if (!routed[k].key.empty() || !routed[k].headers.empty()) {
+      if (!record_keys_[p.to]) {
+        p.rejected = "view code: " + code.file() + ": route() set a key or headers, which a " +
+                     "sink of this type does not write (kafka records have them)";
+        continue;
+      }
+      p.out.record_key = std::move(routed[k].key);
+      p.out.record_headers = std::move(routed[k].headers);
+    }
+    if (!log_ && !e.before.empty()) {
+      moving.push_back(routing[k]);
+      ChangeEvent& w = was.emplace_back(ForInnerSink(e));
+      w.deleted = false;
+      w.state = e.before;
+      w.request = e.request;
+      w.response = e.response;
+    }
+  }
+  if (moving.empty()) return plans;
+  picked.clear();
+  for (const ChangeEvent& w : was) picked.push_back(&w);
+  std::vector<ViewCode::Routed> before = code.RouteMany(picked);
+  for (size_t k = 0; k < moving.size(); ++k) {
+    Planned& p = plans[moving[k]];
     // Moved: out of where it was, at this version. Where it was unknown
     // (the code fails on the state before): out of every other destination.
-    const std::optional<size_t> was = RouteBefore(code, e);
-    if (was != p.to) {
-      for (size_t d = 0; d < destinations_.size(); ++d) {
-        if (d != p.to && (!was || d == *was)) p.deletes.push_back(d);
-      }
+    auto where = DestinationOf(code, before[k], was[k]);
+    const bool known = where.ok();
+    const size_t from = known ? *where : 0;
+    if (known && from == p.to) continue;
+    for (size_t d = 0; d < destinations_.size(); ++d) {
+      if (d != p.to && (!known || d == from)) p.deletes.push_back(d);
     }
   }
-  return p;
+  return plans;
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
-  ahead_.Prepare(events, [this](ViewCode& code, const ChangeEvent& e) {
-    return std::make_shared<const Planned>(PlanOne(code, e));
+  ahead_.Prepare(events, [this](ViewCode& code, std::span<ChangeEvent> slice) {
+    std::vector<const ChangeEvent*> picked;
+    picked.reserve(slice.size());
+    for (const ChangeEvent& e : slice) picked.push_back(&e);
+    std::vector<Planned> plans = PlanMany(code, picked);
+    for (size_t i = 0; i < slice.size(); ++i) slice[i].prepared = std::make_shared<const Planned>(std::move(plans[i]));
   });
 }
 
@@ -213,13 +235,21 @@ ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
   plan.writes.resize(destinations_.size());
   plan.rejected.assign(events.size(), std::string());
   if (destinations_.size() == 1) plan.events[0].reserve(events.size());
+  // What Prepare did not plan is planned here, all at once.
+  std::vector<const ChangeEvent*> unprepared;
+  std::vector<size_t> unprepared_at(events.size(), SIZE_MAX);
   for (size_t i = 0; i < events.size(); ++i) {
-    const auto* prepared = dynamic_cast<const Planned*>(events[i].prepared.get());
-    Planned now;
-    if (prepared == nullptr) {
-      now = PlanOne(*code_, events[i]);
-      prepared = &now;
+    if (dynamic_cast<const Planned*>(events[i].prepared.get()) == nullptr) {
+      unprepared_at[i] = unprepared.size();
+      unprepared.push_back(&events[i]);
     }
+  }
+  std::vector<Planned> now;
+  if (!unprepared.empty()) now = PlanMany(*code_, unprepared);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const bool mine = unprepared_at[i] != SIZE_MAX;
+    Planned* planned = mine ? &now[unprepared_at[i]] : nullptr;
+    const Planned* prepared = mine ? planned : static_cast<const Planned*>(events[i].prepared.get());
     if (!prepared->rejected.empty()) {
       plan.rejected[i] = prepared->rejected;
       continue;
@@ -228,7 +258,7 @@ ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {
       plan.events[d].push_back(DeleteOf(events[i]));
       plan.writes[d].push_back({i, false});
     }
-    plan.events[prepared->to].push_back(prepared == &now ? std::move(now.out) : prepared->out);
+    plan.events[prepared->to].push_back(mine ? std::move(planned->out) : prepared->out);
     plan.writes[prepared->to].push_back({i, true});
   }
   return plan;
@@ -283,31 +313,42 @@ ApplyResult ViewSink::Repair(std::span<const ChangeEvent> events, RepairGuard gu
 
 std::vector<std::vector<EntitySnapshot>> ViewSink::ShapeTruth(std::span<const EntitySnapshot> truth) {
   std::vector<std::vector<EntitySnapshot>> out(destinations_.size());
-  for (const EntitySnapshot& s : truth) {
-    EntitySnapshot shaped = s;
+  // The live entities as events of their latest state, shaped and routed at once.
+  std::vector<ChangeEvent> live;
+  std::vector<size_t> live_at(truth.size(), SIZE_MAX);
+  for (size_t i = 0; i < truth.size(); ++i) {
+    if (truth[i].deleted) continue;
+    live_at[i] = live.size();
+    ChangeEvent& e = live.emplace_back();
+    e.entity_type = entity_type_;
+    e.entity_id = truth[i].entity_id;
+    e.version = truth[i].version;
+    e.state = truth[i].state;
+  }
+  std::vector<const ChangeEvent*> picked;
+  for (const ChangeEvent& e : live) picked.push_back(&e);
+  std::vector<ViewCode::Shaped> shaped = code_->ShapeMany(picked);
+  std::vector<ViewCode::Routed> routed;
+  if (code_->routes()) routed = code_->RouteMany(picked);
+  for (size_t i = 0; i < truth.size(); ++i) {
+    EntitySnapshot s = truth[i];
     size_t to = 0;
     if (!s.deleted) {
-      ChangeEvent e;
-      e.entity_type = entity_type_;
-      e.entity_id = s.entity_id;
-      e.version = s.version;
-      e.state = s.state;
-      ViewCode::Shaped r = code_->Shape(e);
-      ViewCode::Routed routed;
-      Result<size_t> d = code_->routes() ? RouteOf(*code_, e, &routed) : Result<size_t>(size_t{0});
-      if (r.kind == ViewCode::Shaped::Kind::kDocument && d.ok()) {
-        shaped.state = std::move(r.document);
+      const size_t k = live_at[i];
+      Result<size_t> d = code_->routes() ? DestinationOf(*code_, routed[k], live[k]) : Result<size_t>(size_t{0});
+      if (shaped[k].kind == ViewCode::Shaped::Kind::kDocument && d.ok()) {
+        s.state = std::move(shaped[k].document);
         to = *d;
       } else {
         // Not in the view (or the code fails on it, and the event is a dead letter).
-        shaped.deleted = true;
-        shaped.state.clear();
+        s.deleted = true;
+        s.state.clear();
       }
     }
-    if (shaped.deleted) {
-      for (auto& part : out) part.push_back(shaped);  // absent everywhere
+    if (s.deleted) {
+      for (auto& part : out) part.push_back(s);  // absent everywhere
     } else {
-      out[to].push_back(std::move(shaped));
+      out[to].push_back(std::move(s));
     }
   }
   return out;

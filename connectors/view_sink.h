@@ -114,14 +114,13 @@ class ViewSink : public Sink {
     std::vector<size_t> deletes;
   };
   Sink& own() const { return *destinations_.front().sink; }
-  Planned PlanOne(ViewCode& code, const ChangeEvent& e);
+  // What the code makes of each event (one entry into the code per run of
+  // events, ViewCode's *Many): plans[i] for events[i].
+  std::vector<Planned> PlanMany(ViewCode& code, ViewCode::Events events);
   // Shapes and routes `events` (those Prepare did not).
   Plan PlanEvents(std::span<const ChangeEvent> events);
-  // The destination of route(e): its index, or an error.
-  Result<size_t> RouteOf(ViewCode& code, const ChangeEvent& e, ViewCode::Routed* routed);
-  // Where the entity was before `e`: its destination, or nullopt when
-  // unknown (no state before, or the code fails on it).
-  std::optional<size_t> RouteBefore(ViewCode& code, const ChangeEvent& e);
+  // The destination route() picked for e: its index, or an error.
+  Result<size_t> DestinationOf(const ViewCode& code, const ViewCode::Routed& routed, const ChangeEvent& e) const;
   // Runs `apply` on each destination's part of the plan and merges the results.
   template <class F>
   ApplyResult ApplyPlanned(std::span<const ChangeEvent> events, F&& apply);

@@ -74,8 +74,12 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
-    ahead_.Prepare(events, [this](ViewCode& code, const ChangeEvent& e) {
-      return std::make_shared<const PreparedOps>(RunCode(code, e));
+    ahead_.Prepare(events, [this](ViewCode& code, std::span<ChangeEvent> slice) {
+      std::vector<const ChangeEvent*> picked;
+      picked.reserve(slice.size());
+      for (const ChangeEvent& e : slice) picked.push_back(&e);
+      std::vector<PreparedOps> ops = RunCode(code, picked);
+      for (size_t i = 0; i < slice.size(); ++i) slice[i].prepared = std::make_shared<const PreparedOps>(std::move(ops[i]));
     });
   }
 
@@ -369,6 +373,19 @@ class AggregateSink : public Sink {
                                 std::stoull(row[1].value_or("0")));
       }
     }
+    // The code of what Prepare did not run, all at once.
+    std::vector<const ChangeEvent*> unprepared;
+    std::map<size_t, size_t> unprepared_at;  // event index -> index in `ran`
+    for (size_t i : which) {
+      const ChangeEvent& e = events[i];
+      const bool applies = !seen(e) || rejected_before.count({e.partition, e.event_id}) > 0;
+      if (applies && !refused.count(i) && dynamic_cast<const PreparedOps*>(e.prepared.get()) == nullptr) {
+        unprepared_at[i] = unprepared.size();
+        unprepared.push_back(&e);
+      }
+    }
+    std::vector<PreparedOps> ran;
+    if (!unprepared.empty()) ran = RunCode(*code_, unprepared);
     OpFold fold(options(), suffix_);
     std::map<uint32_t, uint64_t> next;
     std::vector<std::string> add_rejected, drop_rejected;  // rows of the statements below
@@ -384,11 +401,7 @@ class AggregateSink : public Sink {
       if (!refused.count(i)) {
         results[i] = {Outcome::kApplied, {}};
         const auto* prepared = dynamic_cast<const PreparedOps*>(e.prepared.get());
-        PreparedOps now;
-        if (prepared == nullptr) {
-          now = RunCode(*code_, e);
-          prepared = &now;
-        }
+        if (prepared == nullptr) prepared = &ran[unprepared_at.at(i)];
         if (!prepared->rejected.empty()) {
           results[i] = {Outcome::kRejected, prepared->rejected};
         } else {
@@ -447,15 +460,19 @@ class AggregateSink : public Sink {
     std::string rejected;
     std::vector<Op> ops;
   };
-  PreparedOps RunCode(ViewCode& code, const ChangeEvent& e) const {
-    PreparedOps out;
-    handlers::JsValueOutcome r = code.Aggregate(e);
-    if (r.kind != handlers::JsOutcome::Kind::kApplied) {
-      out.rejected = "view code: " + r.message;
-    } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
-      out.rejected = "view code: " + code.file() + ": " + parsed.status().message();
-    } else {
-      out.ops = std::move(parsed).value();
+  // Each event's operations (one entry into the code per run of events).
+  std::vector<PreparedOps> RunCode(ViewCode& code, ViewCode::Events events) const {
+    std::vector<handlers::JsValueOutcome> results = code.AggregateMany(events);
+    std::vector<PreparedOps> out(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      handlers::JsValueOutcome& r = results[i];
+      if (r.kind != handlers::JsOutcome::Kind::kApplied) {
+        out[i].rejected = "view code: " + r.message;
+      } else if (auto parsed = ParseOps(r.json, options()); !parsed.ok()) {
+        out[i].rejected = "view code: " + code.file() + ": " + parsed.status().message();
+      } else {
+        out[i].ops = std::move(parsed).value();
+      }
     }
     return out;
   }
