@@ -6,10 +6,37 @@
 
 namespace sluice::engine {
 
+const BeforeStates::Kept* BeforeStates::Find(const std::string& id) const {
+  if (auto it = young_.find(id); it != young_.end()) return &it->second;
+  if (auto it = old_.find(id); it != old_.end()) return &it->second;
+  return nullptr;
+}
+
+void BeforeStates::Keep(const connectors::ChangeEvent& e) {
+  auto it = young_.find(e.entity_id);
+  if (it == young_.end()) {
+    if (young_.size() >= generation_max_) {
+      old_ = std::move(young_);
+      young_.clear();
+      young_.reserve(generation_max_);
+    }
+    it = young_.try_emplace(e.entity_id).first;
+  }
+  Kept& k = it->second;
+  k.version = e.version;
+  k.exists = !e.deleted;
+  if (e.deleted) {
+    k.state.clear();
+  } else {
+    k.state.assign(e.state);  // reuses the entity's buffer
+  }
+}
+
 Status BeforeStates::Fill(sql::EventLog& log, const std::string& type, uint32_t partition,
                           std::vector<connectors::ChangeEvent>& events) {
   // Per entity, the index of its latest event so far in this batch.
   std::unordered_map<std::string_view, size_t> last_in_batch;
+  last_in_batch.reserve(events.size());
   std::vector<size_t> missing;  // events whose state before must be read
   for (size_t i = 0; i < events.size(); ++i) {
     connectors::ChangeEvent& e = events[i];
@@ -21,13 +48,13 @@ Status BeforeStates::Fill(sql::EventLog& log, const std::string& type, uint32_t 
       const connectors::ChangeEvent& p = events[prev->second];
       if (!p.deleted) e.before = p.state;
       ++stats_.from_batch;
-    } else if (const Kept* kept = latest_.Find(e.entity_id); kept != nullptr && kept->version + 1 == e.version) {
+    } else if (const Kept* kept = Find(e.entity_id); kept != nullptr && kept->version + 1 == e.version) {
       if (kept->exists) e.before = kept->state;
       ++stats_.from_cache;
     } else {
       missing.push_back(i);
     }
-    last_in_batch[events[i].entity_id] = i;
+    last_in_batch.insert_or_assign(std::string_view(events[i].entity_id), i);
   }
   if (!missing.empty()) {
     std::vector<std::pair<std::string, uint64_t>> keys;
@@ -49,10 +76,7 @@ Status BeforeStates::Fill(sql::EventLog& log, const std::string& type, uint32_t 
       ++stats_.from_storage;
     }
   }
-  for (const auto& [id, i] : last_in_batch) {
-    const connectors::ChangeEvent& e = events[i];
-    latest_.Put(e.entity_id, Kept{e.version, !e.deleted, e.deleted ? std::string() : e.state});
-  }
+  for (const auto& [id, i] : last_in_batch) Keep(events[i]);
   return Status::Ok();
 }
 

@@ -89,6 +89,23 @@ TEST_F(BeforeStatesTest, LaterBatchesUseTheKeptStatesAndReadTheRestInOneStatemen
   EXPECT_EQ(fresh.stats().from_storage, 10u);
 }
 
+// The kept states are bounded: with room for 4 entities, the most recently
+// seen are found, the ones seen long ago are read (in one statement), and
+// every state before is right either way.
+TEST_F(BeforeStatesTest, KeptStatesAreBoundedAndTheRecentOnesAreKept) {
+  for (int i = 0; i < 8; ++i) Add("e" + std::to_string(i));  // events 1..8
+  BeforeStates b(4);
+  for (uint64_t at = 0; at < 8; ++at) (void)Read(b, at, 1);  // one batch per event: e0 .. e7 seen in turn
+  for (int i = 0; i < 8; ++i) Add("e" + std::to_string(i));  // events 9..16: version 2 of each
+  auto again = Read(b, 8, 100);
+  ASSERT_EQ(again.size(), 8u);
+  for (const auto& e : again) EXPECT_EQ(e.before, R"({"n":)" + std::to_string(e.event_id - 8) + "}") << e.entity_id;
+  EXPECT_LE(b.stats().from_cache, 4u);
+  EXPECT_GE(b.stats().from_cache, 2u);  // e6 and e7 at least
+  EXPECT_EQ(b.stats().from_cache + b.stats().from_storage, 8u);
+  EXPECT_EQ(storage_->calls(Op::kAtVersions), 1u);
+}
+
 TEST_F(BeforeStatesTest, AReadFailureIsReportedAndAMissingEventBeforeIsAnError) {
   Add("a");
   Add("a");

@@ -247,11 +247,14 @@ constexpr std::string_view kLazyMember = R"JS(
 })()
 )JS";
 
-// many(fn, events, names, texts, times, now): CallJsonMany's run in one call.
-// `events` is a JSON array of the calls' arguments, `names` one of the lazy
-// members' names, `texts` one array per call of their JSON texts (null: the
-// member is null), `times` the Date of each call, which `now` (a native)
-// sets. Returns one line per call: the JSON text of what fn returned, or ""
+// many(fn, events, names, texts, times, now, blob): CallJsonMany's run in one
+// call. `events` is a JSON array of the calls' arguments, `names` one of the
+// lazy members' names, `times` the Date of each call, which `now` (a native)
+// sets. The lazy members' JSON texts: when `blob` is a string, each is
+// blob.substring(start, start + length) and `texts` is a flat JSON array of
+// (start, length) per member per call (start -1: the member is null), which
+// costs no escaping and no copy; else `texts` is one array per call of the
+// texts as strings (null: the member is null). Returns one line per call: the JSON text of what fn returned, or ""
 // when the call threw or returned a promise (CallJsonMany then calls it
 // alone). JSON.stringify never writes a line break. Made before the file
 // runs, with its own JSON, defineProperty and Promise.
@@ -275,20 +278,27 @@ constexpr std::string_view kMany = R"JS(
       }
     });
   };
-  return function many(fn, events, names, texts, times, now) {
+  return function many(fn, events, names, texts, times, now, blob) {
     const list = parse(events);
     const members = parse(names);
     const rest = parse(texts);
     const at = parse(times);
+    const m = members.length;
     let out = '';
     for (let i = 0; i < list.length; i++) {
       const event = list[i];
-      const mine = rest[i];
-      for (let k = 0; k < members.length; k++) {
-        if (mine[k] === null) {
+      for (let k = 0; k < m; k++) {
+        let text = null;
+        if (blob !== null) {
+          const start = rest[2 * (i * m + k)];
+          if (start >= 0) text = blob.substring(start, start + rest[2 * (i * m + k) + 1]);
+        } else {
+          text = rest[i][k];
+        }
+        if (text === null) {
           event[members[k]] = null;
         } else {
-          lazy(event, members[k], mine[k]);
+          lazy(event, members[k], text);
         }
       }
       now(at[i]);
@@ -758,7 +768,14 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
   for (size_t k = 0; k < args.size(); ++k) all[k] = k;
   if (!HasCommand(name)) return all;
   const auto lazy_names = args[0].lazy;
-  std::string events = "[", names = "[", texts = "[", times = "[";
+  // ASCII lazy texts go as one string and offsets (a byte is a UTF-16 unit).
+  bool ascii = true;
+  for (const LazyArg& a : args) {
+    for (const auto& [member, text] : a.lazy) {
+      for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+    }
+  }
+  std::string events = "[", names = "[", texts = "[", times = "[", blob;
   for (size_t m = 0; m < lazy_names.size(); ++m) {
     if (m > 0) names += ',';
     AppendJsonString(names, lazy_names[m].first);
@@ -769,21 +786,28 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
     if (a.lazy.size() != lazy_names.size()) return all;
     if (k > 0) {
       events += ',';
-      texts += ',';
+      if (!ascii || !lazy_names.empty()) texts += ',';
       times += ',';
     }
     events += a.arg;
-    texts += '[';
+    if (!ascii) texts += '[';
     for (size_t m = 0; m < a.lazy.size(); ++m) {
       if (a.lazy[m].first != lazy_names[m].first) return all;
+      const std::string_view text = a.lazy[m].second;
+      if (ascii) {
+        if (m > 0) texts += ',';
+        texts += text.empty() ? "-1,0" : std::to_string(blob.size()) + "," + std::to_string(text.size());
+        blob += text;
+        continue;
+      }
       if (m > 0) texts += ',';
-      if (a.lazy[m].second.empty()) {
+      if (text.empty()) {
         texts += "null";
       } else {
-        AppendJsonString(texts, a.lazy[m].second);
+        AppendJsonString(texts, text);
       }
     }
-    texts += ']';
+    if (!ascii) texts += ']';
     times += std::to_string(a.now_ms);
   }
   events += ']';
@@ -791,7 +815,7 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
   times += ']';
   std::string joined;
   auto args_of = [&](JSContext* cx, const Realm& realm, JS::MutableHandleValueVector v) {
-    if (!v.resize(6)) return false;
+    if (!v.resize(7)) return false;
     const std::string_view parts[] = {events, names, texts, times};
     for (size_t p = 0; p < 4; ++p) {
       JSString* s = NewString(cx, parts[p]);
@@ -799,6 +823,13 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
       v[p + 1].setString(s);
     }
     v[5].setObject(**realm.set_now);
+    if (ascii) {
+      JSString* s = JS_NewStringCopyN(cx, blob.data(), blob.size());
+      if (s == nullptr) return false;
+      v[6].setString(s);
+    } else {
+      v[6].setNull();
+    }
     return true;
   };
   auto encode = [&](JSContext* cx, JS::MutableHandleValueVector, JS::MutableHandleValue ret) {

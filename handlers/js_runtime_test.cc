@@ -462,7 +462,8 @@ function f(e) {
   if (e.n % 17 === 8) return (async () => ({late: e.n, now: Date.now()}))();
   if (e.n % 19 === 9) { const o = {}; o.o = o; return o; }
   if (e.n % 23 === 10) return 10n;
-  return {n: e.n, now: Date.now(), was: e.before && e.before.v, req: e.request, keys: Object.keys(e).join(',')};
+  return {n: e.n, now: Date.now(), was: e.before && e.before.v, s: e.before && e.before.s, req: e.request,
+          keys: Object.keys(e).join(',')};
 }
 )JS";
   auto many = JsRuntime::Create("view.js", code, SmallLimits(), JsPurpose::kViewCode);
@@ -471,7 +472,10 @@ function f(e) {
   std::vector<std::string> args, befores;
   for (int n = 0; n < 300; ++n) {
     args.push_back(R"({"n":)" + std::to_string(n) + "}");
-    befores.push_back(n % 3 == 0 ? "" : R"({"v":)" + std::to_string(n * 2) + R"(,"s":"caf\u00e9 \"q\""})");
+    // Texts of ASCII (the escaped \u00e9) go to the code one way, the others
+    // (raw UTF-8, calls 200..219) another.
+    const std::string s = n >= 200 && n < 220 ? "caf\xc3\xa9" : "caf\\u00e9";
+    befores.push_back(n % 3 == 0 ? "" : R"({"v":)" + std::to_string(n * 2) + R"(,"s":")" + s + R"( \"q\""})");
   }
   std::vector<std::array<std::pair<std::string_view, std::string_view>, 3>> lazy(args.size());
   std::vector<JsRuntime::LazyArg> calls;
@@ -494,7 +498,9 @@ function f(e) {
   EXPECT_LT((*many)->calls_alone(), calls.size() / 3);
   EXPECT_EQ(got[3].message, "view.js:3: Error: bad 3");
   EXPECT_EQ(ParseJsonOrDiscarded(got[1].json),
-            ParseJsonOrDiscarded(R"({"n":1,"now":1700000000001,"was":2,"req":{"a":1},"keys":"n,request,response,before"})"));
+            ParseJsonOrDiscarded(R"({"n":1,"now":1700000000001,"was":2,"s":"caf\u00e9 \"q\"","req":{"a":1},)"
+                                 R"("keys":"n,request,response,before"})"));
+  EXPECT_EQ(ParseJsonOrDiscarded(got[202].json)["s"], "caf\u00e9 \"q\"");
 }
 
 // A call that runs away inside a run stops the run; it alone times out, and
