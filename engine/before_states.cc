@@ -6,29 +6,15 @@
 
 namespace sluice::engine {
 
-const BeforeStates::Kept* BeforeStates::Find(const std::string& id) const {
-  if (auto it = young_.find(id); it != young_.end()) return &it->second;
-  if (auto it = old_.find(id); it != old_.end()) return &it->second;
-  return nullptr;
-}
-
 void BeforeStates::Keep(const connectors::ChangeEvent& e) {
-  auto it = young_.find(e.entity_id);
-  if (it == young_.end()) {
-    if (young_.size() >= generation_max_) {
-      old_ = std::move(young_);
-      young_.clear();
-      young_.reserve(generation_max_);
-    }
-    it = young_.try_emplace(e.entity_id).first;
-  }
-  Kept& k = it->second;
-  k.version = e.version;
-  k.exists = !e.deleted;
+  Kept* k = latest_.Find(e.entity_id);
+  if (k == nullptr) k = &latest_.Put(e.entity_id, Kept{});
+  k->version = e.version;
+  k->exists = !e.deleted;
   if (e.deleted) {
-    k.state.clear();
+    k->state.clear();
   } else {
-    k.state.assign(e.state);  // reuses the entity's buffer
+    k->state.assign(e.state);  // reuses the entity's buffer
   }
 }
 
@@ -48,7 +34,7 @@ Status BeforeStates::Fill(sql::EventLog& log, const std::string& type, uint32_t 
       const connectors::ChangeEvent& p = events[prev->second];
       if (!p.deleted) e.before = p.state;
       ++stats_.from_batch;
-    } else if (const Kept* kept = Find(e.entity_id); kept != nullptr && kept->version + 1 == e.version) {
+    } else if (const Kept* kept = latest_.Find(e.entity_id); kept != nullptr && kept->version + 1 == e.version) {
       if (kept->exists) e.before = kept->state;
       ++stats_.from_cache;
     } else {

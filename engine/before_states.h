@@ -3,9 +3,7 @@
 // event_id order, so the state before an event is usually one it has just
 // read: the previous event of the same entity in the batch, or a state kept
 // from an earlier batch (an LRU of the latest state of recently seen
-// entities, kept as two generations of a hash map: a state found in the older
-// one is carried into the younger, and when the younger holds half the
-// bound the older is dropped). Whatever is left is read in ONE indexed statement per batch
+// entities). Whatever is left is read in ONE indexed statement per batch
 // (sql::EventLog::AtVersions over the (entity_id, version) key), never a
 // query per event.
 //
@@ -18,8 +16,7 @@
 #include <vector>
 
 #include "connectors/sink.h"
-#include <algorithm>
-#include <unordered_map>
+#include "core/lru_cache.h"
 #include "core/status.h"
 #include "sql/tables.h"
 
@@ -28,7 +25,7 @@ namespace sluice::engine {
 class BeforeStates {
  public:
   // Keeps the latest state of up to `entities` entities.
-  explicit BeforeStates(size_t entities = 100000) : generation_max_(std::max<size_t>(1, entities / 2)) {}
+  explicit BeforeStates(size_t entities = 100000) : latest_(entities) {}
 
   // Fills `before` of each event of one partition (in event_id order).
   // Unavailable (or the read's error) when the read failed: nothing is
@@ -38,10 +35,7 @@ class BeforeStates {
               std::vector<connectors::ChangeEvent>& events);
 
   // Forgets every kept state (after the reader moved backwards: a rewind).
-  void Clear() {
-    young_.clear();
-    old_.clear();
-  }
+  void Clear() { latest_.Clear(); }
 
   struct Stats {
     uint64_t from_batch = 0, from_cache = 0, from_storage = 0, reads = 0;
@@ -54,13 +48,10 @@ class BeforeStates {
     bool exists = false;
     std::string state;
   };
-  // The latest state of an entity seen recently, or null.
-  const Kept* Find(const std::string& id) const;
   // Keeps e's state as its entity's latest.
   void Keep(const connectors::ChangeEvent& e);
 
-  const size_t generation_max_;
-  std::unordered_map<std::string, Kept> young_, old_;
+  LruCache<std::string, Kept> latest_;
   Stats stats_;
 };
 
