@@ -30,6 +30,33 @@ class Session {
 };
 
 uint64_t U64(const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); }
+int64_t I64(const std::optional<std::string>& v) { return std::stoll(v.value_or("0")); }
+
+// Runs `body` in a transaction on c: committed when it returns ok, rolled
+// back otherwise (a failed rollback leaves the session to be reopened).
+template <typename F>
+Status InTransaction(Connection& c, F&& body) {
+  RETURN_IF_ERROR(c.Execute("BEGIN").status());
+  Status st = body();
+  if (st.ok()) st = c.Execute("COMMIT").status();
+  if (!st.ok()) (void)c.Execute("ROLLBACK");
+  return st;
+}
+
+std::string PartitionList(const std::vector<uint32_t>& partitions) {
+  std::string in;
+  for (const uint32_t p : partitions) in += (in.empty() ? "" : ",") + std::to_string(p);
+  return in;
+}
+
+// "scope=... AND entity_type=..." of sluice_leases.
+std::string LeaseKey(Connection& c, const std::string& scope, const std::string& type) {
+  std::string w = "scope=";
+  c.AppendQuoted(w, scope);
+  w += " AND entity_type=";
+  c.AppendQuoted(w, type);
+  return w;
+}
 
 std::string Table(const std::string& type, uint32_t partition) {
   return QuoteIdent(EventTableName(type, partition));
@@ -383,6 +410,47 @@ class MariaDbOffsetTable : public OffsetTable {
   Status Save(const std::string& sink, const std::string& type, const std::map<uint32_t, OffsetRow>& rows) override {
     if (rows.empty()) return Status::Ok();
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    return SaveOn(*c, sink, type, rows);
+  }
+
+  Result<std::set<uint32_t>> SaveFenced(const std::string& sink, const std::string& type,
+                                        const std::map<uint32_t, OffsetRow>& rows, const Fence& fence) override {
+    std::set<uint32_t> refused;
+    if (rows.empty()) return refused;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    if (!leases_ready_) {
+      RETURN_IF_ERROR(c->Execute(kLeasesDdl).status());
+      leases_ready_ = true;
+    }
+    std::vector<uint32_t> partitions;
+    for (const auto& [p, row] : rows) partitions.push_back(p);
+    RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
+      // The lease rows, locked: a takeover's UPDATE waits for this commit.
+      ASSIGN_OR_RETURN(auto held, c->Query("SELECT partition_id, owner, token FROM sluice_leases WHERE " +
+                                           LeaseKey(*c, fence.scope, type) + " AND partition_id IN (" +
+                                           PartitionList(partitions) + ") FOR UPDATE"));
+      std::map<uint32_t, OffsetRow> allowed;
+      for (const auto& r : held) {
+        const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
+        const auto token = fence.tokens.find(p);
+        if (r.at(1).value_or("") == fence.owner && token != fence.tokens.end() && U64(r.at(2)) == token->second) {
+          allowed.emplace(p, rows.at(p));
+        }
+      }
+      refused.clear();
+      for (const auto& [p, row] : rows) {
+        if (!allowed.count(p)) refused.insert(p);
+      }
+      if (allowed.empty()) return Status::Ok();
+      return SaveOn(*c, sink, type, allowed);
+    }));
+    return refused;
+  }
+
+ private:
+  static Status SaveOn(Connection& conn, const std::string& sink, const std::string& type,
+                       const std::map<uint32_t, OffsetRow>& rows) {
+    Connection* c = &conn;
     std::string q =
         "INSERT INTO sluice_offsets (sink, entity_type, partition_id, event_id, applied, stale, dead_lettered, state, "
         "last_error) VALUES ";
@@ -410,6 +478,7 @@ class MariaDbOffsetTable : public OffsetTable {
     return c->Execute(q).status();
   }
 
+ public:
   Status Delete(const std::string& sink, const std::string& type) override {
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     std::string q = "DELETE FROM sluice_offsets WHERE sink=";
@@ -421,7 +490,152 @@ class MariaDbOffsetTable : public OffsetTable {
 
  private:
   Session session_;
+  bool leases_ready_ = false;  // sluice_leases made (a database from before it)
 };
+
+class MariaDbLeaseTable : public LeaseTable {
+ public:
+  explicit MariaDbLeaseTable(ConnectParams params) : session_(std::move(params)) {}
+
+  Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
+                                               const std::vector<uint32_t>& partitions, const std::string& owner,
+                                               std::chrono::milliseconds ttl) override {
+    std::map<uint32_t, uint64_t> held;
+    if (partitions.empty()) return held;
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    const std::string key = LeaseKey(*c, scope, type);
+    const std::string in = PartitionList(partitions);
+    const std::string until = "NOW(6) + INTERVAL " + std::to_string(ttl.count() * 1000) + " MICROSECOND";
+    RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
+      held.clear();
+      std::string rows;
+      for (const uint32_t p : partitions) {
+        rows += rows.empty() ? "(" : ",(";
+        c->AppendQuoted(rows, scope);
+        rows += ',';
+        c->AppendQuoted(rows, type);
+        rows += "," + std::to_string(p) + ")";
+      }
+      RETURN_IF_ERROR(
+          c->Execute("INSERT IGNORE INTO sluice_leases (scope, entity_type, partition_id) VALUES " + rows).status());
+      ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
+                                              " WHERE " + key + " AND partition_id IN (" + in + ") FOR UPDATE"));
+      std::vector<uint32_t> renew, take;
+      for (const auto& r : current) {
+        const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
+        const bool live = U64(r.at(3)) != 0;
+        const uint64_t token = U64(r.at(2));
+        if (live && r.at(1).value_or("") == owner) {
+          renew.push_back(p);
+          held[p] = token;
+        } else if (!live) {
+          take.push_back(p);
+          held[p] = token + 1;
+        }
+      }
+      if (!renew.empty()) {
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET expires_at=" + until + " WHERE " + key +
+                                   " AND partition_id IN (" + PartitionList(renew) + ")")
+                            .status());
+      }
+      if (!take.empty()) {
+        std::string q = "UPDATE sluice_leases SET owner=";
+        c->AppendQuoted(q, owner);
+        q += ", token=token+1, taken_at=NOW(6), expires_at=" + until + " WHERE " + key + " AND partition_id IN (" +
+             PartitionList(take) + ")";
+        RETURN_IF_ERROR(c->Execute(q).status());
+      }
+      return Status::Ok();
+    }));
+    return held;
+  }
+
+  Status Release(const std::string& scope, const std::string& type, const std::map<uint32_t, uint64_t>& held,
+                 const std::string& owner) override {
+    if (held.empty()) return Status::Ok();
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string which;
+    for (const auto& [p, token] : held) {
+      which += (which.empty() ? "" : " OR ") + std::string("(partition_id=") + std::to_string(p) +
+               " AND token=" + std::to_string(token) + ")";
+    }
+    std::string q = "UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' WHERE " +
+                    LeaseKey(*c, scope, type) + " AND owner=";
+    c->AppendQuoted(q, owner);
+    return c->Execute(q + " AND (" + which + ")").status();
+  }
+
+  Result<std::vector<LeaseRow>> List(const std::string& scope) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string q = "SELECT scope, entity_type, partition_id, owner, token,"
+                    " TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) DIV 1000 FROM sluice_leases";
+    if (!scope.empty()) {
+      q += " WHERE scope=";
+      c->AppendQuoted(q, scope);
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY scope, entity_type, partition_id"));
+    std::vector<LeaseRow> out;
+    for (const auto& r : rows) {
+      LeaseRow l;
+      l.scope = r.at(0).value_or("");
+      l.entity_type = r.at(1).value_or("");
+      l.partition = static_cast<uint32_t>(U64(r.at(2)));
+      l.owner = r.at(3).value_or("");
+      l.token = U64(r.at(4));
+      l.expires_in_ms = I64(r.at(5));
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
+  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string q = "INSERT INTO sluice_members (member_group, member, address) VALUES (";
+    c->AppendQuoted(q, group);
+    q += ',';
+    c->AppendQuoted(q, member);
+    q += ',';
+    c->AppendQuoted(q, address);
+    return c->Execute(q + ") ON DUPLICATE KEY UPDATE address=VALUES(address), heartbeat_at=NOW(6)").status();
+  }
+
+  Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string q = "SELECT member, address, TIMESTAMPDIFF(MICROSECOND, heartbeat_at, NOW(6)) DIV 1000"
+                    " FROM sluice_members WHERE member_group=";
+    c->AppendQuoted(q, group);
+    q += " AND heartbeat_at > NOW(6) - INTERVAL " + std::to_string(ttl.count() * 1000) + " MICROSECOND ORDER BY member";
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    std::vector<MemberRow> out;
+    for (const auto& r : rows) out.push_back({r.at(0).value_or(""), r.at(1).value_or(""), I64(r.at(2))});
+    return out;
+  }
+
+  Status Leave(const std::string& group, const std::string& member) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string q = "DELETE FROM sluice_members WHERE member_group=";
+    c->AppendQuoted(q, group);
+    q += " AND member=";
+    c->AppendQuoted(q, member);
+    return c->Execute(q).status();
+  }
+
+ private:
+  // The session, with both tables made (a database from before them).
+  Result<Connection*> Ready() {
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    if (!ready_ || !session_.healthy()) {
+      RETURN_IF_ERROR(c->Execute(kLeasesDdl).status());
+      RETURN_IF_ERROR(c->Execute(kMembersDdl).status());
+      ready_ = true;
+    }
+    return c;
+  }
+
+  Session session_;
+  bool ready_ = false;
+};
+
 
 class MariaDbDeadLetterTable : public DeadLetterTable {
  public:
@@ -536,5 +750,6 @@ std::unique_ptr<OffsetTable> MariaDbStorage::OpenOffsets() { return std::make_un
 std::unique_ptr<DeadLetterTable> MariaDbStorage::OpenDeadLetters() {
   return std::make_unique<MariaDbDeadLetterTable>(params_);
 }
+std::unique_ptr<LeaseTable> MariaDbStorage::OpenLeases() { return std::make_unique<MariaDbLeaseTable>(params_); }
 
 }  // namespace sluice::sql

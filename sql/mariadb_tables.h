@@ -20,6 +20,7 @@ class MariaDbStorage : public Storage {
   std::unique_ptr<EventLog> OpenEventLog() override;
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
+  std::unique_ptr<LeaseTable> OpenLeases() override;
 
  private:
   const ConnectParams params_;

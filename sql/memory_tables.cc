@@ -12,6 +12,19 @@ struct MemoryStorage::Tables {
   // (sink, type) -> partition -> row
   std::map<std::pair<std::string, std::string>, std::map<uint32_t, OffsetRow>> offsets;
   std::vector<FiledDeadLetter> dead_letters;  // by id
+  struct Lease {
+    std::string owner;
+    uint64_t token = 0;
+    std::chrono::steady_clock::time_point expires{};
+  };
+  // (scope, type) -> partition -> lease
+  std::map<std::pair<std::string, std::string>, std::map<uint32_t, Lease>> leases;
+  struct Member {
+    std::string address;
+    std::chrono::steady_clock::time_point heartbeat{};
+  };
+  // group -> member -> its last heartbeat
+  std::map<std::string, std::map<std::string, Member>> members;
 };
 
 namespace {
@@ -263,6 +276,27 @@ class MemoryOffsetTable : public OffsetTable {
     }
     return Status::Ok();
   }
+  Result<std::set<uint32_t>> SaveFenced(const std::string& sink, const std::string& type,
+                                        const std::map<uint32_t, OffsetRow>& rows, const Fence& fence) override {
+    std::set<uint32_t> refused;
+    if (rows.empty()) return refused;
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kOffsetsSave));
+    Lock lock(s_->mu());
+    auto& leases = s_->tables().leases[{fence.scope, type}];
+    auto& stored = s_->tables().offsets[{sink, type}];
+    for (const auto& [p, row] : rows) {
+      const auto lease = leases.find(p);
+      const auto token = fence.tokens.find(p);
+      if (lease == leases.end() || token == fence.tokens.end() || lease->second.owner != fence.owner ||
+          lease->second.token != token->second) {
+        refused.insert(p);
+        continue;
+      }
+      stored[p] = row;
+      stored[p].last_error = row.last_error.substr(0, 2000);
+    }
+    return refused;
+  }
   Status Delete(const std::string& sink, const std::string& type) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kOffsetsDelete));
     Lock lock(s_->mu());
@@ -274,6 +308,96 @@ class MemoryOffsetTable : public OffsetTable {
   Status Begin(MemoryStorage::Op op) {
     if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
     return s_->Enter(op, &open_);
+  }
+  std::shared_ptr<MemoryStorage> s_;
+  bool open_ = false;
+};
+
+class MemoryLeaseTable : public LeaseTable {
+ public:
+  explicit MemoryLeaseTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+
+  Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
+                                               const std::vector<uint32_t>& partitions, const std::string& owner,
+                                               std::chrono::milliseconds ttl) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    const auto now = std::chrono::steady_clock::now();
+    auto& leases = s_->tables().leases[{scope, type}];
+    std::map<uint32_t, uint64_t> held;
+    for (const uint32_t p : partitions) {
+      MemoryStorage::Tables::Lease& l = leases[p];
+      const bool live = l.expires > now;
+      if (live && l.owner != owner) continue;
+      if (!live) {
+        l.owner = owner;
+        ++l.token;
+      }
+      l.expires = now + ttl;
+      held[p] = l.token;
+    }
+    return held;
+  }
+
+  Status Release(const std::string& scope, const std::string& type, const std::map<uint32_t, uint64_t>& held,
+                 const std::string& owner) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    auto& leases = s_->tables().leases[{scope, type}];
+    for (const auto& [p, token] : held) {
+      const auto it = leases.find(p);
+      if (it == leases.end() || it->second.owner != owner || it->second.token != token) continue;
+      it->second.owner.clear();
+      it->second.expires = {};
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<LeaseRow>> List(const std::string& scope) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<LeaseRow> out;
+    for (const auto& [key, leases] : s_->tables().leases) {
+      if (!scope.empty() && key.first != scope) continue;
+      for (const auto& [p, l] : leases) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(l.expires - now).count();
+        out.push_back({key.first, key.second, p, l.owner, l.token, l.expires > now ? std::max<int64_t>(left, 1) : 0});
+      }
+    }
+    return out;
+  }
+
+  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    s_->tables().members[group][member] = {address, std::chrono::steady_clock::now()};
+    return Status::Ok();
+  }
+
+  Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<MemberRow> out;
+    for (const auto& [name, m] : s_->tables().members[group]) {
+      const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.heartbeat);
+      if (age < ttl) out.push_back({name, m.address, age.count()});
+    }
+    return out;
+  }
+
+  Status Leave(const std::string& group, const std::string& member) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    s_->tables().members[group].erase(member);
+    return Status::Ok();
+  }
+
+ private:
+  Status Begin() {
+    if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
+    return s_->Enter(MemoryStorage::Op::kLeases, &open_);
   }
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
@@ -389,6 +513,12 @@ std::unique_ptr<OffsetTable> MemoryStorage::OpenOffsets() {
 }
 std::unique_ptr<DeadLetterTable> MemoryStorage::OpenDeadLetters() {
   return std::make_unique<MemoryDeadLetterTable>(shared_from_this());
+}
+std::unique_ptr<LeaseTable> MemoryStorage::OpenLeases() { return std::make_unique<MemoryLeaseTable>(shared_from_this()); }
+
+void MemoryStorage::ExpireLeases(const std::string& scope, const std::string& type) {
+  Lock lock(mu_);
+  for (auto& [p, l] : tables_->leases[{scope, type}]) l.expires = {};
 }
 
 void MemoryStorage::FailNext(Op op, Status status, int times) {

@@ -48,6 +48,7 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kDeadLetterCount,
     kDeadLetterResolve,
     kDeadLetterSetError,
+    kLeases,  // every LeaseTable call
   };
 
   // Made through Create(): the objects it opens keep it alive.
@@ -56,6 +57,7 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   std::unique_ptr<EventLog> OpenEventLog() override;
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
+  std::unique_ptr<LeaseTable> OpenLeases() override;
 
   // The next `times` calls of `op` fail with `status` (and write nothing). A
   // kUnavailable failure also breaks the calling object's session.
@@ -69,6 +71,9 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   // Every row of (type, partition) in event_id order.
   std::vector<EventRow> Events(const std::string& type, uint32_t partition) const;
   std::map<uint32_t, OffsetRow> Offsets(const std::string& sink, const std::string& type) const;
+  // Makes every lease of (scope, type) expire now, as if its owner had
+  // stopped renewing it a TTL ago (the in-memory leases use this process's clock).
+  void ExpireLeases(const std::string& scope, const std::string& type);
   std::vector<DeadLetter> DeadLetters() const;
   // Every dead letter with its id and resolution, by id.
   std::vector<FiledDeadLetter> FiledDeadLetters() const;

@@ -69,6 +69,8 @@ constexpr const char* kMetaDdl[] = {
     "resolution VARCHAR(16) NULL,"
     "UNIQUE KEY uk_event (sink, entity_type, partition_id, event_id)"
     ") ENGINE=InnoDB",
+    kLeasesDdl,
+    kMembersDdl,
     "CREATE TABLE IF NOT EXISTS sluice_entity_types ("
     "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
     "partitions INT UNSIGNED NOT NULL,"

@@ -24,6 +24,29 @@ namespace sluice::sql {
 
 inline constexpr int kSchemaVersion = 1;
 
+// sluice_leases and sluice_members (tables.h LeaseTable): made by init, and
+// by the lease table at its first use in a database made before them.
+inline constexpr const char* kLeasesDdl =
+    "CREATE TABLE IF NOT EXISTS sluice_leases ("
+    "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "partition_id INT UNSIGNED NOT NULL,"
+    "owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',"
+    "token BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    "expires_at TIMESTAMP(6) NOT NULL DEFAULT '1970-01-01 00:00:01.000000',"
+    "taken_at TIMESTAMP(6) NULL,"
+    "PRIMARY KEY (scope, entity_type, partition_id)"
+    ") ENGINE=InnoDB";
+inline constexpr const char* kMembersDdl =
+    "CREATE TABLE IF NOT EXISTS sluice_members ("
+    "member_group VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "member VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "address VARCHAR(255) NOT NULL DEFAULT '',"
+    "started_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    "heartbeat_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    "PRIMARY KEY (member_group, member)"
+    ") ENGINE=InnoDB";
+
 struct EntityTypeSpec {
   std::string name;
   uint32_t partitions = 0;

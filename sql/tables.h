@@ -1,5 +1,6 @@
 // The access layer of sluice's own tables in main storage: the event tables
-// (one per entity type and partition), sluice_offsets and sluice_dead_letters.
+// (one per entity type and partition), sluice_offsets, sluice_dead_letters,
+// sluice_leases and sluice_members.
 // Every statement sluice runs on those tables is behind these interfaces:
 // the engine's pull loop, verify, view repair and anti-entropy, the offset
 // store, the operator's dead-letter commands, the writer's partition workers
@@ -23,6 +24,7 @@
 // returns is used by one thread at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -169,6 +171,65 @@ struct OffsetRow {
   std::string last_error;
 };
 
+// sluice_leases and sluice_members (DESIGN 10): which member of a group (a
+// sync engine, a writer) owns each (scope, entity type, partition), where a
+// scope is what is owned ("sink/NAME" for a sink's partitions, "writer" for
+// the writers'). A lease has an owner, an expiry by the SERVER's clock (so
+// members need no synchronised clocks) and a fencing token, which grows by
+// one each time the lease is taken while free or expired and never on a
+// renewal: a write fenced by the token (OffsetTable::SaveFenced) from a
+// former owner that was paused or cut off past its lease changes nothing
+// once another member took it.
+struct LeaseRow {
+  std::string scope;
+  std::string entity_type;
+  uint32_t partition = 0;
+  std::string owner;          // empty: never taken, or released
+  uint64_t token = 0;
+  int64_t expires_in_ms = 0;  // by the server's clock; <= 0: expired (free to take)
+};
+
+// A live member of a group, as its last heartbeat left it.
+struct MemberRow {
+  std::string member;
+  std::string address;        // where it serves (a writer's URL), may be empty
+  int64_t heartbeat_age_ms = 0;
+};
+
+// The partitions a fenced write may touch: owner's tokens per partition of
+// (scope, entity type).
+struct Fence {
+  std::string scope;
+  std::string owner;
+  std::map<uint32_t, uint64_t> tokens;
+};
+
+class LeaseTable {
+ public:
+  virtual ~LeaseTable() = default;
+  // In one transaction: renews each of `partitions` that `owner` holds
+  // unexpired (same token, expiry now + ttl) and takes each that is free or
+  // expired (token + 1). Returns partition -> token of every one `owner`
+  // holds afterwards; the others belong to another owner whose lease runs.
+  virtual Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
+                                                       const std::vector<uint32_t>& partitions,
+                                                       const std::string& owner, std::chrono::milliseconds ttl) = 0;
+  // Gives up the leases `owner` holds with these tokens: they expire now
+  // (the token stays, so the next taker's is higher).
+  virtual Status Release(const std::string& scope, const std::string& type,
+                         const std::map<uint32_t, uint64_t>& held, const std::string& owner) = 0;
+  // Every lease of `scope` (every scope when empty), by scope, type, partition.
+  virtual Result<std::vector<LeaseRow>> List(const std::string& scope) = 0;
+
+  // ---- members ----
+  // Records that `member` of `group` ("engine", "writer") is alive now.
+  virtual Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) = 0;
+  // The members of `group` whose last heartbeat is younger than `ttl`, by name.
+  virtual Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) = 0;
+  // Removes `member` (it stops cleanly; the others need not wait for its heartbeat to age).
+  virtual Status Leave(const std::string& group, const std::string& member) = 0;
+};
+
 // sluice_offsets.
 class OffsetTable {
  public:
@@ -181,6 +242,13 @@ class OffsetTable {
                       const std::map<uint32_t, OffsetRow>& rows) = 0;
   // Removes every row of (sink, type).
   virtual Status Delete(const std::string& sink, const std::string& type) = 0;
+  // Save() of the rows whose partition's lease in `fence` is still held by
+  // fence.owner with fence.tokens' token, in one transaction that locks
+  // those lease rows first (a takeover waits for it, and it for a
+  // takeover). Returns the partitions refused: their leases were lost (or
+  // the fence names no token for them), and nothing was written for them.
+  virtual Result<std::set<uint32_t>> SaveFenced(const std::string& sink, const std::string& type,
+                                                const std::map<uint32_t, OffsetRow>& rows, const Fence& fence) = 0;
 };
 
 // One event a sink rejected for good.
@@ -251,6 +319,7 @@ class Storage {
   virtual std::unique_ptr<EventLog> OpenEventLog() = 0;
   virtual std::unique_ptr<OffsetTable> OpenOffsets() = 0;
   virtual std::unique_ptr<DeadLetterTable> OpenDeadLetters() = 0;
+  virtual std::unique_ptr<LeaseTable> OpenLeases() = 0;
 };
 
 }  // namespace sluice::sql
