@@ -18,6 +18,18 @@ struct Lsns {
   bool has_flushed = false;
 };
 
+// A forced flush the server will refuse every time: no privilege
+// (1142, 1044, 1227), a read-only server (1290) or table (1036). Anything
+// else (a lock wait, a killed query) is tried again at the next round.
+bool RefusedForGood(const Status& st) {
+  for (const char* code : {"1142", "1044", "1227", "1290", "1036"}) {
+    for (const char* after : {",", ")"}) {
+      if (st.message().find(std::string("MySQL error ") + code + after) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
 Result<Lsns> ReadLsns(sql::Connection& conn) {
   ASSIGN_OR_RETURN(auto rows, conn.Query("SHOW GLOBAL STATUS LIKE 'Innodb_lsn\\_%'"));
   Lsns out;
@@ -90,6 +102,11 @@ Status DurabilityBarrier::Connect() {
   if (conn_ && conn_->healthy()) return Status::Ok();
   conn_.reset();
   ASSIGN_OR_RETURN(conn_, sql::Connection::Open(mysql_));
+  // A round's own commit waits for no lock longer than a round may take.
+  if (Status st = conn_->Execute("SET SESSION innodb_lock_wait_timeout=5").status(); !st.ok()) {
+    conn_.reset();
+    return st;
+  }
   config::DurabilityBarrier mode;
   {
     std::lock_guard lock(mu_);
@@ -160,9 +177,9 @@ Status DurabilityBarrier::LsnRound() {
         ++counters_.forced_flushes;
       } else if (!conn_->healthy()) {
         return st;
-      } else {
-        // Refused (no privilege to create or update the table): wait for
-        // the log as before, without asking again.
+      } else if (RefusedForGood(st)) {
+        // No privilege to create or update the table, or a read-only
+        // server: wait for the log as before, without asking again.
         force_refused_ = true;
         Log(LogLevel::kWarn, "engine: the durability barrier cannot commit a row of its own to flush the redo "
                              "log, so it waits for the server's own flush when nobody writes: " + st.message());

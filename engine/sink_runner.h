@@ -47,9 +47,9 @@
 //                   The calling thread waits for the outcome.
 //
 // Threads: Start/Stop/Wake/totals/controls from any thread; the sink is only
-// called from the applier thread, but for Sink::Prepare (the reader thread,
-// for a sink with Capabilities::prepares: its view code runs while the
-// applier writes the batches before).
+// called from the applier thread, but for Sink::Prepare (the preparer
+// thread, for a sink with Capabilities::prepares: its view code runs while
+// the applier writes the batches before and the reader reads the next).
 #pragma once
 
 #include <atomic>

@@ -247,24 +247,27 @@ constexpr std::string_view kLazyMember = R"JS(
 })()
 )JS";
 
-// many(fn, events, names, texts, times, now, blob): CallJsonMany's run in one
-// call. `events` is a JSON array of the calls' arguments, `names` one of the
-// lazy members' names, `times` the Date of each call, which `now` (a native)
-// sets. The lazy members' JSON texts: when `blob` is a string, each is
-// blob.substring(start, start + length) and `texts` is a flat JSON array of
-// (start, length) per member per call (start -1: the member is null), which
-// costs no escaping and no copy; else `texts` is one array per call of the
-// texts as strings (null: the member is null). Returns one line per call: the JSON text of what fn returned, or ""
-// when the call threw or returned a promise (CallJsonMany then calls it
-// alone). JSON.stringify never writes a line break. Made before the file
-// runs, with its own JSON, defineProperty and Promise.
+// many(fn, events, names, texts, times, now, settle, failed, blob):
+// CallJsonMany's run in one call. `events` is a JSON array of the calls'
+// arguments, `names` one of the lazy members' names, `times` the Date of
+// each call, which `now` (a native) sets. The lazy members' JSON texts: when
+// `blob` is a string, each is a substring of it and `texts` a flat JSON array
+// of (start, length) per member per call (start -1: the member is null),
+// which costs no escaping and no copy; else `texts` is one array per call of
+// the texts as strings (null: the member is null). After each call `settle`
+// (a native) runs the promise jobs it queued, as a call alone does, before
+// the next call. Returns an object with what call i returned at index i
+// (promises and all; the caller turns them into JSON), or `failed` where it
+// threw. Everything it uses is taken before the file runs, and fn is called
+// with `this` null, as a call alone is (sloppy code sees the global object).
 constexpr std::string_view kMany = R"JS(
 (function () {
   'use strict';
   const parse = JSON.parse;
-  const stringify = JSON.stringify;
   const define = Object.defineProperty;
-  const NativePromise = Promise;
+  const create = Object.create;
+  const call = Function.prototype.call.bind(Function.prototype.call);
+  const substring = Function.prototype.call.bind(String.prototype.substring);
   const lazy = (object, name, text) => {
     define(object, name, {
       configurable: true, enumerable: true,
@@ -278,20 +281,20 @@ constexpr std::string_view kMany = R"JS(
       }
     });
   };
-  return function many(fn, events, names, texts, times, now, blob) {
+  return function many(fn, events, names, texts, times, now, settle, failed, blob) {
     const list = parse(events);
     const members = parse(names);
     const rest = parse(texts);
     const at = parse(times);
     const m = members.length;
-    let out = '';
+    const out = create(null);
     for (let i = 0; i < list.length; i++) {
       const event = list[i];
       for (let k = 0; k < m; k++) {
         let text = null;
         if (blob !== null) {
           const start = rest[2 * (i * m + k)];
-          if (start >= 0) text = blob.substring(start, start + rest[2 * (i * m + k) + 1]);
+          if (start >= 0) text = substring(blob, start, start + rest[2 * (i * m + k) + 1]);
         } else {
           text = rest[i][k];
         }
@@ -302,26 +305,27 @@ constexpr std::string_view kMany = R"JS(
         }
       }
       now(at[i]);
-      let line = '';
       try {
-        const r = fn(event);
-        if (r instanceof NativePromise) {
-          line = '';
-        } else if (r === undefined || typeof r === 'function' || typeof r === 'symbol') {
-          line = 'null';
-        } else {
-          const text = stringify(r);
-          line = text === undefined ? 'null' : text;
-        }
+        out[i] = call(fn, null, event);
+        settle();
       } catch (e) {
-        line = '';
+        out[i] = failed;
       }
-      out += i === 0 ? line : '\n' + line;
     }
     return out;
   };
 })()
 )JS";
+
+// kMany's `settle`: the promise jobs queued so far, run now (a pending
+// exception, or a stop at a limit, fails the call that queued them).
+bool SettleNative(JSContext* cx, unsigned argc, JS::Value* vp) {
+  JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
+  js::RunJobs(cx);
+  if (JS_IsExceptionPending(cx)) return false;
+  args.rval().setUndefined();
+  return !JS_IsExceptionPending(cx);
+}
 
 // kMany's `now`: Date for the next call of the run.
 bool SetNowNative(JSContext* cx, unsigned argc, JS::Value* vp) {
@@ -429,6 +433,9 @@ Status JsRuntime::Load() {
     JSFunction* set_now = JS_NewFunction(cx, SetNowNative, 1, 0, "now");
     if (set_now == nullptr) return fail(file_ + ": the handler prelude failed to run");
     realm.set_now.emplace(cx, JS_GetFunctionObject(set_now));
+    JSFunction* settle = JS_NewFunction(cx, SettleNative, 0, 0, "settle");
+    if (settle == nullptr) return fail(file_ + ": the handler prelude failed to run");
+    realm.settle.emplace(cx, JS_GetFunctionObject(settle));
   }
   // The top level's promise jobs run now, within its limits.
   if (!Evaluate(cx, file_.c_str(), source_) || (js::RunJobs(cx), JS_IsExceptionPending(cx))) {
@@ -726,41 +733,78 @@ JsValueOutcome JsRuntime::CallJsonLazy(std::string_view name, std::string_view a
 std::vector<JsValueOutcome> JsRuntime::CallJsonMany(std::string_view name, std::span<const LazyArg> args) {
   std::vector<JsValueOutcome> out(args.size());
   // A run takes at most this share of the time limit (by the CPU time the
-  // last runs took per call), and at most kMaxRun calls.
+  // last calls of this function took), and at most kMaxRun calls. The first
+  // call is alone: nothing is known of its cost yet.
   constexpr size_t kMaxRun = 256;
   const double budget_ns = std::chrono::duration<double, std::nano>(limits_.timeout).count() / 8;
+  size_t& length = run_lengths_[std::string(name)];
+  if (length == 0) length = 1;
   size_t i = 0;
   while (i < args.size()) {
-    const size_t run = std::min(args.size() - i, run_length_);
+    const size_t run = std::min(args.size() - i, length);
+    timespec before{}, after{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
     std::vector<size_t> alone;
     if (run == 1) {
       alone.push_back(0);
     } else {
-      timespec before{}, after{};
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
       alone = RunMany(name, args.subspan(i, run), out.data() + i);
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
-      const double took_ns = (after.tv_sec - before.tv_sec) * 1e9 + (after.tv_nsec - before.tv_nsec);
-      const double per_call = took_ns / static_cast<double>(run);
-      if (alone.size() == run) {
-        run_length_ = std::max<size_t>(1, run_length_ / 2);  // stopped, or nothing came back
-      } else if (per_call * static_cast<double>(run_length_ * 2) <= budget_ns) {
-        run_length_ = std::min(kMaxRun, run_length_ * 2);
-      } else if (per_call * static_cast<double>(run_length_) > budget_ns) {
-        run_length_ = std::max<size_t>(1, static_cast<size_t>(budget_ns / std::max(per_call, 1.0)));
-      }
+      if (alone.size() < run) ++runs_;
     }
-    if (run > 1 && alone.size() < run) ++runs_;
-    calls_alone_ += alone.size();
+    if (run > 1) calls_again_ += alone.size();
     for (const size_t k : alone) {
       const LazyArg& a = args[i + k];
       out[i + k] = CallJsonLazy(name, a.arg, a.lazy, a.now_ms);
     }
-    // Runs of one call grow back once calls prove cheap.
-    if (run == 1 && run_length_ == 1 && out[i].kind == JsOutcome::Kind::kApplied) run_length_ = 2;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+    const double took_ns = (after.tv_sec - before.tv_sec) * 1e9 + (after.tv_nsec - before.tv_nsec);
+    const double per_call = std::max(took_ns / static_cast<double>(run), 1.0);
+    if (run > 1 && alone.size() == run) {
+      length = std::max<size_t>(1, length / 2);  // stopped at a limit, or nothing came back
+    } else if (per_call * static_cast<double>(length * 2) <= budget_ns) {
+      length = std::min(kMaxRun, length * 2);
+    } else if (per_call * static_cast<double>(length) > budget_ns) {
+      length = std::clamp<size_t>(static_cast<size_t>(budget_ns / per_call), 1, kMaxRun);
+    }
     i += run;
   }
   return out;
+}
+
+// Whether `text` is well-formed UTF-8 (what JS_NewStringCopyUTF8N accepts).
+static bool ValidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t n = 0;
+    char32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= text.size()) return false;
+      const unsigned char d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
 }
 
 std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const LazyArg> args, JsValueOutcome* out) {
@@ -773,6 +817,14 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
   for (const LazyArg& a : args) {
     for (const auto& [member, text] : a.lazy) {
       for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+    }
+  }
+  // The texts JS_NewStringCopyUTF8N refuses fail a call alone: so they must here.
+  if (!ascii) {
+    for (const LazyArg& a : args) {
+      for (const auto& [member, text] : a.lazy) {
+        if (!ValidUtf8(text)) return all;
+      }
     }
   }
   std::string events = "[", names = "[", texts = "[", times = "[", blob;
@@ -813,9 +865,10 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
   events += ']';
   texts += ']';
   times += ']';
-  std::string joined;
+  // What each call returned, as CallJsonLazy would encode it; nullopt: call it alone.
+  std::vector<std::optional<std::string>> answers(args.size());
   auto args_of = [&](JSContext* cx, const Realm& realm, JS::MutableHandleValueVector v) {
-    if (!v.resize(7)) return false;
+    if (!v.resize(9)) return false;
     const std::string_view parts[] = {events, names, texts, times};
     for (size_t p = 0; p < 4; ++p) {
       JSString* s = NewString(cx, parts[p]);
@@ -823,21 +876,48 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
       v[p + 1].setString(s);
     }
     v[5].setObject(**realm.set_now);
+    v[6].setObject(**realm.settle);
+    JSObject* failed = JS_NewPlainObject(cx);
+    if (failed == nullptr) return false;
+    v[7].setObject(*failed);
     if (ascii) {
       JSString* s = JS_NewStringCopyN(cx, blob.data(), blob.size());
       if (s == nullptr) return false;
-      v[6].setString(s);
+      v[8].setString(s);
     } else {
-      v[6].setNull();
+      v[8].setNull();
     }
     return true;
   };
-  auto encode = [&](JSContext* cx, JS::MutableHandleValueVector, JS::MutableHandleValue ret) {
-    if (!ret.isString()) return true;  // joined stays empty: every call alone
-    JS::RootedString s(cx, ret.toString());
-    JS::UniqueChars chars = JS_EncodeStringToUTF8(cx, s);
-    if (!chars) return false;
-    joined.assign(chars.get());
+  auto encode = [&](JSContext* cx, JS::MutableHandleValueVector v, JS::MutableHandleValue ret) {
+    if (!ret.isObject()) return true;  // answers stay empty: every call alone
+    JS::RootedObject results(cx, &ret.toObject());
+    JS::RootedObject failed(cx, &v[7].toObject());
+    JS::RootedValue r(cx);
+    for (size_t k = 0; k < args.size(); ++k) {
+      if (!JS_GetElement(cx, results, static_cast<uint32_t>(k), &r)) return false;
+      if (r.isObject() && &r.toObject() == failed) continue;
+      if (r.isObject()) {
+        JS::RootedObject obj(cx, &r.toObject());
+        if (JS::IsPromiseObject(obj)) {
+          // Settled by its jobs (kMany's settle); rejected or pending: alone, for the message.
+          if (JS::GetPromiseState(obj) != JS::PromiseState::Fulfilled) continue;
+          r.set(JS::GetPromiseResult(obj));
+        }
+      }
+      if (r.isUndefined() || r.isSymbol() || (r.isObject() && JS_ObjectIsFunction(&r.toObject()))) {
+        answers[k] = "null";
+        continue;
+      }
+      // A toJSON sees the Date of its own call.
+      SetFixedNow(static_cast<double>(args[k].now_ms));
+      std::string text;
+      if (!Stringify(cx, &r, &text)) {
+        JS_ClearPendingException(cx);  // a cycle, a BigInt: alone, for the message
+        continue;
+      }
+      answers[k] = text.empty() ? "null" : std::move(text);
+    }
     return true;
   };
   std::string message;
@@ -845,24 +925,14 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
       JsOutcome::Kind::kApplied) {
     return all;
   }
-  // One line per call.
-  std::vector<std::string_view> lines;
-  std::string_view rest = joined;
-  for (;;) {
-    const size_t nl = rest.find('\n');
-    lines.push_back(rest.substr(0, nl));
-    if (nl == std::string_view::npos) break;
-    rest.remove_prefix(nl + 1);
-  }
-  if (lines.size() != args.size()) return all;
   std::vector<size_t> alone;
   for (size_t k = 0; k < args.size(); ++k) {
-    if (lines[k].empty()) {
+    if (!answers[k]) {
       alone.push_back(k);
       continue;
     }
     out[k].kind = JsOutcome::Kind::kApplied;
-    out[k].json.assign(lines[k]);
+    out[k].json = std::move(*answers[k]);
     out[k].message.clear();
   }
   return alone;

@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -138,22 +139,25 @@ class JsRuntime {
   };
   // CallJsonLazy on each of `args`, in order, with what each returns at the
   // same index, in as few entries into JavaScript as the limits allow: a run
-  // of calls is one call of a helper that loops over them (each with its own
-  // Date) under the time and memory limits of ONE call, its length kept to
-  // a fraction of the time limit by the CPU time runs took. A call that
-  // throws, returns a promise or returns what JSON cannot encode, and every
-  // call of a run stopped at a limit, is made again alone (CallJsonLazy),
-  // so its outcome and message are CallJsonLazy's; code that keeps state in
-  // globals then sees that argument twice. Promise jobs queued by a run's
-  // calls run once the run ends. Every call's lazy members must have the
-  // names of the first's, in the same order (else each is called alone).
+  // of calls is one call of a helper that loops over them under the time
+  // and memory limits of ONE call, each call with its own Date and `this`
+  // null, the promise jobs it queued run before the next call, and a
+  // promise it returned settled by them. A function's first call is alone;
+  // its runs then grow while they stay within an eighth of the time limit
+  // by the CPU time its calls took. A call that throws, returns a promise
+  // that rejects or stays pending, or returns what JSON cannot encode, a
+  // call whose lazy texts are not UTF-8, and every call of a run stopped at
+  // a limit, is made again alone (CallJsonLazy), so its outcome and message
+  // are CallJsonLazy's; code that keeps state in globals then sees that
+  // argument twice. Every call's lazy members must have the names of the
+  // first's, in the same order (else each is called alone).
   std::vector<JsValueOutcome> CallJsonMany(std::string_view name, std::span<const LazyArg> args);
 
   // Realms rebuilt after a limit was hit (for tests and stats).
   uint64_t rebuilds() const { return rebuilds_; }
-  // CallJsonMany: runs answered in one entry, and calls made again alone.
+  // CallJsonMany: runs answered in one entry, and calls of runs made again alone.
   uint64_t runs() const { return runs_; }
-  uint64_t calls_alone() const { return calls_alone_; }
+  uint64_t calls_again() const { return calls_again_; }
 
  private:
   struct Heap;
@@ -185,8 +189,8 @@ class JsRuntime {
   const JsPurpose purpose_;
   std::unique_ptr<Heap> heap_;
   std::vector<std::string> commands_;
-  size_t run_length_ = 16;
-  uint64_t runs_ = 0, calls_alone_ = 0;  // CallJsonMany's calls per run, adapted to the time each took
+  std::map<std::string, size_t, std::less<>> run_lengths_;  // CallJsonMany's calls per run, per function
+  uint64_t runs_ = 0, calls_again_ = 0;  // CallJsonMany's calls per run, adapted to the time each took
   uint64_t rebuilds_ = 0;
 };
 

@@ -51,8 +51,10 @@ struct Realm {
   // kMany and the native it moves Date with, made before the file ran too.
   std::optional<JS::PersistentRootedObject> many;
   std::optional<JS::PersistentRootedObject> set_now;
+  std::optional<JS::PersistentRootedObject> settle;
 
   void ReleaseRoots() {
+    settle.reset();
     set_now.reset();
     many.reset();
     lazy_member.reset();
