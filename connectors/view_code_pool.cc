@@ -166,7 +166,11 @@ void CodeAhead::Prepare(std::span<ChangeEvent> events, const Make& make) {
   }
   if (!pool_) return;
   Status st = pool_->ForEachSlice(events.size(), [&](ViewCode& code, size_t begin, size_t end) {
-    make(code, events.subspan(begin, end - begin));
+    std::vector<const ChangeEvent*> slice;
+    slice.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) slice.push_back(&events[i]);
+    std::vector<std::shared_ptr<const PreparedEvent>> made = make(code, slice);
+    for (size_t i = begin; i < end; ++i) events[i].prepared = std::move(made[i - begin]);
   });
   if (!st.ok()) {
     for (ChangeEvent& e : events) e.prepared.reset();  // Apply runs the code of what is unprepared

@@ -72,8 +72,8 @@ class ViewCodePool {
 // What a sink's Prepare does with a pool (ViewSink, the aggregate sink): the
 // pool is made from the sink's code at the first batch (a sink the engine
 // never prepares for, such as the writer's push sinks, makes none), and
-// `make` fills the `prepared` of each event of a slice, running the code of
-// the whole slice at once (ViewCode's *Many). When the pool
+// `make` returns what to set as the `prepared` of each event of a slice,
+// running the code of the whole slice at once (ViewCode's *Many). When the pool
 // cannot be made, or `make` throws, events are left unprepared (the sink's
 // Apply runs its code itself) and it is logged.
 //
@@ -81,7 +81,8 @@ class ViewCodePool {
 // only its text is read here.
 class CodeAhead {
  public:
-  using Make = std::function<void(ViewCode& code, std::span<ChangeEvent> slice)>;
+  using Make =
+      std::function<std::vector<std::shared_ptr<const PreparedEvent>>(ViewCode& code, ViewCode::Events slice)>;
   // `who` names the sink in log lines.
   CodeAhead(const ViewCode& code, std::string who) : code_(code), who_(std::move(who)) {}
   void Prepare(std::span<ChangeEvent> events, const Make& make);

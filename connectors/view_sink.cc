@@ -220,12 +220,12 @@ std::vector<ViewSink::Planned> ViewSink::PlanMany(ViewCode& code, ViewCode::Even
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
-  ahead_.Prepare(events, [this](ViewCode& code, std::span<ChangeEvent> slice) {
-    std::vector<const ChangeEvent*> picked;
-    picked.reserve(slice.size());
-    for (const ChangeEvent& e : slice) picked.push_back(&e);
-    std::vector<Planned> plans = PlanMany(code, picked);
-    for (size_t i = 0; i < slice.size(); ++i) slice[i].prepared = std::make_shared<const Planned>(std::move(plans[i]));
+  ahead_.Prepare(events, [this](ViewCode& code, ViewCode::Events slice) {
+    std::vector<Planned> plans = PlanMany(code, slice);
+    std::vector<std::shared_ptr<const PreparedEvent>> out;
+    out.reserve(plans.size());
+    for (Planned& p : plans) out.push_back(std::make_shared<const Planned>(std::move(p)));
+    return out;
   });
 }
 

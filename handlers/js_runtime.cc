@@ -247,8 +247,8 @@ constexpr std::string_view kLazyMember = R"JS(
 })()
 )JS";
 
-// many(fn, events, names, texts, times, now, settle, failed, blob):
-// CallJsonMany's run in one call. `events` is a JSON array of the calls'
+// many(fn, events, names, texts, times, now, settle, failed, blob, lazy):
+// CallJsonMany's run in one call; `lazy` is kLazyMember's function. `events` is a JSON array of the calls'
 // arguments, `names` one of the lazy members' names, `times` the Date of
 // each call, which `now` (a native) sets. The lazy members' JSON texts: when
 // `blob` is a string, each is a substring of it and `texts` a flat JSON array
@@ -264,24 +264,10 @@ constexpr std::string_view kMany = R"JS(
 (function () {
   'use strict';
   const parse = JSON.parse;
-  const define = Object.defineProperty;
   const create = Object.create;
   const call = Function.prototype.call.bind(Function.prototype.call);
   const substring = Function.prototype.call.bind(String.prototype.substring);
-  const lazy = (object, name, text) => {
-    define(object, name, {
-      configurable: true, enumerable: true,
-      get() {
-        const value = parse(text);
-        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
-        return value;
-      },
-      set(value) {
-        define(object, name, {value: value, writable: true, enumerable: true, configurable: true});
-      }
-    });
-  };
-  return function many(fn, events, names, texts, times, now, settle, failed, blob) {
+  return function many(fn, events, names, texts, times, now, settle, failed, blob, lazy) {
     const list = parse(events);
     const members = parse(names);
     const rest = parse(texts);
@@ -333,6 +319,28 @@ bool SetNowNative(JSContext* cx, unsigned argc, JS::Value* vp) {
   JS::CallArgs args = JS::CallArgsFromVp(argc, vp);
   SetFixedNow(args.get(0).isNumber() ? args.get(0).toNumber() : 0);
   args.rval().setUndefined();
+  return true;
+}
+
+// The object that evaluating `source` (one of the helpers above) gives.
+bool HelperObject(JSContext* cx, const char* file, std::string_view source, JS::MutableHandleObject out) {
+  JS::CompileOptions options(cx);
+  options.setFileAndLine(file, 1);
+  JS::SourceText<mozilla::Utf8Unit> text;
+  JS::RootedValue value(cx);
+  if (!text.init(cx, source.data(), source.size(), JS::SourceOwnership::Borrowed) ||
+      !JS::Evaluate(cx, options, text, &value) || !value.isObject()) {
+    return false;
+  }
+  out.set(&value.toObject());
+  return true;
+}
+
+// A function object of a native.
+bool NativeObject(JSContext* cx, JSNative native, unsigned args, const char* name, JS::MutableHandleObject out) {
+  JSFunction* f = JS_NewFunction(cx, native, args, 0, name);
+  if (f == nullptr) return false;
+  out.set(JS_GetFunctionObject(f));
   return true;
 }
 
@@ -412,30 +420,16 @@ Status JsRuntime::Load() {
     return fail(file_ + ": the handler prelude failed to run");
   }
   {
-    JS::CompileOptions lazy_options(cx);
-    lazy_options.setFileAndLine("lazy.js", 1);
-    JS::SourceText<mozilla::Utf8Unit> lazy_text;
-    JS::RootedValue lazy(cx);
-    if (!lazy_text.init(cx, kLazyMember.data(), kLazyMember.size(), JS::SourceOwnership::Borrowed) ||
-        !JS::Evaluate(cx, lazy_options, lazy_text, &lazy) || !lazy.isObject()) {
+    // The helpers, made before the file runs (so the file cannot change what they use).
+    JS::RootedObject lazy(cx), many(cx), set_now(cx), settle(cx);
+    if (!HelperObject(cx, "lazy.js", kLazyMember, &lazy) || !HelperObject(cx, "many.js", kMany, &many) ||
+        !NativeObject(cx, SetNowNative, 1, "now", &set_now) || !NativeObject(cx, SettleNative, 0, "settle", &settle)) {
       return fail(file_ + ": the handler prelude failed to run");
     }
-    realm.lazy_member.emplace(cx, &lazy.toObject());
-    JS::CompileOptions many_options(cx);
-    many_options.setFileAndLine("many.js", 1);
-    JS::SourceText<mozilla::Utf8Unit> many_text;
-    JS::RootedValue many(cx);
-    if (!many_text.init(cx, kMany.data(), kMany.size(), JS::SourceOwnership::Borrowed) ||
-        !JS::Evaluate(cx, many_options, many_text, &many) || !many.isObject()) {
-      return fail(file_ + ": the handler prelude failed to run");
-    }
-    realm.many.emplace(cx, &many.toObject());
-    JSFunction* set_now = JS_NewFunction(cx, SetNowNative, 1, 0, "now");
-    if (set_now == nullptr) return fail(file_ + ": the handler prelude failed to run");
-    realm.set_now.emplace(cx, JS_GetFunctionObject(set_now));
-    JSFunction* settle = JS_NewFunction(cx, SettleNative, 0, 0, "settle");
-    if (settle == nullptr) return fail(file_ + ": the handler prelude failed to run");
-    realm.settle.emplace(cx, JS_GetFunctionObject(settle));
+    realm.lazy_member.emplace(cx, lazy);
+    realm.many.emplace(cx, many);
+    realm.set_now.emplace(cx, set_now);
+    realm.settle.emplace(cx, settle);
   }
   // The top level's promise jobs run now, within its limits.
   if (!Evaluate(cx, file_.c_str(), source_) || (js::RunJobs(cx), JS_IsExceptionPending(cx))) {
@@ -868,7 +862,7 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
   // What each call returned, as CallJsonLazy would encode it; nullopt: call it alone.
   std::vector<std::optional<std::string>> answers(args.size());
   auto args_of = [&](JSContext* cx, const Realm& realm, JS::MutableHandleValueVector v) {
-    if (!v.resize(9)) return false;
+    if (!v.resize(10)) return false;
     const std::string_view parts[] = {events, names, texts, times};
     for (size_t p = 0; p < 4; ++p) {
       JSString* s = NewString(cx, parts[p]);
@@ -887,6 +881,7 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
     } else {
       v[8].setNull();
     }
+    v[9].setObject(**realm.lazy_member);
     return true;
   };
   auto encode = [&](JSContext* cx, JS::MutableHandleValueVector v, JS::MutableHandleValue ret) {

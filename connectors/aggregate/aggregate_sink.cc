@@ -74,12 +74,12 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
-    ahead_.Prepare(events, [this](ViewCode& code, std::span<ChangeEvent> slice) {
-      std::vector<const ChangeEvent*> picked;
-      picked.reserve(slice.size());
-      for (const ChangeEvent& e : slice) picked.push_back(&e);
-      std::vector<PreparedOps> ops = RunCode(code, picked);
-      for (size_t i = 0; i < slice.size(); ++i) slice[i].prepared = std::make_shared<const PreparedOps>(std::move(ops[i]));
+    ahead_.Prepare(events, [this](ViewCode& code, ViewCode::Events slice) {
+      std::vector<PreparedOps> ops = RunCode(code, slice);
+      std::vector<std::shared_ptr<const PreparedEvent>> out;
+      out.reserve(ops.size());
+      for (PreparedOps& o : ops) out.push_back(std::make_shared<const PreparedOps>(std::move(o)));
+      return out;
     });
   }
 
