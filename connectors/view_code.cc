@@ -145,19 +145,9 @@ Result<std::unique_ptr<ViewCode>> ViewCode::LoadFor(const config::SinkConfig& si
   return code;
 }
 
-handlers::JsValueOutcome ViewCode::Aggregate(const ChangeEvent& e) {
-  const ChangeEvent* one[] = {&e};
-  return std::move(AggregateMany(one)[0]);
-}
-
 ViewCode::Shaped ViewCode::Shape(const ChangeEvent& e) {
   const ChangeEvent* one[] = {&e};
   return std::move(ShapeMany(one)[0]);
-}
-
-ViewCode::Routed ViewCode::Route(const ChangeEvent& e) {
-  const ChangeEvent* one[] = {&e};
-  return std::move(RouteMany(one)[0]);
 }
 
 std::vector<handlers::JsValueOutcome> ViewCode::CallMany(std::string_view function, Events events) {

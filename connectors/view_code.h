@@ -88,17 +88,15 @@ class ViewCode {
   };
   // The code defines route(event).
   bool routes() const { return route_; }
-  Routed Route(const ChangeEvent& e);
 
-  // kAggregate: what aggregate(event) returned, as JSON text.
-  handlers::JsValueOutcome Aggregate(const ChangeEvent& e);
-
-  // The same for many events at once, out[i] for events[i]: the code is
-  // entered once per run of events, not once per event
-  // (handlers::JsRuntime::CallJsonMany), with the same answers and errors.
+  // Many events at once, out[i] for events[i]: the code is entered once per
+  // run of events, not once per event (handlers::JsRuntime::CallJsonMany),
+  // with the answers and errors of one call each.
   using Events = std::span<const ChangeEvent* const>;
   std::vector<Shaped> ShapeMany(Events events);
+  // What route(event) picked for each.
   std::vector<Routed> RouteMany(Events events);
+  // kAggregate: what aggregate(event) returned for each, as JSON text.
   std::vector<handlers::JsValueOutcome> AggregateMany(Events events);
 
   const std::string& file() const { return file_; }

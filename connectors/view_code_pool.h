@@ -86,6 +86,14 @@ class CodeAhead {
   // `who` names the sink in log lines.
   CodeAhead(const ViewCode& code, std::string who) : code_(code), who_(std::move(who)) {}
   void Prepare(std::span<ChangeEvent> events, const Make& make);
+  // What a Make returns, from what the sink's code made of each event.
+  template <class T>
+  static std::vector<std::shared_ptr<const PreparedEvent>> Shared(std::vector<T> made) {
+    std::vector<std::shared_ptr<const PreparedEvent>> out;
+    out.reserve(made.size());
+    for (T& m : made) out.push_back(std::make_shared<const T>(std::move(m)));
+    return out;
+  }
 
  private:
   const ViewCode& code_;

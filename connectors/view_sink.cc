@@ -220,13 +220,8 @@ std::vector<ViewSink::Planned> ViewSink::PlanMany(ViewCode& code, ViewCode::Even
 }
 
 void ViewSink::Prepare(std::span<ChangeEvent> events) {
-  ahead_.Prepare(events, [this](ViewCode& code, ViewCode::Events slice) {
-    std::vector<Planned> plans = PlanMany(code, slice);
-    std::vector<std::shared_ptr<const PreparedEvent>> out;
-    out.reserve(plans.size());
-    for (Planned& p : plans) out.push_back(std::make_shared<const Planned>(std::move(p)));
-    return out;
-  });
+  ahead_.Prepare(events,
+                 [this](ViewCode& code, ViewCode::Events slice) { return CodeAhead::Shared(PlanMany(code, slice)); });
 }
 
 ViewSink::Plan ViewSink::PlanEvents(std::span<const ChangeEvent> events) {

@@ -28,182 +28,12 @@
 #include "core/json.h"
 #include "core/names.h"
 #include "handlers/js_thread_engine.h"
+#include "handlers/js_values.h"
 
 namespace sluice::handlers {
 namespace {
 
 const JSClass kGlobalClass = {"global", JSCLASS_GLOBAL_FLAGS, &JS::DefaultGlobalClassOps, nullptr, nullptr, nullptr};
-
-// --- Values --------------------------------------------------------------
-
-void AppendUtf8(char32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
-// JS_Stringify's output, UTF-16 in pieces, as UTF-8. JSON.stringify escapes
-// lone surrogates, so a high surrogate is only ever followed by a low one,
-// possibly in the next piece.
-struct Utf8Sink {
-  std::string text;
-  char16_t high = 0;
-
-  static bool Append(const char16_t* buf, uint32_t len, void* data) {
-    auto* sink = static_cast<Utf8Sink*>(data);
-    for (uint32_t i = 0; i < len; ++i) {
-      const char16_t c = buf[i];
-      if (sink->high != 0) {
-        const char16_t h = sink->high;
-        sink->high = 0;
-        if (c >= 0xDC00 && c < 0xE000) {
-          AppendUtf8(0x10000 + ((char32_t{h} - 0xD800) << 10) + (c - 0xDC00), &sink->text);
-          continue;
-        }
-        AppendUtf8(0xFFFD, &sink->text);
-      }
-      if (c >= 0xD800 && c < 0xDC00) {
-        sink->high = c;
-      } else if (c >= 0xDC00 && c < 0xE000) {
-        AppendUtf8(0xFFFD, &sink->text);
-      } else if (c < 0x80) {
-        sink->text.push_back(static_cast<char>(c));
-      } else {
-        AppendUtf8(c, &sink->text);
-      }
-    }
-    return true;
-  }
-};
-
-// JSON.stringify(v) as UTF-8; "" when JSON.stringify gives undefined.
-bool Stringify(JSContext* cx, JS::MutableHandleValue v, std::string* out) {
-  Utf8Sink sink;
-  if (!JS_Stringify(cx, v, nullptr, JS::NullHandleValue, &Utf8Sink::Append, &sink)) return false;
-  if (sink.high != 0) AppendUtf8(0xFFFD, &sink.text);
-  *out = std::move(sink.text);
-  return true;
-}
-
-// A JavaScript string of UTF-8 text; ASCII (most JSON sluice passes) is
-// copied as it is, without decoding.
-JSString* NewString(JSContext* cx, std::string_view text) {
-  for (const char c : text) {
-    if (static_cast<unsigned char>(c) >= 0x80) return JS_NewStringCopyUTF8N(cx, JS::UTF8Chars(text.data(), text.size()));
-  }
-  return JS_NewStringCopyN(cx, text.data(), text.size());
-}
-
-// JSON.parse(text).
-bool ParseText(JSContext* cx, std::string_view text, JS::MutableHandleValue v) {
-  JS::RootedString s(cx, NewString(cx, text));
-  return s != nullptr && JS_ParseJSON(cx, s, v);
-}
-
-std::string ToUtf8(JSContext* cx, JS::HandleString s) {
-  JS::UniqueChars chars = JS_EncodeStringToUTF8(cx, s);
-  return chars ? std::string(chars.get()) : std::string();
-}
-
-bool IsErrorObject(JSContext* cx, JS::HandleValue v) {
-  if (!v.isObject()) return false;
-  JS::RootedObject obj(cx, &v.toObject());
-  return JS_ErrorFromException(cx, obj) != nullptr;
-}
-
-std::string StringProperty(JSContext* cx, JS::HandleObject obj, const char* name, const char* fallback) {
-  JS::RootedValue v(cx);
-  if (!JS_GetProperty(cx, obj, name, &v) || !v.isString()) {
-    JS_ClearPendingException(cx);
-    return fallback;
-  }
-  JS::RootedString s(cx, v.toString());
-  return ToUtf8(cx, s);
-}
-
-// The message of a thrown value: an Error as "message" (plain Error) or
-// "Name: message"; anything else as String(value).
-std::string ThrownMessage(JSContext* cx, JS::HandleValue v, bool name_plain_error = false) {
-  if (IsErrorObject(cx, v)) {
-    JS::RootedObject obj(cx, &v.toObject());
-    const std::string name = StringProperty(cx, obj, "name", "Error");
-    const std::string message = StringProperty(cx, obj, "message", "");
-    if (name == "Error" && !name_plain_error) return message;
-    return name + ": " + message;
-  }
-  JS::RootedString s(cx, JS::ToString(cx, v));
-  if (s == nullptr) {
-    JS_ClearPendingException(cx);
-    return "(a thrown value that cannot be turned into a string)";
-  }
-  return ToUtf8(cx, s);
-}
-
-// The line an Error object was made at, or 0.
-unsigned ErrorLine(JSContext* cx, JS::HandleValue v) {
-  if (!v.isObject()) return 0;
-  JS::RootedObject obj(cx, &v.toObject());
-  const JSErrorReport* report = JS_ErrorFromException(cx, obj);
-  return report != nullptr ? report->lineno : 0;
-}
-
-// Takes the pending exception (none: the call was terminated).
-bool TakeException(JSContext* cx, JS::MutableHandleValue v) {
-  if (!JS_IsExceptionPending(cx)) return false;
-  if (!JS_GetPendingException(cx, v)) v.setUndefined();
-  JS_ClearPendingException(cx);
-  return true;
-}
-
-// "file:LINE: Name: message" (LINE when the error knows it).
-std::string LocatedMessage(JSContext* cx, JS::HandleValue v, const std::string& file) {
-  const unsigned line = ErrorLine(cx, v);
-  std::string where = line > 0 ? file + ":" + std::to_string(line) + ": " : std::string();
-  return where + ThrownMessage(cx, v, /*name_plain_error=*/true);
-}
-
-bool Evaluate(JSContext* cx, const char* file, std::string_view source) {
-  JS::CompileOptions options(cx);
-  options.setFileAndLine(file, 1);
-  JS::SourceText<mozilla::Utf8Unit> text;
-  JS::RootedValue ignored(cx);
-  return text.init(cx, source.data(), source.size(), JS::SourceOwnership::Borrowed) &&
-         JS::Evaluate(cx, options, text, &ignored);
-}
-
-// Runs the jobs promises queued, so that an async function finishes within
-// its call; then a returned promise stands for its result.
-bool SettleValue(JSContext* cx, JS::MutableHandleValue v) {
-  js::RunJobs(cx);
-  if (JS_IsExceptionPending(cx)) return false;
-  if (!v.isObject()) return true;
-  JS::RootedObject obj(cx, &v.toObject());
-  if (!JS::IsPromiseObject(obj)) return true;
-  switch (JS::GetPromiseState(obj)) {
-    case JS::PromiseState::Fulfilled: v.set(JS::GetPromiseResult(obj)); return true;
-    case JS::PromiseState::Rejected: {
-      JS::RootedValue reason(cx, JS::GetPromiseResult(obj));
-      JS::SetSettledPromiseIsHandled(cx, obj);
-      JS_SetPendingException(cx, reason);
-      return false;
-    }
-    case JS::PromiseState::Pending: break;
-  }
-  JS_ReportErrorASCII(cx, "the returned promise is still pending (nothing outside the call can settle it)");
-  return false;
-}
 
 // Runs before each file: what would make handlers non-deterministic.
 constexpr std::string_view kPrelude = R"JS(
@@ -248,18 +78,18 @@ constexpr std::string_view kLazyMember = R"JS(
 )JS";
 
 // many(fn, events, names, texts, times, now, settle, failed, blob, lazy):
-// CallJsonMany's run in one call; `lazy` is kLazyMember's function. `events` is a JSON array of the calls'
-// arguments, `names` one of the lazy members' names, `times` the Date of
-// each call, which `now` (a native) sets. The lazy members' JSON texts: when
-// `blob` is a string, each is a substring of it and `texts` a flat JSON array
-// of (start, length) per member per call (start -1: the member is null),
-// which costs no escaping and no copy; else `texts` is one array per call of
-// the texts as strings (null: the member is null). After each call `settle`
-// (a native) runs the promise jobs it queued, as a call alone does, before
-// the next call. Returns an object with what call i returned at index i
-// (promises and all; the caller turns them into JSON), or `failed` where it
-// threw. Everything it uses is taken before the file runs, and fn is called
-// with `this` null, as a call alone is (sloppy code sees the global object).
+// CallJsonMany's run in one call; `lazy` is kLazyMember's function. `events`
+// is a JSON array of the calls' arguments, `names` one of the lazy members'
+// names, `times` the Date of each call, which `now` (a native) sets. The
+// lazy members' JSON texts are substrings of `blob`: `texts` is a flat JSON
+// array of (start, length) in UTF-16 units per member per call (start -1:
+// the member is null), which costs no escaping and no copy. After each call
+// `settle` (a native) runs the promise jobs it queued, as a call alone does,
+// before the next call. Returns an object with what call i returned at
+// index i (promises and all; the caller turns them into JSON), or `failed`
+// where it threw. Everything it uses is taken before the file runs, and fn
+// is called with `this` null, as a call alone is (sloppy code sees the
+// global object).
 constexpr std::string_view kMany = R"JS(
 (function () {
   'use strict';
@@ -270,24 +100,18 @@ constexpr std::string_view kMany = R"JS(
   return function many(fn, events, names, texts, times, now, settle, failed, blob, lazy) {
     const list = parse(events);
     const members = parse(names);
-    const rest = parse(texts);
+    const spans = parse(texts);
     const at = parse(times);
     const m = members.length;
     const out = create(null);
     for (let i = 0; i < list.length; i++) {
       const event = list[i];
       for (let k = 0; k < m; k++) {
-        let text = null;
-        if (blob !== null) {
-          const start = rest[2 * (i * m + k)];
-          if (start >= 0) text = substring(blob, start, start + rest[2 * (i * m + k) + 1]);
-        } else {
-          text = rest[i][k];
-        }
-        if (text === null) {
+        const start = spans[2 * (i * m + k)];
+        if (start < 0) {
           event[members[k]] = null;
         } else {
-          lazy(event, members[k], text);
+          lazy(event, members[k], substring(blob, start, start + spans[2 * (i * m + k) + 1]));
         }
       }
       now(at[i]);
@@ -310,7 +134,7 @@ bool SettleNative(JSContext* cx, unsigned argc, JS::Value* vp) {
   js::RunJobs(cx);
   if (JS_IsExceptionPending(cx)) return false;
   args.rval().setUndefined();
-  return !JS_IsExceptionPending(cx);
+  return true;
 }
 
 // kMany's `now`: Date for the next call of the run.
@@ -731,8 +555,9 @@ std::vector<JsValueOutcome> JsRuntime::CallJsonMany(std::string_view name, std::
   // call is alone: nothing is known of its cost yet.
   constexpr size_t kMaxRun = 256;
   const double budget_ns = std::chrono::duration<double, std::nano>(limits_.timeout).count() / 8;
-  size_t& length = run_lengths_[std::string(name)];
-  if (length == 0) length = 1;
+  auto it = run_lengths_.find(name);
+  if (it == run_lengths_.end()) it = run_lengths_.emplace(std::string(name), 1).first;
+  size_t& length = it->second;
   size_t i = 0;
   while (i < args.size()) {
     const size_t run = std::min(args.size() - i, length);
@@ -765,63 +590,16 @@ std::vector<JsValueOutcome> JsRuntime::CallJsonMany(std::string_view name, std::
   return out;
 }
 
-// Whether `text` is well-formed UTF-8 (what JS_NewStringCopyUTF8N accepts).
-static bool ValidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    size_t n = 0;
-    char32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= text.size()) return false;
-      const unsigned char d = static_cast<unsigned char>(text[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
-
 std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const LazyArg> args, JsValueOutcome* out) {
   std::vector<size_t> all(args.size());
   for (size_t k = 0; k < args.size(); ++k) all[k] = k;
   if (!HasCommand(name)) return all;
   const auto lazy_names = args[0].lazy;
-  // ASCII lazy texts go as one string and offsets (a byte is a UTF-16 unit).
-  bool ascii = true;
-  for (const LazyArg& a : args) {
-    for (const auto& [member, text] : a.lazy) {
-      for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-    }
-  }
-  // The texts JS_NewStringCopyUTF8N refuses fail a call alone: so they must here.
-  if (!ascii) {
-    for (const LazyArg& a : args) {
-      for (const auto& [member, text] : a.lazy) {
-        if (!ValidUtf8(text)) return all;
-      }
-    }
-  }
+  // The lazy texts, one after the other in `blob`, each at its offset in
+  // UTF-16 units. A text JS_NewStringCopyUTF8N refuses fails a call alone:
+  // so it must here.
   std::string events = "[", names = "[", texts = "[", times = "[", blob;
+  size_t units = 0;
   for (size_t m = 0; m < lazy_names.size(); ++m) {
     if (m > 0) names += ',';
     AppendJsonString(names, lazy_names[m].first);
@@ -832,29 +610,24 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
     if (a.lazy.size() != lazy_names.size()) return all;
     if (k > 0) {
       events += ',';
-      if (!ascii || !lazy_names.empty()) texts += ',';
       times += ',';
     }
     events += a.arg;
-    if (!ascii) texts += '[';
+    times += std::to_string(a.now_ms);
     for (size_t m = 0; m < a.lazy.size(); ++m) {
       if (a.lazy[m].first != lazy_names[m].first) return all;
       const std::string_view text = a.lazy[m].second;
-      if (ascii) {
-        if (m > 0) texts += ',';
-        texts += text.empty() ? "-1,0" : std::to_string(blob.size()) + "," + std::to_string(text.size());
-        blob += text;
+      if (texts.size() > 1) texts += ',';
+      if (text.empty()) {
+        texts += "-1,0";
         continue;
       }
-      if (m > 0) texts += ',';
-      if (text.empty()) {
-        texts += "null";
-      } else {
-        AppendJsonString(texts, text);
-      }
+      const std::optional<size_t> length = Utf16Length(text);
+      if (!length) return all;
+      texts += std::to_string(units) + "," + std::to_string(*length);
+      units += *length;
+      blob += text;
     }
-    if (!ascii) texts += ']';
-    times += std::to_string(a.now_ms);
   }
   events += ']';
   texts += ']';
@@ -874,13 +647,9 @@ std::vector<size_t> JsRuntime::RunMany(std::string_view name, std::span<const La
     JSObject* failed = JS_NewPlainObject(cx);
     if (failed == nullptr) return false;
     v[7].setObject(*failed);
-    if (ascii) {
-      JSString* s = JS_NewStringCopyN(cx, blob.data(), blob.size());
-      if (s == nullptr) return false;
-      v[8].setString(s);
-    } else {
-      v[8].setNull();
-    }
+    JSString* all_texts = NewString(cx, blob);
+    if (all_texts == nullptr) return false;
+    v[8].setString(all_texts);
     v[9].setObject(**realm.lazy_member);
     return true;
   };

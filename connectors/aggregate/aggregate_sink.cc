@@ -74,13 +74,8 @@ class AggregateSink : public Sink {
   // Runs the code and reads its operations ahead (the engine's reader
   // thread); Apply folds and writes them.
   void Prepare(std::span<ChangeEvent> events) override {
-    ahead_.Prepare(events, [this](ViewCode& code, ViewCode::Events slice) {
-      std::vector<PreparedOps> ops = RunCode(code, slice);
-      std::vector<std::shared_ptr<const PreparedEvent>> out;
-      out.reserve(ops.size());
-      for (PreparedOps& o : ops) out.push_back(std::make_shared<const PreparedOps>(std::move(o)));
-      return out;
-    });
+    ahead_.Prepare(events,
+                   [this](ViewCode& code, ViewCode::Events slice) { return CodeAhead::Shared(RunCode(code, slice)); });
   }
 
   Status Open() override {
