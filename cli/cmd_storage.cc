@@ -23,10 +23,18 @@ namespace {
 // ---- reports ----
 
 // A table (or with `json` one document) per sink and partition.
-void PrintStatus(const std::vector<engine::SinkStatus>& sinks, bool json, std::ostream& out) {
+void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector<engine::EngineStatus>& engines,
+                 bool json, std::ostream& out) {
   Json doc = Json::object();
   doc["sinks"] = Json::array();
-  TextTable table({"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD"});
+  doc["engines"] = Json::array();
+  std::string engine_note;
+  for (const auto& e : engines) {
+    doc["engines"].push_back({{"id", e.member}, {"heartbeat_age_ms", e.heartbeat_age_ms}});
+    engine_note += (engine_note.empty() ? "" : ", ") + e.member;
+  }
+  TextTable table(
+      {"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD", "OWNER"});
   for (const engine::SinkStatus& s : sinks) {
     Json js = {{"name", s.name}, {"type", s.type}, {"entity", s.entity}, {"partitions", Json::array()}};
     for (const engine::PartitionStatus& p : s.partitions) {
@@ -39,12 +47,14 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, bool json, std::o
                                   {"applied", p.applied},
                                   {"stale", p.stale},
                                   {"dead_lettered", p.dead_lettered},
-                                  {"last_error", p.last_error}});
+                                  {"last_error", p.last_error},
+                                  {"owner", p.owner},
+                                  {"lease_token", p.lease_token}});
       char lag_text[32];
       std::snprintf(lag_text, sizeof lag_text, "%.3f", p.lag_seconds);
       table.AddRow({s.name, s.type, std::to_string(p.partition), std::to_string(p.offset), std::to_string(p.head),
                     std::to_string(p.lag_events), lag_text, p.state, std::to_string(p.applied),
-                    std::to_string(p.stale), std::to_string(p.dead_lettered)});
+                    std::to_string(p.stale), std::to_string(p.dead_lettered), p.owner.empty() ? "-" : p.owner});
     }
     js["paused"] = s.paused;
     if (!s.last_error.empty()) table.AddNote("  " + s.name + " last error: " + s.last_error);
@@ -54,6 +64,7 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, bool json, std::o
     // Error texts come from servers and may hold bytes that are not UTF-8.
     out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
+    table.AddNote("engines: " + (engine_note.empty() ? std::string("none running") : engine_note));
     table.Print(out);
   }
 }
@@ -156,7 +167,7 @@ void PrintDeadLetterActions(const engine::DeadLetterReport& report, std::string_
 // ---- commands ----
 
 po::options_description StatusOptions(const std::string&) {
-  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters and the last error, read from MySQL (no running process needed).\n\noptions");
+  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters, the last error and the engine that owns it (its lease), read\nfrom MySQL (no running process needed); then the engines running.\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "json", "print one JSON document (for scripts)");
   return desc;
@@ -166,12 +177,13 @@ int Status_(const Invocation& call) {
   const po::variables_map& vm = call.vm;
   auto cfg = ConfigFrom(vm, "status");
   if (!cfg) return kExitFailure;
-  auto status = engine::ReadStatus(*cfg);
+  std::vector<engine::EngineStatus> engines;
+  auto status = engine::ReadStatus(*cfg, &engines);
   if (!status.ok()) {
     std::cerr << "sluice status: " << status.status().message() << "\n";
     return kExitFailure;
   }
-  PrintStatus(*status, vm.count("json") > 0, std::cout);
+  PrintStatus(*status, engines, vm.count("json") > 0, std::cout);
   return kExitOk;
 }
 

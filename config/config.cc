@@ -158,4 +158,12 @@ Result<Config> LoadConfig(const std::string& path, const SinkTypes& types) {
   }
 }
 
+bool IsValidMemberName(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == ':' || c == '-';
+  });
+}
+
 }  // namespace sluice::config

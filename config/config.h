@@ -148,7 +148,17 @@ struct EngineConfig {
   uint32_t inflight_batches = 4;               // read-ahead batches per sink (memory bound), 1..64
   DurabilityBarrier durability_barrier = DurabilityBarrier::kAuto;
   AntiEntropyConfig anti_entropy;
+  // This engine's name among the engines sharing the sinks (DESIGN 10),
+  // [A-Za-z0-9._:-]{1,128}; unique per process. Empty: the host name, which
+  // suits one engine per host.
+  std::string id;
+  // How long an engine's leases last without renewal, 1s..10m: after a
+  // crash its partitions move to the others within about 1.25x this.
+  std::chrono::milliseconds lease_ttl{10'000};
 };
+
+// engine.id's pattern.
+bool IsValidMemberName(std::string_view name);
 
 // A column (MySQL sink) or hash field (Redis sink) filled from the entity state.
 struct FieldMapping {

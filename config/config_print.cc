@@ -178,6 +178,8 @@ std::string Config::Redacted() const {
   out << YAML::Key << "inflight_batches" << YAML::Value
       << static_cast<unsigned>(engine.inflight_batches);
   out << YAML::Key << "durability_barrier" << YAML::Value << std::string(DurabilityBarrierName(engine.durability_barrier));
+  if (!engine.id.empty()) out << YAML::Key << "id" << YAML::Value << engine.id;
+  out << YAML::Key << "lease_ttl" << YAML::Value << FormatDuration(engine.lease_ttl);
   out << YAML::Key << "anti_entropy" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << engine.anti_entropy.enabled;
   out << YAML::Key << "rate" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.rate);

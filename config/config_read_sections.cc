@@ -241,6 +241,9 @@ void ConfigReader::ReadEngine(const Field& at, EngineConfig* e) {
                     &e->durability_barrier);
        }},
       {"anti_entropy", kOptional, [&](const Field& f) { ReadAntiEntropy(f, &e->anti_entropy); }},
+      {"id", kOptional,
+       [&](const Field& f) { ReadMatching(f, "a name of 1-128 letters, digits, '.', '_', ':' or '-'", IsValidMemberName, &e->id); }},
+      {"lease_ttl", kOptional, [&](const Field& f) { ReadDuration(f, seconds(1), minutes(10), &e->lease_ttl); }},
   });
 }
 

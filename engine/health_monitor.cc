@@ -161,6 +161,11 @@ void HealthMonitor::Check() {
         uint64_t total_lag = 0;
         for (uint32_t p = 0; p < h.size(); ++p) {
           const auto it = t.offsets.find(p);
+          if (it == t.offsets.end() && runner->leased()) {
+            // Another engine's: it reports the lag (a sum over engines adds up).
+            runner->metrics().SetLag(p, 0, 0);
+            continue;
+          }
           const uint64_t offset = it == t.offsets.end() ? 0 : it->second;
           const uint64_t lag = h[p] > offset ? h[p] - offset : 0;
           double lag_seconds = 0;

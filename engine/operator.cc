@@ -92,14 +92,24 @@ Result<std::optional<sql::FiledDeadLetter>> DeadLetterToAct(sql::DeadLetterTable
 
 }  // namespace
 
-Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines) {
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
   const auto events = storage->OpenEventLog();
+  const auto leases = storage->OpenLeases();
+  if (engines != nullptr) {
+    ASSIGN_OR_RETURN(auto members, leases->Members("engine", config.engine.lease_ttl));
+    for (const auto& m : members) engines->push_back({m.member, m.heartbeat_age_ms});
+  }
   std::vector<SinkStatus> sinks;
   for (const auto& s : config.sinks) {
     const uint32_t partitions = config.entities.at(s.entity).partitions;
     ASSIGN_OR_RETURN(auto progress, store.Load(s.name, s.entity));
+    ASSIGN_OR_RETURN(auto held, leases->List("sink/" + s.name));
+    std::map<uint32_t, const sql::LeaseRow*> lease_of;
+    for (const auto& l : held) {
+      if (l.entity_type == s.entity && l.expires_in_ms > 0 && !l.owner.empty()) lease_of[l.partition] = &l;
+    }
     SinkStatus sink{s.name, s.type, s.entity, {}, false, {}};
     for (uint32_t p = 0; p < partitions; ++p) {
       const offsets::PartitionProgress pp = progress.count(p) ? progress[p] : offsets::PartitionProgress{};
@@ -112,8 +122,10 @@ Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config) {
       }
       if (!pp.last_error.empty()) sink.last_error = pp.last_error;
       const std::string state = progress.count(p) ? pp.state : "new";
-      sink.partitions.push_back(
-          {p, pp.event_id, head, lag, lag_s, state, pp.applied, pp.stale, pp.dead_lettered, pp.last_error});
+      const auto lease = lease_of.find(p);
+      sink.partitions.push_back({p, pp.event_id, head, lag, lag_s, state, pp.applied, pp.stale, pp.dead_lettered,
+                                 pp.last_error, lease == lease_of.end() ? "" : lease->second->owner,
+                                 lease == lease_of.end() ? 0 : lease->second->token});
     }
     // An operator's pause (sluice pause) is kept per partition; the sink is
     // paused when every partition says so.

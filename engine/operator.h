@@ -35,6 +35,8 @@ struct PartitionStatus {
   uint64_t stale = 0;
   uint64_t dead_lettered = 0;
   std::string last_error;
+  std::string owner;         // the engine whose lease on it runs (engine.id); empty: none
+  uint64_t lease_token = 0;  // the lease's fencing token (grows on every takeover)
 };
 
 // One sink, its partitions in order.
@@ -47,9 +49,16 @@ struct SinkStatus {
   std::string last_error;  // the last partition's non-empty last_error, or empty
 };
 
+// The engines sharing the sinks: each with a heartbeat younger than its lease TTL.
+struct EngineStatus {
+  std::string member;
+  int64_t heartbeat_age_ms = 0;
+};
+
 // Per sink (in config order) and partition: offset, head, lag in events and
 // seconds, state, counters and last error.
-Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config);
+// `engines`, when given, receives the engines alive within engine.lease_ttl.
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines = nullptr);
 
 // What comparing one view with main storage found.
 struct ViewCheck {

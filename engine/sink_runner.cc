@@ -35,8 +35,13 @@ SinkRunner::~SinkRunner() { Stop(); }
 Status SinkRunner::Start() {
   store_ = std::make_unique<offsets::OffsetStore>(storage_->OpenOffsets());
   dead_letters_ = storage_->OpenDeadLetters();
-  ASSIGN_OR_RETURN(auto stored, store_->Load(options_.sink.name, options_.sink.entity));
-  for (uint32_t p = 0; p < options_.partitions; ++p) {
+  // With an owner the partitions come with their leases (SetOwned).
+  std::map<uint32_t, offsets::PartitionProgress> stored;
+  if (options_.owner.empty()) {
+    ASSIGN_OR_RETURN(stored, store_->Load(options_.sink.name, options_.sink.entity));
+  }
+  for (uint32_t p = 0; options_.owner.empty() && p < options_.partitions; ++p) {
+    owned_[p] = 0;
     offsets::PartitionProgress pp = stored.count(p) ? stored[p] : offsets::PartitionProgress{};
     // An operator's pause outlives a restart.
     if (SinkStateFromName(pp.state) == SinkState::kPaused) paused_ = true;
@@ -215,6 +220,94 @@ Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
   return st;
 }
 
+void SinkRunner::SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until) {
+  auto control = std::make_shared<Control>();
+  control->fn = [this, tokens = std::move(tokens), valid_until](connectors::Sink&) {
+    ApplyOwnership(tokens);
+    valid_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(valid_until.time_since_epoch()).count();
+    return Status::Ok();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (applier_done_ || stopping_) return;
+    controls_.push_back(std::move(control));
+  }
+  queue_cv_.notify_all();
+  wake_cv_.notify_all();
+}
+
+std::map<uint32_t, uint64_t> SinkRunner::owned() const {
+  std::lock_guard lock(mu_);
+  return owned_;
+}
+
+bool SinkRunner::LeasesLapsed() const {
+  if (options_.owner.empty() || owned_.empty()) return false;
+  return std::chrono::steady_clock::now().time_since_epoch() > std::chrono::nanoseconds(valid_until_ns_.load());
+}
+
+void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
+  std::set<uint32_t> gone;
+  std::map<uint32_t, uint64_t> added;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [p, token] : owned_) {
+      const auto it = tokens.find(p);
+      if (it == tokens.end() || it->second != token) gone.insert(p);
+    }
+    for (const auto& [p, token] : tokens) {
+      const auto it = owned_.find(p);
+      if (p < options_.partitions && (it == owned_.end() || it->second != token)) added[p] = token;
+    }
+  }
+  if (!gone.empty()) {
+    // What the sink acknowledged for them is flushed and saved (fenced:
+    // refused where the lease went to another engine) before they go.
+    SaveOffsets().IgnoreError();
+    std::lock_guard lock(mu_);
+    DropOwnedLocked(gone);
+  }
+  if (added.empty()) return;
+  // Taken over from where their last owner saved them.
+  auto stored = store_->Load(options_.sink.name, options_.sink.entity);
+  if (!stored.ok()) {
+    // Not owned yet: the keeper gives them again at its next round.
+    LogRateLimited(LogLevel::kWarn, "engine.offsets." + options_.sink.name,
+                   "engine: sink " + options_.sink.name + ": cannot load the offsets of the partitions it was given: " +
+                       stored.status().message());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    std::map<uint32_t, uint64_t> from;
+    for (const auto& [p, token] : added) {
+      offsets::PartitionProgress pp = stored->count(p) ? stored->at(p) : offsets::PartitionProgress{};
+      if (SinkStateFromName(pp.state) == SinkState::kPaused) paused_ = true;  // an operator's pause holds
+      pp.state = SinkStateName(paused_ ? SinkState::kPaused : state_);
+      pp.last_error.clear();
+      progress_[p] = pp;
+      flushed_[p] = pp;
+      owned_[p] = token;
+      from[p] = pp.event_id;
+    }
+    if (paused_) state_ = SinkState::kPaused;
+    MoveOffsetsLocked(from);
+  }
+  queue_cv_.notify_all();
+  wake_cv_.notify_all();
+}
+
+void SinkRunner::DropOwnedLocked(const std::set<uint32_t>& partitions) {
+  for (const uint32_t p : partitions) {
+    owned_.erase(p);
+    progress_.erase(p);
+    flushed_.erase(p);
+    ++epoch_[p];
+  }
+  std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
+  std::erase_if(unprepared_, [this](const Batch& b) { return Outdated(b); });
+}
+
 void SinkRunner::MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets) {
   for (const auto& [p, off] : offsets) {
     progress_[p].event_id = off;
@@ -261,8 +354,14 @@ bool SinkRunner::Checkpoint() {
     std::unique_lock lock(mu_);
     if (stopping_) return false;
     if (!controls_.empty()) continue;
-    if (!paused_) return true;
-    queue_cv_.wait(lock, [this] { return stopping_ || !controls_.empty(); });
+    if (!paused_ && !LeasesLapsed()) return true;
+    if (paused_) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !controls_.empty(); });
+    } else {
+      // Past the leases' validity nothing is applied until the keeper
+      // renews them (a control) or gives them up.
+      queue_cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return stopping_ || !controls_.empty(); });
+    }
   }
 }
 
@@ -288,21 +387,25 @@ void SinkRunner::ReadLoop() {
   // Per partition: its last read filled a batch (at the start every partition
   // may hold a backlog, so each is read alone until a read comes back short).
   std::map<uint32_t, bool> backlogged;
-  for (uint32_t p = 0; p < options_.partitions; ++p) backlogged[p] = true;
   for (;;) {
     bool any = false;
     uint64_t seen_wake = 0;
+    std::vector<uint32_t> owned;
     {
       std::lock_guard lock(mu_);
       seen_wake = wake_seq_;
+      for (const auto& [p, token] : owned_) owned.push_back(p);
     }
+    // A partition given again may hold a backlog.
+    std::erase_if(backlogged, [&](const auto& b) { return !std::binary_search(owned.begin(), owned.end(), b.first); });
+    for (const uint32_t p : owned) backlogged.try_emplace(p, true);
     // A partition whose last read filled a batch is read alone, when the
     // queue has room for it: a drain keeps its memory bound. The others are
     // read together in one statement, one round trip per pass instead of one
     // per partition, which is what a pass costs once the engine keeps up.
     std::vector<std::vector<uint32_t>> groups;
     std::vector<uint32_t> together;
-    for (uint32_t p = 0; p < options_.partitions; ++p) {
+    for (const uint32_t p : owned) {
       if (backlogged[p]) {
         groups.push_back({p});
       } else {
@@ -317,13 +420,15 @@ void SinkRunner::ReadLoop() {
         queue_cv_.wait(lock, [this] { return stopping_ || InFlightLocked() < options_.engine.inflight_batches; });
         if (stopping_) return;
         for (const uint32_t p : group) {
-          if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition
+          if (!owned_.count(p)) continue;  // taken away since the pass began
+          if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition, or it was given again
             seen_epoch[p] = epoch_[p];
             position[p] = reread_from_[p];
           }
           from.emplace_back(p, position[p]);
         }
       }
+      if (from.empty()) continue;
       if (!log->healthy()) {
         if (Status opened = log->Open(); !opened.ok()) {
           LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
@@ -508,12 +613,30 @@ void SinkRunner::CloseSink() {
 Status SinkRunner::SaveOffsets() {
   const Status flushed = FlushSink();
   std::map<uint32_t, offsets::PartitionProgress> snapshot;
+  sql::Fence fence{scope(), options_.owner, {}};
   {
     std::lock_guard lock(mu_);
     snapshot = progress_;
+    fence.tokens = owned_;
     dirty_ = false;
   }
-  Status st = store_->Save(options_.sink.name, options_.sink.entity, snapshot);
+  Status st;
+  if (options_.owner.empty()) {
+    st = store_->Save(options_.sink.name, options_.sink.entity, snapshot);
+  } else {
+    // Only where this engine still holds the lease with its token.
+    auto refused = store_->SaveFenced(options_.sink.name, options_.sink.entity, snapshot, fence);
+    st = refused.status();
+    if (refused.ok() && !refused->empty()) {
+      std::string which;
+      for (const uint32_t p : *refused) which += (which.empty() ? "" : ",") + std::to_string(p);
+      Log(LogLevel::kWarn, "engine: sink " + options_.sink.name + ": partition" + (refused->size() > 1 ? "s " : " ") +
+                               which + " went to another engine (lease lost); its offsets were not saved here and "
+                               "it is no longer applied here");
+      std::lock_guard lock(mu_);
+      DropOwnedLocked(*refused);
+    }
+  }
   metrics_->OffsetFlush(st.ok());
   if (!st.ok()) {
     std::lock_guard lock(mu_);

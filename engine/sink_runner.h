@@ -40,6 +40,17 @@
 //                   entities and has each step compared and repaired on the
 //                   applier thread, between two chunks (engine/anti_entropy.h).
 //
+//   ownership       with options.owner set (several engines share the sink,
+//                   DESIGN 10), the runner applies only the partitions
+//                   SetOwned() gave it (a LeaseKeeper's leases, with their
+//                   fencing tokens), and its offsets are saved fenced by
+//                   those tokens: a partition whose lease another engine
+//                   took is refused there and dropped here. A partition
+//                   given is read and applied from its stored offset; one
+//                   taken away is flushed and saved first. Past the lease's
+//                   validity (SetOwned's valid_until) the applier holds
+//                   still until the keeper renews or takes the partitions.
+//
 //   controls        Pause, Resume, SetOffsets and RunOnApplier (the admin
 //                   endpoint's operator commands) are queued for the applier
 //                   thread, which runs them between two chunks, so they
@@ -98,6 +109,10 @@ struct SinkRunnerOptions {
   // The event, offset and dead-letter tables; null: MariaDB at mysql. Unit
   // tests pass sql::MemoryStorage.
   std::shared_ptr<sql::Storage> storage;
+  // This engine's member name when several engines share the sink: the
+  // runner owns no partition until SetOwned() gives it some. Empty: it owns
+  // every partition, with unfenced offsets (one engine).
+  std::string owner;
 };
 
 class SinkRunner {
@@ -117,9 +132,25 @@ class SinkRunner {
     SinkState state = SinkState::kRunning;
     std::string last_error;
     bool paused = false;
-    std::map<uint32_t, uint64_t> offsets;  // per partition: last acknowledged event_id
+    std::map<uint32_t, uint64_t> offsets;  // per owned partition: last acknowledged event_id
   };
   Totals totals() const;
+
+  // ---- ownership (options.owner set; any thread) ----
+  // The partitions this runner may apply from now on, with their lease
+  // tokens, valid until `valid_until` unless renewed by a later call.
+  // Returns at once; the applier takes the change between two chunks.
+  void SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until);
+  // The partitions it applies now, with their tokens (all, token 0, without
+  // an owner). One given by SetOwned shows once its offset is loaded; one
+  // taken away is gone once it was flushed and saved.
+  std::map<uint32_t, uint64_t> owned() const;
+  // "sink/NAME": the scope of this sink's leases.
+  std::string scope() const { return "sink/" + options_.sink.name; }
+  const std::string& entity() const { return options_.sink.entity; }
+  uint32_t partitions() const { return options_.partitions; }
+  // Whether it shares the sink with other engines (options.owner set).
+  bool leased() const { return !options_.owner.empty(); }
 
   // ---- controls (any thread; each waits until the applier has run it) ----
   // FailedPrecondition once the runner has stopped; Unavailable when the
@@ -195,6 +226,12 @@ class SinkRunner {
   // Under mu_: moves the offsets of the given partitions and restarts their
   // reading there; batches read from the old positions are dropped.
   void MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets);
+  // Applier thread: makes owned_ what `tokens` says (SetOwned).
+  void ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens);
+  // Under mu_: stops applying the partitions (their batches are dropped).
+  void DropOwnedLocked(const std::set<uint32_t>& partitions);
+  // Whether the leases have run past their validity (applier holds still).
+  bool LeasesLapsed() const;
   // Applier thread: which of the (partition, event_id) are dead letters of this sink.
   Result<std::set<std::pair<uint32_t, uint64_t>>> DeadLettersAmong(
       const std::vector<std::pair<uint32_t, uint64_t>>& events);
@@ -236,6 +273,8 @@ class SinkRunner {
   bool paused_ = false;                   // set and cleared by the applier thread
   std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
+  std::map<uint32_t, uint64_t> owned_;  // partition -> lease token: what the reader reads and the applier applies
+  std::atomic<int64_t> valid_until_ns_{0};  // steady clock: the leases' validity (owner set)
 
   // Applier-thread state (read under mu_ by totals()).
   std::map<uint32_t, offsets::PartitionProgress> progress_;

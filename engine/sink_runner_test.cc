@@ -4,6 +4,7 @@
 // that prepares its batches ahead. No server.
 #include "engine/sink_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/lease_keeper.h"
 #include "sql/memory_tables.h"
 
 namespace sluice::engine {
@@ -377,6 +379,192 @@ TEST_F(SinkRunnerUnitTest, AnOffsetMoveWhileBatchesArePreparedDropsThem) {
   ASSERT_EQ(applied.size(), 330u);
   for (size_t k = 0; k < applied.size(); ++k) EXPECT_EQ(applied[k], 21 + k);
   EXPECT_EQ(script_.applied_unprepared, 0);
+}
+
+
+// ---- several engines (DESIGN 10): ownership, fencing, the lease keeper ----
+
+class SharedSinkTest : public SinkRunnerUnitTest {
+ protected:
+  void TearDown() override {
+    for (auto& k : keepers_) k->Stop();
+    for (auto& r : runners_) r->Stop();
+    SinkRunnerUnitTest::TearDown();
+  }
+
+  // A runner of engine `owner`, applying into `script`.
+  SinkRunner* Runner(const std::string& owner, Script* script) {
+    SinkRunnerOptions o;
+    o.sink.name = "rec";
+    o.sink.type = "scripted";
+    o.sink.entity = kType;
+    o.sink.batch_max = 4;
+    o.partitions = kPartitions;
+    o.engine.offset_flush_interval = 5ms;
+    o.engine.idle_poll_max = 2ms;
+    o.engine.retry_backoff_max = 10ms;
+    o.engine.batch_max = 4;
+    o.engine.anti_entropy.enabled = false;
+    o.barrier = std::make_shared<DurabilityBarrier>(sql::ConnectParams{}, config::DurabilityBarrier::kOff);
+    o.storage = storage_;
+    o.owner = owner;
+    runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(script)));
+    EXPECT_TRUE(runners_.back()->Start().ok());
+    return runners_.back().get();
+  }
+
+  LeaseKeeper* Keeper(const std::string& member, SinkRunner* runner, std::chrono::milliseconds ttl) {
+    keepers_.push_back(std::make_unique<LeaseKeeper>(
+        LeaseKeeper::Options{.member = member, .address = "", .ttl = ttl, .storage = storage_},
+        std::vector<SinkRunner*>{runner}));
+    return keepers_.back().get();
+  }
+
+  template <typename Pred>
+  static bool Eventually(Pred pred, std::chrono::milliseconds within = 10s) {
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < until) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(2ms);
+    }
+    return false;
+  }
+
+  static size_t AppliedOf(Script& s, uint32_t p) {
+    std::lock_guard lock(s.mu);
+    return static_cast<size_t>(
+        std::count_if(s.applied.begin(), s.applied.end(), [p](const auto& e) { return e.first == p; }));
+  }
+
+  Script other_;  // a second engine's sink (outlives the runners)
+  std::vector<std::unique_ptr<SinkRunner>> runners_;
+  std::vector<std::unique_ptr<LeaseKeeper>> keepers_;
+};
+
+TEST_F(SharedSinkTest, ARunnerWithAnOwnerAppliesOnlyThePartitionsItWasGiven) {
+  Append(0, 10);
+  Append(1, 10);
+  SinkRunner* a = Runner("engine-a", &script_);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(script_.applied.empty());  // nothing given yet
+  auto leases = storage_->OpenLeases();
+  auto got = leases->Acquire("sink/rec", kType, {0}, "engine-a", 10s, {});
+  ASSERT_TRUE(got.ok());
+  a->SetOwned(*got, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 10; }));
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(AppliedOf(script_, 1), 0u);
+  EXPECT_EQ(Saved(1), 0u);
+  EXPECT_EQ(a->owned(), (std::map<uint32_t, uint64_t>{{0, 1}}));
+  EXPECT_EQ(a->totals().offsets, (std::map<uint32_t, uint64_t>{{0, 10}}));
+}
+
+// Paused or cut off past its lease, a former owner's offset writes are
+// refused once another engine took the partition: it drops the partition
+// and the new owner's offsets stand.
+TEST_F(SharedSinkTest, AFormerOwnerIsFencedAndDropsThePartition) {
+  Append(0, 6);
+  SinkRunner* a = Runner("engine-a", &script_);
+  auto leases = storage_->OpenLeases();
+  auto got = leases->Acquire("sink/rec", kType, {0}, "engine-a", 10s, {});
+  ASSERT_TRUE(got.ok());
+  a->SetOwned(*got, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 6; }));
+  storage_->ExpireLeases("sink/rec", kType);
+  auto b = leases->Acquire("sink/rec", kType, {0}, "engine-b", 10s, {});
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->at(0), 2u);
+  sql::OffsetRow row;
+  row.event_id = 3;  // engine-b went back (say, a rewind)
+  ASSERT_TRUE(storage_->OpenOffsets()->SaveFenced("rec", kType, {{0, row}}, {"sink/rec", "engine-b", *b}).ok());
+  Append(0, 4);  // engine-a still applies these, but cannot save past them
+  ASSERT_TRUE(Eventually([&] { return a->owned().empty(); }));
+  EXPECT_EQ(Saved(0), 3u);
+  EXPECT_TRUE(a->totals().offsets.empty());
+}
+
+TEST_F(SharedSinkTest, PastItsLeasesValidityARunnerAppliesNothing) {
+  SinkRunner* a = Runner("engine-a", &script_);
+  auto got = storage_->OpenLeases()->Acquire("sink/rec", kType, {0, 1}, "engine-a", 10s, {});
+  ASSERT_TRUE(got.ok());
+  a->SetOwned(*got, std::chrono::steady_clock::now() + 30ms);
+  std::this_thread::sleep_for(60ms);
+  Append(0, 5);
+  std::this_thread::sleep_for(60ms);
+  EXPECT_EQ(AppliedOf(script_, 0), 0u);  // read, maybe, but held
+  a->SetOwned(*got, std::chrono::steady_clock::now() + 10s);  // renewed
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 5; }));
+}
+
+// Two engines' keepers split the partitions, hand them over when one
+// leaves, and never hold one partition at once (the lease log); every
+// event reaches the sink.
+TEST_F(SharedSinkTest, TwoEnginesSplitThePartitionsAndHandThemOver) {
+  Script& other = other_;
+  Append(0, 20);
+  Append(1, 20);
+  SinkRunner* a = Runner("engine-a", &script_);
+  SinkRunner* b = Runner("engine-b", &other);
+  LeaseKeeper* ka = Keeper("engine-a", a, 400ms);
+  LeaseKeeper* kb = Keeper("engine-b", b, 400ms);
+  ka->Start();
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
+  kb->Start();
+  // b joins: one partition moves, handed over (released, not left to expire).
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 1 && b->owned().size() == 1; }, 3s));
+  Append(0, 20);
+  Append(1, 20);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 40 && Saved(1) == 40; }));
+  // b leaves cleanly: a takes its partition at its next round.
+  kb->Stop();
+  b->Stop();
+  kb->Leave();
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }, 3s));
+  Append(0, 5);
+  Append(1, 5);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 45 && Saved(1) == 45; }));
+  ka->Stop();
+  // Every event reached one sink or the other, in order per engine.
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  for (Script* s : {&script_, &other}) {
+    std::lock_guard lock(s->mu);
+    seen.insert(s->applied.begin(), s->applied.end());
+  }
+  EXPECT_EQ(seen.size(), 90u);
+  auto history = storage_->OpenLeases()->History("sink/rec");
+  ASSERT_TRUE(history.ok());
+  EXPECT_GE(history->size(), 4u);  // taken by a, one by b, back to a
+  for (size_t i = 1; i < history->size(); ++i) {
+    const auto& x = history->at(i - 1);
+    const auto& y = history->at(i);
+    if (x.partition == y.partition) {
+      EXPECT_LE(x.ended_at_ms, y.taken_at_ms) << "partition " << y.partition;
+    }
+  }
+}
+
+// A restarted engine (same name, a new process) takes its leases over at
+// once; the old process is fenced and lets go.
+TEST_F(SharedSinkTest, ARestartedEngineTakesOverFromItsFormerProcess) {
+  Append(0, 5);
+  Append(1, 5);
+  Script& later = other_;
+  SinkRunner* old_runner = Runner("engine-a", &script_);
+  LeaseKeeper* old_keeper = Keeper("engine-a", old_runner, 10s);
+  ASSERT_TRUE(old_keeper->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 5 && Saved(1) == 5; }));
+  SinkRunner* new_runner = Runner("engine-a", &later);
+  LeaseKeeper* new_keeper = Keeper("engine-a", new_runner, 10s);
+  ASSERT_TRUE(new_keeper->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return new_runner->owned().size() == 2; }));
+  for (const auto& [p, token] : new_runner->owned()) EXPECT_EQ(token, 2u);
+  Append(0, 1);  // the old process's next save is refused: it drops both
+  ASSERT_TRUE(Eventually([&] { return old_runner->owned().empty(); }));
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 6; }));
+  // Its next heartbeat finds the new instance: a second process under its name.
+  Status twin = old_keeper->Round();
+  EXPECT_EQ(twin.code(), StatusCode::kFailedPrecondition) << twin.ToString();
+  EXPECT_NE(twin.message().find("engine.id"), std::string::npos);
 }
 
 }  // namespace

@@ -1,12 +1,33 @@
 #include "engine/sync_engine.h"
 
+#include <unistd.h>
+
+#include <cctype>
+
 #include "core/log.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
 
 namespace sluice::engine {
 
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "engine";
+  std::string out;
+  for (const char* c = name; *c && out.size() < 128; ++c) {
+    out += std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' ? *c : '-';
+  }
+  return out;
+}
+
+}  // namespace
+
 SyncEngine::SyncEngine(config::Config config, metrics::Registry* registry)
-    : config_(std::move(config)), registry_(registry ? *registry : metrics::UnexportedRegistry()) {}
+    : config_(std::move(config)),
+      registry_(registry ? *registry : metrics::UnexportedRegistry()),
+      member_(config_.engine.id.empty() ? HostName() : config_.engine.id) {}
 
 SyncEngine::~SyncEngine() { Stop(); }
 
@@ -22,10 +43,20 @@ Status SyncEngine::Start() {
     o.mysql = sql::ParamsFrom(config_.mysql);
     o.engine = config_.engine;
     o.barrier = barrier;
+    o.owner = member_;
     o.metrics = std::make_shared<metrics::SinkMetrics>(registry_, sink_cfg.name, o.partitions);
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
   }
   for (auto& r : runners_) RETURN_IF_ERROR(r->Start().WithContext("sink " + r->name()));
+  std::vector<SinkRunner*> leased;
+  for (auto& r : runners_) leased.push_back(r.get());
+  keeper_ = std::make_unique<LeaseKeeper>(
+      LeaseKeeper::Options{.member = member_,
+                           .address = "",
+                           .ttl = config_.engine.lease_ttl,
+                           .storage = std::make_shared<sql::MariaDbStorage>(sql::ParamsFrom(config_.mysql))},
+      std::move(leased));
+  keeper_->Start();  // the first round gives the runners their partitions
   started_ = true;
   return Status::Ok();
 }
@@ -33,7 +64,9 @@ Status SyncEngine::Start() {
 void SyncEngine::Stop() {
   if (!started_) return;
   started_ = false;
-  for (auto& r : runners_) r->Stop();
+  keeper_->Stop();
+  for (auto& r : runners_) r->Stop();  // each saves its offsets (fenced)
+  keeper_->Leave();  // the others take over at their next round
   for (auto& r : runners_) {
     const auto t = r->totals();
     Log(LogLevel::kInfo, "engine: sink " + r->name() + " stopped: read " + std::to_string(t.read) + ", applied " +

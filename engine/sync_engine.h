@@ -1,5 +1,7 @@
 // SyncEngine: the views half of sluice. One SinkRunner per configured sink;
-// sinks progress independently (DESIGN 4).
+// sinks progress independently (DESIGN 4). Several engines on one database
+// share the sinks' partitions through leases (engine/lease_keeper.h): each
+// runner applies only the partitions its engine holds.
 //
 // Lifecycle: construct with a validated Config, Start(), Stop(). Wake() may
 // be called from any thread (the writer calls it after each commit when both
@@ -7,9 +9,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "engine/lease_keeper.h"
 #include "engine/sink_runner.h"
 #include "metrics/metrics.h"
 
@@ -29,11 +34,17 @@ class SyncEngine {
   void Wake();
 
   const std::vector<std::unique_ptr<SinkRunner>>& runners() const { return runners_; }
+  // This engine's name among engines (engine.id, or the host name).
+  const std::string& member() const { return member_; }
+  // Why it stopped applying for good (another process under its name).
+  std::optional<std::string> Failed() const { return keeper_ ? keeper_->Failed() : std::nullopt; }
 
  private:
   const config::Config config_;
   metrics::Registry& registry_;
+  std::string member_;
   std::vector<std::unique_ptr<SinkRunner>> runners_;
+  std::unique_ptr<LeaseKeeper> keeper_;
   bool started_ = false;
 };
 

@@ -18,6 +18,12 @@ Status OffsetStore::Save(const std::string& sink, const std::string& type,
   return table_->Save(sink, type, progress);
 }
 
+Result<std::set<uint32_t>> OffsetStore::SaveFenced(const std::string& sink, const std::string& type,
+                                                   const std::map<uint32_t, PartitionProgress>& progress,
+                                                   const sql::Fence& fence) {
+  return table_->SaveFenced(sink, type, progress, fence);
+}
+
 Status OffsetStore::Rewind(const std::string& sink, const std::string& type, std::optional<uint32_t> partition,
                            uint64_t event_id, uint32_t partitions) {
   ASSIGN_OR_RETURN(auto current, Load(sink, type));

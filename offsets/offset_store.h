@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "core/status.h"
@@ -41,6 +42,12 @@ class OffsetStore {
   // Writes every given partition's progress in one statement.
   Status Save(const std::string& sink, const std::string& type,
               const std::map<uint32_t, PartitionProgress>& progress);
+
+  // Save() of the partitions whose lease `fence` still holds (several
+  // engines, DESIGN 10); returns the partitions refused, for which nothing
+  // was written.
+  Result<std::set<uint32_t>> SaveFenced(const std::string& sink, const std::string& type,
+                                        const std::map<uint32_t, PartitionProgress>& progress, const sql::Fence& fence);
 
   // Sets the offset of one partition (or every partition when nullopt) of
   // (sink, type) to `event_id`, keeping the counters. For rewinds.

@@ -49,12 +49,23 @@ std::string PartitionList(const std::vector<uint32_t>& partitions) {
   return in;
 }
 
-// "scope=... AND entity_type=..." of sluice_leases.
-std::string LeaseKey(Connection& c, const std::string& scope, const std::string& type) {
-  std::string w = "scope=";
+// "scope=... AND entity_type=..." of sluice_leases or sluice_lease_log
+// (columns prefixed by `alias`, e.g. "l.").
+std::string LeaseKey(Connection& c, const std::string& scope, const std::string& type, const std::string& alias = "") {
+  std::string w = alias + "scope=";
   c.AppendQuoted(w, scope);
-  w += " AND entity_type=";
+  w += " AND " + alias + "entity_type=";
   c.AppendQuoted(w, type);
+  return w;
+}
+
+// "(partition_id=P AND token=T) OR ..." of each lease held.
+std::string PartitionTokens(const std::map<uint32_t, uint64_t>& held) {
+  std::string w;
+  for (const auto& [p, token] : held) {
+    w += (w.empty() ? "(partition_id=" : " OR (partition_id=") + std::to_string(p) + " AND token=" +
+         std::to_string(token) + ")";
+  }
   return w;
 }
 
@@ -499,7 +510,8 @@ class MariaDbLeaseTable : public LeaseTable {
 
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
-                                               std::chrono::milliseconds ttl) override {
+                                               std::chrono::milliseconds ttl,
+                                               const std::map<uint32_t, uint64_t>& known) override {
     std::map<uint32_t, uint64_t> held;
     if (partitions.empty()) return held;
     ASSIGN_OR_RETURN(Connection * c, Ready());
@@ -521,29 +533,46 @@ class MariaDbLeaseTable : public LeaseTable {
       ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
                                               " WHERE " + key + " AND partition_id IN (" + in + ") FOR UPDATE"));
       std::vector<uint32_t> renew, take;
+      std::map<uint32_t, uint64_t> cut;  // live holds of a former process of `owner`
       for (const auto& r : current) {
         const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
         const bool live = U64(r.at(3)) != 0;
+        const bool mine = r.at(1).value_or("") == owner;
         const uint64_t token = U64(r.at(2));
-        if (live && r.at(1).value_or("") == owner) {
+        const auto k = known.find(p);
+        if (live && mine && k != known.end() && k->second == token) {
           renew.push_back(p);
           held[p] = token;
-        } else if (!live) {
+        } else if (!live || mine) {
+          if (live) cut[p] = token;
           take.push_back(p);
           held[p] = token + 1;
         }
       }
+      if (!cut.empty()) {
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log SET ended_at=NOW(6) WHERE " + key + " AND (" +
+                                   PartitionTokens(cut) + ")")
+                            .status());
+      }
       if (!renew.empty()) {
-        RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET expires_at=" + until + " WHERE " + key +
-                                   " AND partition_id IN (" + PartitionList(renew) + ")")
+        const std::string which = " AND partition_id IN (" + PartitionList(renew) + ")";
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET expires_at=" + until + " WHERE " + key + which).status());
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log h JOIN sluice_leases l USING (scope, entity_type, "
+                                   "partition_id, token) SET h.ended_at=l.expires_at WHERE " +
+                                   LeaseKey(*c, scope, type, "l.") + " AND l.partition_id IN (" +
+                                   PartitionList(renew) + ")")
                             .status());
       }
       if (!take.empty()) {
+        const std::string which = " AND partition_id IN (" + PartitionList(take) + ")";
         std::string q = "UPDATE sluice_leases SET owner=";
         c->AppendQuoted(q, owner);
-        q += ", token=token+1, taken_at=NOW(6), expires_at=" + until + " WHERE " + key + " AND partition_id IN (" +
-             PartitionList(take) + ")";
+        q += ", token=token+1, taken_at=NOW(6), expires_at=" + until + " WHERE " + key + which;
         RETURN_IF_ERROR(c->Execute(q).status());
+        RETURN_IF_ERROR(c->Execute("INSERT IGNORE INTO sluice_lease_log (scope, entity_type, partition_id, token, "
+                                   "owner, taken_at, ended_at) SELECT scope, entity_type, partition_id, token, owner, "
+                                   "taken_at, expires_at FROM sluice_leases WHERE " + key + which)
+                            .status());
       }
       return Status::Ok();
     }));
@@ -554,15 +583,33 @@ class MariaDbLeaseTable : public LeaseTable {
                  const std::string& owner) override {
     if (held.empty()) return Status::Ok();
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string which;
-    for (const auto& [p, token] : held) {
-      which += (which.empty() ? "" : " OR ") + std::string("(partition_id=") + std::to_string(p) +
-               " AND token=" + std::to_string(token) + ")";
+    std::string mine = LeaseKey(*c, scope, type) + " AND owner=";
+    c->AppendQuoted(mine, owner);
+    mine += " AND (" + PartitionTokens(held) + ")";
+    return InTransaction(*c, [&]() -> Status {
+      // Only the holds that still run end now (one already taken over ended earlier).
+      RETURN_IF_ERROR(
+          c->Execute("UPDATE sluice_lease_log SET ended_at=NOW(6) WHERE " + mine + " AND ended_at > NOW(6)").status());
+      return c->Execute("UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' WHERE " + mine)
+          .status();
+    });
+  }
+
+  Result<std::vector<LeaseSpan>> History(const std::string& scope) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    std::string q = "SELECT scope, entity_type, partition_id, token, owner, FLOOR(UNIX_TIMESTAMP(taken_at) * 1000),"
+                    " FLOOR(UNIX_TIMESTAMP(ended_at) * 1000) FROM sluice_lease_log";
+    if (!scope.empty()) {
+      q += " WHERE scope=";
+      c->AppendQuoted(q, scope);
     }
-    std::string q = "UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' WHERE " +
-                    LeaseKey(*c, scope, type) + " AND owner=";
-    c->AppendQuoted(q, owner);
-    return c->Execute(q + " AND (" + which + ")").status();
+    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY scope, entity_type, partition_id, token"));
+    std::vector<LeaseSpan> out;
+    for (const auto& r : rows) {
+      out.push_back({r.at(0).value_or(""), r.at(1).value_or(""), static_cast<uint32_t>(U64(r.at(2))), U64(r.at(3)),
+                     r.at(4).value_or(""), I64(r.at(5)), I64(r.at(6))});
+    }
+    return out;
   }
 
   Result<std::vector<LeaseRow>> List(const std::string& scope) override {
@@ -588,15 +635,31 @@ class MariaDbLeaseTable : public LeaseTable {
     return out;
   }
 
-  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+  Result<std::string> Heartbeat(const std::string& group, const std::string& member, const std::string& address,
+                                const std::string& instance) override {
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string q = "INSERT INTO sluice_members (member_group, member, address) VALUES (";
-    c->AppendQuoted(q, group);
-    q += ',';
-    c->AppendQuoted(q, member);
-    q += ',';
-    c->AppendQuoted(q, address);
-    return c->Execute(q + ") ON DUPLICATE KEY UPDATE address=VALUES(address), heartbeat_at=NOW(6)").status();
+    std::string key = "member_group=";
+    c->AppendQuoted(key, group);
+    key += " AND member=";
+    c->AppendQuoted(key, member);
+    std::string before;
+    RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
+      ASSIGN_OR_RETURN(auto rows, c->Query("SELECT instance FROM sluice_members WHERE " + key + " FOR UPDATE"));
+      before = rows.empty() ? "" : rows.at(0).at(0).value_or("");
+      std::string q = "INSERT INTO sluice_members (member_group, member, address, instance) VALUES (";
+      c->AppendQuoted(q, group);
+      q += ',';
+      c->AppendQuoted(q, member);
+      q += ',';
+      c->AppendQuoted(q, address);
+      q += ',';
+      c->AppendQuoted(q, instance);
+      // A new instance starts anew.
+      q += ") ON DUPLICATE KEY UPDATE started_at=IF(instance=VALUES(instance), started_at, NOW(6)),"
+           " address=VALUES(address), instance=VALUES(instance), heartbeat_at=NOW(6)";
+      return c->Execute(q).status();
+    }));
+    return before;
   }
 
   Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {
@@ -626,6 +689,7 @@ class MariaDbLeaseTable : public LeaseTable {
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     if (!ready_ || !session_.healthy()) {
       RETURN_IF_ERROR(c->Execute(kLeasesDdl).status());
+      RETURN_IF_ERROR(c->Execute(kLeaseLogDdl).status());
       RETURN_IF_ERROR(c->Execute(kMembersDdl).status());
       ready_ = true;
     }

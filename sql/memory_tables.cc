@@ -1,8 +1,10 @@
 #include "sql/memory_tables.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <tuple>
+#include <utility>
 
 namespace sluice::sql {
 
@@ -19,8 +21,12 @@ struct MemoryStorage::Tables {
   };
   // (scope, type) -> partition -> lease
   std::map<std::pair<std::string, std::string>, std::map<uint32_t, Lease>> leases;
+  // sluice_lease_log: (scope, type, partition, token) -> its hold, times in
+  // system-clock ms (steady_clock mapped at the moment it is written)
+  std::map<std::tuple<std::string, std::string, uint32_t, uint64_t>, LeaseSpan> lease_log;
   struct Member {
     std::string address;
+    std::string instance;
     std::chrono::steady_clock::time_point heartbeat{};
   };
   // group -> member -> its last heartbeat
@@ -319,7 +325,8 @@ class MemoryLeaseTable : public LeaseTable {
 
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
-                                               std::chrono::milliseconds ttl) override {
+                                               std::chrono::milliseconds ttl,
+                                               const std::map<uint32_t, uint64_t>& known) override {
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
     const auto now = std::chrono::steady_clock::now();
@@ -328,12 +335,19 @@ class MemoryLeaseTable : public LeaseTable {
     for (const uint32_t p : partitions) {
       MemoryStorage::Tables::Lease& l = leases[p];
       const bool live = l.expires > now;
-      if (live && l.owner != owner) continue;
-      if (!live) {
+      const bool mine = l.owner == owner;
+      const auto k = known.find(p);
+      const bool renew = live && mine && k != known.end() && k->second == l.token;
+      if (live && !mine) continue;
+      if (!renew) {
+        if (live) Span(scope, type, p, l.token).ended_at_ms = NowMs();  // cut: a former process of owner
         l.owner = owner;
         ++l.token;
+        LeaseSpan& span = Span(scope, type, p, l.token);
+        span = {scope, type, p, l.token, owner, NowMs(), 0};
       }
       l.expires = now + ttl;
+      Span(scope, type, p, l.token).ended_at_ms = NowMs() + ttl.count();
       held[p] = l.token;
     }
     return held;
@@ -344,13 +358,25 @@ class MemoryLeaseTable : public LeaseTable {
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
     auto& leases = s_->tables().leases[{scope, type}];
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& [p, token] : held) {
       const auto it = leases.find(p);
       if (it == leases.end() || it->second.owner != owner || it->second.token != token) continue;
+      if (it->second.expires > now) Span(scope, type, p, token).ended_at_ms = NowMs();
       it->second.owner.clear();
       it->second.expires = {};
     }
     return Status::Ok();
+  }
+
+  Result<std::vector<LeaseSpan>> History(const std::string& scope) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    std::vector<LeaseSpan> out;
+    for (const auto& [key, span] : s_->tables().lease_log) {
+      if (scope.empty() || span.scope == scope) out.push_back(span);
+    }
+    return out;
   }
 
   Result<std::vector<LeaseRow>> List(const std::string& scope) override {
@@ -368,11 +394,15 @@ class MemoryLeaseTable : public LeaseTable {
     return out;
   }
 
-  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+  Result<std::string> Heartbeat(const std::string& group, const std::string& member, const std::string& address,
+                                const std::string& instance) override {
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
-    s_->tables().members[group][member] = {address, std::chrono::steady_clock::now()};
-    return Status::Ok();
+    auto& m = s_->tables().members[group][member];
+    std::string before = std::exchange(m.instance, instance);
+    m.address = address;
+    m.heartbeat = std::chrono::steady_clock::now();
+    return before;
   }
 
   Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {
@@ -399,6 +429,11 @@ class MemoryLeaseTable : public LeaseTable {
     if (!open_) RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
     return s_->Enter(MemoryStorage::Op::kLeases, &open_);
   }
+  // Under the lock: the log row of (scope, type, p, token), made when missing.
+  LeaseSpan& Span(const std::string& scope, const std::string& type, uint32_t p, uint64_t token) {
+    return s_->tables().lease_log[{scope, type, p, token}];
+  }
+  static int64_t NowMs() { return NowUs() / 1000; }
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
 };
@@ -518,7 +553,12 @@ std::unique_ptr<LeaseTable> MemoryStorage::OpenLeases() { return std::make_uniqu
 
 void MemoryStorage::ExpireLeases(const std::string& scope, const std::string& type) {
   Lock lock(mu_);
-  for (auto& [p, l] : tables_->leases[{scope, type}]) l.expires = {};
+  const int64_t now_ms = NowUs() / 1000;
+  for (auto& [p, l] : tables_->leases[{scope, type}]) {
+    l.expires = {};
+    const auto span = tables_->lease_log.find({scope, type, p, l.token});
+    if (span != tables_->lease_log.end()) span->second.ended_at_ms = std::min(span->second.ended_at_ms, now_ms);
+  }
 }
 
 void MemoryStorage::FailNext(Op op, Status status, int times) {

@@ -70,6 +70,7 @@ constexpr const char* kMetaDdl[] = {
     "UNIQUE KEY uk_event (sink, entity_type, partition_id, event_id)"
     ") ENGINE=InnoDB",
     kLeasesDdl,
+    kLeaseLogDdl,
     kMembersDdl,
     "CREATE TABLE IF NOT EXISTS sluice_entity_types ("
     "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"

@@ -24,7 +24,7 @@ namespace sluice::sql {
 
 inline constexpr int kSchemaVersion = 1;
 
-// sluice_leases and sluice_members (tables.h LeaseTable): made by init, and
+// sluice_leases, sluice_lease_log and sluice_members (tables.h LeaseTable): made by init, and
 // by the lease table at its first use in a database made before them.
 inline constexpr const char* kLeasesDdl =
     "CREATE TABLE IF NOT EXISTS sluice_leases ("
@@ -37,11 +37,26 @@ inline constexpr const char* kLeasesDdl =
     "taken_at TIMESTAMP(6) NULL,"
     "PRIMARY KEY (scope, entity_type, partition_id)"
     ") ENGINE=InnoDB";
+// One row per (lease, token): who held it from when to when (ended_at: the
+// expiry its last renewal set, or when it was released or cut). A check that
+// no partition had two owners at once reads it (tests, `sluice status`).
+inline constexpr const char* kLeaseLogDdl =
+    "CREATE TABLE IF NOT EXISTS sluice_lease_log ("
+    "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "partition_id INT UNSIGNED NOT NULL,"
+    "token BIGINT UNSIGNED NOT NULL,"
+    "owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "taken_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    "ended_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    "PRIMARY KEY (scope, entity_type, partition_id, token)"
+    ") ENGINE=InnoDB";
 inline constexpr const char* kMembersDdl =
     "CREATE TABLE IF NOT EXISTS sluice_members ("
     "member_group VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
     "member VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
     "address VARCHAR(255) NOT NULL DEFAULT '',"
+    "instance VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',"
     "started_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     "heartbeat_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     "PRIMARY KEY (member_group, member)"

@@ -204,26 +204,50 @@ struct Fence {
   std::map<uint32_t, uint64_t> tokens;
 };
 
+// One owner's hold of one lease, from sluice_lease_log: the token, who held
+// it, and its span by the server's clock (ms since the Unix epoch). Two
+// spans of one partition overlap only if two owners held it at once.
+struct LeaseSpan {
+  std::string scope;
+  std::string entity_type;
+  uint32_t partition = 0;
+  uint64_t token = 0;
+  std::string owner;
+  int64_t taken_at_ms = 0;
+  int64_t ended_at_ms = 0;  // the expiry its last renewal set, or when it was released or cut
+};
+
 class LeaseTable {
  public:
   virtual ~LeaseTable() = default;
-  // In one transaction: renews each of `partitions` that `owner` holds
-  // unexpired (same token, expiry now + ttl) and takes each that is free or
-  // expired (token + 1). Returns partition -> token of every one `owner`
-  // holds afterwards; the others belong to another owner whose lease runs.
+  // In one transaction, for each of `partitions`: renews it (same token,
+  // expiry now + ttl) when `owner` holds it unexpired with the token `known`
+  // gives for it; takes it (token + 1) when it is free or expired, or held
+  // by `owner` under a token `known` does not give (a restarted process of
+  // the same member takes over from its former self, which is fenced from
+  // then on). Returns partition -> token of every one `owner` holds
+  // afterwards; the others belong to another owner whose lease runs.
   virtual Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                        const std::vector<uint32_t>& partitions,
-                                                       const std::string& owner, std::chrono::milliseconds ttl) = 0;
+                                                       const std::string& owner, std::chrono::milliseconds ttl,
+                                                       const std::map<uint32_t, uint64_t>& known) = 0;
   // Gives up the leases `owner` holds with these tokens: they expire now
   // (the token stays, so the next taker's is higher).
   virtual Status Release(const std::string& scope, const std::string& type,
                          const std::map<uint32_t, uint64_t>& held, const std::string& owner) = 0;
   // Every lease of `scope` (every scope when empty), by scope, type, partition.
   virtual Result<std::vector<LeaseRow>> List(const std::string& scope) = 0;
+  // Every hold of a lease of `scope` (every scope when empty), by scope,
+  // type, partition and token.
+  virtual Result<std::vector<LeaseSpan>> History(const std::string& scope) = 0;
 
   // ---- members ----
-  // Records that `member` of `group` ("engine", "writer") is alive now.
-  virtual Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) = 0;
+  // Records that `member` of `group` ("engine", "writer") is alive now, run
+  // by the process `instance` (random per process). Returns the instance
+  // the member's row named before ("" when new): once the caller has beaten
+  // once, another one means a second process runs under the same name.
+  virtual Result<std::string> Heartbeat(const std::string& group, const std::string& member,
+                                        const std::string& address, const std::string& instance) = 0;
   // The members of `group` whose last heartbeat is younger than `ttl`, by name.
   virtual Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) = 0;
   // Removes `member` (it stops cleanly; the others need not wait for its heartbeat to age).

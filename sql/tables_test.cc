@@ -269,21 +269,21 @@ TEST_P(TablesContractTest, LeasesAreTakenRenewedReleasedAndFenceOffsetWrites) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();
   const std::string scope = "sink/cache";
-  auto a = leases->Acquire(scope, "account", {0, 1}, "engine-a", 60s);
+  auto a = leases->Acquire(scope, "account", {0, 1}, "engine-a", 60s, {});
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(*a, (std::map<uint32_t, uint64_t>{{0, 1}, {1, 1}}));
-  auto b = leases->Acquire(scope, "account", {0, 1}, "engine-b", 60s);
+  auto b = leases->Acquire(scope, "account", {0, 1}, "engine-b", 60s, {});
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_TRUE(b->empty());  // both run, and are engine-a's
-  auto renewed = leases->Acquire(scope, "account", {0}, "engine-a", 60s);
+  auto renewed = leases->Acquire(scope, "account", {0}, "engine-a", 60s, *a);
   ASSERT_TRUE(renewed.ok());
   EXPECT_EQ(*renewed, (std::map<uint32_t, uint64_t>{{0, 1}}));  // a renewal keeps the token
   ASSERT_TRUE(leases->Release(scope, "account", {{1, 1}}, "engine-a").ok());
-  b = leases->Acquire(scope, "account", {0, 1}, "engine-b", 60s);
+  b = leases->Acquire(scope, "account", {0, 1}, "engine-b", 60s, {});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, (std::map<uint32_t, uint64_t>{{1, 2}}));  // taken again: a higher token
   // The same lease of another scope is another lease.
-  auto other = leases->Acquire("writer", "account", {1}, "writer-1", 60s);
+  auto other = leases->Acquire("writer", "account", {1}, "writer-1", 60s, {});
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(*other, (std::map<uint32_t, uint64_t>{{1, 1}}));
 
@@ -324,14 +324,14 @@ TEST_P(TablesContractTest, LeasesAreTakenRenewedReleasedAndFenceOffsetWrites) {
 TEST_P(TablesContractTest, AnExpiredLeaseIsTakenOverAndItsFormerOwnerIsFenced) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();
-  auto a = leases->Acquire("sink/s", "account", {0}, "engine-a", 100ms);
+  auto a = leases->Acquire("sink/s", "account", {0}, "engine-a", 100ms, {});
   ASSERT_TRUE(a.ok());
   ASSERT_EQ(a->at(0), 1u);
   std::this_thread::sleep_for(300ms);
-  auto b = leases->Acquire("sink/s", "account", {0}, "engine-b", 60s);
+  auto b = leases->Acquire("sink/s", "account", {0}, "engine-b", 60s, {});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, (std::map<uint32_t, uint64_t>{{0, 2}}));
-  auto again = leases->Acquire("sink/s", "account", {0}, "engine-a", 60s);
+  auto again = leases->Acquire("sink/s", "account", {0}, "engine-a", 60s, *a);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->empty());
   OffsetRow row;
@@ -347,9 +347,18 @@ TEST_P(TablesContractTest, AnExpiredLeaseIsTakenOverAndItsFormerOwnerIsFenced) {
 TEST_P(TablesContractTest, MembersAreTheOnesWithARecentHeartbeat) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();
-  ASSERT_TRUE(leases->Heartbeat("engine", "b", "").ok());
-  ASSERT_TRUE(leases->Heartbeat("engine", "a", "").ok());
-  ASSERT_TRUE(leases->Heartbeat("writer", "w", "http://127.0.0.1:1").ok());
+  auto first = leases->Heartbeat("engine", "b", "", "i1");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, "");
+  ASSERT_TRUE(leases->Heartbeat("engine", "a", "", "i2").ok());
+  ASSERT_TRUE(leases->Heartbeat("writer", "w", "http://127.0.0.1:1", "i3").ok());
+  // The instance that beat before: the same process, then a second one under the same name.
+  auto again = leases->Heartbeat("engine", "b", "", "i1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, "i1");
+  auto twin = leases->Heartbeat("engine", "b", "", "i9");
+  ASSERT_TRUE(twin.ok());
+  EXPECT_EQ(*twin, "i1");
   auto engines = leases->Members("engine", 60s);
   ASSERT_TRUE(engines.ok()) << engines.status().ToString();
   ASSERT_EQ(engines->size(), 2u);
@@ -384,18 +393,23 @@ TEST_P(TablesContractTest, OwnersRacingForLeasesNeverShareATokenOfAPartition) {
     threads.emplace_back([&, o] {
       auto leases = storage_->OpenLeases();
       const std::string me = "owner-" + std::to_string(o);
+      std::map<uint32_t, uint64_t> mine;
       for (int round = 0; round < kRounds; ++round) {
-        auto got = leases->Acquire("sink/race", "account", {0, 1, 2, 3}, me, 5ms);
+        auto got = leases->Acquire("sink/race", "account", {0, 1, 2, 3}, me, 5ms, mine);
         if (!got.ok()) {
           // A deadlock between two acquisitions is reported, never half-applied.
           (got.status().code() == StatusCode::kAborted ? aborted : failures)++;
           continue;
         }
+        mine = *got;
         {
           std::lock_guard lock(mu);
           for (const auto& [p, token] : *got) holders[{p, token}].insert(me);
         }
-        if (round % 3 == 0) (void)leases->Release("sink/race", "account", *got, me);
+        if (round % 3 == 0) {
+          (void)leases->Release("sink/race", "account", *got, me);
+          mine.clear();
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(round % 4 * 3));
       }
     });
@@ -408,6 +422,51 @@ TEST_P(TablesContractTest, OwnersRacingForLeasesNeverShareATokenOfAPartition) {
     ++tokens;
   }
   EXPECT_GT(tokens, 8u);  // the leases did change hands
+  // The log agrees: each partition's holds follow one another in time.
+  auto history = storage_->OpenLeases()->History("sink/race");
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  EXPECT_EQ(history->size(), tokens);
+  for (size_t i = 1; i < history->size(); ++i) {
+    const LeaseSpan& before = history->at(i - 1);
+    const LeaseSpan& after = history->at(i);
+    if (before.partition != after.partition) continue;
+    EXPECT_EQ(after.token, before.token + 1);
+    EXPECT_LE(before.ended_at_ms, after.taken_at_ms) << "partition " << after.partition << " token " << after.token;
+  }
+}
+
+// A restarted process of a member (same name, no tokens known) takes its
+// live leases over with a higher token: its former self is fenced, and the
+// log shows the former hold cut where the new one starts.
+TEST_P(TablesContractTest, ARestartedMemberTakesItsLeasesOverFromItsFormerSelf) {
+  using namespace std::chrono_literals;
+  auto leases = storage_->OpenLeases();
+  auto before = leases->Acquire("sink/s", "account", {0, 1}, "engine-a", 60s, {});
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(*before, (std::map<uint32_t, uint64_t>{{0, 1}, {1, 1}}));
+  // One lease it knows (renewed), one it does not (taken over).
+  auto after = leases->Acquire("sink/s", "account", {0, 1}, "engine-a", 60s, {{0, 1}});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, (std::map<uint32_t, uint64_t>{{0, 1}, {1, 2}}));
+  OffsetRow row;
+  row.event_id = 3;
+  auto refused = storage_->OpenOffsets()->SaveFenced("s", "account", {{0, row}, {1, row}},
+                                                     Fence{"sink/s", "engine-a", *before});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(*refused, std::set<uint32_t>{1});
+  ASSERT_TRUE(leases->Release("sink/s", "account", *after, "engine-a").ok());
+  auto history = leases->History("sink/s");
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  ASSERT_EQ(history->size(), 3u);
+  EXPECT_EQ(history->at(0).partition, 0u);
+  EXPECT_EQ(history->at(1).partition, 1u);
+  EXPECT_EQ(history->at(1).token, 1u);
+  EXPECT_EQ(history->at(2).token, 2u);
+  EXPECT_LE(history->at(1).ended_at_ms, history->at(2).taken_at_ms);
+  for (const LeaseSpan& s : *history) {
+    EXPECT_EQ(s.owner, "engine-a");
+    EXPECT_LT(s.ended_at_ms - s.taken_at_ms, 50'000);  // released, not left to run for 60 s
+  }
 }
 
 }  // namespace

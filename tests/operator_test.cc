@@ -83,14 +83,16 @@ TEST(Operator, StatusTableStaysAlignedWithElasticsearchSinksAndLongNames) {
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   ASSERT_EQ(RunSluice({"status", "--config", path}, &out), 0) << out;
-  const auto lines = Lines(out);
-  ASSERT_EQ(lines.size(), 7u) << out;  // the header and 3 sinks x 2 partitions
+  auto lines = Lines(out);
+  ASSERT_EQ(lines.size(), 8u) << out;  // the header, 3 sinks x 2 partitions and the engines running
+  EXPECT_EQ(lines.back(), "engines: none running");
+  lines.pop_back();
   // Where each column starts in the header; every row has a cell starting there.
   std::vector<size_t> starts;
   for (size_t i = 0; i < lines[0].size(); ++i) {
     if (lines[0][i] != ' ' && (i == 0 || lines[0][i - 1] == ' ')) starts.push_back(i);
   }
-  ASSERT_EQ(starts.size(), 11u) << lines[0];
+  ASSERT_EQ(starts.size(), 12u) << lines[0];  // the last: OWNER
   for (size_t l = 1; l < lines.size(); ++l) {
     for (size_t c = 1; c < starts.size(); ++c) {
       const size_t at = starts[c];

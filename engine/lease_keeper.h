@@ -1,0 +1,99 @@
+// LeaseKeeper: how one sync engine shares its sinks' partitions with the
+// other engines of the same database (DESIGN 10).
+//
+// Every round (a quarter of the lease TTL) it
+//   1. heartbeats in sluice_members (group "engine") and reads the live
+//      members (a heartbeat younger than the TTL);
+//   2. computes, alone, which partitions of each sink should be its own
+//      (engine/assignment.h: every engine computes the same from the same
+//      members, and a member joining or leaving moves few partitions);
+//   3. renews the leases it holds and takes the free or expired ones it
+//      should own (sql::LeaseTable::Acquire, fencing token + 1 on a take),
+//      keeping a lease while its runner still applies the partition;
+//   4. gives each runner the partitions it holds and should own
+//      (SinkRunner::SetOwned, valid for two thirds of the TTL from the
+//      round's start), and releases a lease once its runner let go of the
+//      partition (flushed and saved it), so the next owner need not wait
+//      for the lease to expire: a rebalance moves only the moved partitions,
+//      each stopping here before it starts there.
+// A round that fails leaves the runners their partitions until that
+// validity passes; then they hold still (SinkRunner) and, one round later,
+// the keeper takes every partition away from them: an engine cut off from
+// the database, or frozen past its lease, applies nothing more once another
+// engine may have taken over, and its offset writes are fenced anyway.
+//
+// The member name (engine.id) must be unique per engine process. A process
+// restarted under the same name takes its leases over at once (its former
+// self is fenced by the higher token); a second live process under the same
+// name is detected by the heartbeat's instance and fails the keeper
+// (Failed() says why) instead of fighting over the leases.
+//
+// Threads: Start/Stop from the engine's thread; the rounds run on the
+// keeper's own thread. Round() is for tests (never while started).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sink_runner.h"
+#include "sql/tables.h"
+
+namespace sluice::engine {
+
+class LeaseKeeper {
+ public:
+  struct Options {
+    std::string member;   // this engine's name among engines (engine.id)
+    std::string address;  // where it can be reached (shown by `sluice status`); may be empty
+    std::chrono::milliseconds ttl{10'000};
+    std::shared_ptr<sql::Storage> storage;  // the leases' tables
+  };
+  // runners: the engine's runners, each with options.owner == member; they
+  // must outlive the keeper's rounds (Stop before destroying them).
+  LeaseKeeper(Options options, std::vector<SinkRunner*> runners);
+  ~LeaseKeeper();  // calls Stop()
+
+  // Runs the first round, then one every ttl/4 on the keeper's thread.
+  void Start();
+  // Stops the rounds; the leases stay until Leave().
+  void Stop();
+  // After the runners stopped (and saved their offsets): releases every
+  // lease held and leaves the group, so the others take over at their next
+  // round instead of after the TTL.
+  void Leave();
+
+  // One round (see above).
+  Status Round();
+  // Why the keeper stopped for good (a second process under its name).
+  std::optional<std::string> Failed() const;
+
+ private:
+  void Loop();
+  // Takes every partition from the runners (after validity lapsed).
+  void Disown();
+
+  const Options options_;
+  const std::vector<SinkRunner*> runners_;
+  const std::string instance_;  // random per process
+  std::unique_ptr<sql::LeaseTable> leases_;
+  // Keeper thread: per runner (scope), partition -> token of the leases it holds.
+  std::map<std::string, std::map<uint32_t, uint64_t>> held_;
+  int beats_ = 0;  // heartbeats written by this process
+  std::chrono::steady_clock::time_point last_ok_{};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::optional<std::string> failed_;
+  std::thread thread_;
+};
+
+}  // namespace sluice::engine
