@@ -1,6 +1,7 @@
 // sluice serve, sluice writer, sluice sync: the long-running processes.
 #include <pthread.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -63,7 +64,11 @@ po::options_description RunOptions(const std::string& name) {
   std::string what = name == "serve"   ? "Runs the writer's HTTP API and the sync engine in one process.\nCreates missing tables first unless --no-init.\n"
                      : name == "writer" ? "Runs the writer's HTTP API alone. The schema must exist (`sluice init`).\n"
                                         : "Runs the sync engine alone: pulls every partition into the configured sinks.\nThe schema must exist (`sluice init`).\n";
-  po::options_description desc("usage: sluice " + name + " --config FILE\n\n" + what +
+  if (name != "writer") {
+    what += "Engines on one database share the sinks' partitions: each partition is applied by\none engine at a time, under a lease (engine.lease_ttl) that another takes over\nwhen it stops (docs/deployment.md).\n";
+  }
+  po::options_description desc("usage: sluice " + name + " --config FILE" + (name == "writer" ? "" : " [--id NAME]") +
+                               "\n\n" + what +
                                "Stops cleanly on SIGINT or SIGTERM (queued commands are finished, offsets saved).\n\noptions");
   const std::string metrics_key = MetricsKey(name);
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
@@ -71,6 +76,11 @@ po::options_description RunOptions(const std::string& name) {
   if (name == "serve") desc.add_options()("no-init", "do not create missing tables");
   if (with_writer) {
     desc.add_options()("allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
+  }
+  if (name != "writer") {
+    desc.add_options()("id", po::value<std::string>(),
+                       "this engine's name among the engines sharing the sinks, instead of engine.id (default: the "
+                       "host name); unique per process");
   }
   desc.add_options()("metrics-listen", po::value<std::string>(),
                      ("HOST:PORT of this process's metrics listener, instead of " + metrics_key +
@@ -95,6 +105,11 @@ int Run(const Invocation& call) {
   }
   auto cfg = ConfigFrom(vm, name);
   if (!cfg) return kExitFailure;
+  if (vm.count("id")) {
+    const std::string id = vm["id"].as<std::string>();
+    if (!config::IsValidMemberName(id)) throw Usage{"--id must be 1-128 letters, digits, '.', '_', ':' or '-', got '" + id + "'"};
+    cfg->engine.id = id;
+  }
 
   // Block the stop signals before any thread starts so that only sigwait sees them.
   sigset_t stop_signals;
@@ -128,6 +143,8 @@ int Run(const Invocation& call) {
   std::unique_ptr<engine::SyncEngine> sync;
   if (with_engine) {
     sync = std::make_unique<engine::SyncEngine>(*cfg, &registry);
+    // A second process under this engine's name: stop, and say so by the exit code.
+    sync->SetOnFailure([](const std::string&) { kill(getpid(), SIGTERM); });
     if (Status s = sync->Start(); !s.ok()) {
       std::cerr << "sluice " << name << ": " << s.message() << "\n";
       return kExitFailure;
@@ -182,8 +199,8 @@ int Run(const Invocation& call) {
       if (!sinks.empty()) sinks += ", ";
       sinks += s.name + " (" + s.type + ")";
     }
-    std::printf("sluice %s: syncing %zu sink(s)%s%s\n", name.c_str(), cfg->sinks.size(), sinks.empty() ? "" : ": ",
-                sinks.c_str());
+    std::printf("sluice %s: syncing %zu sink(s)%s%s as engine %s\n", name.c_str(), cfg->sinks.size(),
+                sinks.empty() ? "" : ": ", sinks.c_str(), sync->member().c_str());
   }
   std::unique_ptr<admin::AdminService> admin_service;
   if (sync && cfg->admin.enabled) {
@@ -204,6 +221,10 @@ int Run(const Invocation& call) {
   if (service) service->Stop();
   monitor->Stop();
   if (sync) sync->Stop();
+  if (sync && sync->Failed()) {
+    std::cerr << "sluice " << name << ": " << *sync->Failed() << "\n";
+    return kExitFailure;
+  }
   return kExitOk;
 }
 

@@ -18,9 +18,9 @@ namespace {
 
 const std::vector<Subcommand>& Subcommands() {
   static const std::vector<Subcommand> table = {
-      RunCommand("serve", "serve --config FILE", "run the writer (HTTP API) and the sync engine in one process"),
+      RunCommand("serve", "serve --config FILE [--id NAME]", "run the writer (HTTP API) and the sync engine in one process"),
       RunCommand("writer", "writer --config FILE", "run the writer alone"),
-      RunCommand("sync", "sync --config FILE", "run the sync engine alone (pull every partition into the sinks)"),
+      RunCommand("sync", "sync --config FILE [--id NAME]", "run the sync engine alone (pull every partition into the sinks)"),
       InitCommand(),
       StatusCommand(),
       VerifyCommand(),

@@ -163,6 +163,24 @@ TEST(Sinks, ReadsEngineKeys) {
   EXPECT_EQ(r->engine.inflight_batches, 64u);
 }
 
+TEST(Sinks, ReadsTheEnginesNameAndLeaseTtl) {
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + "engine:\n  id: sync-a.host_1:2\n  lease_ttl: 3s\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->engine.id, "sync-a.host_1:2");
+  EXPECT_EQ(r->engine.lease_ttl, std::chrono::seconds(3));
+  EXPECT_NE(r->Redacted().find("  id: sync-a.host_1:2\n  lease_ttl: 3s\n"), std::string::npos) << r->Redacted();
+  Result<Config> defaults = LoadConfigFromString(std::string(kValid), kFile);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->engine.id, "");  // the host name, chosen at start
+  EXPECT_EQ(defaults->engine.lease_ttl, std::chrono::seconds(10));
+}
+
+TEST(SinkErrors, AnEngineNameOrLeaseTtlOutOfShape) {
+  EXPECT_EQ(Errors(std::string(kValid) + "engine:\n  id: \"two words\"\n  lease_ttl: 500ms\n"),
+            "t.yaml:11:7: engine.id: must be a name of 1-128 letters, digits, '.', '_', ':' or '-', got \"two words\"\n"
+            "t.yaml:12:14: engine.lease_ttl: must be between 1s and 10m, got \"500ms\"");
+}
+
 TEST(Sinks, ReadsAntiEntropyKeys) {
   Result<Config> r = LoadConfigFromString(std::string(kValid) + R"(engine:
   anti_entropy: {enabled: false, rate: 1000000, batch: 5000}

@@ -543,6 +543,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  retry_backoff_max: 5s\n"
             "  inflight_batches: 4\n"
             "  durability_barrier: auto\n"
+            "  lease_ttl: 10s\n"
             "  anti_entropy:\n"
             "    enabled: true\n"
             "    rate: 100\n"

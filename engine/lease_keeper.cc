@@ -90,8 +90,11 @@ void LeaseKeeper::Loop() {
     if (st.code() == StatusCode::kFailedPrecondition) {
       Log(LogLevel::kError, "engine: " + st.message());
       Disown();
-      std::lock_guard lock(mu_);
-      failed_ = st.message();
+      {
+        std::lock_guard lock(mu_);
+        failed_ = st.message();
+      }
+      if (options_.on_failure) options_.on_failure(st.message());
       return;
     }
     LogRateLimited(LogLevel::kWarn, "engine.leases", "engine: lease round failed: " + st.message());

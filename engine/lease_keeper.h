@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,8 @@ class LeaseKeeper {
     std::string address;  // where it can be reached (shown by `sluice status`); may be empty
     std::chrono::milliseconds ttl{10'000};
     std::shared_ptr<sql::Storage> storage;  // the leases' tables
+    // Called once, on the keeper's thread, when it fails for good (Failed()).
+    std::function<void(const std::string&)> on_failure;
   };
   // runners: the engine's runners, each with options.owner == member; they
   // must outlive the keeper's rounds (Stop before destroying them).

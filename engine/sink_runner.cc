@@ -268,6 +268,10 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     DropOwnedLocked(gone);
   }
   if (added.empty()) return;
+  // Opened again before their first event: a sink that learns at Open()
+  // what is already written (Kafka reads its topic back) learns what their
+  // last owner wrote past its saved offsets.
+  CloseSink();
   // Taken over from where their last owner saved them.
   auto stored = store_->Load(options_.sink.name, options_.sink.entity);
   if (!stored.ok()) {

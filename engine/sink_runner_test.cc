@@ -415,7 +415,7 @@ class SharedSinkTest : public SinkRunnerUnitTest {
 
   LeaseKeeper* Keeper(const std::string& member, SinkRunner* runner, std::chrono::milliseconds ttl) {
     keepers_.push_back(std::make_unique<LeaseKeeper>(
-        LeaseKeeper::Options{.member = member, .address = "", .ttl = ttl, .storage = storage_},
+        LeaseKeeper::Options{.member = member, .address = "", .ttl = ttl, .storage = storage_, .on_failure = {}},
         std::vector<SinkRunner*>{runner}));
     return keepers_.back().get();
   }

@@ -54,7 +54,8 @@ Status SyncEngine::Start() {
       LeaseKeeper::Options{.member = member_,
                            .address = "",
                            .ttl = config_.engine.lease_ttl,
-                           .storage = std::make_shared<sql::MariaDbStorage>(sql::ParamsFrom(config_.mysql))},
+                           .storage = std::make_shared<sql::MariaDbStorage>(sql::ParamsFrom(config_.mysql)),
+                           .on_failure = on_failure_},
       std::move(leased));
   keeper_->Start();  // the first round gives the runners their partitions
   started_ = true;

@@ -8,6 +8,7 @@
 // run in one process) to cut idle polling short.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ class SyncEngine {
   explicit SyncEngine(config::Config config, metrics::Registry* registry = nullptr);
   ~SyncEngine();  // calls Stop()
 
+  // Called once if the engine stops applying for good (Failed()); before Start().
+  void SetOnFailure(std::function<void(const std::string&)> fn) { on_failure_ = std::move(fn); }
+
   // Builds every sink and starts its runner. A sink whose server is down
   // starts in backoff; only a config the sink cannot use fails Start().
   Status Start();
@@ -45,6 +49,7 @@ class SyncEngine {
   std::string member_;
   std::vector<std::unique_ptr<SinkRunner>> runners_;
   std::unique_ptr<LeaseKeeper> keeper_;
+  std::function<void(const std::string&)> on_failure_;
   bool started_ = false;
 };
 
