@@ -202,13 +202,11 @@ TEST(SeveralEngines, EnginesJoiningAndLeavingNeverOwnAPartitionTogetherAndLoseNo
   ASSERT_EQ(RunSluice({"init", "--config", s->path}, &out), 0) << out;
   auto writer = StartSluice("writer", s->path, s->cfg.port);
   auto e1 = StartEngine(*s, "e1");
-  std::atomic<bool> done{false};
-  std::thread load([&] {
-    OwnerLoad(s->cfg.port, 10000, 500, 4);
-    done = true;
-  });
+  // Commands flow during every join and leave, until the last.
+  std::atomic<bool> stop{false};
+  std::thread load([&] { OwnerLoad(s->cfg.port, 1000000, 500, 4, &stop); });
   std::mt19937 rng(11);
-  for (int round = 0; round < 4 && !done; ++round) {
+  for (int round = 0; round < 4; ++round) {
     auto e2 = StartEngine(*s, "e2");
     std::this_thread::sleep_for(std::chrono::milliseconds(800 + rng() % 1200));
     auto e3 = StartEngine(*s, "e3");
@@ -221,11 +219,12 @@ TEST(SeveralEngines, EnginesJoiningAndLeavingNeverOwnAPartitionTogetherAndLoseNo
       EXPECT_EQ(e3->Terminate(), 0);
     }
   }
+  stop = true;
   load.join();
   ASSERT_TRUE(WaitCaughtUp(s->path, 300s, &out)) << out;
   EXPECT_EQ(e1->Terminate(), 0);
   const int64_t events = ExpectDenseEventIds(*s->db);
-  ASSERT_GT(events, 5000);
+  ASSERT_GT(events, 2000);
   EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
   ExpectPerOwnerExact(*s->db, kPartitions, events);
   EXPECT_GT(ExpectNoTwoOwnersAtOnce(*s->db), 3 * kPartitions);
