@@ -186,22 +186,30 @@ std::vector<std::pair<std::string, std::string>> CpuWatch::Compare(const Sample&
   const double wall = std::chrono::duration<double>(b.at - a.at).count();
   const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
   auto percent = [&](uint64_t ticks) { return wall > 0 ? 100.0 * static_cast<double>(ticks) / hz / wall : 0.0; };
-  for (size_t i = 0; i < watched_.size(); ++i) {
-    const std::string& name = watched_[i].first;
-    const uint64_t ticks = b.process_ticks[i] - a.process_ticks[i];
+  // Processes watched under one name (several engines) count as one.
+  std::vector<std::string> names;
+  for (const auto& [name, pid] : watched_) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  for (const std::string& name : names) {
+    uint64_t ticks = 0;
+    std::vector<uint64_t> per_thread;
+    for (size_t i = 0; i < watched_.size(); ++i) {
+      if (watched_[i].first != name) continue;
+      ticks += b.process_ticks[i] - a.process_ticks[i];
+      for (const auto& [tid, after] : b.thread_ticks[i]) {
+        uint64_t before = 0;
+        for (const auto& [t, v] : a.thread_ticks[i]) {
+          if (t == tid) before = v;
+        }
+        // A thread that ended between listing /proc/PID/task and reading its
+        // stat reads as 0: count nothing for it rather than wrap around.
+        per_thread.push_back(after >= before ? after - before : 0);
+      }
+    }
     out.emplace_back(name + "_cpu", fixed(percent(ticks), 0));
     if (ops > 0) {
       out.emplace_back(name + "_us_per_op", fixed(1e6 * static_cast<double>(ticks) / hz / static_cast<double>(ops), 1));
-    }
-    std::vector<uint64_t> per_thread;
-    for (const auto& [tid, after] : b.thread_ticks[i]) {
-      uint64_t before = 0;
-      for (const auto& [t, v] : a.thread_ticks[i]) {
-        if (t == tid) before = v;
-      }
-      // A thread that ended between listing /proc/PID/task and reading its
-      // stat reads as 0: count nothing for it rather than wrap around.
-      per_thread.push_back(after >= before ? after - before : 0);
     }
     std::sort(per_thread.rbegin(), per_thread.rend());
     std::string busiest;

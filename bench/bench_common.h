@@ -24,6 +24,9 @@ namespace sluice::bench {
 
 using Clock = std::chrono::steady_clock;
 
+// Seconds since t0.
+inline double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 // A fresh run id ("wb" + 10 hex digits from the clock and pid), so that the
 // keys and entity ids of two runs never collide.
 std::string NewRunId();
@@ -86,6 +89,7 @@ bool ParseWatch(const std::vector<std::string>& items, std::vector<std::pair<std
 // the share of one core it used in between, and the machine's split.
 class CpuWatch {
  public:
+  // Processes watched under one name are reported as one (their sum).
   void Watch(std::string name, pid_t pid);
   struct Sample {
     Clock::time_point at;

@@ -23,6 +23,7 @@
 #include "bench/engine_bench_drain.h"
 #include "bench/engine_bench_es.h"
 #include "bench/engine_bench_lag.h"
+#include "bench/engine_bench_takeover.h"
 #include "bench/engine_bench_util.h"
 #include "config/config.h"
 #include "sql/params.h"
@@ -93,6 +94,8 @@ struct Args {
   uint32_t rows_per_insert = 1000;
   uint32_t pipeline = 1000;
   double timeout = 300;
+  uint32_t engines = 1;
+  uint32_t kills = 20;
   std::vector<std::pair<std::string, pid_t>> watch;
   ViewServers servers;
   LagOptions lag;
@@ -120,7 +123,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | es_raw | lag | cleanup")
+    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | es_raw | lag | takeover | cleanup")
     ("config", po::value(&a.config_path), "the sluice config: main storage, the entity type, the sinks")
     ("sink", po::value(&a.sink), "the sink (by name in --config) a mode writes or reads")
     ("run-id", po::value(&a.run_id), "prefix of entity and command ids (load, direct, *_raw, lag)")
@@ -134,6 +137,8 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("log", po::value(&a.log_path)->default_value("engine_bench_sluice.log"), "where child processes write their output")
     ("no-verify", po::bool_switch(&a.no_verify), "skip `sluice verify` at the end")
     ("timeout", po::value(&a.timeout)->default_value(300), "drain: give up after this many seconds")
+    ("engines", po::value(&a.engines)->default_value(1), "drain: `sluice sync` processes sharing the sink (1-16)")
+    ("kills", po::value(&a.kills)->default_value(20), "takeover: engines killed (SIGKILL), one takeover each")
     ("watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)")
     ("url", po::value(&a.url), "lag: the writer, http://HOST:PORT")
     ("redis", po::value(&redis)->default_value("127.0.0.1:16379"), "HOST:PORT of the Redis the redis sinks write (database 0)")
@@ -163,7 +168,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   const std::string format = vm["format"].as<std::string>();
   if (format != "text" && format != "kv") throw Usage{"--format is text or kv"};
   a.one_line = format == "kv";
-  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "es_raw", "lag", "cleanup"};
+  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "es_raw", "lag", "takeover", "cleanup"};
   if (std::find(kModes.begin(), kModes.end(), a.mode) == kModes.end()) throw Usage{"--mode: unknown mode '" + a.mode + "'"};
   if (a.config_path.empty()) throw Usage{"--config is required"};
   const bool backlog =
@@ -174,7 +179,8 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
       a.sink.empty()) {
     throw Usage{"--mode " + a.mode + " needs --sink"};
   }
-  if (a.mode == "drain" && a.sluice.empty()) throw Usage{"--mode drain needs --sluice"};
+  if ((a.mode == "drain" || a.mode == "takeover") && a.sluice.empty()) throw Usage{"--mode " + a.mode + " needs --sluice"};
+  if (a.engines < 1 || a.engines > 16) throw Usage{"--engines must be 1-16, got " + std::to_string(a.engines)};
   if (a.mode == "lag") {
     if (a.lag.source != "http" && a.lag.source != "storage") throw Usage{"--source must be http or storage"};
     if (a.lag.source == "http") {
@@ -318,6 +324,7 @@ int Run(const Args& a) {
     d.sluice_binary = a.sluice;
     d.config_path = a.config_path;
     d.log_path = a.log_path;
+    d.engines = a.engines;
     d.watch = a.watch;
     d.timeout_seconds = a.timeout;
     d.servers = a.servers;
@@ -390,6 +397,30 @@ int Run(const Args& a) {
       report.Add("batch", static_cast<uint64_t>(sink->batch_max));
       add_write(*r);
       verified = VerifySink(a, sink->name, report, problems);
+    }
+  } else if (a.mode == "takeover") {
+    TakeoverOptions t;
+    t.sluice_binary = a.sluice;
+    t.config_path = a.config_path;
+    t.log_path = a.log_path;
+    t.kills = a.kills;
+    t.timeout_seconds = a.timeout;
+    auto r = RunTakeovers(*cfg, t);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      const LatencySummary l = Summarize(r->takeover_ns);
+      const double ttl_ms = static_cast<double>(cfg->engine.lease_ttl.count());
+      report.Add("kills", l.count);
+      report.Add("partitions_moved", r->partitions_moved);
+      report.Add("lease_ttl_ms", ttl_ms, 0);
+      report.Add("takeover_p50_ms", l.p50_ms, 0);
+      report.Add("takeover_p99_ms", l.p99_ms, 0);
+      report.Add("takeover_max_ms", l.max_ms, 0);
+      report.Add("p50_per_ttl", l.p50_ms / ttl_ms, 2);
+      report.Add("p99_per_ttl", l.p99_ms / ttl_ms, 2);
+      report.Add("settle_s", r->settle_seconds, 2);
+      verified = true;
     }
   } else if (a.mode == "lag") {
     auto r = RunLag(*cfg, *sink, a.lag);

@@ -21,6 +21,18 @@ namespace sluice::bench {
 
 namespace {
 
+// The engines' memory together (VmRSS and VmHWM summed); nullopt when one cannot be read.
+std::optional<MemoryKib> SumMemory(const std::vector<std::unique_ptr<ChildProcess>>& children) {
+  MemoryKib sum{};
+  for (const auto& c : children) {
+    const auto m = ReadMemory(c->pid());
+    if (!m) return std::nullopt;
+    sum.rss += m->rss;
+    sum.hwm += m->hwm;
+  }
+  return sum;
+}
+
 struct LastEvent {
   std::string entity_id;
   uint64_t version = 0;
@@ -164,7 +176,6 @@ Result<OffsetsRow> ReadOffsets(sql::Connection& conn, const config::SinkConfig& 
   return o;
 }
 
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -242,15 +253,22 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   ASSIGN_OR_RETURN(const ServerCounters counters_start, ReadServerCounters(*conn));
   CpuWatch cpu;
   const auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn({options.sluice_binary, "sync", "--config", options.config_path},
-                                                   options.log_path));
-  cpu.Watch("sluice", child->pid());
+  // One or several engines; with several, each takes its share of the
+  // partitions through the leases (their CPU is reported as one sum).
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (uint32_t i = 1; i <= std::max<uint32_t>(options.engines, 1); ++i) {
+    ASSIGN_OR_RETURN(auto c, ChildProcess::Spawn({options.sluice_binary, "sync", "--config", options.config_path, "--id",
+                                                  "drain-" + std::to_string(i)},
+                                                 options.log_path));
+    cpu.Watch("sluice", c->pid());
+    children.push_back(std::move(c));
+  }
   for (const auto& [name, pid] : options.watch) cpu.Watch(name, pid);
   const CpuWatch::Sample cpu_start = cpu.Take();
 
   std::atomic<uint64_t> offsets_sum{0}, rss_now{0}, partitions_done{0};
   auto fail = [&](Status st) -> Result<DrainResult> {
-    child->Terminate();
+    for (auto& c : children) c->Terminate();
     return st;
   };
   {
@@ -269,13 +287,15 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     auto next_offsets = Clock::now() + std::chrono::seconds(1);
     bool seen_any = false;
     for (;;) {
-      if (!child->Running()) {
-        return Status(FailedPrecondition("sluice sync exited early with code " + std::to_string(child->Wait()) +
-                                         "; see " + options.log_path));
+      for (auto& c : children) {
+        if (!c->Running()) {
+          return Status(FailedPrecondition("sluice sync exited early with code " + std::to_string(c->Wait()) +
+                                           "; see " + options.log_path));
+        }
       }
       const auto now = Clock::now();
       if (now >= next_rss) {
-        if (auto m = ReadMemory(child->pid())) {
+        if (auto m = SumMemory(children)) {
           r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
           rss_now = m->rss;
           ++r.rss_samples;
@@ -333,13 +353,15 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
       if (Since(t0) > r.seconds + 30) return fail(Unavailable("the flushed offsets did not reach the heads in 30 s"));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (auto m = ReadMemory(child->pid())) {
+    if (auto m = SumMemory(children)) {
       r.hwm_kib = m->hwm;
       r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
     }
   }
-  r.exit_code = child->Terminate();
-  if (r.exit_code != 0) r.problems.push_back("sluice sync exited with " + std::to_string(r.exit_code) + " on SIGTERM");
+  for (auto& c : children) {
+    r.exit_code = c->Terminate();
+    if (r.exit_code != 0) r.problems.push_back("sluice sync exited with " + std::to_string(r.exit_code) + " on SIGTERM");
+  }
 
   ASSIGN_OR_RETURN(auto after, ReadOffsets(*conn, sink));
   r.applied = after.applied;

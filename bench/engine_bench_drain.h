@@ -33,6 +33,7 @@ struct DrainOptions {
   std::string sluice_binary;
   std::string config_path;
   std::string log_path;
+  uint32_t engines = 1;  // `sluice sync` processes sharing the sink (--id drain-1, drain-2, ...)
   std::vector<std::pair<std::string, pid_t>> watch;  // extra processes for the CPU split
   double timeout_seconds = 300;
   uint32_t probe_interval_ms = 5;

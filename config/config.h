@@ -153,7 +153,7 @@ struct EngineConfig {
   // suits one engine per host.
   std::string id;
   // How long an engine's leases last without renewal, 1s..10m: after a
-  // crash its partitions move to the others within about 1.25x this.
+  // crash its partitions move to the others about this long after (at most 1.25x).
   std::chrono::milliseconds lease_ttl{10'000};
 };
 
