@@ -43,6 +43,14 @@ Status CheckDurability(const config::Config& cfg, bool allow_weak) {
   sql::ConnectParams p = sql::ParamsFrom(cfg.mysql);
   ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(p));
   ASSIGN_OR_RETURN(auto d, sql::ReadDurability(*conn));
+  if (d.galera && d.cluster_status != "Primary") {
+    // Not a setting to allow: such a node refuses every write.
+    return FailedPrecondition("the MySQL server is a Galera node outside the primary component (" + d.Describe() +
+                              "): it cannot commit; point storage.mysql at a node of the primary component");
+  }
+  if (d.galera) {
+    Log(LogLevel::kInfo, "storage: a Galera cluster node (" + d.Describe() + ")");
+  }
   if (d.durable()) return Status::Ok();
   const std::string what = "MySQL's durability settings are weaker than sluice needs (" + d.Describe() +
                            "): a committed command can be lost in a crash. Set "

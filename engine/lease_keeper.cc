@@ -1,8 +1,6 @@
 #include "engine/lease_keeper.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <random>
 #include <set>
 
 #include "core/log.h"
@@ -15,13 +13,6 @@ namespace {
 
 constexpr const char* kGroup = "engine";
 
-std::string RandomInstance() {
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
-}
-
 std::string PartitionsText(const std::map<uint32_t, uint64_t>& m) {
   std::string out;
   for (const auto& [p, token] : m) out += (out.empty() ? "" : ",") + std::to_string(p);
@@ -33,7 +24,6 @@ std::string PartitionsText(const std::map<uint32_t, uint64_t>& m) {
 LeaseKeeper::LeaseKeeper(Options options, std::vector<SinkRunner*> runners)
     : options_(std::move(options)),
       runners_(std::move(runners)),
-      instance_(RandomInstance()),
       leases_(options_.storage->OpenLeases()) {}
 
 LeaseKeeper::~LeaseKeeper() { Stop(); }
@@ -59,7 +49,7 @@ void LeaseKeeper::Stop() {
 }
 
 void LeaseKeeper::Leave() {
-  if (failed_) return;  // the twin under our name holds them
+  if (failed_ || !claimed_) return;  // the other process under our name holds them
   for (SinkRunner* r : runners_) {
     auto& held = held_[r->scope()];
     if (Status st = leases_->Release(r->scope(), r->entity(), held, options_.member); !st.ok()) {
@@ -107,21 +97,36 @@ void LeaseKeeper::Disown() {
   // flushed and saved fenced (refused where taken).
   for (SinkRunner* r : runners_) r->SetOwned({}, std::chrono::steady_clock::now());
   held_.clear();
+  excluded_at_.clear();
 }
 
 Status LeaseKeeper::Round() {
   const auto began = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::string before, leases_->Heartbeat(kGroup, options_.member, "", instance_));
-  if (beats_++ > 0 && before != instance_) {
-    return FailedPrecondition("another engine process runs under the name '" + options_.member +
-                              "' (engine.id): each engine needs its own; this one stops applying");
+  if (!claimed_) {
+    // Only one process runs under a name: it holds the name's lock on its
+    // lease session. A former process that died lost it with its session.
+    if (first_try_ == std::chrono::steady_clock::time_point{}) first_try_ = began;
+    ASSIGN_OR_RETURN(claimed_, leases_->Claim(kGroup, options_.member));
+    if (!claimed_) {
+      if (began - first_try_ < options_.ttl) {
+        LogRateLimited(LogLevel::kWarn, "engine.leases.claim",
+                       "engine: another process runs under the name '" + options_.member +
+                           "' (engine.id); waiting for it to stop");
+        return Status::Ok();
+      }
+      return FailedPrecondition("another engine process runs under the name '" + options_.member +
+                                "' (engine.id): each engine needs its own; this one stops");
+    }
   }
+  RETURN_IF_ERROR(leases_->Heartbeat(kGroup, options_.member, options_.address));
   ASSIGN_OR_RETURN(auto members, leases_->Members(kGroup, options_.ttl));
   std::vector<std::string> names;
   for (const auto& m : members) names.push_back(m.member);
   if (std::find(names.begin(), names.end(), options_.member) == names.end()) names.push_back(options_.member);
 
-  // Per runner: what it should own, and the leases to give back once it let go.
+  // Per runner: what it should own. A lease is given back only once the
+  // runner took a SetOwned without its partition (its generation) and let
+  // go of it: until then the runner may still apply it.
   struct Step {
     SinkRunner* runner;
     std::set<uint32_t> want;
@@ -129,22 +134,14 @@ Status LeaseKeeper::Round() {
   std::vector<Step> steps;
   for (SinkRunner* r : runners_) {
     Step step{r, {}};
-    for (const auto& [p, member] : Assign(r->scope(), r->entity(), r->partitions(), names)) {
-      if (member == options_.member) step.want.insert(p);
+    if (!r->stopped()) {  // a stopped sink applies nothing: its leases go
+      for (const auto& [p, member] : Assign(r->scope(), r->entity(), r->partitions(), names)) {
+        if (member == options_.member) step.want.insert(p);
+      }
     }
+    RETURN_IF_ERROR(ReleaseLetGo(*r, step.want));
     auto& held = held_[r->scope()];
-    const auto applying = r->owned();
-    // Held leases of partitions neither wanted nor applied any more: given back.
-    std::map<uint32_t, uint64_t> release;
-    for (const auto& [p, token] : held) {
-      if (!step.want.count(p) && !applying.count(p)) release[p] = token;
-    }
-    if (!release.empty()) {
-      RETURN_IF_ERROR(leases_->Release(r->scope(), r->entity(), release, options_.member));
-      for (const auto& [p, token] : release) held.erase(p);
-    }
-    // Renewed: what it wants, and what it holds and still applies (a
-    // partition moving away keeps its lease until the runner let go).
+    // Renewed: what it wants, and what it holds and may still apply.
     std::vector<uint32_t> ask(step.want.begin(), step.want.end());
     for (const auto& [p, token] : held) {
       if (!step.want.count(p)) ask.push_back(p);
@@ -154,8 +151,8 @@ Status LeaseKeeper::Round() {
     for (const auto& [p, token] : got) {
       const auto was = held.find(p);
       if (was == held.end() || was->second != token) {
-        Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + r->name() + " takes partition " + std::to_string(p) + " (token " +
-                                 std::to_string(token) + ")");
+        Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + r->name() + " takes partition " +
+                                 std::to_string(p) + " (token " + std::to_string(token) + ")");
       }
     }
     held = got;
@@ -166,11 +163,19 @@ Status LeaseKeeper::Round() {
   bool letting_go = false;
   for (const Step& step : steps) {
     std::map<uint32_t, uint64_t> give;
+    auto& excluded = excluded_at_[step.runner->scope()];
+    std::vector<uint32_t> newly_excluded;
     for (const auto& [p, token] : held_[step.runner->scope()]) {
-      if (step.want.count(p)) give[p] = token;
-      else letting_go = true;
+      if (step.want.count(p)) {
+        give[p] = token;
+        excluded.erase(p);
+      } else {
+        letting_go = true;
+        if (!excluded.count(p)) newly_excluded.push_back(p);
+      }
     }
-    step.runner->SetOwned(std::move(give), valid_until);
+    const uint64_t generation = step.runner->SetOwned(std::move(give), valid_until);
+    for (const uint32_t p : newly_excluded) excluded[p] = generation;
   }
   if (!letting_go) return Status::Ok();
   // A partition moving away is released as soon as its runner let go
@@ -178,29 +183,50 @@ Status LeaseKeeper::Round() {
   // its own next round.
   const auto deadline = began + options_.ttl / 8;
   for (const Step& step : steps) {
-    auto& held = held_[step.runner->scope()];
-    std::map<uint32_t, uint64_t> release;
     for (;;) {
-      const auto applying = step.runner->owned();
-      release.clear();
-      bool waiting = false;
-      for (const auto& [p, token] : held) {
-        if (step.want.count(p)) continue;
-        if (applying.count(p)) {
-          waiting = true;
-        } else {
-          release[p] = token;
-        }
-      }
-      if (!waiting || std::chrono::steady_clock::now() >= deadline) break;
+      if (!Holding(*step.runner, step.want) || std::chrono::steady_clock::now() >= deadline) break;
       std::unique_lock lock(mu_);
       if (cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return stopping_; })) break;
     }
-    if (release.empty()) continue;
-    RETURN_IF_ERROR(leases_->Release(step.runner->scope(), step.runner->entity(), release, options_.member));
-    Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + step.runner->name() + " hands partition" +
-                             (release.size() > 1 ? "s " : " ") + PartitionsText(release) + " over");
-    for (const auto& [p, token] : release) held.erase(p);
+    RETURN_IF_ERROR(ReleaseLetGo(*step.runner, step.want));
+  }
+  return Status::Ok();
+}
+
+bool LeaseKeeper::Holding(const SinkRunner& runner, const std::set<uint32_t>& want) const {
+  const auto it = held_.find(runner.scope());
+  if (it == held_.end()) return false;
+  if (runner.stopped()) return false;  // applies nothing any more
+  const SinkRunner::Ownership now = runner.ownership();
+  const auto ex = excluded_at_.find(runner.scope());
+  for (const auto& [p, token] : it->second) {
+    if (want.count(p)) continue;
+    const uint64_t excluded = ex == excluded_at_.end() || !ex->second.count(p) ? 0 : ex->second.at(p);
+    if (excluded == 0 || now.generation < excluded || now.tokens.count(p)) return true;
+  }
+  return false;
+}
+
+Status LeaseKeeper::ReleaseLetGo(const SinkRunner& runner, const std::set<uint32_t>& want) {
+  auto& held = held_[runner.scope()];
+  auto& excluded = excluded_at_[runner.scope()];
+  const SinkRunner::Ownership now = runner.ownership();
+  std::map<uint32_t, uint64_t> release;
+  for (const auto& [p, token] : held) {
+    if (want.count(p)) continue;
+    const auto ex = excluded.find(p);
+    // Let go: the runner took a SetOwned without it and no longer applies
+    // it, or it stopped (it applies nothing any more).
+    const bool let_go = ex != excluded.end() && now.generation >= ex->second && !now.tokens.count(p);
+    if (let_go || runner.stopped()) release[p] = token;
+  }
+  if (release.empty()) return Status::Ok();
+  RETURN_IF_ERROR(leases_->Release(runner.scope(), runner.entity(), release, options_.member));
+  Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + runner.name() + " hands partition" +
+                           (release.size() > 1 ? "s " : " ") + PartitionsText(release) + " over");
+  for (const auto& [p, token] : release) {
+    held.erase(p);
+    excluded.erase(p);
   }
   return Status::Ok();
 }

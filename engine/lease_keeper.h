@@ -22,11 +22,14 @@
 // the database, or frozen past its lease, applies nothing more once another
 // engine may have taken over, and its offset writes are fenced anyway.
 //
-// The member name (engine.id) must be unique per engine process. A process
-// restarted under the same name takes its leases over at once (its former
-// self is fenced by the higher token); a second live process under the same
-// name is detected by the heartbeat's instance and fails the keeper
-// (Failed() says why) instead of fighting over the leases.
+// The member name (engine.id) must be unique per engine process: the
+// keeper claims it (sql::LeaseTable::Claim, a named lock held by its lease
+// session) before its first heartbeat. A process restarted under the same
+// name gets the claim as soon as the former one's session is gone (at once
+// after a crash of the process) and takes its leases over, fencing the
+// former process by the higher token. A second process under the name of a
+// live one waits up to the TTL for the claim, then fails (Failed() says
+// why); the running one carries on.
 //
 // Threads: Start/Stop from the engine's thread; the rounds run on the
 // keeper's own thread. Round() is for tests (never while started).
@@ -39,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,14 +86,22 @@ class LeaseKeeper {
   void Loop();
   // Takes every partition from the runners (after validity lapsed).
   void Disown();
+  // Whether the runner may still apply a held partition it should not own
+  // (it has not yet taken a SetOwned without it, or still applies it).
+  bool Holding(const SinkRunner& runner, const std::set<uint32_t>& want) const;
+  // Releases the held leases of partitions not wanted that the runner let go.
+  Status ReleaseLetGo(const SinkRunner& runner, const std::set<uint32_t>& want);
 
   const Options options_;
   const std::vector<SinkRunner*> runners_;
-  const std::string instance_;  // random per process
   std::unique_ptr<sql::LeaseTable> leases_;
   // Keeper thread: per runner (scope), partition -> token of the leases it holds.
   std::map<std::string, std::map<uint32_t, uint64_t>> held_;
-  int beats_ = 0;  // heartbeats written by this process
+  // Keeper thread: per runner, partition held but not wanted -> the
+  // generation of the first SetOwned that left it out.
+  std::map<std::string, std::map<uint32_t, uint64_t>> excluded_at_;
+  bool claimed_ = false;  // this process holds the member's name
+  std::chrono::steady_clock::time_point first_try_{};
   std::chrono::steady_clock::time_point last_ok_{};
 
   mutable std::mutex mu_;

@@ -203,6 +203,15 @@ Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
     }
   }
   Status st = RunOnApplier([this, offsets](connectors::Sink&) {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [p, off] : offsets) {
+        if (!owned_.count(p)) {
+          return FailedPrecondition("partition " + std::to_string(p) + " of sink " + name() +
+                                    " is applied by another engine (sluice status shows which)");
+        }
+      }
+    }
     // Every partition's offset is saved below: the others' must not pass
     // what the sink holds only in a buffer. A failed flush (logged) goes
     // back to the last one, and the move applies on top of that.
@@ -220,25 +229,33 @@ Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {
   return st;
 }
 
-void SinkRunner::SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until) {
+uint64_t SinkRunner::SetOwned(std::map<uint32_t, uint64_t> tokens,
+                              std::chrono::steady_clock::time_point valid_until) {
   auto control = std::make_shared<Control>();
-  control->fn = [this, tokens = std::move(tokens), valid_until](connectors::Sink&) {
+  std::lock_guard lock(mu_);
+  const uint64_t generation = ++set_generation_;
+  control->fn = [this, tokens = std::move(tokens), valid_until, generation](connectors::Sink&) {
     ApplyOwnership(tokens);
     valid_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(valid_until.time_since_epoch()).count();
+    std::lock_guard lock(mu_);
+    owned_generation_ = generation;
     return Status::Ok();
   };
-  {
-    std::lock_guard lock(mu_);
-    if (applier_done_ || stopping_) return;
-    controls_.push_back(std::move(control));
-  }
+  if (applier_done_ || stopping_) return generation;
+  controls_.push_back(std::move(control));
   queue_cv_.notify_all();
   wake_cv_.notify_all();
+  return generation;
 }
 
-std::map<uint32_t, uint64_t> SinkRunner::owned() const {
+SinkRunner::Ownership SinkRunner::ownership() const {
   std::lock_guard lock(mu_);
-  return owned_;
+  return {owned_generation_, owned_};
+}
+
+bool SinkRunner::stopped() const {
+  std::lock_guard lock(mu_);
+  return applier_done_;
 }
 
 bool SinkRunner::LeasesLapsed() const {
@@ -262,9 +279,17 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   }
   if (!gone.empty()) {
     // What the sink acknowledged for them is flushed and saved (fenced:
-    // refused where the lease went to another engine) before they go.
-    SaveOffsets().IgnoreError();
+    // refused where the lease went to another engine) before they go. If
+    // that fails they stay (the keeper keeps their leases): the next owner
+    // must start from what this one applied, and the next call tries again.
+    const Status saved = SaveOffsets();
     std::lock_guard lock(mu_);
+    if (!saved.ok() || dirty_) {
+      for (const uint32_t p : gone) {
+        if (owned_.count(p)) added.erase(p);  // its token stays as it was
+      }
+      gone.clear();
+    }
     DropOwnedLocked(gone);
   }
   if (added.empty()) return;
@@ -835,6 +860,7 @@ void SinkRunner::ApplyLoop() {
     stopping_ = true;
     applier_done_ = true;
     refused.swap(controls_);
+    owned_.clear();  // applies nothing more: the keeper lets the leases go
   }
   for (auto& c : refused) c->done.set_value(FailedPrecondition("sink " + name() + " stopped before the request ran"));
   queue_cv_.notify_all();

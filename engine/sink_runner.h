@@ -139,12 +139,22 @@ class SinkRunner {
   // ---- ownership (options.owner set; any thread) ----
   // The partitions this runner may apply from now on, with their lease
   // tokens, valid until `valid_until` unless renewed by a later call.
-  // Returns at once; the applier takes the change between two chunks.
-  void SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until);
-  // The partitions it applies now, with their tokens (all, token 0, without
-  // an owner). One given by SetOwned shows once its offset is loaded; one
-  // taken away is gone once it was flushed and saved.
-  std::map<uint32_t, uint64_t> owned() const;
+  // Returns at once with the call's generation (1, 2, ...); the applier
+  // takes the change between two chunks.
+  uint64_t SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until);
+  // What it applies now: the partitions with their tokens (all, token 0,
+  // without an owner), and the generation of the last SetOwned the applier
+  // took. A partition given shows once its offset is loaded; one taken away
+  // is gone once it was flushed and its offsets saved (kept, and retried at
+  // the next SetOwned, while that fails). Nothing once the runner stopped.
+  struct Ownership {
+    uint64_t generation = 0;
+    std::map<uint32_t, uint64_t> tokens;
+  };
+  Ownership ownership() const;
+  std::map<uint32_t, uint64_t> owned() const { return ownership().tokens; }
+  // The applier has exited (stopped, or the sink stopped for good).
+  bool stopped() const;
   // "sink/NAME": the scope of this sink's leases.
   std::string scope() const { return "sink/" + options_.sink.name; }
   const std::string& entity() const { return options_.sink.entity; }
@@ -274,6 +284,8 @@ class SinkRunner {
   std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
   std::map<uint32_t, uint64_t> owned_;  // partition -> lease token: what the reader reads and the applier applies
+  uint64_t set_generation_ = 0;    // SetOwned calls made
+  uint64_t owned_generation_ = 0;  // the last one the applier took
   std::atomic<int64_t> valid_until_ns_{0};  // steady clock: the leases' validity (owner set)
 
   // Applier-thread state (read under mu_ by totals()).

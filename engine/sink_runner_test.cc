@@ -543,28 +543,60 @@ TEST_F(SharedSinkTest, TwoEnginesSplitThePartitionsAndHandThemOver) {
   }
 }
 
-// A restarted engine (same name, a new process) takes its leases over at
-// once; the old process is fenced and lets go.
+// A restarted engine (same name, a new process) takes its leases over as
+// soon as its former process is gone; the former runner, if it still ran,
+// is fenced and lets go. A second process under the name of a live one
+// waits, then fails, and the live one carries on.
 TEST_F(SharedSinkTest, ARestartedEngineTakesOverFromItsFormerProcess) {
   Append(0, 5);
   Append(1, 5);
   Script& later = other_;
   SinkRunner* old_runner = Runner("engine-a", &script_);
-  LeaseKeeper* old_keeper = Keeper("engine-a", old_runner, 10s);
+  LeaseKeeper* old_keeper = Keeper("engine-a", old_runner, 200ms);
   ASSERT_TRUE(old_keeper->Round().ok());
   ASSERT_TRUE(Eventually([&] { return Saved(0) == 5 && Saved(1) == 5; }));
   SinkRunner* new_runner = Runner("engine-a", &later);
-  LeaseKeeper* new_keeper = Keeper("engine-a", new_runner, 10s);
+  LeaseKeeper* new_keeper = Keeper("engine-a", new_runner, 200ms);
+  // While the former process lives, the newcomer only waits for the name...
   ASSERT_TRUE(new_keeper->Round().ok());
-  ASSERT_TRUE(Eventually([&] { return new_runner->owned().size() == 2; }));
-  for (const auto& [p, token] : new_runner->owned()) EXPECT_EQ(token, 2u);
-  Append(0, 1);  // the old process's next save is refused: it drops both
-  ASSERT_TRUE(Eventually([&] { return old_runner->owned().empty(); }));
-  ASSERT_TRUE(Eventually([&] { return Saved(0) == 6; }));
-  // Its next heartbeat finds the new instance: a second process under its name.
-  Status twin = old_keeper->Round();
+  ASSERT_TRUE(old_keeper->Round().ok());
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(new_runner->owned().empty());
+  // ...and past the TTL gives up; the running one is untouched.
+  std::this_thread::sleep_for(250ms);
+  const Status twin = new_keeper->Round();
   EXPECT_EQ(twin.code(), StatusCode::kFailedPrecondition) << twin.ToString();
   EXPECT_NE(twin.message().find("engine.id"), std::string::npos);
+  ASSERT_TRUE(old_keeper->Round().ok());
+  EXPECT_EQ(old_runner->owned().size(), 2u);
+
+  // The former process's keeper dies (its session and claim with it); its
+  // runner lives on, a zombie. A restarted process takes over at once.
+  keepers_.clear();
+  SinkRunner* restarted = Runner("engine-a", &later);
+  LeaseKeeper* keeper = Keeper("engine-a", restarted, 10s);
+  ASSERT_TRUE(keeper->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return restarted->owned().size() == 2; }));
+  for (const auto& [p, token] : restarted->owned()) EXPECT_EQ(token, 2u);
+  Append(0, 1);  // the zombie's next save is refused: it drops both
+  ASSERT_TRUE(Eventually([&] { return old_runner->owned().empty(); }));
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 6; }));
+}
+
+// A runner whose sink stopped for good applies nothing: the keeper lets
+// its leases go.
+TEST_F(SharedSinkTest, AStoppedRunnerGivesItsLeasesBack) {
+  SinkRunner* a = Runner("engine-a", &script_);
+  LeaseKeeper* k = Keeper("engine-a", a, 10s);
+  ASSERT_TRUE(k->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
+  a->Stop();
+  EXPECT_TRUE(a->stopped());
+  EXPECT_TRUE(a->owned().empty());
+  ASSERT_TRUE(k->Round().ok());
+  auto leases = storage_->OpenLeases()->List("sink/rec");
+  ASSERT_TRUE(leases.ok());
+  for (const auto& l : *leases) EXPECT_EQ(l.owner, "") << "partition " << l.partition;
 }
 
 }  // namespace

@@ -94,6 +94,15 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectParams& p) {
     auto st = c->Execute(setting);
     if (!st.ok()) return st.status().WithContext("configuring MySQL session");
   }
+  // On a Galera node, reads wait until the node has applied what the cluster
+  // committed before them (wsrep_sync_wait=1): a refusal or a version read
+  // never rests on a write another node made and this one has not applied.
+  // A server without wsrep (MySQL) has no such variable: nothing to do.
+  if (auto wsrep = c->Query("SELECT @@wsrep_on"); wsrep.ok() && !wsrep->empty() && wsrep->at(0).at(0) == "1") {
+    c->galera_ = true;
+    auto st = c->Execute("SET SESSION wsrep_sync_wait=1");
+    if (!st.ok()) return st.status().WithContext("configuring the Galera session");
+  }
   return c;
 }
 

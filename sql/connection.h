@@ -62,6 +62,10 @@ class Connection {
 
   // False once a call has failed with kUnavailable: the session is gone.
   bool healthy() const { return healthy_; }
+  // True on a node of a Galera cluster (wsrep_on): its reads wait for the
+  // cluster's earlier commits (wsrep_sync_wait=1), and a collision with a
+  // write of another node is a deadlock (1213) with no key name.
+  bool galera() const { return galera_; }
 
  private:
   explicit Connection(std::unique_ptr<::sql::Connection> conn);
@@ -69,6 +73,7 @@ class Connection {
 
   std::unique_ptr<::sql::Connection> conn_;
   bool healthy_ = true;
+  bool galera_ = false;
 };
 
 // The key name in a duplicate-key (kAborted) message, e.g. "PRIMARY" or

@@ -1,7 +1,10 @@
 #include "sql/mariadb_tables.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 
+#include "core/partitioner.h"
 #include "sql/schema.h"
 
 namespace sluice::sql {
@@ -518,18 +521,21 @@ class MariaDbLeaseTable : public LeaseTable {
     const std::string key = LeaseKey(*c, scope, type);
     const std::string in = PartitionList(partitions);
     const std::string until = "NOW(6) + INTERVAL " + std::to_string(ttl.count() * 1000) + " MICROSECOND";
+    // The rows first, in a statement of their own: inside the transaction
+    // its shared locks would be upgraded by the FOR UPDATE below, and two
+    // engines asking for the same leases would deadlock.
+    std::string rows;
+    for (const uint32_t p : partitions) {
+      rows += rows.empty() ? "(" : ",(";
+      c->AppendQuoted(rows, scope);
+      rows += ',';
+      c->AppendQuoted(rows, type);
+      rows += "," + std::to_string(p) + ")";
+    }
+    RETURN_IF_ERROR(
+        c->Execute("INSERT IGNORE INTO sluice_leases (scope, entity_type, partition_id) VALUES " + rows).status());
     RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
       held.clear();
-      std::string rows;
-      for (const uint32_t p : partitions) {
-        rows += rows.empty() ? "(" : ",(";
-        c->AppendQuoted(rows, scope);
-        rows += ',';
-        c->AppendQuoted(rows, type);
-        rows += "," + std::to_string(p) + ")";
-      }
-      RETURN_IF_ERROR(
-          c->Execute("INSERT IGNORE INTO sluice_leases (scope, entity_type, partition_id) VALUES " + rows).status());
       ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
                                               " WHERE " + key + " AND partition_id IN (" + in + ") FOR UPDATE"));
       std::vector<uint32_t> renew, take;
@@ -540,7 +546,9 @@ class MariaDbLeaseTable : public LeaseTable {
         const bool mine = r.at(1).value_or("") == owner;
         const uint64_t token = U64(r.at(2));
         const auto k = known.find(p);
-        if (live && mine && k != known.end() && k->second == token) {
+        // Its own lease with the token it knows is renewed even when a late
+        // round let it expire: nobody took it meanwhile (the token is the same).
+        if (mine && k != known.end() && k->second == token) {
           renew.push_back(p);
           held[p] = token;
         } else if (!live || mine) {
@@ -635,31 +643,30 @@ class MariaDbLeaseTable : public LeaseTable {
     return out;
   }
 
-  Result<std::string> Heartbeat(const std::string& group, const std::string& member, const std::string& address,
-                                const std::string& instance) override {
+  Result<bool> Claim(const std::string& group, const std::string& member) override {
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string key = "member_group=";
-    c->AppendQuoted(key, group);
-    key += " AND member=";
-    c->AppendQuoted(key, member);
-    std::string before;
-    RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
-      ASSIGN_OR_RETURN(auto rows, c->Query("SELECT instance FROM sluice_members WHERE " + key + " FOR UPDATE"));
-      before = rows.empty() ? "" : rows.at(0).at(0).value_or("");
-      std::string q = "INSERT INTO sluice_members (member_group, member, address, instance) VALUES (";
-      c->AppendQuoted(q, group);
-      q += ',';
-      c->AppendQuoted(q, member);
-      q += ',';
-      c->AppendQuoted(q, address);
-      q += ',';
-      c->AppendQuoted(q, instance);
-      // A new instance starts anew.
-      q += ") ON DUPLICATE KEY UPDATE started_at=IF(instance=VALUES(instance), started_at, NOW(6)),"
-           " address=VALUES(address), instance=VALUES(instance), heartbeat_at=NOW(6)";
-      return c->Execute(q).status();
-    }));
-    return before;
+    ASSIGN_OR_RETURN(const bool got, TakeNamedLock(*c, group, member));
+    if (got) claimed_ = {group, member};
+    return got;
+  }
+
+  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+    ASSIGN_OR_RETURN(Connection * c, Ready());
+    if (claimed_ && !claim_held_) {
+      // A new session: the claim went with the old one.
+      ASSIGN_OR_RETURN(const bool got, TakeNamedLock(*c, claimed_->first, claimed_->second));
+      if (!got) {
+        return FailedPrecondition("another process took the name '" + claimed_->second + "' while this one was "
+                                  "reconnecting");
+      }
+    }
+    std::string q = "INSERT INTO sluice_members (member_group, member, address) VALUES (";
+    c->AppendQuoted(q, group);
+    q += ',';
+    c->AppendQuoted(q, member);
+    q += ',';
+    c->AppendQuoted(q, address);
+    return c->Execute(q + ") ON DUPLICATE KEY UPDATE address=VALUES(address), heartbeat_at=NOW(6)").status();
   }
 
   Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {
@@ -684,8 +691,25 @@ class MariaDbLeaseTable : public LeaseTable {
   }
 
  private:
+  // GET_LOCK of a name unique to (database, group, member), at most 64
+  // characters whatever the member's length: "sluice:" and the murmur2 of
+  // each, in hex.
+  Result<bool> TakeNamedLock(Connection& c, const std::string& group, const std::string& member) {
+    ASSIGN_OR_RETURN(auto db, c.Query("SELECT DATABASE()"));
+    const std::string scope = db.empty() ? "" : db.at(0).at(0).value_or("");
+    char name[64];
+    std::snprintf(name, sizeof name, "sluice:%08x:%08x:%08x", static_cast<uint32_t>(Murmur2(scope)),
+                  static_cast<uint32_t>(Murmur2(group)), static_cast<uint32_t>(Murmur2(member)));
+    std::string q = "SELECT GET_LOCK(";
+    c.AppendQuoted(q, name);
+    ASSIGN_OR_RETURN(auto rows, c.Query(q + ", 0)"));
+    claim_held_ = !rows.empty() && rows.at(0).at(0) == "1";
+    return claim_held_;
+  }
+
   // The session, with both tables made (a database from before them).
   Result<Connection*> Ready() {
+    if (!session_.healthy()) claim_held_ = false;
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     if (!ready_ || !session_.healthy()) {
       RETURN_IF_ERROR(c->Execute(kLeasesDdl).status());
@@ -698,8 +722,9 @@ class MariaDbLeaseTable : public LeaseTable {
 
   Session session_;
   bool ready_ = false;
+  std::optional<std::pair<std::string, std::string>> claimed_;  // (group, member) once claimed
+  bool claim_held_ = false;  // this session holds the claim's lock
 };
-
 
 class MariaDbDeadLetterTable : public DeadLetterTable {
  public:

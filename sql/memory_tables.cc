@@ -26,11 +26,12 @@ struct MemoryStorage::Tables {
   std::map<std::tuple<std::string, std::string, uint32_t, uint64_t>, LeaseSpan> lease_log;
   struct Member {
     std::string address;
-    std::string instance;
     std::chrono::steady_clock::time_point heartbeat{};
   };
   // group -> member -> its last heartbeat
   std::map<std::string, std::map<std::string, Member>> members;
+  // (group, member) -> the LeaseTable whose session claimed it (LeaseTable::Claim)
+  std::map<std::pair<std::string, std::string>, const void*> claims;
 };
 
 namespace {
@@ -322,6 +323,11 @@ class MemoryOffsetTable : public OffsetTable {
 class MemoryLeaseTable : public LeaseTable {
  public:
   explicit MemoryLeaseTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+  // Its session ends: its claims go (as a named lock with a MariaDB session).
+  ~MemoryLeaseTable() override {
+    Lock lock(s_->mu());
+    std::erase_if(s_->tables().claims, [this](const auto& c) { return c.second == this; });
+  }
 
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
@@ -337,7 +343,7 @@ class MemoryLeaseTable : public LeaseTable {
       const bool live = l.expires > now;
       const bool mine = l.owner == owner;
       const auto k = known.find(p);
-      const bool renew = live && mine && k != known.end() && k->second == l.token;
+      const bool renew = mine && k != known.end() && k->second == l.token;
       if (live && !mine) continue;
       if (!renew) {
         if (live) Span(scope, type, p, l.token).ended_at_ms = NowMs();  // cut: a former process of owner
@@ -394,15 +400,20 @@ class MemoryLeaseTable : public LeaseTable {
     return out;
   }
 
-  Result<std::string> Heartbeat(const std::string& group, const std::string& member, const std::string& address,
-                                const std::string& instance) override {
+  Result<bool> Claim(const std::string& group, const std::string& member) override {
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
-    auto& m = s_->tables().members[group][member];
-    std::string before = std::exchange(m.instance, instance);
-    m.address = address;
-    m.heartbeat = std::chrono::steady_clock::now();
-    return before;
+    auto& holder = s_->tables().claims[{group, member}];
+    if (holder != nullptr && holder != this) return false;
+    holder = this;
+    return true;
+  }
+
+  Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) override {
+    RETURN_IF_ERROR(Begin());
+    Lock lock(s_->mu());
+    s_->tables().members[group][member] = {address, std::chrono::steady_clock::now()};
+    return Status::Ok();
   }
 
   Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) override {

@@ -167,8 +167,13 @@ Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types) {
 }
 
 std::string Durability::Describe() const {
-  return "innodb_flush_log_at_trx_commit=" + std::to_string(innodb_flush_log_at_trx_commit) +
-         ", log_bin=" + (log_bin ? "ON" : "OFF") + ", sync_binlog=" + std::to_string(sync_binlog);
+  std::string d = "innodb_flush_log_at_trx_commit=" + std::to_string(innodb_flush_log_at_trx_commit) +
+                  ", log_bin=" + (log_bin ? "ON" : "OFF") + ", sync_binlog=" + std::to_string(sync_binlog);
+  if (galera) {
+    d += ", Galera node: wsrep_cluster_status=" + (cluster_status.empty() ? std::string("?") : cluster_status) +
+         ", wsrep_cluster_size=" + std::to_string(cluster_size);
+  }
+  return d;
 }
 
 Result<Durability> ReadDurability(Connection& conn) {
@@ -179,6 +184,17 @@ Result<Durability> ReadDurability(Connection& conn) {
   d.innodb_flush_log_at_trx_commit = std::stoi(rows[0][0].value_or("-1"));
   d.sync_binlog = std::stoll(rows[0][1].value_or("-1"));
   d.log_bin = rows[0][2].value_or("0") == "1";
+  if (conn.galera()) {
+    // Each node must be durable as a single server is, and in the primary
+    // component: a node cut off from the majority refuses writes anyway.
+    d.galera = true;
+    ASSIGN_OR_RETURN(auto status, conn.Query("SHOW GLOBAL STATUS WHERE Variable_name IN "
+                                             "('wsrep_cluster_status', 'wsrep_cluster_size')"));
+    for (const auto& r : status) {
+      if (r.at(0) == "wsrep_cluster_status") d.cluster_status = r.at(1).value_or("");
+      if (r.at(0) == "wsrep_cluster_size") d.cluster_size = std::stoll(r.at(1).value_or("0"));
+    }
+  }
   return d;
 }
 

@@ -56,7 +56,6 @@ inline constexpr const char* kMembersDdl =
     "member_group VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
     "member VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
     "address VARCHAR(255) NOT NULL DEFAULT '',"
-    "instance VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',"
     "started_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     "heartbeat_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
     "PRIMARY KEY (member_group, member)"
@@ -103,7 +102,15 @@ struct Durability {
   bool log_bin = false;
   // True when a committed transaction survives a power cut: flush=1 and,
   // when a binlog is on, sync_binlog=1.
-  bool durable() const { return innodb_flush_log_at_trx_commit == 1 && (!log_bin || sync_binlog == 1); }
+  // A Galera node (wsrep_on): its cluster status, which must be "Primary"
+  // (the node is in the component that may commit), and the cluster's size.
+  bool galera = false;
+  std::string cluster_status;
+  int64_t cluster_size = 0;
+  bool durable() const {
+    return innodb_flush_log_at_trx_commit == 1 && (!log_bin || sync_binlog == 1) &&
+           (!galera || cluster_status == "Primary");
+  }
   std::string Describe() const;
 };
 Result<Durability> ReadDurability(Connection& conn);

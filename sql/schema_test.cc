@@ -28,12 +28,21 @@ TEST(Schema, DuplicateKeyNameParsesBothServers) {
 }
 
 TEST(Schema, DurabilityRule) {
-  Durability d{1, 0, false};
+  Durability d;
+  d.innodb_flush_log_at_trx_commit = 1;
+  d.sync_binlog = 0;
   EXPECT_TRUE(d.durable());
   d.log_bin = true;
   EXPECT_FALSE(d.durable());
   d.sync_binlog = 1;
   EXPECT_TRUE(d.durable());
+  // A Galera node must also be in the primary component.
+  d.galera = true;
+  d.cluster_status = "non-Primary";
+  EXPECT_FALSE(d.durable());
+  d.cluster_status = "Primary";
+  EXPECT_TRUE(d.durable());
+  EXPECT_NE(d.Describe().find("wsrep_cluster_status=Primary"), std::string::npos) << d.Describe();
   d.innodb_flush_log_at_trx_commit = 2;
   EXPECT_FALSE(d.durable());
 }

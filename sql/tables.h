@@ -242,12 +242,14 @@ class LeaseTable {
   virtual Result<std::vector<LeaseSpan>> History(const std::string& scope) = 0;
 
   // ---- members ----
-  // Records that `member` of `group` ("engine", "writer") is alive now, run
-  // by the process `instance` (random per process). Returns the instance
-  // the member's row named before ("" when new): once the caller has beaten
-  // once, another one means a second process runs under the same name.
-  virtual Result<std::string> Heartbeat(const std::string& group, const std::string& member,
-                                        const std::string& address, const std::string& instance) = 0;
+  // Makes this table's session the only one that runs `member` of `group`
+  // (a named lock of the server, held while the session lives): false when
+  // another live session holds it, i.e. a second process runs under that
+  // name. A process that died lost its session, and with it the claim.
+  // Claimed again after a reconnect (Heartbeat fails if another took it).
+  virtual Result<bool> Claim(const std::string& group, const std::string& member) = 0;
+  // Records that `member` of `group` ("engine", "writer") is alive now.
+  virtual Status Heartbeat(const std::string& group, const std::string& member, const std::string& address) = 0;
   // The members of `group` whose last heartbeat is younger than `ttl`, by name.
   virtual Result<std::vector<MemberRow>> Members(const std::string& group, std::chrono::milliseconds ttl) = 0;
   // Removes `member` (it stops cleanly; the others need not wait for its heartbeat to age).

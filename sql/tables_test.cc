@@ -347,18 +347,9 @@ TEST_P(TablesContractTest, AnExpiredLeaseIsTakenOverAndItsFormerOwnerIsFenced) {
 TEST_P(TablesContractTest, MembersAreTheOnesWithARecentHeartbeat) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();
-  auto first = leases->Heartbeat("engine", "b", "", "i1");
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(*first, "");
-  ASSERT_TRUE(leases->Heartbeat("engine", "a", "", "i2").ok());
-  ASSERT_TRUE(leases->Heartbeat("writer", "w", "http://127.0.0.1:1", "i3").ok());
-  // The instance that beat before: the same process, then a second one under the same name.
-  auto again = leases->Heartbeat("engine", "b", "", "i1");
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, "i1");
-  auto twin = leases->Heartbeat("engine", "b", "", "i9");
-  ASSERT_TRUE(twin.ok());
-  EXPECT_EQ(*twin, "i1");
+  ASSERT_TRUE(leases->Heartbeat("engine", "b", "").ok());
+  ASSERT_TRUE(leases->Heartbeat("engine", "a", "").ok());
+  ASSERT_TRUE(leases->Heartbeat("writer", "w", "http://127.0.0.1:1").ok());
   auto engines = leases->Members("engine", 60s);
   ASSERT_TRUE(engines.ok()) << engines.status().ToString();
   ASSERT_EQ(engines->size(), 2u);
@@ -376,6 +367,38 @@ TEST_P(TablesContractTest, MembersAreTheOnesWithARecentHeartbeat) {
   engines = leases->Members("engine", 20ms);  // b's heartbeat is older than that now
   ASSERT_TRUE(engines.ok());
   EXPECT_TRUE(engines->empty());
+}
+
+// A member's name is claimed by one session at a time: a second process
+// under the same name is refused while the first lives, and gets it once
+// the first's session is gone (a process that died).
+TEST_P(TablesContractTest, AMembersNameIsClaimedByOneSessionAtATime) {
+  auto first = storage_->OpenLeases();
+  auto claimed = first->Claim("engine", "e1");
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  EXPECT_TRUE(*claimed);
+  auto again = first->Claim("engine", "e1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again);  // its own claim
+  auto second = storage_->OpenLeases();
+  auto twin = second->Claim("engine", "e1");
+  ASSERT_TRUE(twin.ok());
+  EXPECT_FALSE(*twin);
+  auto other = second->Claim("engine", "e2");  // another name, another group
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(*other);
+  auto writer = second->Claim("writer", "e1");
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE(*writer);
+  first.reset();  // its session ends
+  bool taken = false;
+  for (int i = 0; i < 100 && !taken; ++i) {  // the server notices the closed session at once, or nearly
+    auto after = second->Claim("engine", "e1");
+    ASSERT_TRUE(after.ok());
+    taken = *after;
+    if (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(taken);
 }
 
 // Owners racing for the same leases (each on its own session), with leases

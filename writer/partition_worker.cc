@@ -171,19 +171,36 @@ void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
     Status st = EnsureConnected();
     if (st.ok() && !head_) st = LoadHead();
     if (st.ok()) st = LoadEntities(batch, &a.loaded);
+    // A deadlock reported on a read (on Galera, a replicated write can abort
+    // this session's transaction and the next statement says so): the
+    // attempt starts again, as after a conflicting write.
+    if (st.code() == StatusCode::kAborted) {
+      DropCaches(b.batch);
+      continue;
+    }
     if (!st.ok()) return FailAll(b, st);
     Plan(b, a);
     auto confirmed = ConfirmRefusals(b, a);
+    if (confirmed.status().code() == StatusCode::kAborted) {
+      DropCaches(b.batch);
+      continue;
+    }
     if (!confirmed.ok()) return FailAll(b, confirmed.status());
     if (!*confirmed) continue;  // re-plan on the stored versions
     // Rejections of commands that may have been applied before (a retry whose
     // first reply was lost): the stored event answers those instead.
-    if (st = AnswerFromStorage(b, a.rejected); !st.ok()) return FailAll(b, st);
+    st = AnswerFromStorage(b, a.rejected);
+    if (st.code() == StatusCode::kAborted) {
+      DropCaches(b.batch);
+      continue;
+    }
+    if (!st.ok()) return FailAll(b, st);
     if (!a.writes.empty()) {
       st = Insert(a);
       if (!st.ok()) {
         if (st.code() != StatusCode::kAborted) return FailAll(b, st);
-        if (st = ResolveConflict(b, st); !st.ok()) return FailAll(b, st);
+        st = ResolveConflict(b, st);
+        if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
         continue;  // re-plan against reloaded state
       }
     }

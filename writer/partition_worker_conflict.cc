@@ -29,7 +29,12 @@ Status PartitionWorker::ResolveConflict(BatchState& b, const Status& st) {
   else if (key == "uk_entity_command") ++stats_.conflicts_command;
   if (options_.metrics) options_.metrics->Conflict(metrics::ConflictKeyOf(key));
   DropCaches(b.batch);
-  if (key != "uk_entity_command") return Status::Ok();
+  // No key name: a deadlock, or on Galera a collision with another node's
+  // write (error 1213 at COMMIT, which names no key). It may have been any
+  // of the three keys, so it is handled like the command-id one: the
+  // commands another writer stored are answered from storage, the rest are
+  // planned again on reloaded state.
+  if (!key.empty() && key != "uk_entity_command") return Status::Ok();
   // A retry raced its original: the stored events answer whichever were stored.
   std::vector<size_t> pending;
   for (size_t i = 0; i < b.n; ++i) {

@@ -84,9 +84,11 @@ std::unique_ptr<sql::Connection> Connect(const std::string& database) {
   return std::move(c).value();
 }
 
-TestDatabase::TestDatabase(const std::string& prefix) {
+TestDatabase::TestDatabase(const std::string& prefix) : TestDatabase(prefix, MysqlParams()) {}
+
+TestDatabase::TestDatabase(const std::string& prefix, sql::ConnectParams server) : server_(std::move(server)) {
   name_ = "t_" + prefix + "_" + RandomSuffix();
-  conn_ = Connect();
+  conn_ = Open();
   if (!conn_) throw std::runtime_error("MariaDB is not reachable");
   auto st = conn_->Execute("CREATE DATABASE " + sql::QuoteIdent(name_));
   if (!st.ok()) throw std::runtime_error(st.status().ToString());
@@ -94,14 +96,20 @@ TestDatabase::TestDatabase(const std::string& prefix) {
   if (!st.ok()) throw std::runtime_error(st.status().ToString());
 }
 
+std::unique_ptr<sql::Connection> TestDatabase::Open() const {
+  auto c = sql::Connection::Open(server_);
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
 TestDatabase::~TestDatabase() {
-  if (!conn_ || !conn_->healthy()) conn_ = Connect();
+  if (!conn_ || !conn_->healthy()) conn_ = Open();
   if (conn_) (void)conn_->Execute("DROP DATABASE IF EXISTS " + sql::QuoteIdent(name_));
 }
 
 std::vector<sql::Row> TestDatabase::Query(const std::string& q) {
   if (!conn_->healthy()) {
-    conn_ = Connect(name_);
+    conn_ = Open();
+    if (conn_) (void)conn_->Execute("USE " + sql::QuoteIdent(name_));
   }
   auto rows = conn_->Query(q);
   EXPECT_TRUE(rows.ok()) << q << ": " << rows.status().ToString();

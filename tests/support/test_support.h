@@ -38,6 +38,8 @@ std::unique_ptr<sql::Connection> Connect(const std::string& database = "");
 class TestDatabase {
  public:
   explicit TestDatabase(const std::string& prefix);
+  // On another server (a Galera node).
+  TestDatabase(const std::string& prefix, sql::ConnectParams server);
   ~TestDatabase();
   const std::string& name() const { return name_; }
   sql::Connection& conn() { return *conn_; }
@@ -47,7 +49,9 @@ class TestDatabase {
   int64_t Scalar(const std::string& q);
 
  private:
+  std::unique_ptr<sql::Connection> Open() const;
   std::string name_;
+  sql::ConnectParams server_;
   std::unique_ptr<sql::Connection> conn_;
 };
 
