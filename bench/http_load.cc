@@ -37,7 +37,7 @@ struct Worker {
 
 struct HttpLoad::Impl {
   HttpLoadOptions o;
-  tcp::endpoint endpoint;
+  std::vector<tcp::endpoint> endpoints;  // one per writer
   std::string host_header;
   std::vector<std::string> entity_ids;
   WorkQueue queue;
@@ -57,8 +57,8 @@ struct HttpLoad::Impl {
 // handlers run on its worker's thread.
 class Connection {
  public:
-  Connection(Worker& worker, HttpLoad::Impl& load)
-      : worker_(worker), load_(load), socket_(worker.io), timer_(worker.io) {}
+  Connection(Worker& worker, HttpLoad::Impl& load, const tcp::endpoint& endpoint)
+      : worker_(worker), load_(load), endpoint_(endpoint), socket_(worker.io), timer_(worker.io) {}
 
   // Begins the phase: claims a command and sends it (connecting first if needed).
   void Start() { Next(); }
@@ -100,7 +100,7 @@ class Connection {
 
   void Connect() {
     ++attempts_;
-    socket_.async_connect(load_.endpoint, [this](beast::error_code ec) {
+    socket_.async_connect(endpoint_, [this](beast::error_code ec) {
       if (ec) return OnBroken(ec, "connect");
       socket_.set_option(tcp::no_delay(true), ec);
       open_ = true;
@@ -220,6 +220,7 @@ class Connection {
 
   Worker& worker_;
   HttpLoad::Impl& load_;
+  const tcp::endpoint endpoint_;  // the writer this connection talks to
   tcp::socket socket_;
   asio::steady_timer timer_;
   beast::flat_buffer buffer_;
@@ -246,9 +247,13 @@ Result<std::unique_ptr<HttpLoad>> HttpLoad::Create(HttpLoadOptions options) {
     asio::io_context io;
     tcp::resolver resolver(io);
     beast::error_code ec;
-    auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
-    if (ec || results.empty()) return Unavailable("cannot resolve " + o.host + ": " + ec.message());
-    impl->endpoint = results.begin()->endpoint();
+    std::vector<uint16_t> ports = {o.port};
+    ports.insert(ports.end(), o.more_ports.begin(), o.more_ports.end());
+    for (const uint16_t port : ports) {
+      auto results = resolver.resolve(o.host, std::to_string(port), ec);
+      if (ec || results.empty()) return Unavailable("cannot resolve " + o.host + ": " + ec.message());
+      impl->endpoints.push_back(results.begin()->endpoint());
+    }
   }
   impl->host_header = o.host + ":" + std::to_string(o.port);
   impl->entity_ids.reserve(o.entities);
@@ -257,7 +262,7 @@ Result<std::unique_ptr<HttpLoad>> HttpLoad::Create(HttpLoadOptions options) {
   for (uint32_t t = 0; t < threads; ++t) impl->workers.push_back(std::make_unique<Worker>());
   for (uint32_t c = 0; c < o.connections; ++c) {
     Worker& w = *impl->workers[c % threads];
-    w.connections.push_back(std::make_unique<Connection>(w, *impl));
+    w.connections.push_back(std::make_unique<Connection>(w, *impl, impl->endpoints[c % impl->endpoints.size()]));
   }
   return std::unique_ptr<HttpLoad>(new HttpLoad(std::move(impl)));
 }

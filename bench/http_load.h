@@ -30,6 +30,9 @@ namespace sluice::bench {
 struct HttpLoadOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
+  // More writers beside host:port (their ports, same host): connection i
+  // goes to the (i mod n)-th of all of them.
+  std::vector<uint16_t> more_ports;
   std::string type = "account";
   // The command sent: the built-in patch, or a JavaScript command of the
   // type's handler file that takes the same body (bench/handlers/ledger.js).

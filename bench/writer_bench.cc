@@ -179,7 +179,26 @@ void AddCpu(Report& report, const CpuWatch& watch, const CpuWatch::Sample& a, co
 
 int RunHttp(const Flags& f) {
   HttpLoadOptions o;
-  ParseUrl(f.url, o.host, o.port);
+  // "http://h:p" or several writers "http://h:p1,http://h:p2" (same host).
+  {
+    std::string rest = f.url;
+    bool first = true;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string one = rest.substr(0, comma);
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      std::string host;
+      uint16_t port = 0;
+      ParseUrl(one, host, port);
+      if (first) {
+        o.host = host;
+        o.port = port;
+        first = false;
+      } else {
+        o.more_ports.push_back(port);
+      }
+    }
+  }
   o.type = f.type;
   o.command = f.command;
   o.connections = f.connections;
@@ -404,7 +423,7 @@ int Main(int argc, char** argv) {
       "measure even when MySQL does not fsync every commit (innodb_flush_log_at_trx_commit != 1)");
   po::options_description http("http mode");
   http.add_options()("url", po::value(&f.url)->default_value("http://127.0.0.1:8080"),
-                     "the writer's address, http://HOST:PORT")(
+                     "the writer's address, http://HOST:PORT; several writers (on one host): a comma list, connections spread over them")(
       "connections", po::value(&f.connections)->default_value(256),
       "keep-alive connections, each with one command in flight")(
       "threads", po::value(&f.threads)->default_value(1), "event-loop threads of the load generator")(
