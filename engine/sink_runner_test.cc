@@ -34,6 +34,7 @@ struct Script {
   bool fail_flush = false;
   std::set<std::pair<uint32_t, uint64_t>> reject;  // (partition, event_id) refused for good
   std::vector<std::pair<uint32_t, uint64_t>> applied;  // every event of every successful Apply(), in order
+  std::vector<std::chrono::steady_clock::time_point> applied_at;  // when each of `applied` was applied
   std::set<std::pair<uint32_t, uint64_t>> buffered, durable;
   std::map<std::string, uint64_t> versions;  // the view as flushed: entity -> version
   std::map<std::string, uint64_t> pending;   // written since the last flush (lost on Close)
@@ -76,8 +77,10 @@ class ScriptedSink : public connectors::Sink {
       r.status = Unavailable("server went away");
       return r;
     }
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& e : events) {
       s_->applied.emplace_back(e.partition, e.event_id);
+      s_->applied_at.push_back(now);
       if (!e.prepared) ++s_->applied_unprepared;
       connectors::EventResult er;
       if (s_->reject.count({e.partition, e.event_id})) {
@@ -138,21 +141,27 @@ class SinkRunnerUnitTest : public ::testing::Test {
     }
   }
 
-  void Start(config::OnError on_error = config::OnError::kDeadLetter, uint32_t chunk = 1000) {
+  // The runner's options for sink "rec" on the in-memory tables, fast timings.
+  SinkRunnerOptions Options(uint32_t chunk, uint32_t read_max) {
     SinkRunnerOptions o;
     o.sink.name = "rec";
     o.sink.type = "scripted";
     o.sink.entity = kType;
     o.sink.batch_max = chunk;
-    o.sink.on_error = on_error;
     o.partitions = kPartitions;
     o.engine.offset_flush_interval = 5ms;
     o.engine.idle_poll_max = 2ms;
     o.engine.retry_backoff_max = 10ms;
-    o.engine.batch_max = 100;
+    o.engine.batch_max = read_max;
     o.engine.anti_entropy.enabled = false;
     o.barrier = std::make_shared<DurabilityBarrier>(sql::ConnectParams{}, config::DurabilityBarrier::kOff);
     o.storage = storage_;
+    return o;
+  }
+
+  void Start(config::OnError on_error = config::OnError::kDeadLetter, uint32_t chunk = 1000) {
+    SinkRunnerOptions o = Options(chunk, 100);
+    o.sink.on_error = on_error;
     runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
     ASSERT_TRUE(runner_->Start().ok());
   }
@@ -394,19 +403,7 @@ class SharedSinkTest : public SinkRunnerUnitTest {
 
   // A runner of engine `owner`, applying into `script`.
   SinkRunner* Runner(const std::string& owner, Script* script) {
-    SinkRunnerOptions o;
-    o.sink.name = "rec";
-    o.sink.type = "scripted";
-    o.sink.entity = kType;
-    o.sink.batch_max = 4;
-    o.partitions = kPartitions;
-    o.engine.offset_flush_interval = 5ms;
-    o.engine.idle_poll_max = 2ms;
-    o.engine.retry_backoff_max = 10ms;
-    o.engine.batch_max = 4;
-    o.engine.anti_entropy.enabled = false;
-    o.barrier = std::make_shared<DurabilityBarrier>(sql::ConnectParams{}, config::DurabilityBarrier::kOff);
-    o.storage = storage_;
+    SinkRunnerOptions o = Options(4, 4);
     o.owner = owner;
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(script)));
     EXPECT_TRUE(runners_.back()->Start().ok());
@@ -534,6 +531,25 @@ TEST_F(SharedSinkTest, TwoEnginesSplitThePartitionsAndHandThemOver) {
   auto history = storage_->OpenLeases()->History("sink/rec");
   ASSERT_TRUE(history.ok());
   EXPECT_GE(history->size(), 4u);  // taken by a, one by b, back to a
+  // What the sinks saw, merged in time: per partition, the engine applying
+  // it changes only at a takeover (a new token), never back and forth, as
+  // it would if both applied it at once.
+  std::map<uint32_t, std::vector<std::pair<std::chrono::steady_clock::time_point, int>>> by_partition;
+  for (int engine = 0; engine < 2; ++engine) {
+    Script& sc = engine == 0 ? script_ : other;
+    std::lock_guard lock(sc.mu);
+    for (size_t i = 0; i < sc.applied.size(); ++i) {
+      by_partition[sc.applied[i].first].emplace_back(sc.applied_at[i], engine);
+    }
+  }
+  for (auto& [p, applies] : by_partition) {
+    std::sort(applies.begin(), applies.end());
+    int switches = 0;
+    for (size_t i = 1; i < applies.size(); ++i) switches += applies[i].second != applies[i - 1].second;
+    const auto tokens = std::count_if(history->begin(), history->end(), [p = p](const auto& h) { return h.partition == p; });
+    EXPECT_LE(switches, tokens - 1) << "partition " << p << ": applied by turns " << switches << " times, taken "
+                                    << tokens << " times";
+  }
   for (size_t i = 1; i < history->size(); ++i) {
     const auto& x = history->at(i - 1);
     const auto& y = history->at(i);
