@@ -147,9 +147,13 @@ void HealthMonitor::Check() {
     for (const auto& runner : engine_->runners()) {
       const SinkRunner::Totals t = runner->totals();
       runner->metrics().SetState(t.state);
+      runner->metrics().SetPartitionsOwned(t.offsets.size());
       const bool healthy = SinkStateHealthy(t.state);
       ready = ready && healthy;
-      Json js = {{"name", runner->name()}, {"state", SinkStateName(t.state)}, {"healthy", healthy}};
+      Json js = {{"name", runner->name()},
+                 {"state", SinkStateName(t.state)},
+                 {"healthy", healthy},
+                 {"partitions_owned", t.offsets.size()}};
       if (!t.last_error.empty()) js["last_error"] = t.last_error;
       // Lag only from fresh heads: with storage down the gauges keep their last values.
       const config::SinkConfig* cfg = nullptr;

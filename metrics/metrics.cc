@@ -45,6 +45,7 @@ constexpr std::string_view kEngineAntiEntropyPasses = "sluice_engine_anti_entrop
 constexpr std::string_view kEngineLagSeconds = "sluice_engine_lag_seconds";
 constexpr std::string_view kEngineSinkHealthy = "sluice_engine_sink_healthy";
 constexpr std::string_view kEngineSinkState = "sluice_engine_sink_state";
+constexpr std::string_view kEnginePartitionsOwned = "sluice_engine_partitions_owned";
 constexpr std::string_view kStorageUp = "sluice_storage_up";
 constexpr std::string_view kEngineBarrierDuration = "sluice_engine_durability_barrier_duration_seconds";
 constexpr std::string_view kEngineBarrierFailures = "sluice_engine_durability_barrier_failures_total";
@@ -101,6 +102,7 @@ const std::vector<MetricInfo> kMetricList = {
     {kEngineLagSeconds, "gauge",
      "Seconds since the oldest event not yet applied to a sink was committed, by sink and partition."},
     {kEngineSinkHealthy, "gauge", "1 while a sink is running (or paused by an operator), 0 while it backs off or is stopped."},
+    {kEnginePartitionsOwned, "gauge", "Partitions of the sink this engine applies now (its leases; all of them with one engine)."},
     {kEngineSinkState, "gauge", "1 for the sink's current state (running, backoff, paused, stopped), 0 for the others."},
     {kEngineAntiEntropyChecked, "counter",
      "Entities the engine's anti-entropy compared with a sink's view (those the sink had already passed)."},
@@ -339,6 +341,7 @@ SinkMetrics::SinkMetrics(Registry& r, const std::string& sink, uint32_t partitio
   flushes_ok_ = &r.Counter(kEngineFlushes).Add({{"sink", sink}, {"result", "ok"}});
   flushes_failed_ = &r.Counter(kEngineFlushes).Add({{"sink", sink}, {"result", "error"}});
   healthy_ = &r.Gauge(kEngineSinkHealthy).Add(labels);
+  owned_ = &r.Gauge(kEnginePartitionsOwned).Add(labels);
   auto& state = r.Gauge(kEngineSinkState);
   for (size_t i = 0; i < kSinkStates; ++i) {
     state_[i] = &state.Add({{"sink", sink}, {"state", std::string(SinkStateName(static_cast<SinkState>(i)))}});

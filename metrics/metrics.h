@@ -244,6 +244,8 @@ class SinkMetrics {
   // Lag of one partition: head - offset, and seconds since the oldest
   // unapplied event was committed (0 when none).
   void SetLag(uint32_t partition, uint64_t events, double seconds);
+  // How many of the sink's partitions this engine applies now.
+  void SetPartitionsOwned(size_t n) { owned_->Set(static_cast<double>(n)); }
 
   // The anti-entropy (engine/anti_entropy.h): entities compared with the
   // view, differences found, entities repaired, passes over every entity.
@@ -260,6 +262,7 @@ class SinkMetrics {
 
  private:
   prometheus::Counter* read_;
+  prometheus::Gauge* owned_;
   prometheus::Counter* applied_;
   prometheus::Counter* stale_;
   prometheus::Counter* dead_lettered_;

@@ -132,6 +132,7 @@ TEST(Metrics, SinkStateLagAndOutcomes) {
   s.SetState(SinkState::kBackoff);
   s.SetLag(1, 42, 1.5);
   s.SetLag(7, 1, 1);  // no such partition: ignored
+  s.SetPartitionsOwned(3);
   s.Retry(RetryClass::kSinkUnavailable);
   const std::string text = r.Text();
   EXPECT_EQ(Sample(text, R"(sluice_engine_events_read_total{sink="cache"})"), 10);
@@ -146,6 +147,7 @@ TEST(Metrics, SinkStateLagAndOutcomes) {
   EXPECT_EQ(Sample(text, R"(sluice_engine_lag_seconds{partition="1",sink="cache"})"), 1.5);
   EXPECT_EQ(Sample(text, R"(sluice_engine_lag_events{partition="0",sink="cache"})"), 0);
   EXPECT_EQ(Sample(text, R"(sluice_engine_retries_total{error_class="sink_unavailable",sink="cache"})"), 1);
+  EXPECT_EQ(Sample(text, R"(sluice_engine_partitions_owned{sink="cache"})"), 3);
 }
 
 // The engine counts an event as read before it can be settled; a scrape taken

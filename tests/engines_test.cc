@@ -219,7 +219,10 @@ TEST(SeveralEngines, ThreeEnginesShareTheSinksThroughAKillAndAFreeze) {
 
   const int64_t events = ExpectDenseEventIds(*s->db);
   ASSERT_GT(events, 6000);
-  EXPECT_EQ(VerifyViews(s->path, &out), 0) << out;
+  // The point views (the topic is checked below: it may hold repeats).
+  for (const std::string sink : {"cache", "table"}) {
+    EXPECT_EQ(RunSluice({"verify", "--config", s->path, "--sink", sink}, &out), 0) << out;
+  }
   ExpectPerOwnerExact(*s->db, kPartitions, events);
   // Not exactly once here: the frozen engine may deliver, when it resumes,
   // a batch librdkafka had queued (not fenced yet; counted and shown).

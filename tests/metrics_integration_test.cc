@@ -195,6 +195,9 @@ TEST(Metrics, CountersBalanceDuringALoadAndAgreeWithVerify) {
   EXPECT_EQ(Sum(text, "sluice_writer_batch_events_sum"), static_cast<double>(events));
   EXPECT_EQ(Sum(text, "sluice_storage_up"), 1);
   EXPECT_GT(Sum(text, "sluice_engine_offset_flushes_total", "result=\"ok\""), 0);
+  // One engine: it owns every partition of each sink (its leases).
+  EXPECT_EQ(Sum(text, "sluice_engine_partitions_owned", "sink=\"cache\""), 8);
+  EXPECT_EQ(Sum(text, "sluice_engine_partitions_owned", "sink=\"table\""), 8);
 
   // verify agrees: the Redis view equals main storage; the MySQL view misses
   // exactly the entities whose last event was dead-lettered (if any), and
