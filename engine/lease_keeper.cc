@@ -5,7 +5,7 @@
 
 #include "core/log.h"
 #include "core/thread_name.h"
-#include "engine/assignment.h"
+#include "core/assignment.h"
 
 namespace sluice::engine {
 

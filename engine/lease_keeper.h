@@ -5,7 +5,7 @@
 //   1. heartbeats in sluice_members (group "engine") and reads the live
 //      members (a heartbeat younger than the TTL);
 //   2. computes, alone, which partitions of each sink should be its own
-//      (engine/assignment.h: every engine computes the same from the same
+//      (core/assignment.h: every engine computes the same from the same
 //      members, and a member joining or leaving moves few partitions);
 //   3. renews the leases it holds and takes the free or expired ones it
 //      should own (sql::LeaseTable::Acquire, fencing token + 1 on a take),

@@ -68,27 +68,45 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
       {"bootstrap.servers", config.brokers},
       {"client.id", options.client_id},
   };
+  const bool transactional = producer && !options.transactional_id.empty();
+  if (transactional) {
+    const std::string timeout = std::to_string(options.transaction_timeout.count());
+    settings.insert(settings.end(), {
+        {"transactional.id", options.transactional_id},
+        {"transaction.timeout.ms", timeout},
+        // At most the transaction's timeout (librdkafka requires it); a record
+        // that expires fails its transaction, which is aborted: no gap.
+        {"message.timeout.ms", timeout},
+    });
+  }
   if (producer) {
     settings.insert(settings.end(), {
         {"enable.idempotence", "true"},
         {"acks", "all"},
-        // A record that fails makes the producer fail instead of letting later
-        // records of its partition through: the topic never has a gap that a
-        // later record (or its sluice-positions header) would paper over.
-        {"enable.gapless.guarantee", "true"},
-        // Records never expire in librdkafka's queue: an expired record could
-        // leave a gap before later records of its partition (the gapless
-        // guarantee does not cover timeouts). Apply bounds its own wait by
-        // delivery_timeout, and Close purges what is left.
-        {"message.timeout.ms", "0"},
         // librdkafka's own default, stated: Apply waits for its whole batch
         // (batch_max, 20,000 by default), so the linger delays only the
         // batch's tail, and a longer one gives the broker fewer, larger
         // requests per partition (docs/BENCHMARKS.md, Kafka sink, session 7).
         {"linger.ms", "5"},
     });
+    if (!transactional) {
+      settings.insert(settings.end(), {
+          // A record that fails makes the producer fail instead of letting
+          // later records of its partition through: the topic never has a gap
+          // that a later record (or its sluice-positions header) would paper
+          // over.
+          {"enable.gapless.guarantee", "true"},
+          // Records never expire in librdkafka's queue: an expired record
+          // could leave a gap before later records of its partition (the
+          // gapless guarantee does not cover timeouts). Apply bounds its own
+          // wait by delivery_timeout, and Close purges what is left.
+          {"message.timeout.ms", "0"},
+      });
+    }
   } else {
-    settings.insert(settings.end(), {{"enable.partition.eof", "true"}, {"enable.auto.commit", "false"}});
+    settings.insert(settings.end(), {{"enable.partition.eof", "true"},
+                                     {"enable.auto.commit", "false"},
+                                     {"isolation.level", "read_committed"}});
   }
   // Producer-only properties on a consumer (and the reverse) would only draw
   // librdkafka warnings; the sink's properties are meant for its producer.
@@ -208,20 +226,30 @@ Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t par
       }
       continue;
     }
-    last_progress = std::chrono::steady_clock::now();
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-      // The end of the log: offsets up to `to` were markers or are gone.
+      // The end of what can be read: offsets up to `to` were markers or
+      // aborted records, or are gone.
       next = std::max(next, m->offset);
       rd_kafka_message_destroy(m);
       if (next >= to) break;
-      // The end moved below `to` (a truncated log): nothing more to read.
-      break;
+      // Below `to`: either a transaction still open holds the records from
+      // `next` on (read_committed stops there until it ends; waited for, no
+      // progress counted), or the log was truncated below `to` (nothing
+      // more to read).
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(consumer, topic.c_str(), partition, &low, &high,
+                                           static_cast<int>(timeout.count())) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+          high < to) {
+        break;
+      }
+      continue;
     }
     if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       st = FromErr(m->err, "reading " + where);
       rd_kafka_message_destroy(m);
       break;
     }
+    last_progress = std::chrono::steady_clock::now();
     if (m->offset >= to) {
       rd_kafka_message_destroy(m);
       break;
@@ -245,6 +273,28 @@ std::optional<std::string_view> HeaderValue(const rd_kafka_message_t& m, std::st
     return std::nullopt;
   }
   return std::string_view(static_cast<const char*>(value), size);
+}
+
+Status TransactionStatus(rd_kafka_error_t* error, const std::string& what, TxnError* kind) {
+  if (error == nullptr) return Status::Ok();
+  TxnError k;
+  k.fatal = rd_kafka_error_is_fatal(error) != 0;
+  k.abort = rd_kafka_error_txn_requires_abort(error) != 0;
+  k.retry = rd_kafka_error_is_retriable(error) != 0;
+  const rd_kafka_resp_err_t code = rd_kafka_error_code(error);
+  std::string message = what + ": " + rd_kafka_error_string(error);
+  rd_kafka_error_destroy(error);
+  if (kind != nullptr) *kind = k;
+  if (code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED || code == RD_KAFKA_RESP_ERR__FENCED ||
+      code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH) {
+    return Unavailable(message + " (a newer producer with this transactional id took over)");
+  }
+  if (code == RD_KAFKA_RESP_ERR__NOT_CONFIGURED || code == RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION ||
+      code == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED ||
+      code == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED || code == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE) {
+    return FailedPrecondition(message);
+  }
+  return Unavailable(message);
 }
 
 bool IsPermanentRecordError(rd_kafka_resp_err_t err) {

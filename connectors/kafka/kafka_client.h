@@ -32,11 +32,19 @@ struct ClientOptions {
   // Producer only: called (on the thread that polls or flushes) once per message.
   void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr;
   void* opaque = nullptr;
+  // Producer only: a transactional producer with this transactional.id (see
+  // kafka_sink.h): its records wait in transactions of at most
+  // `transaction_timeout`, and the gapless guarantee gives way to the
+  // transaction (a failed record aborts it). Empty: the idempotent producer.
+  std::string transactional_id;
+  std::chrono::milliseconds transaction_timeout{60000};
 };
 
 // A producer (idempotent, acks=all, gapless, records never expire in its queue,
-// then the sink's properties) or a consumer for reading ranges (no group,
-// no commits; producer-only properties are left out).
+// then the sink's properties; or transactional, see ClientOptions) or a
+// consumer for reading ranges (no group, no commits, read_committed: records
+// of aborted or open transactions are never seen; producer-only properties
+// are left out).
 Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options);
 
 // The number of partitions of `topic`; kNotFound when the cluster says it
@@ -56,13 +64,28 @@ Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int
 
 // Reads offsets [from, to) of one partition with a consumer handle, calling
 // `each` for every record in offset order (offsets without a record, such as
-// transaction markers, are skipped). kUnavailable when no progress is made
-// for `timeout`.
+// transaction markers and aborted records, are skipped). Records of a
+// transaction still open are waited for until it ends. kUnavailable when no
+// progress is made for `timeout`.
 Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t partition, int64_t from, int64_t to,
                      const std::function<void(const rd_kafka_message_t&)>& each, std::chrono::milliseconds timeout);
 
 // The value of a record header, or nullopt.
 std::optional<std::string_view> HeaderValue(const rd_kafka_message_t& m, std::string_view name);
+
+// The status of a transactional call (rd_kafka_init/begin/commit/
+// abort_transaction), which it destroys: ok for nullptr; kFailedPrecondition
+// when the cluster cannot do transactions at all; kUnavailable otherwise
+// (`what` and librdkafka's reason in the message). *fatal (optional): the
+// producer can do nothing more (fenced by a newer one with its id, for one);
+// *abort: the transaction must be aborted; *retry: the same call may be
+// repeated.
+struct TxnError {
+  bool fatal = false;
+  bool abort = false;
+  bool retry = false;
+};
+Status TransactionStatus(rd_kafka_error_t* error, const std::string& what, TxnError* kind = nullptr);
 
 // True for produce errors that no retry can fix for this record (too large,
 // invalid): the record is rejected, not retried.

@@ -48,6 +48,7 @@ class KafkaKeys : public config::SinkOptionsRead {
            r_.ReadDuration(f, std::chrono::milliseconds(std::chrono::seconds(1)),
                            std::chrono::milliseconds(std::chrono::hours(1)), &o().delivery_timeout);
          }},
+        {"transactional", false, [this](const Field& f) { r_.ReadBool(f, &o().transactional); }},
         {"properties", false, [this](const Field& f) { ReadProperties(f); }},
     };
   }
@@ -123,7 +124,9 @@ class KafkaKeys : public config::SinkOptionsRead {
         {"enable.idempotence", "the sink always uses the idempotent producer"},
         {"acks", "the sink always uses acks=all"},
         {"request.required.acks", "the sink always uses acks=all"},
-        {"transactional.id", "the sink does not use transactions (docs/sinks/kafka.md)"},
+        {"transactional.id", "the sink names one per source partition (set transactional instead)"},
+        {"transaction.timeout.ms", "the sink sets it from delivery_timeout"},
+        {"isolation.level", "the sink reads its topic back with read_committed"},
         {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},
         {"message.timeout.ms", "set delivery_timeout instead"},
         {"delivery.timeout.ms", "set delivery_timeout instead"},
@@ -185,6 +188,7 @@ void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
     out.Value("replication_factor", uint64_t{k.replication_factor});
   }
   out.Duration("delivery_timeout", k.delivery_timeout);
+  out.Value("transactional", k.transactional);
   if (!k.properties.empty()) out.SecretMapping("properties", k.properties);
 }
 

@@ -29,7 +29,7 @@ TEST(KafkaConfig, ReadsEveryKey) {
   ::setenv("SLUICE_TEST_KAFKA_SECRET", "s3cret", 1);
   auto c = Load("    brokers: \"127.0.0.1:19092,localhost:9092\"\n    topic: \"sluice.{type}\"\n"
                 "    format: protobuf\n    create_topic: true\n    partitions: 12\n    replication_factor: 1\n"
-                "    delivery_timeout: 5s\n"
+                "    delivery_timeout: 5s\n    transactional: false\n"
                 "    properties: {linger.ms: 7, compression.type: lz4, sasl.password: \"${env:SLUICE_TEST_KAFKA_SECRET}\"}\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
   const KafkaSinkOptions& k = c->sinks.at(0).Options<KafkaSinkOptions>();
@@ -39,6 +39,8 @@ TEST(KafkaConfig, ReadsEveryKey) {
   EXPECT_TRUE(k.create_topic);
   EXPECT_EQ(k.partitions, 12u);
   EXPECT_EQ(k.delivery_timeout, std::chrono::seconds(5));
+  EXPECT_FALSE(k.transactional);
+  EXPECT_NE(c->Redacted().find("transactional: false"), std::string::npos);
   EXPECT_EQ(k.properties.at("linger.ms"), "7");
   EXPECT_EQ(k.properties.at("sasl.password"), "s3cret");
   const std::string redacted = c->Redacted();
@@ -75,6 +77,14 @@ TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().format, KafkaSinkOptions::Format::kJson);
   EXPECT_FALSE(c->sinks[0].Options<KafkaSinkOptions>().create_topic);
+  EXPECT_TRUE(c->sinks[0].Options<KafkaSinkOptions>().transactional);  // fenced producers unless told otherwise
+  // The properties that would undo the fencing are the sink's own.
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    properties: {transactional.id: x}\n")
+                .find("sinks[0].properties.transactional.id: is set by the kafka sink"),
+            std::string::npos);
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    properties: {isolation.level: read_uncommitted}\n")
+                .find("read_committed"),
+            std::string::npos);
   // A kafka sink's own default; other sinks keep 1000, and a given value wins.
   EXPECT_EQ(c->sinks[0].batch_max, connectors::kafka::kBatchMaxDefault);
   EXPECT_NE(c->Redacted().find("batch_max: 20000"), std::string::npos) << c->Redacted();

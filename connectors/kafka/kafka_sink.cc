@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +53,10 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Status::Ok();
-    auto producer = Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
+    // Transactional: this handle only asks for metadata and reads back; each
+    // source partition gets its own producer (Fence).
+    auto producer = transactional() ? Client(RD_KAFKA_CONSUMER, "")
+                                    : Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
     if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
     if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
@@ -83,9 +88,11 @@ class KafkaSink final : public Sink {
     }
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     const int32_t partitions = *count;
-    if (Status st = Recover(partitions); !st.ok()) return st.WithContext("sink '" + config_.name + "'");
-    rkt_ = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
-    if (rkt_ == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    if (!transactional()) {
+      if (Status st = Recover(partitions); !st.ok()) return st.WithContext("sink '" + config_.name + "'");
+      rkt_ = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
+      if (rkt_ == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    }
     producer_ = std::move(producer).value();
     topic_partitions_ = partitions;
     return Status::Ok();
@@ -99,75 +106,22 @@ class KafkaSink final : public Sink {
     }
     out.results.resize(events.size());
     pending_.assign(events.size(), Pending{});
-    // Which events to produce: not yet in the topic (recovered or delivered
-    // by this process) and not already refused by the broker.
-    std::vector<size_t> send;
-    send.reserve(events.size());
-    std::map<int32_t, size_t> last_of_partition;  // topic partition -> index of its last record
-    Positions batch_max;
-    for (size_t i = 0; i < events.size(); ++i) {
-      const ChangeEvent& e = events[i];
-      if (const auto it = delivered_.find(e.partition); it != delivered_.end() && e.event_id <= it->second) {
-        out.results[i].outcome = Outcome::kStale;
-        continue;
-      }
-      if (const auto it = refused_.find({e.partition, e.event_id}); it != refused_.end()) {
-        out.results[i] = {Outcome::kRejected, it->second};
-        continue;
-      }
-      send.push_back(i);
-      last_of_partition[TopicPartitionOf(e.partition)] = i;
-      uint64_t& m = batch_max[e.partition];
-      m = std::max(m, e.event_id);
-    }
-
-    const auto deadline = Clock::now() + options().delivery_timeout;
-    outstanding_ = 0;
-    Status failure = Status::Ok();
-    for (size_t i : send) {
-      const ChangeEvent& e = events[i];
-      const int32_t tp = TopicPartitionOf(e.partition);
-      std::string positions;
-      if (last_of_partition[tp] == i) positions = PositionsAfterBatch(tp, batch_max);
-      Status st = Produce(e, tp, i, positions, deadline);
-      if (st.code() == StatusCode::kInvalidArgument) {
-        out.results[i] = {Outcome::kRejected, st.message()};
-        refused_[{e.partition, e.event_id}] = st.message();
-        continue;
-      }
-      if (!st.ok()) {
-        failure = st;
-        break;
-      }
-      ++outstanding_;
-    }
-    // The offset may pass an event only once its delivery report is in.
-    while (outstanding_ > 0 && Clock::now() < deadline) {
-      rd_kafka_flush(producer_.get(), 200);
-      if (char reason[512]; rd_kafka_fatal_error(producer_.get(), reason, sizeof(reason)) != 0) {
-        if (failure.ok()) failure = Unavailable(Where() + "producer failed: " + reason);
-        break;
+    if (transactional()) {
+      // Every source partition of the batch is fenced first: whatever a
+      // former owner left in an open transaction is aborted, and what it
+      // committed is read back into delivered_ before anything is skipped.
+      for (const ChangeEvent& e : events) {
+        if (fenced_.count(e.partition) != 0) continue;
+        if (Status st = Fence(e.partition); !st.ok()) {
+          out.results.clear();
+          out.status = st;
+          return out;
+        }
       }
     }
-    if (outstanding_ > 0 && failure.ok()) {
-      failure = Unavailable(Where() + std::to_string(outstanding_) + " records not delivered in time");
-    }
-    for (size_t i : send) {
-      const Pending& p = pending_[i];
-      if (!p.reported) continue;
-      const ChangeEvent& e = events[i];
-      if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        uint64_t& d = delivered_[e.partition];
-        d = std::max(d, e.event_id);
-        out.results[i].outcome = Outcome::kApplied;
-      } else if (IsPermanentRecordError(p.err)) {
-        const std::string reason = std::string("kafka refused the record: ") + rd_kafka_err2str(p.err);
-        out.results[i] = {Outcome::kRejected, reason};
-        refused_[{e.partition, e.event_id}] = reason;
-      } else if (failure.ok()) {
-        failure = Unavailable(Where() + "delivery failed: " + rd_kafka_err2str(p.err));
-      }
-    }
+    const std::vector<size_t> send = ToSend(events, out);
+    const Status failure = transactional() ? ProduceInTransactions(events, send, out)
+                                           : ProduceIdempotent(events, send, out);
     if (!failure.ok()) {
       // Kept: what was delivered (delivered_) and refused (refused_); the
       // engine closes, re-opens (reading the topic back) and retries.
@@ -195,6 +149,14 @@ class KafkaSink final : public Sink {
   }
 
   void Close() override {
+    // A transaction left open is aborted by the next producer of its
+    // partition (this sink's, when it opens again) or by the broker after
+    // the transaction timeout; read_committed consumers never see it.
+    for (auto& [p, f] : fenced_) {
+      rd_kafka_purge(f->producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(f->producer.get(), 0);
+    }
+    fenced_.clear();
     if (rkt_ != nullptr) {
       rd_kafka_topic_destroy(rkt_);
       rkt_ = nullptr;
@@ -206,10 +168,12 @@ class KafkaSink final : public Sink {
       // requests already sent get a moment to be answered, so that the
       // broker is done with them before the topic is read back (a record
       // appended after that read would be produced twice).
-      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE);
-      if (rd_kafka_outq_len(producer_.get()) > 0) rd_kafka_flush(producer_.get(), kCloseGrace);
-      rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(producer_.get(), 0);
+      if (!transactional()) {
+        rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE);
+        if (rd_kafka_outq_len(producer_.get()) > 0) rd_kafka_flush(producer_.get(), kCloseGrace);
+        rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(producer_.get(), 0);
+      }
       producer_.reset();
     }
     outstanding_ = 0;
@@ -361,8 +325,14 @@ class KafkaSink final : public Sink {
   // A client of the sink's cluster named sluice-<sink>[-<purpose>]; a config
   // librdkafka refuses is a misconfiguration (kFailedPrecondition).
   Result<KafkaHandle> Client(rd_kafka_type_t type, const std::string& purpose,
-                             void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr) {
+                             void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr,
+                             const std::string& transactional_id = "") {
     ClientOptions client_options;
+    client_options.transactional_id = transactional_id;
+    // Longer than any batch (Apply gives up after delivery_timeout), short
+    // enough that a transaction nobody ends stops holding back read_committed
+    // consumers soon.
+    client_options.transaction_timeout = options().delivery_timeout + std::chrono::seconds(10);
     client_options.type = type;
     client_options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
     client_options.delivery_report = delivery_report;
@@ -397,8 +367,8 @@ class KafkaSink final : public Sink {
 
   // Queues one record; kInvalidArgument when librdkafka refuses this record
   // itself (too large), kUnavailable when its queue stays full.
-  Status Produce(const ChangeEvent& e, int32_t tp, size_t index, const std::string& positions,
-                 Clock::time_point deadline) {
+  Status Produce(rd_kafka_t* producer, rd_kafka_topic_t* rkt, const ChangeEvent& e, int32_t tp, size_t index,
+                 const std::string& positions, Clock::time_point deadline) {
     std::string& value = value_buffer_;  // reused: librdkafka copies it (RD_KAFKA_MSG_F_COPY)
     value.clear();
     AppendValue(value, e, options().format);
@@ -419,14 +389,14 @@ class KafkaSink final : public Sink {
       for (const auto& [name, v] : e.record_headers) add(name, v);
       const std::string& key = e.record_key.empty() ? e.entity_id : e.record_key;
       const rd_kafka_resp_err_t err = rd_kafka_producev(
-          producer_.get(), RD_KAFKA_V_RKT(rkt_), RD_KAFKA_V_PARTITION(tp), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          producer, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(tp), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
           RD_KAFKA_V_KEY(key.data(), key.size()),
           RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_HEADERS(headers),
           RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(index))), RD_KAFKA_V_END);
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();  // the record owns the headers now
       rd_kafka_headers_destroy(headers);
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && Clock::now() < deadline) {
-        rd_kafka_poll(producer_.get(), 10);  // serves delivery reports, which frees room
+        rd_kafka_poll(producer, 10);  // serves delivery reports, which frees room
         continue;
       }
       if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
@@ -434,6 +404,265 @@ class KafkaSink final : public Sink {
       }
       return Unavailable(Where() + "cannot queue a record: " + rd_kafka_err2str(err));
     }
+  }
+
+  bool transactional() const { return options().transactional; }
+
+  // Which events to produce: not yet in the topic (recovered or delivered by
+  // this process) and not already refused by the broker; the others get
+  // their result in `out` here.
+  std::vector<size_t> ToSend(std::span<const ChangeEvent> events, ApplyResult& out) const {
+    std::vector<size_t> send;
+    send.reserve(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      const ChangeEvent& e = events[i];
+      if (const auto it = delivered_.find(e.partition); it != delivered_.end() && e.event_id <= it->second) {
+        out.results[i].outcome = Outcome::kStale;
+        continue;
+      }
+      if (const auto it = refused_.find({e.partition, e.event_id}); it != refused_.end()) {
+        out.results[i] = {Outcome::kRejected, it->second};
+        continue;
+      }
+      send.push_back(i);
+    }
+    return send;
+  }
+
+  // The idempotent producer: one producer for every partition, the last
+  // record of each topic partition in the batch carrying sluice-positions.
+  Status ProduceIdempotent(std::span<const ChangeEvent> events, const std::vector<size_t>& send, ApplyResult& out) {
+    std::map<int32_t, size_t> last_of_partition;  // topic partition -> index of its last record
+    Positions batch_max;
+    for (size_t i : send) {
+      const ChangeEvent& e = events[i];
+      last_of_partition[TopicPartitionOf(e.partition)] = i;
+      uint64_t& m = batch_max[e.partition];
+      m = std::max(m, e.event_id);
+    }
+    const auto deadline = Clock::now() + options().delivery_timeout;
+    outstanding_ = 0;
+    Status failure = Status::Ok();
+    for (size_t i : send) {
+      const ChangeEvent& e = events[i];
+      const int32_t tp = TopicPartitionOf(e.partition);
+      std::string positions;
+      if (last_of_partition[tp] == i) positions = PositionsAfterBatch(tp, batch_max);
+      Status st = Produce(producer_.get(), rkt_, e, tp, i, positions, deadline);
+      if (st.code() == StatusCode::kInvalidArgument) {
+        out.results[i] = {Outcome::kRejected, st.message()};
+        refused_[{e.partition, e.event_id}] = st.message();
+        continue;
+      }
+      if (!st.ok()) {
+        failure = st;
+        break;
+      }
+      ++outstanding_;
+    }
+    // The offset may pass an event only once its delivery report is in.
+    while (outstanding_ > 0 && Clock::now() < deadline) {
+      rd_kafka_flush(producer_.get(), 200);
+      if (char reason[512]; rd_kafka_fatal_error(producer_.get(), reason, sizeof(reason)) != 0) {
+        if (failure.ok()) failure = Unavailable(Where() + "producer failed: " + reason);
+        break;
+      }
+    }
+    if (outstanding_ > 0 && failure.ok()) {
+      failure = Unavailable(Where() + std::to_string(outstanding_) + " records not delivered in time");
+    }
+    for (size_t i : send) {
+      const Pending& p = pending_[i];
+      if (!p.reported) continue;
+      const ChangeEvent& e = events[i];
+      if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        uint64_t& d = delivered_[e.partition];
+        d = std::max(d, e.event_id);
+        out.results[i].outcome = Outcome::kApplied;
+      } else if (IsPermanentRecordError(p.err)) {
+        const std::string reason = std::string("kafka refused the record: ") + rd_kafka_err2str(p.err);
+        out.results[i] = {Outcome::kRejected, reason};
+        refused_[{e.partition, e.event_id}] = reason;
+      } else if (failure.ok()) {
+        failure = Unavailable(Where() + "delivery failed: " + rd_kafka_err2str(p.err));
+      }
+    }
+    return failure;
+  }
+
+  // Transactional: one transaction per source partition of the batch, each
+  // on that partition's own producer (its transactional id is the
+  // partition's, so the engine that takes the partition over fences this
+  // one). A source partition's records count as delivered only once its
+  // transaction committed; one that fails is aborted (read_committed
+  // consumers never see its records) and the batch is retried.
+  Status ProduceInTransactions(std::span<const ChangeEvent> events, const std::vector<size_t>& send,
+                               ApplyResult& out) {
+    std::map<uint32_t, std::vector<size_t>> of_partition;
+    for (size_t i : send) of_partition[events[i].partition].push_back(i);
+    const auto deadline = Clock::now() + options().delivery_timeout;
+    outstanding_ = 0;
+    Status failure = Status::Ok();
+    std::vector<uint32_t> begun;
+    for (const auto& [p, indexes] : of_partition) {
+      FencedProducer& f = *fenced_.at(p);
+      TxnError kind;
+      Status st = TransactionStatus(rd_kafka_begin_transaction(f.producer.get()), PartitionWhere(p) + "begin", &kind);
+      if (!st.ok()) {
+        if (kind.fatal) fenced_.erase(p);
+        failure = st;
+        break;
+      }
+      begun.push_back(p);
+      for (size_t i : indexes) {
+        const ChangeEvent& e = events[i];
+        st = Produce(f.producer.get(), f.rkt, e, TopicPartitionOf(p), i, "", deadline);
+        if (st.code() == StatusCode::kInvalidArgument) {  // refused before it was sent: the transaction goes on
+          out.results[i] = {Outcome::kRejected, st.message()};
+          refused_[{e.partition, e.event_id}] = st.message();
+          continue;
+        }
+        if (!st.ok()) break;
+        ++outstanding_;
+      }
+      if (!st.ok()) {
+        failure = st;
+        break;
+      }
+    }
+    // Every delivery report in (the producers send at the same time).
+    for (const uint32_t p : begun) {
+      rd_kafka_t* rk = fenced_.at(p)->producer.get();
+      while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
+    }
+    for (const uint32_t p : begun) {
+      bool sent = failure.ok();
+      for (size_t i : of_partition[p]) {
+        const Pending& r = pending_[i];
+        if (out.results[i].outcome == Outcome::kRejected && !r.reported) continue;  // refused before sending
+        if (r.reported && r.err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+        sent = false;
+        const ChangeEvent& e = events[i];
+        if (r.reported && IsPermanentRecordError(r.err)) {
+          // Refused by the broker inside the transaction, which it spoils: the
+          // retried batch leaves this record out.
+          refused_[{e.partition, e.event_id}] = std::string("kafka refused the record: ") + rd_kafka_err2str(r.err);
+        }
+        if (failure.ok()) {
+          failure = Unavailable(PartitionWhere(p) + (r.reported ? std::string("delivery failed: ") +
+                                                                       rd_kafka_err2str(r.err)
+                                                                 : std::string("records not delivered in time")) +
+                                "; its transaction is aborted");
+        }
+      }
+      if (!sent) {
+        Abort(p);
+        continue;
+      }
+      if (Status st = Commit(p, deadline); !st.ok()) {
+        if (failure.ok()) failure = st;
+        continue;
+      }
+      for (size_t i : of_partition[p]) {
+        if (!pending_[i].reported) continue;
+        uint64_t& d = delivered_[p];
+        d = std::max(d, events[i].event_id);
+        out.results[i].outcome = Outcome::kApplied;
+      }
+    }
+    return failure;
+  }
+
+  // Commits source partition p's open transaction (retrying what librdkafka
+  // says may be retried until `deadline`); on failure it is aborted, and a
+  // producer that can do nothing more (fenced) is dropped.
+  Status Commit(uint32_t p, Clock::time_point deadline) {
+    rd_kafka_t* rk = fenced_.at(p)->producer.get();
+    for (;;) {
+      const auto left = std::max<int64_t>(
+          1, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      TxnError kind;
+      Status st = TransactionStatus(rd_kafka_commit_transaction(rk, static_cast<int>(left)),
+                                    PartitionWhere(p) + "commit", &kind);
+      if (st.ok()) return st;
+      if (kind.retry && !kind.fatal && !kind.abort && Clock::now() < deadline) continue;
+      if (kind.fatal) {
+        fenced_.erase(p);
+      } else {
+        Abort(p);
+      }
+      return st;
+    }
+  }
+
+  void Abort(uint32_t p) {
+    const auto it = fenced_.find(p);
+    if (it == fenced_.end()) return;
+    TxnError kind;
+    const Status st = TransactionStatus(
+        rd_kafka_abort_transaction(it->second->producer.get(), static_cast<int>(kMetadataTimeout.count())),
+        PartitionWhere(p) + "abort", &kind);
+    // Not aborted: dropped; the next producer of the partition fences it,
+    // which aborts its transaction.
+    if (!st.ok()) fenced_.erase(it);
+  }
+
+  // The transactional id of source partition p: the same in every engine,
+  // so that the one that takes p over fences the one that had it.
+  std::string TransactionalId(uint32_t p) const {
+    return "sluice-" + config_.name + "-" + topic_ + "-" + std::to_string(p);
+  }
+
+  std::string PartitionWhere(uint32_t p) const {
+    return Where() + "partition " + std::to_string(p) + ": ";
+  }
+
+  // Makes source partition p's producer: its transactional id fences every
+  // earlier producer of p (their open transaction is aborted, their later
+  // records refused), and then the records of p already committed to the
+  // topic are read back.
+  Status Fence(uint32_t p) {
+    auto producer = Client(RD_KAFKA_PRODUCER, "p" + std::to_string(p), &KafkaSink::OnDelivery, TransactionalId(p));
+    if (!producer.ok()) return producer.status();
+    RETURN_IF_ERROR(TransactionStatus(
+        rd_kafka_init_transactions(producer->get(), static_cast<int>(kMetadataTimeout.count())),
+        PartitionWhere(p) + "taking the transactional id " + TransactionalId(p)));
+    auto f = std::make_unique<FencedProducer>();
+    f->rkt = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
+    if (f->rkt == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    f->producer = std::move(producer).value();
+    RETURN_IF_ERROR(RecoverPartition(p));
+    fenced_[p] = std::move(f);
+    return Status::Ok();
+  }
+
+  // What the topic holds of source partition p: the event id of its last
+  // committed record (or of the last sluice-positions header naming it),
+  // found by reading its topic partition backwards in growing windows.
+  Status RecoverPartition(uint32_t p) {
+    const int32_t tp = TopicPartitionOf(p);
+    ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(producer_.get(), topic_, tp, kMetadataTimeout));
+    std::optional<uint64_t> found;
+    int64_t end = w.high;
+    int64_t window = kFirstRecoveryWindow;
+    while (!found && end > w.low) {
+      const int64_t start = std::max(w.low, end - window);
+      RETURN_IF_ERROR(ReadPartition(producer_.get(), topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
+        if (const auto at = SourcePosition(m); at && at->first == p) found = std::max(found.value_or(0), at->second);
+        if (const auto pos = HeaderValue(m, kHeaderPositions)) {
+          if (const auto decoded = DecodePositions(*pos); decoded && decoded->count(p) != 0) {
+            found = std::max(found.value_or(0), decoded->at(p));
+          }
+        }
+      }, kReadTimeout));
+      end = start;
+      window = std::min<int64_t>(window * 4, int64_t{1} << 22);
+    }
+    if (found) {
+      uint64_t& d = delivered_[p];
+      d = std::max(d, *found);
+    }
+    return Status::Ok();
   }
 
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
@@ -507,11 +736,24 @@ class KafkaSink final : public Sink {
     return Status::Ok();
   }
 
+  // Transactional: the producer of one source partition.
+  struct FencedProducer {
+    KafkaHandle producer;
+    rd_kafka_topic_t* rkt = nullptr;
+    FencedProducer() = default;
+    FencedProducer(const FencedProducer&) = delete;
+    FencedProducer& operator=(const FencedProducer&) = delete;
+    ~FencedProducer() {
+      if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+    }
+  };
+
   const config::SinkConfig config_;
   const uint32_t source_partitions_;
   const std::string topic_;
-  KafkaHandle producer_;
-  rd_kafka_topic_t* rkt_ = nullptr;
+  KafkaHandle producer_;  // transactional: a consumer for metadata and reading back
+  rd_kafka_topic_t* rkt_ = nullptr;  // idempotent only
+  std::map<uint32_t, std::unique_ptr<FencedProducer>> fenced_;  // transactional: per source partition
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why

@@ -75,8 +75,11 @@ std::map<Outcome, int> Count(const ApplyResult& r) {
 
 TEST(KafkaSink, DeliversOneRecordPerEventWithKeyHeadersAndJsonValue) {
   SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+  SCOPED_TRACE(transactional ? "transactional" : "idempotent");
   const std::string topic = UniqueTopic("json");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    transactional: " +
+                    (transactional ? "true" : "false") + "\n");
   auto sink = Make(c);
   ASSERT_TRUE(sink);
   ASSERT_OK(sink->Open());
@@ -102,9 +105,15 @@ TEST(KafkaSink, DeliversOneRecordPerEventWithKeyHeadersAndJsonValue) {
   }
   EXPECT_EQ(records[1].headers.at("sluice-version"), "2");
   EXPECT_EQ(records[1].headers.at("sluice-event-id"), "2");
-  // Only the batch's last record of a topic partition carries the positions.
+  // Idempotent: only the batch's last record of a topic partition carries
+  // the positions. Transactional: none does (each record's own headers say
+  // where its partition is).
   EXPECT_EQ(records[0].headers.count("sluice-positions"), 0u);
-  EXPECT_EQ(records[2].headers.at("sluice-positions"), "3:3");
+  if (transactional) {
+    EXPECT_EQ(records[2].headers.count("sluice-positions"), 0u);
+  } else {
+    EXPECT_EQ(records[2].headers.at("sluice-positions"), "3:3");
+  }
   auto v = ParseJson(records[1].value);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ((*v)["state"]["n"], 2);
@@ -115,6 +124,7 @@ TEST(KafkaSink, DeliversOneRecordPerEventWithKeyHeadersAndJsonValue) {
   EXPECT_EQ((*d)["deleted"], true);
   EXPECT_TRUE((*d)["state"].is_null());
   EXPECT_TRUE(testing::CheckVersionsPerKey(records).empty());
+  }
 }
 
 TEST(KafkaSink, ProtobufValuesDecodeWithTheShippedProto) {
@@ -144,8 +154,11 @@ TEST(KafkaSink, ProtobufValuesDecodeWithTheShippedProto) {
 // Eight source partitions share two topic partitions.
 TEST(KafkaSink, ReopenedSinkSkipsEverythingTheTopicAlreadyHas) {
   SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+  SCOPED_TRACE(transactional ? "transactional" : "idempotent");
   const std::string topic = UniqueTopic("reopen");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n    transactional: " +
+                    (transactional ? "true" : "false") + "\n");
   {
     auto first = Make(c);
     ASSERT_TRUE(first);
@@ -202,6 +215,119 @@ TEST(KafkaSink, ReopenedSinkSkipsEverythingTheTopicAlreadyHas) {
   EXPECT_EQ(last["p7"], 51u);
   EXPECT_EQ(last["p0"], 50u);
   EXPECT_EQ(records.size(), 8u * 50 + 5 + 10 + 10 + 5 + 1);
+  }
+}
+
+// The records of source partition p as the sink writes them (headers only;
+// the value is not what these tests look at).
+std::vector<KafkaRecord> RawRecords(uint32_t p, uint64_t from, uint64_t to) {
+  std::vector<KafkaRecord> out;
+  for (const ChangeEvent& e : Events(p, from, to)) {
+    KafkaRecord r;
+    r.key = e.entity_id;
+    r.value = "{}";
+    r.headers = {{"sluice-entity-type", "account"}, {"sluice-version", std::to_string(e.version)},
+                 {"sluice-event-id", std::to_string(e.event_id)}, {"sluice-partition", std::to_string(p)}};
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Issue 21, item 1: two sinks on one partition, as two engines are when one
+// took the partition over from the other. The one that produced last fences
+// the other: a zombie's batch fails and adds nothing to the topic; handing
+// the partition back fences the first one in turn. Eight source partitions
+// share two topic partitions, so reading back the partition's last record
+// passes other partitions' records.
+TEST(KafkaSink, TransactionalProducerOfAFormerOwnerIsFencedAndPublishesNothing) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("fenced");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n    delivery_timeout: 5s\n");
+  auto a = Make(c);
+  auto b = Make(c);
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(a->Open());
+  ASSERT_OK(b->Open());
+  auto r = a->Apply(Events(3, 1, 10));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 10);
+  ASSERT_TRUE(a->Apply(Events(5, 1, 4)).status.ok());  // partition 5 shares topic partition 1
+  // b takes partition 3 over from a's saved offset 4: what a committed after
+  // it is read back, not produced again.
+  r = b->Apply(Events(3, 5, 20));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 6);
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 10);
+  // a, still running, is a zombie for partition 3: refused, nothing published.
+  r = a->Apply(Events(3, 11, 30));
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+  EXPECT_NE(r.status.message().find("partition 3"), std::string::npos) << r.status.message();
+  // Its other partition is its own still.
+  a->Close();
+  ASSERT_OK(a->Open());
+  r = a->Apply(Events(5, 5, 8));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 4);
+
+  std::string error;
+  std::map<std::string, uint64_t> last;
+  auto records = ReadTopic(topic, &error);
+  ASSERT_FALSE(records.empty()) << error;
+  auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p3"], 20u);
+  EXPECT_EQ(records.size(), 20u + 8);
+
+  // Handed back to a (re-opened after its failure): it fences b in turn.
+  r = a->Apply(Events(3, 11, 30));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 10);
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 10);
+  r = b->Apply(Events(3, 21, 40));
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+  records = ReadTopic(topic, &error);
+  problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p3"], 30u);
+  EXPECT_EQ(records.size(), 30u + 8);
+}
+
+// An engine frozen in the middle of a batch leaves a transaction open with
+// records on the broker. The next owner's producer aborts it before reading
+// the partition back: those records are never seen by a read_committed
+// consumer, are produced again exactly once, and the frozen producer's
+// commit, once it resumes, fails.
+TEST(KafkaSink, AnOpenTransactionOfAFrozenOwnerIsAbortedByTheNextOne) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("frozen");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n");
+  auto first = Make(c);
+  ASSERT_TRUE(first);
+  ASSERT_OK(first->Open());
+  ASSERT_TRUE(first->Apply(Events(1, 1, 5)).status.ok());
+  std::string error;
+  auto frozen = testing::OpenTransaction::Start(topic, 0, "sluice-feed-" + topic + "-1", RawRecords(1, 6, 9), &error);
+  ASSERT_TRUE(frozen) << error;
+  // The frozen batch is on the broker, uncommitted.
+  EXPECT_EQ(ReadTopic(topic, &error, /*uncommitted=*/true).size(), 9u) << error;
+  EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
+
+  auto next = Make(c);
+  ASSERT_TRUE(next);
+  ASSERT_OK(next->Open());
+  auto r = next->Apply(Events(1, 3, 12));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 3);     // 3..5, committed by the first
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 7);   // 6..12: the frozen 6..9 did not count
+  EXPECT_FALSE(frozen->Commit().empty());      // fenced
+
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p1"], 12u);
+  EXPECT_EQ(records.size(), 12u);
+  EXPECT_EQ(ReadTopic(topic, &error, true).size(), 16u);  // the aborted 4 are still on the broker
 }
 
 TEST(KafkaSink, RecordTooLargeIsRejectedAndTheRestDelivered) {

@@ -20,13 +20,19 @@ using Handle = std::unique_ptr<rd_kafka_t, Destroy>;
 // Test clients stay quiet: a refused connection is what some tests expect.
 void Quiet(const rd_kafka_t*, int, const char*, const char*) {}
 
-Handle NewHandle(rd_kafka_type_t type, std::string* error) {
+Handle NewHandle(rd_kafka_type_t type, std::string* error, bool uncommitted = false,
+                 const std::string& transactional_id = "") {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char errstr[512];
   rd_kafka_conf_set(conf, "bootstrap.servers", KafkaBrokers().c_str(), errstr, sizeof(errstr));
   if (type == RD_KAFKA_CONSUMER) {
     rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr));
+    rd_kafka_conf_set(conf, "isolation.level", uncommitted ? "read_uncommitted" : "read_committed", errstr,
+                      sizeof(errstr));
   } else {
+    if (!transactional_id.empty()) {
+      rd_kafka_conf_set(conf, "transactional.id", transactional_id.c_str(), errstr, sizeof(errstr));
+    }
     rd_kafka_conf_set(conf, "acks", "all", errstr, sizeof(errstr));
   }
   rd_kafka_conf_set_log_cb(conf, Quiet);
@@ -77,9 +83,9 @@ bool KafkaReachable() {
   return true;
 }
 
-std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error) {
+std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error, bool uncommitted) {
   std::vector<KafkaRecord> out;
-  Handle rk = NewHandle(RD_KAFKA_CONSUMER, error);
+  Handle rk = NewHandle(RD_KAFKA_CONSUMER, error, uncommitted);
   if (!rk) return out;
   const int partitions = PartitionCount(rk.get(), topic, error);
   for (int p = 0; p < partitions; ++p) {
@@ -168,17 +174,18 @@ bool CreateTopic(const std::string& topic, int partitions, std::string* error) {
   return ok;
 }
 
-bool ProduceRaw(const std::string& topic, int32_t partition, const std::vector<KafkaRecord>& records,
+namespace {
+
+// Queues every record on one partition; false with *error.
+bool ProduceAll(rd_kafka_t* rk, const std::string& topic, int32_t partition, const std::vector<KafkaRecord>& records,
                 std::string* error) {
-  Handle rk = NewHandle(RD_KAFKA_PRODUCER, error);
-  if (!rk) return false;
   for (const KafkaRecord& r : records) {
     rd_kafka_headers_t* hdrs = rd_kafka_headers_new(r.headers.size());
     for (const auto& [name, value] : r.headers) {
       rd_kafka_header_add(hdrs, name.data(), static_cast<ssize_t>(name.size()), value.data(),
                           static_cast<ssize_t>(value.size()));
     }
-    const auto err = rd_kafka_producev(rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+    const auto err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
                                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                        RD_KAFKA_V_KEY(r.key.data(), r.key.size()),
                                        RD_KAFKA_V_VALUE(const_cast<char*>(r.value.data()), r.value.size()),
@@ -189,11 +196,49 @@ bool ProduceRaw(const std::string& topic, int32_t partition, const std::vector<K
       return false;
     }
   }
-  if (rd_kafka_flush(rk.get(), 20000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (rd_kafka_flush(rk, 20000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
     *error = "records not delivered within 20 s";
     return false;
   }
   return true;
+}
+
+// librdkafka's reason, or empty for no error (which it destroys).
+std::string Reason(rd_kafka_error_t* e) {
+  if (e == nullptr) return "";
+  std::string out = rd_kafka_error_string(e);
+  rd_kafka_error_destroy(e);
+  return out.empty() ? "error" : out;
+}
+
+}  // namespace
+
+bool ProduceRaw(const std::string& topic, int32_t partition, const std::vector<KafkaRecord>& records,
+                std::string* error) {
+  Handle rk = NewHandle(RD_KAFKA_PRODUCER, error);
+  return rk && ProduceAll(rk.get(), topic, partition, records, error);
+}
+
+std::unique_ptr<OpenTransaction> OpenTransaction::Start(const std::string& topic, int32_t partition,
+                                                        const std::string& transactional_id,
+                                                        const std::vector<KafkaRecord>& records,
+                                                        std::string* error) {
+  Handle rk = NewHandle(RD_KAFKA_PRODUCER, error, false, transactional_id);
+  if (!rk) return nullptr;
+  std::string why = Reason(rd_kafka_init_transactions(rk.get(), 20000));
+  if (why.empty()) why = Reason(rd_kafka_begin_transaction(rk.get()));
+  if (!why.empty()) {
+    *error = why;
+    return nullptr;
+  }
+  if (!ProduceAll(rk.get(), topic, partition, records, error)) return nullptr;
+  return std::unique_ptr<OpenTransaction>(new OpenTransaction(rk.release()));
+}
+
+OpenTransaction::~OpenTransaction() { rd_kafka_destroy(static_cast<rd_kafka_t*>(rk_)); }
+
+std::string OpenTransaction::Commit() {
+  return Reason(rd_kafka_commit_transaction(static_cast<rd_kafka_t*>(rk_), 20000));
 }
 
 std::vector<std::string> CheckVersionsPerKey(const std::vector<KafkaRecord>& records,

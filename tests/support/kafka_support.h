@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,9 +29,31 @@ struct KafkaRecord {
 };
 
 // Every record of every partition of `topic`, up to the high watermarks at
-// the time of the call, in (partition, offset) order. Empty with *error set
-// when the topic cannot be read.
-std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error = nullptr);
+// the time of the call, in (partition, offset) order, as a read_committed
+// consumer sees them (records of aborted or open transactions left out;
+// with uncommitted = true, every record the broker holds). Empty with
+// *error set when the topic cannot be read.
+std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error = nullptr,
+                                   bool uncommitted = false);
+
+// A transactional producer of the test's own (not the sink's code) that
+// begins a transaction under `transactional_id`, produces `records` to one
+// partition, waits for their delivery and leaves the transaction open, as an
+// engine frozen in the middle of a batch does.
+class OpenTransaction {
+ public:
+  // nullptr with *error when any step fails.
+  static std::unique_ptr<OpenTransaction> Start(const std::string& topic, int32_t partition,
+                                                const std::string& transactional_id,
+                                                const std::vector<KafkaRecord>& records, std::string* error);
+  ~OpenTransaction();
+  // Tries to commit: empty when committed, else librdkafka's reason.
+  std::string Commit();
+
+ private:
+  explicit OpenTransaction(void* rk) : rk_(rk) {}
+  void* rk_;  // rd_kafka_t
+};
 
 // Creates a topic (ok when it exists); false with *error on failure.
 bool CreateTopic(const std::string& topic, int partitions, std::string* error);

@@ -1,10 +1,10 @@
-#include "engine/assignment.h"
+#include "core/assignment.h"
 
 #include <algorithm>
 
 #include "core/partitioner.h"
 
-namespace sluice::engine {
+namespace sluice {
 
 std::map<uint32_t, std::string> Assign(const std::string& scope, const std::string& type, uint32_t partitions,
                                        const std::vector<std::string>& members) {
@@ -38,4 +38,4 @@ std::map<uint32_t, std::string> Assign(const std::string& scope, const std::stri
   return out;
 }
 
-}  // namespace sluice::engine
+}  // namespace sluice

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-namespace sluice::engine {
+namespace sluice {
 
 // partition -> member, for every partition in [0, partitions); empty when
 // there are no members. `members` may be in any order and must not repeat.
 std::map<uint32_t, std::string> Assign(const std::string& scope, const std::string& type, uint32_t partitions,
                                        const std::vector<std::string>& members);
 
-}  // namespace sluice::engine
+}  // namespace sluice

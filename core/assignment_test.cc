@@ -1,12 +1,12 @@
 // engine/assignment: balanced, the same whatever order the members come in,
 // and stable when a member joins or leaves.
-#include "engine/assignment.h"
+#include "core/assignment.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-namespace sluice::engine {
+namespace sluice {
 namespace {
 
 std::map<std::string, size_t> Loads(const std::map<uint32_t, std::string>& a) {
@@ -78,4 +78,4 @@ TEST(Assignment, ScopesAreSpreadIndependently) {
 }
 
 }  // namespace
-}  // namespace sluice::engine
+}  // namespace sluice
