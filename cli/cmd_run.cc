@@ -75,7 +75,10 @@ po::options_description RunOptions(const std::string& name) {
   if (name != "writer") {
     what += "Engines on one database share the sinks' partitions: each partition is applied by\none engine at a time, under a lease (engine.lease_ttl) that another takes over\nwhen it stops (docs/deployment.md).\n";
   }
-  po::options_description desc("usage: sluice " + name + " --config FILE" + (name == "writer" ? "" : " [--id NAME]") +
+  if (with_writer) {
+    what += "Writers on one database share the partitions as a hint: a command for a partition\nanother live writer owns is forwarded to it once (writer.routing; docs/deployment.md).\n";
+  }
+  po::options_description desc("usage: sluice " + name + " --config FILE [--id NAME]" +
                                "\n\n" + what +
                                "Stops cleanly on SIGINT or SIGTERM (queued commands are finished, offsets saved).\n\noptions");
   const std::string metrics_key = MetricsKey(name);
@@ -85,11 +88,13 @@ po::options_description RunOptions(const std::string& name) {
   if (with_writer) {
     desc.add_options()("allow-weak-durability", "start even when MySQL may lose committed transactions in a crash");
   }
-  if (name != "writer") {
-    desc.add_options()("id", po::value<std::string>(),
-                       "this engine's name among the engines sharing the sinks, instead of engine.id (default: the "
-                       "host name); unique per process");
-  }
+  desc.add_options()("id", po::value<std::string>(),
+                     name == "sync"     ? "this engine's name among the engines sharing the sinks, instead of "
+                                          "engine.id (default: the host name); unique per process"
+                     : name == "writer" ? "this writer's name among the writers, instead of writer.id (default: the "
+                                          "host name); unique per process"
+                                        : "this process's name among the engines and among the writers, instead "
+                                          "of engine.id and writer.id (default: the host name); unique per process");
   desc.add_options()("metrics-listen", po::value<std::string>(),
                      ("HOST:PORT of this process's metrics listener, instead of " + metrics_key +
                       " (opens it even without a metrics section)").c_str());
@@ -117,6 +122,7 @@ int Run(const Invocation& call) {
     const std::string id = vm["id"].as<std::string>();
     if (!config::IsValidMemberName(id)) throw Usage{"--id must be 1-128 letters, digits, '.', '_', ':' or '-', got '" + id + "'"};
     cfg->engine.id = id;
+    cfg->writer.id = id;
   }
 
   // Block the stop signals before any thread starts so that only sigwait sees them.

@@ -3,6 +3,8 @@
 // itself is ConfigReader's (config_reader.h); printing is config_print.cc's.
 #include "config/config.h"
 
+#include "core/names.h"
+
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -164,6 +166,20 @@ bool IsValidMemberName(std::string_view name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
            c == ':' || c == '-';
   });
+}
+
+bool IsValidAdvertiseUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.size() > 255 || url.substr(0, kScheme.size()) != kScheme) return false;
+  const std::string_view hostport = url.substr(kScheme.size());
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == hostport.size() || hostport.size() - colon > 6) return false;
+  uint32_t port = 0;
+  for (const char c : hostport.substr(colon + 1)) {
+    if (c < '0' || c > '9') return false;
+    port = port * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return port >= 1 && port <= 65535 && IsValidHostName(hostport.substr(0, colon));
 }
 
 }  // namespace sluice::config

@@ -83,6 +83,18 @@ struct WriterConfig {
   // short, so that a pusher woken by a commit runs at once on a busy machine.
   // 0: the kernel's default. Otherwise kMinThreadSliceUs..kMaxThreadSliceUs.
   std::chrono::microseconds push_thread_slice{100};
+  // Several writers (docs/deployment.md#writers): each partition's lease in
+  // MySQL names the writer that owns it, and a command for a partition
+  // another live writer owns is forwarded to it once (handled here when
+  // that writer cannot be reached). A hint for speed only.
+  bool routing = true;
+  // This writer's name among writers (unique per process); empty: the host name.
+  std::string id;
+  // The URL other writers forward to ("http://host:port"); empty: the
+  // listen address (the host name when it listens on every address).
+  std::string advertise;
+  // How long a writer's leases last without renewal, 1s..10m.
+  std::chrono::milliseconds lease_ttl{10'000};
 };
 inline constexpr int64_t kMinThreadSliceUs = 100;     // Linux clamps a custom slice to 100us..100ms
 inline constexpr int64_t kMaxThreadSliceUs = 100000;
@@ -159,6 +171,8 @@ struct EngineConfig {
 
 // engine.id's pattern.
 bool IsValidMemberName(std::string_view name);
+// writer.advertise's form: http://host:port, no path.
+bool IsValidAdvertiseUrl(std::string_view url);
 
 // A column (MySQL sink) or hash field (Redis sink) filled from the entity state.
 struct FieldMapping {

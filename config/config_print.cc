@@ -155,6 +155,10 @@ std::string Config::Redacted() const {
   out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
   out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);
   out << YAML::Key << "push_thread_slice" << YAML::Value << FormatDuration(writer.push_thread_slice);
+  out << YAML::Key << "routing" << YAML::Value << writer.routing;
+  if (!writer.id.empty()) out << YAML::Key << "id" << YAML::Value << writer.id;
+  if (!writer.advertise.empty()) out << YAML::Key << "advertise" << YAML::Value << writer.advertise;
+  out << YAML::Key << "lease_ttl" << YAML::Value << FormatDuration(writer.lease_ttl);
   EmitLimits(out, writer.limits);
   out << YAML::EndMap;
 

@@ -110,6 +110,17 @@ void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
       {"handler_memory", kOptional,
        [&](const Field& f) { ReadByteSize(f, uint64_t{1} << 20, uint64_t{1} << 30, &w->handler_memory); }},
       {"push_thread_slice", kOptional, [&](const Field& f) { ReadThreadSlice(f, &w->push_thread_slice); }},
+      {"routing", kOptional, [&](const Field& f) { ReadBool(f, &w->routing); }},
+      {"id", kOptional,
+       [&](const Field& f) {
+         ReadMatching(f, "a name of 1-128 letters, digits, '.', '_', ':' or '-'", IsValidMemberName, &w->id);
+       }},
+      {"advertise", kOptional,
+       [&](const Field& f) { ReadMatching(f, "an http://host:port URL", IsValidAdvertiseUrl, &w->advertise); }},
+      {"lease_ttl", kOptional,
+       [&](const Field& f) {
+         ReadDuration(f, std::chrono::seconds(1), std::chrono::minutes(10), &w->lease_ttl);
+       }},
   };
   for (KeySpec& k : LimitKeys(&w->limits)) keys.push_back(std::move(k));
   ExpectKeys(at, keys);

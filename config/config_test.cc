@@ -122,6 +122,10 @@ writer:
   entity_cache_entries: 10000000
   conflict_retries: 1000
   allow_weak_durability: true
+  routing: false
+  id: "writer-2.east"
+  advertise: "http://w2.internal:8080"
+  lease_ttl: 3s
 )",
                                           kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -144,6 +148,34 @@ writer:
   EXPECT_EQ(r->writer.entity_cache_entries, 10000000u);
   EXPECT_EQ(r->writer.conflict_retries, 1000u);
   EXPECT_TRUE(r->writer.allow_weak_durability);
+  EXPECT_FALSE(r->writer.routing);
+  EXPECT_EQ(r->writer.id, "writer-2.east");
+  EXPECT_EQ(r->writer.advertise, "http://w2.internal:8080");
+  EXPECT_EQ(r->writer.lease_ttl, std::chrono::seconds(3));
+  EXPECT_NE(r->Redacted().find("  routing: false\n  id: writer-2.east\n  advertise: http://w2.internal:8080\n  lease_ttl: 3s\n"),
+            std::string::npos)
+      << r->Redacted();
+}
+
+TEST(LoadConfig, WriterRoutingKeysAreChecked) {
+  Result<Config> d = LoadConfigFromString(std::string(kValid), kFile);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->writer.routing);  // on unless told otherwise
+  EXPECT_EQ(d->writer.lease_ttl, std::chrono::seconds(10));
+  for (const std::string bad : {"https://w:1", "http://w", "http://w:0", "http://w:70000", "http://w:80/path",
+                                "w:80", "http://bad host:80"}) {
+    Result<Config> r = LoadConfigFromString(std::string(kValid) + "writer:\n  advertise: \"" + bad + "\"\n", kFile);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("writer.advertise: must be an http://host:port URL"), std::string::npos)
+        << r.status().message();
+  }
+  Result<Config> ok = LoadConfigFromString(std::string(kValid) + "writer:\n  advertise: http://10.0.0.7:8080\n", kFile);
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
+  Result<Config> id = LoadConfigFromString(std::string(kValid) + "writer:\n  id: \"a b\"\n  lease_ttl: 11m\n", kFile);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("writer.id: must be a name of 1-128"), std::string::npos) << id.status().message();
+  EXPECT_NE(id.status().message().find("writer.lease_ttl: must be between 1s and 10m"), std::string::npos)
+      << id.status().message();
 }
 
 TEST(LoadConfig, ByteSizesAcceptBinaryUnits) {
@@ -531,6 +563,8 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  handler_timeout: 50ms\n"
             "  handler_memory: 16777216\n"
             "  push_thread_slice: 100us\n"
+            "  routing: true\n"
+            "  lease_ttl: 10s\n"
             "  max_connections: 10000\n"
             "  header_timeout: 10s\n"
             "  body_timeout: 30s\n"

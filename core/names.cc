@@ -1,5 +1,10 @@
 #include "core/names.h"
 
+#include <unistd.h>
+
+#include <cctype>
+#include <string>
+
 namespace sluice {
 namespace {
 
@@ -27,6 +32,16 @@ bool IsValidEntityId(std::string_view id) { return VisibleAscii(id, kMaxEntityId
 bool IsValidCommandId(std::string_view id) { return VisibleAscii(id, kMaxCommandIdBytes); }
 bool IsValidTypeName(std::string_view name) { return Identifier(name, kMaxTypeNameBytes); }
 bool IsValidCommandName(std::string_view name) { return Identifier(name, kMaxCommandNameBytes); }
+
+std::string MemberHostName(std::string_view fallback) {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return std::string(fallback);
+  std::string out;
+  for (const char* c = name; *c && out.size() < 128; ++c) {
+    out += std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' ? *c : '-';
+  }
+  return out;
+}
 
 bool IsValidHostName(std::string_view h) {
   if (h.empty() || h.size() > 253) return false;

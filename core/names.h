@@ -22,6 +22,10 @@ bool IsValidCommandName(std::string_view name);
 
 // A host name or IPv4 address as configured: 1..253 of [A-Za-z0-9._-].
 bool IsValidHostName(std::string_view host);
+// This machine's host name as a member name (engine.id, writer.id): at most
+// 128 characters, anything but letters, digits, '.' and '_' made '-';
+// `fallback` when it has none.
+std::string MemberHostName(std::string_view fallback);
 // An IPv6 address without brackets: hex digits, ':' (at least one) and '.'.
 bool IsIpv6Literal(std::string_view host);
 

@@ -1,33 +1,16 @@
 #include "engine/sync_engine.h"
 
-#include <unistd.h>
-
-#include <cctype>
-
 #include "core/log.h"
+#include "core/names.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
 
 namespace sluice::engine {
 
-namespace {
-
-std::string HostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "engine";
-  std::string out;
-  for (const char* c = name; *c && out.size() < 128; ++c) {
-    out += std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' ? *c : '-';
-  }
-  return out;
-}
-
-}  // namespace
-
 SyncEngine::SyncEngine(config::Config config, metrics::Registry* registry)
     : config_(std::move(config)),
       registry_(registry ? *registry : metrics::UnexportedRegistry()),
-      member_(config_.engine.id.empty() ? HostName() : config_.engine.id) {}
+      member_(config_.engine.id.empty() ? MemberHostName("engine") : config_.engine.id) {}
 
 SyncEngine::~SyncEngine() { Stop(); }
 

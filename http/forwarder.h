@@ -31,7 +31,7 @@ namespace sluice::http {
 struct ForwarderOptions {
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds request_timeout{10000};  // the whole transfer, end to end
-  uint32_t max_connections_per_host = 64;  // transfers beyond it wait for a connection
+  uint32_t max_connections_per_host = 256;  // transfers beyond it wait for a connection
   std::string thread_name = "sluice-forward";
 };
 

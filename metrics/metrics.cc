@@ -25,6 +25,7 @@ constexpr std::string_view kWriterReplays = "sluice_writer_idempotent_replays_to
 constexpr std::string_view kWriterBatchEvents = "sluice_writer_batch_events";
 constexpr std::string_view kWriterConflicts = "sluice_writer_conflicts_total";
 constexpr std::string_view kWriterPushed = "sluice_writer_push_events_total";
+constexpr std::string_view kWriterForwarded = "sluice_writer_forwarded_total";
 constexpr std::string_view kWriterPushDuration = "sluice_writer_push_duration_seconds";
 constexpr std::string_view kWriterPushWait = "sluice_writer_push_wait_seconds";
 constexpr std::string_view kWriterPushFailures = "sluice_writer_push_failures_total";
@@ -82,6 +83,9 @@ const std::vector<MetricInfo> kMetricList = {
     {kWriterBatchEvents, "histogram", "Events committed per multi-row INSERT, by entity type."},
     {kWriterConflicts, "counter",
      "Duplicate-key conflicts that made a batch reload and re-plan, by entity type and unique key."},
+    {kWriterForwarded, "counter",
+     "Commands for a partition another writer owns, by entity type and outcome: forwarded (the owner "
+     "answered) or handled_here (the owner could not be reached)."},
     {kWriterPushed, "counter", "Events the writer pushed to a point view right after commit, by sink."},
     {kWriterPushDuration, "histogram", "Seconds per push to a point view (success or failure), by sink."},
     {kWriterPushWait, "histogram",
@@ -244,6 +248,9 @@ WriterTypeMetrics::WriterTypeMetrics(Registry& r, const std::string& type) {
   for (size_t i = 0; i < kConflictKeys; ++i) {
     conflicts_[i] = &conflicts.Add({{"type", type}, {"key", std::string(kKeys[i])}});
   }
+  auto& forwarded = r.Counter(kWriterForwarded);
+  forwarded_ = &forwarded.Add({{"type", type}, {"outcome", "forwarded"}});
+  handled_here_ = &forwarded.Add({{"type", type}, {"outcome", "handled_here"}});
 }
 
 std::string_view PushFailureName(PushFailure f) {

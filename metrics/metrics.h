@@ -141,9 +141,14 @@ class WriterTypeMetrics {
   void BatchCommitted(size_t events) { batch_events_->Observe(static_cast<double>(events)); }
   // A duplicate-key conflict on `key`; the batch is re-planned.
   void Conflict(ConflictKey key) { conflicts_[static_cast<size_t>(key)]->Increment(); }
+  // A command for a partition another writer owns: the owner answered it
+  // (forwarded), or could not be reached and this writer handled it.
+  void Forwarded(bool answered) { (answered ? forwarded_ : handled_here_)->Increment(); }
 
  private:
   prometheus::Histogram* batch_events_;
+  prometheus::Counter* forwarded_ = nullptr;
+  prometheus::Counter* handled_here_ = nullptr;
   std::array<prometheus::Counter*, kConflictKeys> conflicts_{};
 };
 

@@ -13,6 +13,13 @@
 
 namespace sluice::writer {
 
+// Several writers: a command forwarded to the writer that owns its
+// partition carries Sluice-Forwarded-By (the forwarding writer's name) and
+// is never forwarded again; every command reply names, in Sluice-Writer,
+// the writer that handled it.
+inline constexpr const char* kForwardedByHeader = "Sluice-Forwarded-By";
+inline constexpr const char* kWriterHeader = "Sluice-Writer";
+
 struct Route {
   enum class Kind { kCommand, kGetEntity, kGetEvents, kHealth, kReady };
   Kind kind = Kind::kHealth;

@@ -6,6 +6,7 @@
 #include "connectors/sink.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/names.h"
 #include "core/partitioner.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
@@ -36,6 +37,16 @@ void SendError(const http::Responder& respond, int status, std::string_view code
 }
 
 // A command id for requests that came without Idempotency-Key.
+// Where the other writers forward to: writer.advertise, else the listen
+// address (the host name when it listens on every address).
+std::string AdvertisedUrl(const config::WriterConfig& w, uint16_t port) {
+  if (!w.advertise.empty()) return w.advertise;
+  std::string host = w.listen_host;
+  if (host == "0.0.0.0" || host == "::" || host.empty()) host = MemberHostName("localhost");
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port);
+}
+
 std::string GenerateCommandId() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   static constexpr char kHex[] = "0123456789abcdef";
@@ -62,6 +73,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
   storage_ = std::make_shared<sql::MariaDbStorage>(params);
+  member_ = config_.writer.id.empty() ? MemberHostName("writer") : config_.writer.id;
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
   for (const auto& [name, entity] : config_.entities) {
@@ -122,12 +134,32 @@ Status WriterService::Start() {
   }
   readers_->Start();
   started_ = true;
-  return http_->Start();
+  RETURN_IF_ERROR(http_->Start());
+  if (config_.writer.routing) {
+    forwarder_ = std::make_unique<http::Forwarder>(http::ForwarderOptions{});
+    RETURN_IF_ERROR(forwarder_->Start());
+    RouteKeeper::Options o;
+    o.member = member_;
+    o.url = AdvertisedUrl(config_.writer, http_->port());
+    o.ttl = config_.writer.lease_ttl;
+    o.storage = storage_;
+    for (const auto& [name, t] : types_) o.types[name] = t.partitions;
+    routes_ = std::make_unique<RouteKeeper>(std::move(o));
+    routes_->Start();
+  }
+  return Status::Ok();
 }
 
 void WriterService::Stop() {
   if (!started_) return;
   started_ = false;
+  // Routing first: the others stop forwarding here at their next round, and
+  // what is still being forwarded from here comes back (handled here).
+  if (routes_) {
+    routes_->Stop();
+    routes_->Leave();
+  }
+  if (forwarder_) forwarder_->Stop();
   // Workers and readers first: their last replies still need the event loops.
   PartitionWorker::Stats total;
   for (auto& [name, t] : types_) {
@@ -234,12 +266,47 @@ void WriterService::HandleCommand(Route& route, http::Request& req, http::Respon
   cmd.entity_id = std::move(route.entity_id);
   cmd.name = std::move(route.command);
   const uint32_t partition = PartitionOf(cmd.entity_id, type->partitions);
-  cmd.reply = [respond = std::move(respond), &command_metrics, received](Reply r) {
+  if (routes_ && !req.Header(kForwardedByHeader)) {
+    if (const std::string owner = routes_->OwnerUrl(route.type, partition); !owner.empty()) {
+      return Forward(owner, req, std::move(cmd), *type, partition, command_metrics, received, std::move(respond));
+    }
+  }
+  Submit(std::move(cmd), *type, partition, command_metrics, received, std::move(respond));
+}
+
+void WriterService::Submit(Command cmd, const TypeState& type, uint32_t partition,
+                           metrics::CommandMetrics& command_metrics, std::chrono::steady_clock::time_point received,
+                           http::Responder respond) {
+  cmd.reply = [respond = std::move(respond), &command_metrics, received, this](Reply r) {
     command_metrics.Record(metrics::OutcomeOfStatus(r.status, r.replayed),
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
-    respond(ToHttp(std::move(r)));
+    http::Response out = ToHttp(std::move(r));
+    if (routes_) out.headers.emplace_back(kWriterHeader, member_);
+    respond(std::move(out));
   };
-  type->workers[partition]->Submit(std::move(cmd));
+  type.workers[partition]->Submit(std::move(cmd));
+}
+
+void WriterService::Forward(const std::string& owner_url, http::Request& req, Command cmd, const TypeState& type,
+                            uint32_t partition, metrics::CommandMetrics& command_metrics,
+                            std::chrono::steady_clock::time_point received, http::Responder respond) {
+  std::vector<std::pair<std::string, std::string>> headers = {
+      {"Content-Type", "application/json"},
+      {"Idempotency-Key", cmd.command_id},  // so that handling it here after all cannot apply it twice
+      {kForwardedByHeader, member_},
+  };
+  if (const auto if_match = req.Header("If-Match")) headers.emplace_back("If-Match", std::string(*if_match));
+  forwarder_->Send(
+      owner_url + req.target, "POST", std::move(headers), std::move(req.body),
+      [this, cmd = std::move(cmd), &type, partition, &command_metrics, received, respond = std::move(respond),
+       owner_url](Result<http::Response> answer) mutable {
+        type.metrics->Forwarded(answer.ok());
+        if (answer.ok()) return respond(std::move(answer).value());
+        LogRateLimited(LogLevel::kWarn, "writer.forward",
+                       "writer: the writer that owns " + cmd.entity_id + "'s partition did not answer (" +
+                           answer.status().message() + "); handled here");
+        Submit(std::move(cmd), type, partition, command_metrics, received, std::move(respond));
+      });
 }
 
 metrics::CommandMetrics& WriterService::CommandMetricsOf(const TypeState& type, const std::string& type_name,

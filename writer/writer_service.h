@@ -3,6 +3,16 @@
 // command to the PartitionWorker of its (type, partition), and serves reads
 // from main storage through a ReaderPool.
 //
+// Several writers (writer.routing, the default): a RouteKeeper holds leases
+// on the partitions this writer should batch, and a valid command for a
+// partition another live writer owns is forwarded to it once (marked with
+// the Sluice-Forwarded-By header, which the owner never forwards again) with
+// its Idempotency-Key (the one generated here when the client gave none),
+// and the owner's answer is relayed. If the owner cannot be reached the
+// command is handled here: a command the owner did commit is then answered
+// from storage by its Idempotency-Key, never applied twice. Every command
+// reply carries Sluice-Writer: the writer that handled it.
+//
 // Lifecycle: construct with a validated Config, Start(), later Stop() (which
 // finishes queued commands before closing connections). Start/Stop from one
 // thread; requests are handled on the HTTP event-loop threads.
@@ -19,9 +29,11 @@
 #include "metrics/metrics_server.h"
 #include "sql/tables.h"
 #include "writer/api.h"
+#include "http/forwarder.h"
 #include "http/server.h"
 #include "writer/partition_worker.h"
 #include "writer/reader_pool.h"
+#include "writer/route_keeper.h"
 
 namespace sluice::writer {
 
@@ -57,6 +69,13 @@ class WriterService {
 
   void Handle(http::Request&& req, http::Responder respond);
   void HandleCommand(Route& route, http::Request& req, http::Responder respond);
+  // Queues a valid command on its partition's worker; its reply goes to `respond`.
+  void Submit(Command cmd, const TypeState& type, uint32_t partition, metrics::CommandMetrics& command_metrics,
+              std::chrono::steady_clock::time_point received, http::Responder respond);
+  // Sends the command to the writer at `owner_url`; Submit()s it here when that fails.
+  void Forward(const std::string& owner_url, http::Request& req, Command cmd, const TypeState& type,
+               uint32_t partition, metrics::CommandMetrics& command_metrics,
+               std::chrono::steady_clock::time_point received, http::Responder respond);
   void HandleGetEntity(const Route& route, http::Responder respond);
   void HandleGetEvents(const Route& route, http::Responder respond);
   void HandleReady(const http::Responder& respond) const;
@@ -75,6 +94,10 @@ class WriterService {
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
   std::unique_ptr<http::Server> http_;
+  // writer.routing: which writer owns each partition, and the client that forwards to it.
+  std::string member_;  // writer.id or the host name
+  std::unique_ptr<RouteKeeper> routes_;
+  std::unique_ptr<http::Forwarder> forwarder_;
   bool started_ = false;
   Status handlers_status_;  // why the handler files did not load; Start() returns it
 };

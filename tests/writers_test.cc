@@ -1,0 +1,102 @@
+// Several writers on one database (issue 21, items 2 and 5c): each
+// partition's lease names the writer that batches it, and a command that
+// reaches another writer is forwarded to it once. Routing is a hint: with
+// the owner killed, its commands are handled where they arrive, and every
+// acknowledged command is still stored exactly once in dense event tables.
+#include <signal.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/partitioner.h"
+#include "tests/support/test_support.h"
+#include "tests/support/writer_load.h"
+
+namespace sluice::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kPartitions = 4;
+
+// partition -> owner of the live writer leases; empty until every
+// partition has an owner and two writers share them.
+std::map<uint32_t, std::string> SplitLeases(TestDatabase& db) {
+  std::map<uint32_t, std::string> out;
+  for (const auto& r : db.Query("SELECT partition_id, owner FROM sluice_leases WHERE scope = 'writer' AND "
+                                "entity_type = 'account' AND owner <> '' AND expires_at > NOW(6)")) {
+    out[static_cast<uint32_t>(std::stoul(*r[0]))] = *r[1];
+  }
+  std::set<std::string> owners;
+  for (const auto& [p, o] : out) owners.insert(o);
+  if (out.size() != kPartitions || owners.size() != 2) out.clear();
+  return out;
+}
+
+TEST(SeveralWriters, CommandsAreHandledByTheirPartitionsOwnerAndSurviveItsDeath) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("writers");
+  std::vector<SluiceConfig> cfgs(2);
+  std::vector<std::string> paths;
+  for (int n = 0; n < 2; ++n) {
+    cfgs[n].database = db.name();
+    cfgs[n].entities = {{"account", kPartitions}};
+    cfgs[n].port = FreePort();
+    cfgs[n].extra_writer_yaml = "  id: w" + std::to_string(n) + "\n  lease_ttl: 2s\n";
+    paths.push_back(cfgs[n].Write());
+  }
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", paths[0]}, &out), 0) << out;
+  std::vector<std::unique_ptr<SluiceProcess>> writers;
+  for (int n = 0; n < 2; ++n) writers.push_back(StartSluice("writer", paths[n], cfgs[n].port));
+
+  // The second writer takes its share within a round or two (TTL/4 each).
+  std::map<uint32_t, std::string> owner;
+  for (const auto until = std::chrono::steady_clock::now() + 20s;
+       owner.empty() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(100ms);
+    owner = SplitLeases(db);
+  }
+  ASSERT_FALSE(owner.empty()) << "the writers did not split the partitions";
+  std::this_thread::sleep_for(1200ms);  // each has read the other's leases since
+
+  // 1. Steady: whichever writer a command reaches, its partition's owner handles it.
+  {
+    RandomWriterLoad load({cfgs[0].port, cfgs[1].port}, "account", 4, 600, 8, "steady-");
+    load.Start();
+    load.Join();
+    ASSERT_EQ(load.acknowledged().size(), 600u) << load.StatusText();
+    for (const auto& [entity, by] : load.handled_by()) {
+      EXPECT_EQ(by, std::set<std::string>{owner.at(PartitionOf(entity, kPartitions))}) << entity;
+    }
+  }
+
+  // 2. The owner of some partitions is killed in the middle of a load and
+  // restarted: the other writer cannot forward to it and handles its
+  // commands itself, then takes its leases over; the restarted one gets its
+  // share back.
+  constexpr int kCommands = 2000;
+  RandomWriterLoad load({cfgs[0].port, cfgs[1].port}, "account", 6, kCommands, 6);
+  load.Start();
+  while (load.started() < kCommands / 4) std::this_thread::sleep_for(5ms);
+  writers[0]->Kill();
+  std::this_thread::sleep_for(3s);  // past its leases' TTL
+  writers[0] = StartSluice("writer", paths[0], cfgs[0].port);
+  load.Join();
+  const std::string seen = load.StatusText();
+  std::cout << "answers (status x count):" << seen << "\n";
+  EXPECT_EQ(load.acknowledged().size(), static_cast<size_t>(kCommands)) << seen;
+  EXPECT_EQ(load.statuses().count(409), 0u) << seen;
+  EXPECT_EQ(load.statuses().count(500), 0u) << seen;
+  ExpectStoredExactlyOnce(db, "account", kPartitions, load.acknowledged(), kCommands + 600);  // with the steady 600
+  const std::string survivor = writers[1]->Log();
+  EXPECT_NE(survivor.find("handled here"), std::string::npos) << survivor.substr(survivor.size() > 3000 ? survivor.size() - 3000 : 0);
+  for (auto& w : writers) EXPECT_EQ(w->Terminate(), 0) << w->Log();
+}
+
+}  // namespace
+}  // namespace sluice::testing
