@@ -24,14 +24,24 @@ namespace {
 
 // A table (or with `json` one document) per sink and partition.
 void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector<engine::EngineStatus>& engines,
-                 bool json, std::ostream& out) {
+                 const std::vector<engine::EngineStatus>& writers, bool json, std::ostream& out) {
   Json doc = Json::object();
   doc["sinks"] = Json::array();
   doc["engines"] = Json::array();
+  doc["writers"] = Json::array();
   std::string engine_note;
   for (const auto& e : engines) {
     doc["engines"].push_back({{"id", e.member}, {"heartbeat_age_ms", e.heartbeat_age_ms}});
     engine_note += (engine_note.empty() ? "" : ", ") + e.member;
+  }
+  std::string writer_note;
+  for (const auto& w : writers) {
+    doc["writers"].push_back({{"id", w.member},
+                              {"url", w.address},
+                              {"partitions", w.partitions},
+                              {"heartbeat_age_ms", w.heartbeat_age_ms}});
+    writer_note += (writer_note.empty() ? "" : ", ") + w.member + " (" + w.address + ", " +
+                   std::to_string(w.partitions) + " partitions)";
   }
   TextTable table(
       {"SINK", "TYPE", "PART", "OFFSET", "HEAD", "LAG", "LAG_S", "STATE", "APPLIED", "STALE", "DEAD", "OWNER"});
@@ -65,6 +75,7 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector
     out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
     table.AddNote("engines: " + (engine_note.empty() ? std::string("none running") : engine_note));
+    table.AddNote("routing writers: " + (writer_note.empty() ? std::string("none running") : writer_note));
     table.Print(out);
   }
 }
@@ -167,7 +178,7 @@ void PrintDeadLetterActions(const engine::DeadLetterReport& report, std::string_
 // ---- commands ----
 
 po::options_description StatusOptions(const std::string&) {
-  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters, the last error and the engine that owns it (its lease), read\nfrom MySQL (no running process needed); then the engines running.\n\noptions");
+  po::options_description desc("usage: sluice status --config FILE [--json]\n\nPer sink and partition: offset, head, lag in events and seconds, state,\ncounters, the last error and the engine that owns it (its lease), read\nfrom MySQL (no running process needed); then the engines running and the\nrouting writers (their URL and how many partitions they own).\n\noptions");
   desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
       "json", "print one JSON document (for scripts)");
   return desc;
@@ -178,12 +189,13 @@ int Status_(const Invocation& call) {
   auto cfg = ConfigFrom(vm, "status");
   if (!cfg) return kExitFailure;
   std::vector<engine::EngineStatus> engines;
-  auto status = engine::ReadStatus(*cfg, &engines);
+  std::vector<engine::EngineStatus> writers;
+  auto status = engine::ReadStatus(*cfg, &engines, &writers);
   if (!status.ok()) {
     std::cerr << "sluice status: " << status.status().message() << "\n";
     return kExitFailure;
   }
-  PrintStatus(*status, engines, vm.count("json") > 0, std::cout);
+  PrintStatus(*status, engines, writers, vm.count("json") > 0, std::cout);
   return kExitOk;
 }
 

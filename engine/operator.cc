@@ -92,14 +92,24 @@ Result<std::optional<sql::FiledDeadLetter>> DeadLetterToAct(sql::DeadLetterTable
 
 }  // namespace
 
-Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines) {
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines,
+                                           std::vector<EngineStatus>* writers) {
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
   const auto events = storage->OpenEventLog();
   const auto leases = storage->OpenLeases();
   if (engines != nullptr) {
     ASSIGN_OR_RETURN(auto members, leases->Members("engine", config.engine.lease_ttl));
-    for (const auto& m : members) engines->push_back({m.member, m.heartbeat_age_ms});
+    for (const auto& m : members) engines->push_back({m.member, m.heartbeat_age_ms, "", 0});
+  }
+  if (writers != nullptr) {
+    ASSIGN_OR_RETURN(auto members, leases->Members("writer", config.writer.lease_ttl));
+    ASSIGN_OR_RETURN(auto held, leases->List("writer"));
+    for (const auto& m : members) {
+      uint32_t n = 0;
+      for (const auto& l : held) n += l.owner == m.member && l.expires_in_ms > 0 ? 1 : 0;
+      writers->push_back({m.member, m.heartbeat_age_ms, m.address, n});
+    }
   }
   std::vector<SinkStatus> sinks;
   for (const auto& s : config.sinks) {

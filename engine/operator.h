@@ -49,16 +49,21 @@ struct SinkStatus {
   std::string last_error;  // the last partition's non-empty last_error, or empty
 };
 
-// The engines sharing the sinks: each with a heartbeat younger than its lease TTL.
+// The engines sharing the sinks, or the writers sharing the partitions:
+// each with a heartbeat younger than its lease TTL.
 struct EngineStatus {
   std::string member;
   int64_t heartbeat_age_ms = 0;
+  std::string address;      // writers: the URL the others forward to
+  uint32_t partitions = 0;  // writers: partitions whose lease it holds
 };
 
 // Per sink (in config order) and partition: offset, head, lag in events and
 // seconds, state, counters and last error.
-// `engines`, when given, receives the engines alive within engine.lease_ttl.
-Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines = nullptr);
+// `engines`, when given, receives the engines alive within engine.lease_ttl;
+// `writers` the writers alive within writer.lease_ttl.
+Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines = nullptr,
+                                           std::vector<EngineStatus>* writers = nullptr);
 
 // What comparing one view with main storage found.
 struct ViewCheck {

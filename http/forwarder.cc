@@ -81,9 +81,10 @@ struct Forwarder::Impl {
   CURLM* multi = nullptr;
   std::mutex mu;
   std::deque<std::unique_ptr<Transfer>> queued;  // under mu
+  bool running = false;                          // under mu: Send() queues only while set
   bool stopping = false;                         // under mu
   std::thread thread;
-  std::map<CURL*, std::unique_ptr<Transfer>> running;  // the thread's
+  std::map<CURL*, std::unique_ptr<Transfer>> transfers;  // the thread's: those started
 
   void Begin(std::unique_ptr<Transfer> t) {
     CURL* e = curl_easy_init();
@@ -117,15 +118,20 @@ struct Forwarder::Impl {
       t->header_list = curl_slist_append(t->header_list, (name + ": " + value).c_str());
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->header_list);
-    curl_multi_add_handle(multi, e);
-    running.emplace(e, std::move(t));
+    if (const CURLMcode added = curl_multi_add_handle(multi, e); added != CURLM_OK) {
+      curl_easy_cleanup(e);
+      curl_slist_free_all(t->header_list);
+      t->done(Unavailable("forwarding to " + t->url + ": " + curl_multi_strerror(added)));
+      return;
+    }
+    transfers.emplace(e, std::move(t));
   }
 
   void Finish(CURL* e, CURLcode code) {
-    auto it = running.find(e);
-    if (it == running.end()) return;
+    auto it = transfers.find(e);
+    if (it == transfers.end()) return;
     std::unique_ptr<Transfer> t = std::move(it->second);
-    running.erase(it);
+    transfers.erase(it);
     curl_multi_remove_handle(multi, e);
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
@@ -159,10 +165,11 @@ struct Forwarder::Impl {
       curl_multi_poll(multi, nullptr, 0, 1000, nullptr);
     }
     // Stopped: nothing more is answered by a peer.
-    while (!running.empty()) Finish(running.begin()->first, CURLE_ABORTED_BY_CALLBACK);
+    while (!transfers.empty()) Finish(transfers.begin()->first, CURLE_ABORTED_BY_CALLBACK);
     std::deque<std::unique_ptr<Transfer>> left;
     {
       std::lock_guard lock(mu);
+      running = false;
       left.swap(queued);
     }
     for (auto& t : left) t->done(Unavailable("forwarding to " + t->url + ": the forwarder stopped"));
@@ -188,6 +195,7 @@ Status Forwarder::Start() {
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = false;
+    impl_->running = true;
   }
   impl_->thread = std::thread([this] { impl_->Loop(); });
   return Status::Ok();
@@ -213,9 +221,7 @@ void Forwarder::Send(std::string url, std::string method, std::vector<std::pair<
   t->done = std::move(done);
   {
     std::lock_guard lock(impl_->mu);
-    if (impl_->thread.joinable() && !impl_->stopping) {
-      impl_->queued.push_back(std::move(t));
-    }
+    if (impl_->running && !impl_->stopping) impl_->queued.push_back(std::move(t));
   }
   if (t) {
     t->done(Unavailable("forwarding to " + t->url + ": the forwarder is not running"));

@@ -62,6 +62,7 @@ TEST(Forwarder, ManyTransfersAtOnceOnOneThread) {
   // Each answer waits a little on its own thread, so transfers overlap.
   ServerOptions two_loops;
   two_loops.io_threads = 2;
+  two_loops.limits.max_connections = 1000;  // every transfer may have its own connection
   Server server(two_loops, [&](Request&& req, Responder respond) {
     const int now = ++in_handler;
     int m = most.load();

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "sql/schema.h"
+#include "tests/support/private_mariadb.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::testing {
@@ -86,16 +87,23 @@ TEST(ConfigCheck, ReportsFileLineAndColumn) {
   EXPECT_EQ(RunSluice({"frobnicate"}, &out), 2);
 }
 
-// The writer refuses MySQL settings that can lose committed commands, unless allowed.
+// The writer refuses MySQL settings that can lose committed commands, unless
+// allowed. On a server of its own: weakening the shared test server's
+// settings, even for a moment, would fail every other test starting a writer
+// then.
 TEST(Durability, WeakSettingsAreRefusedUnlessAllowed) {
   SLUICE_REQUIRE_MYSQL();
-  TestDatabase db("durability");
+  PrivateMariaDb server;
+  std::string started;
+  ASSERT_TRUE(server.Start(&started)) << started;
+  sql::ConnectParams params = MysqlParams();
+  params.host = "127.0.0.1";
+  params.port = server.port();
+  TestDatabase db("durability", params);
   ASSERT_TRUE(db.conn().Execute("SET GLOBAL innodb_flush_log_at_trx_commit=2").ok());
-  struct Restore {
-    TestDatabase& db;
-    ~Restore() { (void)db.conn().Execute("SET GLOBAL innodb_flush_log_at_trx_commit=1"); }
-  } restore{db};
   SluiceConfig cfg;
+  cfg.mysql_host = "127.0.0.1";
+  cfg.mysql_port = server.port();
   cfg.database = db.name();
   cfg.entities = {{"account", 1}};
   cfg.port = FreePort();

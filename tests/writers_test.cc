@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/partitioner.h"
 #include "tests/support/test_support.h"
@@ -63,6 +64,18 @@ TEST(SeveralWriters, CommandsAreHandledByTheirPartitionsOwnerAndSurviveItsDeath)
   }
   ASSERT_FALSE(owner.empty()) << "the writers did not split the partitions";
   std::this_thread::sleep_for(1200ms);  // each has read the other's leases since
+  // `sluice status` shows both, with their URLs and shares.
+  ASSERT_EQ(RunSluice({"status", "--config", paths[0], "--json"}, &out), 0) << out;
+  const auto status = nlohmann::json::parse(out);
+  ASSERT_EQ(status["writers"].size(), 2u) << out;
+  uint32_t shares = 0;
+  for (const auto& w : status["writers"]) {
+    const std::string id = w["id"];
+    const int n = id == "w0" ? 0 : 1;
+    EXPECT_EQ(w["url"], "http://127.0.0.1:" + std::to_string(cfgs[n].port)) << out;
+    shares += w["partitions"].get<uint32_t>();
+  }
+  EXPECT_EQ(shares, kPartitions) << out;
 
   // 1. Steady: whichever writer a command reaches, its partition's owner handles it.
   {

@@ -14,7 +14,8 @@ RouteKeeper::RouteKeeper(Options options)
 
 RouteKeeper::~RouteKeeper() { Stop(); }
 
-void RouteKeeper::Start() {
+void RouteKeeper::Start(std::string url) {
+  url_ = std::move(url);
   if (Status st = Round(); !st.ok()) {
     LogRateLimited(LogLevel::kWarn, "writer.routes", "writer: lease round failed: " + st.message());
   }
@@ -80,7 +81,7 @@ Status RouteKeeper::Round() {
       return Status::Ok();
     }
   }
-  RETURN_IF_ERROR(leases_->Heartbeat(kWriterGroup, options_.member, options_.url));
+  RETURN_IF_ERROR(leases_->Heartbeat(kWriterGroup, options_.member, url_));
   ASSIGN_OR_RETURN(auto members, leases_->Members(kWriterGroup, options_.ttl));
   std::vector<std::string> names;
   std::map<std::string, std::string> url_of;

@@ -48,7 +48,6 @@ class RouteKeeper {
  public:
   struct Options {
     std::string member;  // writer.id
-    std::string url;     // where the others forward to (writer.advertise)
     std::chrono::milliseconds ttl{10'000};
     std::shared_ptr<sql::Storage> storage;
     std::map<std::string, uint32_t> types;  // entity type -> partitions
@@ -56,14 +55,16 @@ class RouteKeeper {
   explicit RouteKeeper(Options options);
   ~RouteKeeper();  // calls Stop()
 
-  // Runs the first round, then one every ttl/4.
-  void Start();
+  // Runs the first round, then one every ttl/4. `url`: where the other
+  // writers forward to (writer.advertise), in this writer's heartbeat.
+  void Start(std::string url);
   void Stop();
   // After Stop: releases the leases held and leaves the group, so the
   // others route to themselves at their next round.
   void Leave();
-  // One round (for tests; never while started).
+  // One round (for tests, after SetUrl; never while started).
   Status Round();
+  void SetUrl(std::string url) { url_ = std::move(url); }
 
   // The URL of the live writer that owns (type, partition); empty when it
   // is this writer or no owner is known.
@@ -80,6 +81,7 @@ class RouteKeeper {
   void Publish(std::shared_ptr<const Table> table);
 
   const Options options_;
+  std::string url_;  // set before the rounds start
   std::unique_ptr<sql::LeaseTable> leases_;
   std::map<std::string, std::map<uint32_t, uint64_t>> held_;  // keeper thread: type -> partition -> token
   bool claimed_ = false;

@@ -13,20 +13,23 @@
 namespace sluice::writer {
 namespace {
 
-RouteKeeper::Options Writer(const std::string& member, std::shared_ptr<sql::Storage> storage) {
+std::unique_ptr<RouteKeeper> Writer(const std::string& member, std::shared_ptr<sql::Storage> storage) {
   RouteKeeper::Options o;
   o.member = member;
-  o.url = "http://" + member + ":8080";
   o.ttl = std::chrono::seconds(10);
   o.storage = std::move(storage);
   o.types = {{"account", 8}, {"order", 3}};
-  return o;
+  auto k = std::make_unique<RouteKeeper>(std::move(o));
+  k->SetUrl("http://" + member + ":8080");
+  return k;
 }
 
 TEST(RouteKeeper, WritersSplitThePartitionsAndRouteToEachOther) {
   auto storage = sql::MemoryStorage::Create();
-  RouteKeeper w1(Writer("w1", storage));
-  RouteKeeper w2(Writer("w2", storage));
+  auto k1 = Writer("w1", storage);
+  auto k2 = Writer("w2", storage);
+  RouteKeeper& w1 = *k1;
+  RouteKeeper& w2 = *k2;
   // Alone, w1 takes everything and forwards nothing.
   ASSERT_TRUE(w1.Round().ok());
   EXPECT_EQ(w1.Held()["account"].size(), 8u);
@@ -61,12 +64,15 @@ TEST(RouteKeeper, WritersSplitThePartitionsAndRouteToEachOther) {
 
 TEST(RouteKeeper, ASecondProcessUnderATakenNameRoutesNothing) {
   auto storage = sql::MemoryStorage::Create();
-  RouteKeeper w1(Writer("w1", storage));
-  RouteKeeper w2(Writer("w2", storage));
+  auto k1 = Writer("w1", storage);
+  auto k2 = Writer("w2", storage);
+  RouteKeeper& w1 = *k1;
+  RouteKeeper& w2 = *k2;
   ASSERT_TRUE(w1.Round().ok());
   ASSERT_TRUE(w2.Round().ok());
   ASSERT_TRUE(w1.Round().ok());
-  RouteKeeper twin(Writer("w1", storage));
+  auto twin_keeper = Writer("w1", storage);
+  RouteKeeper& twin = *twin_keeper;
   ASSERT_TRUE(twin.Round().ok());
   EXPECT_TRUE(twin.Held().empty());
   for (uint32_t p = 0; p < 8; ++p) EXPECT_EQ(twin.OwnerUrl("account", p), "");

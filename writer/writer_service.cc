@@ -134,19 +134,22 @@ Status WriterService::Start() {
   }
   readers_->Start();
   started_ = true;
-  RETURN_IF_ERROR(http_->Start());
+  // Made before the listener starts (the HTTP threads read routes_ and
+  // forwarder_ without a lock); the keeper's rounds start once the port,
+  // and with it the URL the others forward to, is known. Until its first
+  // round it knows no owner: every command is handled here.
   if (config_.writer.routing) {
     forwarder_ = std::make_unique<http::Forwarder>(http::ForwarderOptions{});
     RETURN_IF_ERROR(forwarder_->Start());
     RouteKeeper::Options o;
     o.member = member_;
-    o.url = AdvertisedUrl(config_.writer, http_->port());
     o.ttl = config_.writer.lease_ttl;
     o.storage = storage_;
     for (const auto& [name, t] : types_) o.types[name] = t.partitions;
     routes_ = std::make_unique<RouteKeeper>(std::move(o));
-    routes_->Start();
   }
+  RETURN_IF_ERROR(http_->Start());
+  if (routes_) routes_->Start(AdvertisedUrl(config_.writer, http_->port()));
   return Status::Ok();
 }
 
@@ -300,11 +303,16 @@ void WriterService::Forward(const std::string& owner_url, http::Request& req, Co
       owner_url + req.target, "POST", std::move(headers), std::move(req.body),
       [this, cmd = std::move(cmd), &type, partition, &command_metrics, received, respond = std::move(respond),
        owner_url](Result<http::Response> answer) mutable {
-        type.metrics->Forwarded(answer.ok());
-        if (answer.ok()) return respond(std::move(answer).value());
+        // A 503 (the owner stopping, or overloaded) is handled here too: the
+        // Idempotency-Key keeps a command the owner did commit from being
+        // applied twice.
+        const bool answered = answer.ok() && answer->status != 503;
+        type.metrics->Forwarded(answered);
+        if (answered) return respond(std::move(answer).value());
         LogRateLimited(LogLevel::kWarn, "writer.forward",
                        "writer: the writer that owns " + cmd.entity_id + "'s partition did not answer (" +
-                           answer.status().message() + "); handled here");
+                           (answer.ok() ? std::string("it answered 503") : answer.status().message()) +
+                           "); handled here");
         Submit(std::move(cmd), type, partition, command_metrics, received, std::move(respond));
       });
 }

@@ -38,13 +38,17 @@ struct ClientOptions {
   // transaction (a failed record aborts it). Empty: the idempotent producer.
   std::string transactional_id;
   std::chrono::milliseconds transaction_timeout{60000};
+  // Consumer only: read_uncommitted. Its QueryWatermarks gives the log's
+  // end (the high watermark); a read_committed handle's gives the last
+  // stable offset (the start of the oldest open transaction).
+  bool read_uncommitted = false;
 };
 
 // A producer (idempotent, acks=all, gapless, records never expire in its queue,
 // then the sink's properties; or transactional, see ClientOptions) or a
-// consumer for reading ranges (no group, no commits, read_committed: records
-// of aborted or open transactions are never seen; producer-only properties
-// are left out).
+// consumer for reading ranges (no group, no commits, read_committed unless
+// told otherwise: records of aborted or open transactions are never seen;
+// producer-only properties are left out).
 Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options);
 
 // The number of partitions of `topic`; kNotFound when the cluster says it
@@ -64,9 +68,9 @@ Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int
 
 // Reads offsets [from, to) of one partition with a consumer handle, calling
 // `each` for every record in offset order (offsets without a record, such as
-// transaction markers and aborted records, are skipped). Records of a
-// transaction still open are waited for until it ends. kUnavailable when no
-// progress is made for `timeout`.
+// transaction markers and aborted records, are skipped). A read_committed
+// handle waits at a transaction still open until it ends. kUnavailable when
+// no progress is made for `timeout`.
 Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t partition, int64_t from, int64_t to,
                      const std::function<void(const rd_kafka_message_t&)>& each, std::chrono::milliseconds timeout);
 

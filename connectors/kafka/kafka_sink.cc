@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,9 +54,10 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Status::Ok();
-    // Transactional: this handle only asks for metadata and reads back; each
+    // Transactional: this handle only asks for metadata and where each topic
+    // partition ends (read_uncommitted: past any open transaction); each
     // source partition gets its own producer (Fence).
-    auto producer = transactional() ? Client(RD_KAFKA_CONSUMER, "")
+    auto producer = transactional() ? Client(RD_KAFKA_CONSUMER, "", nullptr, "", /*read_uncommitted=*/true)
                                     : Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
     if (!producer.ok()) return producer.status();
     auto count = TopicPartitionCount(producer->get(), topic_, kMetadataTimeout);
@@ -157,6 +159,7 @@ class KafkaSink final : public Sink {
       rd_kafka_poll(f->producer.get(), 0);
     }
     fenced_.clear();
+    reader_.reset();
     if (rkt_ != nullptr) {
       rd_kafka_topic_destroy(rkt_);
       rkt_ = nullptr;
@@ -304,11 +307,15 @@ class KafkaSink final : public Sink {
   Status ReadEveryRecord(const std::function<void(ChangeEvent&&, int32_t topic_partition, int64_t offset)>& each) {
     auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
     if (!consumer.ok()) return consumer.status();
+    // Where each topic partition ends, past any open transaction (whose
+    // records the read_committed consumer waits for).
+    auto ends = Client(RD_KAFKA_CONSUMER, "verify-ends", nullptr, "", /*read_uncommitted=*/true);
+    if (!ends.ok()) return ends.status();
     auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     Status decode_error = Status::Ok();
     for (int32_t t = 0; t < *count; ++t) {
-      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer->get(), topic_, t, kMetadataTimeout));
+      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(ends->get(), topic_, t, kMetadataTimeout));
       RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
         auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), options().format);
         if (!e.ok()) {
@@ -326,13 +333,16 @@ class KafkaSink final : public Sink {
   // librdkafka refuses is a misconfiguration (kFailedPrecondition).
   Result<KafkaHandle> Client(rd_kafka_type_t type, const std::string& purpose,
                              void (*delivery_report)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr,
-                             const std::string& transactional_id = "") {
+                             const std::string& transactional_id = "", bool read_uncommitted = false) {
     ClientOptions client_options;
     client_options.transactional_id = transactional_id;
+    client_options.read_uncommitted = read_uncommitted;
     // Longer than any batch (Apply gives up after delivery_timeout), short
     // enough that a transaction nobody ends stops holding back read_committed
     // consumers soon.
-    client_options.transaction_timeout = options().delivery_timeout + std::chrono::seconds(10);
+    // At most 15 minutes, the brokers' default transaction.max.timeout.ms.
+    client_options.transaction_timeout =
+        std::min<milliseconds>(options().delivery_timeout + std::chrono::seconds(10), std::chrono::minutes(15));
     client_options.type = type;
     client_options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
     client_options.delivery_report = delivery_report;
@@ -535,6 +545,7 @@ class KafkaSink final : public Sink {
       rd_kafka_t* rk = fenced_.at(p)->producer.get();
       while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
     }
+    std::vector<uint32_t> to_commit;
     for (const uint32_t p : begun) {
       bool sent = failure.ok();
       for (size_t i : of_partition[p]) {
@@ -559,7 +570,39 @@ class KafkaSink final : public Sink {
         Abort(p);
         continue;
       }
-      if (Status st = Commit(p, deadline); !st.ok()) {
+      to_commit.push_back(p);
+    }
+    // The transactions commit at the same time: each commit is a round trip
+    // to the transaction coordinator, one after the other they would add up.
+    std::vector<std::pair<Status, TxnError>> committed(to_commit.size());
+    {
+      const auto until = std::max(deadline, Clock::now() + kMetadataTimeout);  // each gets its own time
+      std::vector<std::thread> threads;
+      for (size_t k = 0; k < to_commit.size(); ++k) {
+        rd_kafka_t* rk = fenced_.at(to_commit[k])->producer.get();
+        auto commit = [rk, until, where = PartitionWhere(to_commit[k]), out = &committed[k]] {
+          *out = Commit(rk, until, where);
+        };
+        if (k + 1 == to_commit.size()) {
+          commit();  // the last on this thread
+        } else {
+          threads.emplace_back(commit);
+        }
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (size_t k = 0; k < to_commit.size(); ++k) {
+      const uint32_t p = to_commit[k];
+      const auto& [st, kind] = committed[k];
+      if (!st.ok()) {
+        // Not committed (or not known to be): aborted, or dropped when the
+        // producer can do nothing more; the next producer of p reads back
+        // whatever did commit.
+        if (kind.fatal) {
+          fenced_.erase(p);
+        } else {
+          Abort(p);
+        }
         if (failure.ok()) failure = st;
         continue;
       }
@@ -573,25 +616,16 @@ class KafkaSink final : public Sink {
     return failure;
   }
 
-  // Commits source partition p's open transaction (retrying what librdkafka
-  // says may be retried until `deadline`); on failure it is aborted, and a
-  // producer that can do nothing more (fenced) is dropped.
-  Status Commit(uint32_t p, Clock::time_point deadline) {
-    rd_kafka_t* rk = fenced_.at(p)->producer.get();
+  // Commits a producer's open transaction, repeating what librdkafka says
+  // may be repeated until `until`; the status and what kind of error it was.
+  // Touches nothing of the sink (runs on its own thread).
+  static std::pair<Status, TxnError> Commit(rd_kafka_t* rk, Clock::time_point until, const std::string& where) {
     for (;;) {
-      const auto left = std::max<int64_t>(
-          1, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      const auto left =
+          std::max<int64_t>(1, std::chrono::duration_cast<milliseconds>(until - Clock::now()).count());
       TxnError kind;
-      Status st = TransactionStatus(rd_kafka_commit_transaction(rk, static_cast<int>(left)),
-                                    PartitionWhere(p) + "commit", &kind);
-      if (st.ok()) return st;
-      if (kind.retry && !kind.fatal && !kind.abort && Clock::now() < deadline) continue;
-      if (kind.fatal) {
-        fenced_.erase(p);
-      } else {
-        Abort(p);
-      }
-      return st;
+      Status st = TransactionStatus(rd_kafka_commit_transaction(rk, static_cast<int>(left)), where + "commit", &kind);
+      if (st.ok() || !kind.retry || kind.fatal || kind.abort || Clock::now() >= until) return {st, kind};
     }
   }
 
@@ -641,13 +675,18 @@ class KafkaSink final : public Sink {
   // found by reading its topic partition backwards in growing windows.
   Status RecoverPartition(uint32_t p) {
     const int32_t tp = TopicPartitionOf(p);
+    if (!reader_) {
+      ASSIGN_OR_RETURN(reader_, Client(RD_KAFKA_CONSUMER, "recover"));
+    }
+    // The end of the log (not the last stable offset): records of p committed
+    // after another partition's transaction that is still open are waited for.
     ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(producer_.get(), topic_, tp, kMetadataTimeout));
     std::optional<uint64_t> found;
     int64_t end = w.high;
     int64_t window = kFirstRecoveryWindow;
     while (!found && end > w.low) {
       const int64_t start = std::max(w.low, end - window);
-      RETURN_IF_ERROR(ReadPartition(producer_.get(), topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
+      RETURN_IF_ERROR(ReadPartition(reader_.get(), topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
         if (const auto at = SourcePosition(m); at && at->first == p) found = std::max(found.value_or(0), at->second);
         if (const auto pos = HeaderValue(m, kHeaderPositions)) {
           if (const auto decoded = DecodePositions(*pos); decoded && decoded->count(p) != 0) {
@@ -754,6 +793,7 @@ class KafkaSink final : public Sink {
   KafkaHandle producer_;  // transactional: a consumer for metadata and reading back
   rd_kafka_topic_t* rkt_ = nullptr;  // idempotent only
   std::map<uint32_t, std::unique_ptr<FencedProducer>> fenced_;  // transactional: per source partition
+  KafkaHandle reader_;  // transactional: a read_committed consumer for reading back
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "config/config.h"
 #include "connectors/builtin_sink_types.h"
@@ -453,6 +454,47 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   ASSERT_OK(sink->VerifyHistory(history, diffs));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"duplicate", 1}}));
   sink->Close();
+}
+
+// Two source partitions share one topic partition. A former owner of
+// partition 2 left a transaction open (frozen); partition 1's records
+// committed after it are past the last stable offset. The next owner of
+// partition 1 must find them (reading to the log's end, waiting for the
+// open transaction to end), not stop at the open transaction and produce
+// them again.
+TEST(KafkaSink, RecoveryReadsPastAnotherPartitionsOpenTransaction) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("lso");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n");
+  auto first = Make(c);
+  ASSERT_TRUE(first);
+  ASSERT_OK(first->Open());
+  ASSERT_TRUE(first->Apply(Events(1, 1, 5)).status.ok());
+  std::string error;
+  auto frozen = testing::OpenTransaction::Start(topic, 0, "sluice-feed-" + topic + "-2", RawRecords(2, 1, 3), &error);
+  ASSERT_TRUE(frozen) << error;
+  auto r = first->Apply(Events(1, 6, 8));  // committed after the open transaction
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  // The open transaction ends a moment later (its owner resumes and commits).
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_EQ(frozen->Commit(), "");
+  });
+  auto next = Make(c);
+  ASSERT_TRUE(next);
+  ASSERT_OK(next->Open());
+  r = next->Apply(Events(1, 4, 10));
+  resume.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 5);    // 4..8
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 2);  // 9, 10
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p1"], 10u);
+  EXPECT_EQ(last["p2"], 3u);
+  EXPECT_EQ(records.size(), 13u);
 }
 
 }  // namespace
