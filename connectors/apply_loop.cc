@@ -84,6 +84,11 @@ size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& be
   return done;
 }
 
+Status ApplyLoop::TakeOver(std::span<const uint32_t> partitions) {
+  if (!open_) RETURN_IF_ERROR(OpenSink());
+  return sink_->TakeOver(partitions);
+}
+
 void ApplyLoop::Close() {
   // Also after a failed Open(), which may have left a connection behind.
   open_ = false;

@@ -182,6 +182,16 @@ class Sink {
   // Makes what Apply() acknowledged since the last Flush() durable (see the
   // contract above); ok, kUnavailable or kFailedPrecondition.
   virtual Status Flush() { return Status::Ok(); }
+  // The engine has just taken these source partitions over (from another
+  // engine, or at its start) and applies them from now on. A sink that
+  // fences writers per partition (the Kafka sink's transactional producers)
+  // fences them here, so that what a former owner left unfinished is settled
+  // at once, not at the partition's next event. Called after Open(); the
+  // default does nothing. An error is logged; Apply() fences anyway.
+  virtual Status TakeOver(std::span<const uint32_t> partitions) {
+    (void)partitions;
+    return Status::Ok();
+  }
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
   virtual Status Health() = 0;
   // Releases its connections; also after a failed or no Open(), and more

@@ -2,6 +2,7 @@
 // "ownership"): the partitions a LeaseKeeper gave it, taken between two
 // chunks on the applier thread.
 #include <set>
+#include <vector>
 
 #include "core/log.h"
 #include "engine/sink_runner.h"
@@ -71,7 +72,10 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     }
     DropOwnedLocked(gone);
   }
-  if (added.empty()) return;
+  if (added.empty()) {
+    SettleTakenOver({});
+    return;
+  }
   // Opened again before their first event: a sink that learns at Open()
   // what is already written (Kafka reads its topic back) learns what their
   // last owner wrote past its saved offsets.
@@ -103,6 +107,33 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   }
   queue_cv_.notify_all();
   wake_cv_.notify_all();
+  std::set<uint32_t> taken;
+  for (const auto& [p, token] : added) taken.insert(p);
+  SettleTakenOver(taken);
+}
+
+void SinkRunner::SettleTakenOver(const std::set<uint32_t>& taken) {
+  // Settled now rather than at their next event: what their former owner
+  // left unfinished (an open Kafka transaction) ends at the takeover. What
+  // fails is tried again at the next call (every lease round).
+  std::vector<uint32_t> settle;
+  {
+    std::lock_guard lock(mu_);
+    unsettled_.insert(taken.begin(), taken.end());
+    std::erase_if(unsettled_, [this](uint32_t p) { return owned_.count(p) == 0; });
+    settle.assign(unsettled_.begin(), unsettled_.end());
+  }
+  if (settle.empty()) return;
+  const Status st = loop_->TakeOver(settle);
+  std::lock_guard lock(mu_);
+  if (st.ok()) {
+    for (const uint32_t p : settle) unsettled_.erase(p);
+    return;
+  }
+  LogRateLimited(LogLevel::kWarn, "engine.takeover." + options_.sink.name,
+                 "engine: sink " + options_.sink.name +
+                     ": settling the partitions it took over failed (tried again at the next lease round): " +
+                     st.message());
 }
 
 void SinkRunner::DropOwnedLocked(const std::set<uint32_t>& partitions) {

@@ -133,6 +133,16 @@ class KafkaSink final : public Sink {
     return out;
   }
 
+  // Transactional: each partition taken over is fenced at once (its former
+  // owner's open transaction aborted, what it committed read back).
+  Status TakeOver(std::span<const uint32_t> partitions) override {
+    if (!transactional() || !producer_) return Status::Ok();
+    for (const uint32_t p : partitions) {
+      if (fenced_.count(p) == 0) RETURN_IF_ERROR(Fence(p));
+    }
+    return Status::Ok();
+  }
+
   Status Health() override {
     if (producer_) {
       auto count = TopicPartitionCount(producer_.get(), topic_, kHealthTimeout);

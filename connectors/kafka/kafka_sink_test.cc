@@ -456,6 +456,34 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   sink->Close();
 }
 
+// The engine that takes a partition over fences it at once (Sink::TakeOver),
+// without waiting for the partition's next event: a crashed owner's open
+// transaction stops holding back read_committed consumers right away.
+TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("takeover");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n");
+  auto first = Make(c);
+  ASSERT_TRUE(first);
+  ASSERT_OK(first->Open());
+  ASSERT_TRUE(first->Apply(Events(1, 1, 5)).status.ok());
+  std::string error;
+  auto frozen = testing::OpenTransaction::Start(topic, 0, "sluice-feed-" + topic + "-1", RawRecords(1, 6, 9), &error);
+  ASSERT_TRUE(frozen) << error;
+  auto next = Make(c);
+  ASSERT_TRUE(next);
+  ASSERT_OK(next->Open());
+  const uint32_t taken[] = {1};
+  ASSERT_OK(next->TakeOver(taken));
+  EXPECT_FALSE(frozen->Commit().empty());  // fenced before any event of partition 1
+  // Nothing is open any more: verify reads the whole topic at once.
+  std::vector<ChangeEvent> history = Events(1, 1, 5);
+  std::vector<Difference> diffs;
+  ASSERT_OK(next->VerifyHistory(history, diffs));
+  EXPECT_TRUE(diffs.empty()) << diffs.front().detail;
+  EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
+}
+
 // Two source partitions share one topic partition. A former owner of
 // partition 2 left a transaction open (frozen); partition 1's records
 // committed after it are past the last stable offset. The next owner of
