@@ -86,6 +86,10 @@ Status ViewSink::Health() {
   return ForEachDestination([](Sink& s) { return s.Health(); });
 }
 
+Status ViewSink::TakeOver(std::span<const uint32_t> partitions) {
+  return ForEachDestination([partitions](Sink& s) { return s.TakeOver(partitions); });
+}
+
 void ViewSink::Close() {
   for (Destination& d : destinations_) d.sink->Close();
 }

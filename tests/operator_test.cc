@@ -84,7 +84,9 @@ TEST(Operator, StatusTableStaysAlignedWithElasticsearchSinksAndLongNames) {
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   ASSERT_EQ(RunSluice({"status", "--config", path}, &out), 0) << out;
   auto lines = Lines(out);
-  ASSERT_EQ(lines.size(), 8u) << out;  // the header, 3 sinks x 2 partitions and the engines running
+  ASSERT_EQ(lines.size(), 9u) << out;  // the header, 3 sinks x 2 partitions, the engines and the writers running
+  EXPECT_EQ(lines.back(), "routing writers: none running");
+  lines.pop_back();
   EXPECT_EQ(lines.back(), "engines: none running");
   lines.pop_back();
   // Where each column starts in the header; every row has a cell starting there.

@@ -5,6 +5,7 @@
 // acknowledged command is still stored exactly once in dense event tables.
 #include <signal.h>
 
+#include <atomic>
 #include <iostream>
 #include <map>
 #include <string>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/partitioner.h"
+#include "http/server.h"
+#include "sql/schema.h"
 #include "tests/support/test_support.h"
 #include "tests/support/writer_load.h"
 
@@ -109,6 +112,77 @@ TEST(SeveralWriters, CommandsAreHandledByTheirPartitionsOwnerAndSurviveItsDeath)
   const std::string survivor = writers[1]->Log();
   EXPECT_NE(survivor.find("handled here"), std::string::npos) << survivor.substr(survivor.size() > 3000 ? survivor.size() - 3000 : 0);
   for (auto& w : writers) EXPECT_EQ(w->Terminate(), 0) << w->Log();
+}
+
+// A writer that other writers believe owns partitions but that answers 503
+// for everything (stopping, overloaded), and then one that is gone: the
+// writer a command reaches forwards it, gets no usable answer, and handles
+// it itself, so every command is acknowledged once. The "owner" is a fake:
+// a member row and leases written by the test, and an HTTP server of its own.
+TEST(SeveralWriters, AnOwnerThatAnswers503OrIsGoneIsBypassed) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("writers503");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", kPartitions}};
+  cfg.port = FreePort();
+  cfg.extra_writer_yaml = "  id: real\n  lease_ttl: 2s\n";
+  const std::string path = cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  std::atomic<int> asked{0};
+  http::Server fake({}, [&](http::Request&&, http::Responder respond) {
+    ++asked;
+    respond(http::JsonError(503, "unavailable", "the writer is stopping"));
+  });
+  ASSERT_TRUE(fake.Start().ok());
+  const auto exec = [&](const std::string& q) {
+    auto r = db.conn().Execute(q);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+  };
+  // The fake owner: alive for an hour, holding every partition's lease.
+  const auto pretend = [&](const std::string& url) {
+    exec("REPLACE INTO sluice_members (member_group, member, address, heartbeat_at) VALUES ('writer', "
+               "'fake', '" + url + "', NOW(6) + INTERVAL 1 HOUR)");
+  };
+  pretend("http://127.0.0.1:" + std::to_string(fake.port()));
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    exec("REPLACE INTO sluice_leases (scope, entity_type, partition_id, owner, token, expires_at, taken_at) "
+               "VALUES ('writer', 'account', " + std::to_string(p) + ", 'fake', 1, NOW(6) + INTERVAL 1 HOUR, NOW(6))");
+  }
+  auto writer = StartSluice("writer", path, cfg.port);
+  std::this_thread::sleep_for(700ms);  // a lease round has read the fake's leases
+  HttpClient client(cfg.port, 10s);
+  const auto send_all = [&](const std::string& prefix) {
+    for (int i = 0; i < 20; ++i) {
+      const HttpReply r = client.Post("/v1/entities/account/e" + std::to_string(i) + "/commands/patch",
+                                      R"({"n":1})", {{"Idempotency-Key", prefix + std::to_string(i)}});
+      EXPECT_TRUE(r.status == 200 || r.status == 201) << r.status << " " << r.body;
+      const auto by = r.headers.find("sluice-writer");
+      EXPECT_TRUE(by != r.headers.end() && by->second == "real") << r.body;
+    }
+  };
+  send_all("a-");
+  EXPECT_EQ(asked.load(), 20) << "every command was offered to the owner first";
+  // The owner is gone (nothing listens at its URL any more).
+  uint16_t gone = 0;
+  {
+    http::Server s({}, [](http::Request&&, http::Responder respond) { respond({}); });
+    ASSERT_TRUE(s.Start().ok());
+    gone = s.port();
+  }
+  pretend("http://127.0.0.1:" + std::to_string(gone));
+  std::this_thread::sleep_for(1200ms);  // the writer has read the new URL
+  send_all("b-");
+  EXPECT_EQ(asked.load(), 20);
+  // Each command once, none lost.
+  int64_t events = 0;
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    events += db.Scalar("SELECT COUNT(*) FROM " + sql::EventTableName("account", p));
+  }
+  EXPECT_EQ(events, 40);
+  EXPECT_NE(writer->Log().find("handled here"), std::string::npos) << writer->Log();
+  EXPECT_EQ(writer->Terminate(), 0) << writer->Log();
 }
 
 }  // namespace
