@@ -293,6 +293,31 @@ TEST(KafkaSink, TransactionalProducerOfAFormerOwnerIsFencedAndPublishesNothing) 
   EXPECT_EQ(records.size(), 30u + 8);
 }
 
+// A topic of one partition where the first owner of source partition 1
+// committed its events 1..5, then froze with events 6..9 in a transaction it
+// left open (a producer of the test's own, under the partition's
+// transactional id). `open` is null when that could not be set up.
+struct FrozenOwner {
+  std::string topic;
+  config::Config config;
+  std::unique_ptr<testing::OpenTransaction> open;
+};
+
+FrozenOwner LeaveAFrozenOwner(const std::string& what) {
+  FrozenOwner f;
+  f.topic = UniqueTopic(what);
+  f.config = LoadWith("    topic: " + f.topic + "\n    create_topic: true\n    partitions: 1\n");
+  auto first = Make(f.config);
+  if (!first || !first->Open().ok() || !first->Apply(Events(1, 1, 5)).status.ok()) {
+    ADD_FAILURE() << "the first owner could not write";
+    return f;
+  }
+  std::string error;
+  f.open = testing::OpenTransaction::Start(f.topic, 0, "sluice-feed-" + f.topic + "-1", RawRecords(1, 6, 9), &error);
+  EXPECT_TRUE(f.open) << error;
+  return f;
+}
+
 // An engine frozen in the middle of a batch leaves a transaction open with
 // records on the broker. The next owner's producer aborts it before reading
 // the partition back: those records are never seen by a read_committed
@@ -300,15 +325,12 @@ TEST(KafkaSink, TransactionalProducerOfAFormerOwnerIsFencedAndPublishesNothing) 
 // commit, once it resumes, fails.
 TEST(KafkaSink, AnOpenTransactionOfAFrozenOwnerIsAbortedByTheNextOne) {
   SLUICE_REQUIRE_KAFKA();
-  const std::string topic = UniqueTopic("frozen");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n");
-  auto first = Make(c);
-  ASSERT_TRUE(first);
-  ASSERT_OK(first->Open());
-  ASSERT_TRUE(first->Apply(Events(1, 1, 5)).status.ok());
+  FrozenOwner f = LeaveAFrozenOwner("frozen");
+  ASSERT_TRUE(f.open);
+  const std::string& topic = f.topic;
+  const config::Config& c = f.config;
+  auto& frozen = f.open;
   std::string error;
-  auto frozen = testing::OpenTransaction::Start(topic, 0, "sluice-feed-" + topic + "-1", RawRecords(1, 6, 9), &error);
-  ASSERT_TRUE(frozen) << error;
   // The frozen batch is on the broker, uncommitted.
   EXPECT_EQ(ReadTopic(topic, &error, /*uncommitted=*/true).size(), 9u) << error;
   EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
@@ -461,15 +483,12 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
 // transaction stops holding back read_committed consumers right away.
 TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) {
   SLUICE_REQUIRE_KAFKA();
-  const std::string topic = UniqueTopic("takeover");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 1\n");
-  auto first = Make(c);
-  ASSERT_TRUE(first);
-  ASSERT_OK(first->Open());
-  ASSERT_TRUE(first->Apply(Events(1, 1, 5)).status.ok());
+  FrozenOwner f = LeaveAFrozenOwner("takeover");
+  ASSERT_TRUE(f.open);
+  const std::string& topic = f.topic;
+  const config::Config& c = f.config;
+  auto& frozen = f.open;
   std::string error;
-  auto frozen = testing::OpenTransaction::Start(topic, 0, "sluice-feed-" + topic + "-1", RawRecords(1, 6, 9), &error);
-  ASSERT_TRUE(frozen) << error;
   auto next = Make(c);
   ASSERT_TRUE(next);
   ASSERT_OK(next->Open());
