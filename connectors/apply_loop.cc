@@ -84,9 +84,9 @@ size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& be
   return done;
 }
 
-Status ApplyLoop::TakeOver(std::span<const uint32_t> partitions) {
+Status ApplyLoop::TakeOver(const TakenOver& taken) {
   if (!open_) RETURN_IF_ERROR(OpenSink());
-  return sink_->TakeOver(partitions);
+  return sink_->TakeOver(taken);
 }
 
 void ApplyLoop::Close() {

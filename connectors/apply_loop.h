@@ -107,8 +107,8 @@ class ApplyLoop {
   // moves it back to running when `after` goes on from a chunk.
   ChunkResult ApplyChunk(std::span<const ChangeEvent> chunk);
 
-  // Opens the sink if it is not open, then Sink::TakeOver(partitions).
-  Status TakeOver(std::span<const uint32_t> partitions);
+  // Opens the sink if it is not open, then Sink::TakeOver(taken).
+  Status TakeOver(const TakenOver& taken);
 
   // Closes the sink, once made, whether or not its last Open() succeeded
   // (after a failure, or to stop); the next chunk opens it again.

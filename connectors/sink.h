@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -147,6 +148,15 @@ struct Difference {
   std::optional<uint64_t> view_version;
 };
 
+// Partitions an engine has just taken over (Sink::TakeOver): the scope of
+// their leases in sluice_leases ("sink/NAME"), the engine that holds them,
+// and each one's fencing token.
+struct TakenOver {
+  std::string scope;
+  std::string owner;
+  std::map<uint32_t, uint64_t> tokens;  // partition -> fencing token
+};
+
 // How a repair write is guarded (Sink::Repair).
 enum class RepairGuard : uint8_t {
   // Writes when the event's version is at least the view's: like Apply(),
@@ -183,13 +193,16 @@ class Sink {
   // contract above); ok, kUnavailable or kFailedPrecondition.
   virtual Status Flush() { return Status::Ok(); }
   // The engine has just taken these source partitions over (from another
-  // engine, or at its start) and applies them from now on. A sink that
-  // fences writers per partition (the Kafka sink's transactional producers)
-  // fences them here, so that what a former owner left unfinished is settled
-  // at once, not at the partition's next event. Called after Open(); the
-  // default does nothing. An error is logged; Apply() fences anyway.
-  virtual Status TakeOver(std::span<const uint32_t> partitions) {
-    (void)partitions;
+  // engine, or at its start) and applies them from now on, under the given
+  // fencing tokens. A sink that fences writers per partition (the Kafka
+  // sink's transactional producers) fences them here, so that what a former
+  // owner left unfinished is settled at once, not at the partition's next
+  // event; a sink that writes in MySQL beside the leases (an aggregate view)
+  // can keep the tokens and write only while they are current. Called after
+  // Open(); the default does nothing. An error is logged and the call is
+  // repeated at the next lease round.
+  virtual Status TakeOver(const TakenOver& taken) {
+    (void)taken;
     return Status::Ok();
   }
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.

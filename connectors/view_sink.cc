@@ -86,8 +86,8 @@ Status ViewSink::Health() {
   return ForEachDestination([](Sink& s) { return s.Health(); });
 }
 
-Status ViewSink::TakeOver(std::span<const uint32_t> partitions) {
-  return ForEachDestination([partitions](Sink& s) { return s.TakeOver(partitions); });
+Status ViewSink::TakeOver(const TakenOver& taken) {
+  return ForEachDestination([&taken](Sink& s) { return s.TakeOver(taken); });
 }
 
 void ViewSink::Close() {

@@ -83,7 +83,7 @@ class ViewSink : public Sink {
   void Prepare(std::span<ChangeEvent> events) override;
   Status Flush() override;
   Status Health() override;
-  Status TakeOver(std::span<const uint32_t> partitions) override;
+  Status TakeOver(const TakenOver& taken) override;
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
   Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override;

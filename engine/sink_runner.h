@@ -240,7 +240,7 @@ class SinkRunner {
   void ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens);
   // Sink::TakeOver of the partitions just taken and of those an earlier call
   // could not settle (applier thread).
-  void SettleTakenOver(const std::set<uint32_t>& taken);
+  void SettleTakenOver(const std::map<uint32_t, uint64_t>& taken);
   // Under mu_: stops applying the partitions (their batches are dropped).
   void DropOwnedLocked(const std::set<uint32_t>& partitions);
   // Whether the leases have run past their validity (applier holds still).
@@ -287,7 +287,7 @@ class SinkRunner {
   std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
   std::map<uint32_t, uint64_t> owned_;  // partition -> lease token: what the reader reads and the applier applies
-  std::set<uint32_t> unsettled_;  // owned partitions whose Sink::TakeOver has not succeeded yet
+  std::map<uint32_t, uint64_t> unsettled_;  // owned partitions (-> token) whose Sink::TakeOver has not succeeded yet
   uint64_t set_generation_ = 0;    // SetOwned calls made
   uint64_t owned_generation_ = 0;  // the last one the applier took
   std::atomic<int64_t> valid_until_ns_{0};  // steady clock: the leases' validity (owner set)

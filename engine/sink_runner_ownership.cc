@@ -107,27 +107,28 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   }
   queue_cv_.notify_all();
   wake_cv_.notify_all();
-  std::set<uint32_t> taken;
-  for (const auto& [p, token] : added) taken.insert(p);
-  SettleTakenOver(taken);
+  SettleTakenOver(added);
 }
 
-void SinkRunner::SettleTakenOver(const std::set<uint32_t>& taken) {
+void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken) {
   // Settled now rather than at their next event: what their former owner
   // left unfinished (an open Kafka transaction) ends at the takeover. What
   // fails is tried again at the next call (every lease round).
-  std::vector<uint32_t> settle;
+  connectors::TakenOver settle{scope(), options_.owner, {}};
   {
     std::lock_guard lock(mu_);
-    unsettled_.insert(taken.begin(), taken.end());
-    std::erase_if(unsettled_, [this](uint32_t p) { return owned_.count(p) == 0; });
-    settle.assign(unsettled_.begin(), unsettled_.end());
+    for (const auto& [p, token] : taken) unsettled_[p] = token;
+    std::erase_if(unsettled_, [this](const auto& held) {
+      const auto it = owned_.find(held.first);
+      return it == owned_.end() || it->second != held.second;
+    });
+    settle.tokens = unsettled_;
   }
-  if (settle.empty()) return;
+  if (settle.tokens.empty()) return;
   const Status st = loop_->TakeOver(settle);
   std::lock_guard lock(mu_);
   if (st.ok()) {
-    for (const uint32_t p : settle) unsettled_.erase(p);
+    for (const auto& [p, token] : settle.tokens) unsettled_.erase(p);
     return;
   }
   LogRateLimited(LogLevel::kWarn, "engine.takeover." + options_.sink.name,

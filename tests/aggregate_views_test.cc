@@ -428,6 +428,52 @@ std::string MoneyAdd(const std::string& id, const std::string& column, const std
   return R"([{"table":"money","key":{"id":")" + id + R"("},"add":{")" + column + R"(":)" + value + "}}]";
 }
 
+// Issue 21, item 1: run by an engine, the view writes a partition only while
+// the engine's lease of it is the one it was given (Sink::TakeOver). A
+// former owner (paused past its lease, then resumed) writes nothing once
+// another engine took the partition over.
+TEST(AggregateSinkOnMariaDB, AFormerOwnersTransactionWritesNothingOnceItsLeaseMoved) {
+  SLUICE_REQUIRE_MYSQL();
+  auto d = MakeDirectSink("aggfence");
+  ASSERT_TRUE(d);
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", d->stack->path}, &out), 0) << out;
+  TestDatabase& db = *d->stack->db;
+  const auto lease = [&](const std::string& owner, int token) {
+    ASSERT_TRUE(db.conn()
+                    .Execute("REPLACE INTO sluice_leases (scope, entity_type, partition_id, owner, token, expires_at) "
+                             "VALUES ('sink/agg', 'account', 0, '" + owner + "', " + std::to_string(token) +
+                             ", NOW(6) + INTERVAL 1 HOUR)")
+                    .ok());
+  };
+  lease("e1", 1);
+  ASSERT_TRUE(d->sink->Open().ok());
+  ASSERT_TRUE(d->sink->TakeOver({"sink/agg", "e1", {{0, 1}}}).ok());
+  connectors::ApplyResult r = d->sink->Apply(std::vector<ChangeEvent>{OpsEvent(1, MoneyAdd("x", "n", "1"))});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  lease("e2", 2);  // e2 took partition 0 over
+  r = d->sink->Apply(std::vector<ChangeEvent>{OpsEvent(2, MoneyAdd("x", "n", "10"))});
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("partition 0's lease is not this engine's any more (held by 'e2' under token 2, "
+                                    "this engine's token is 1): nothing written"),
+            std::string::npos)
+      << r.status.message();
+  EXPECT_EQ(db.Scalar("SELECT n FROM money WHERE id = 'x'"), 1);
+  EXPECT_EQ(db.Scalar("SELECT event_id FROM sluice_vo_agg WHERE partition_id = 0"), 1);
+  // e2's sink, with e2's token, applies it.
+  auto cfg = LoadConfig(d->stack->path);
+  ASSERT_TRUE(cfg.ok());
+  auto next = connectors::aggregate::MakeAggregateSink(cfg->sinks.back(), *cfg);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ASSERT_TRUE((*next)->Open().ok());
+  ASSERT_TRUE((*next)->TakeOver({"sink/agg", "e2", {{0, 2}}}).ok());
+  r = (*next)->Apply(std::vector<ChangeEvent>{OpsEvent(2, MoneyAdd("x", "n", "10"))});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(db.Scalar("SELECT n FROM money WHERE id = 'x'"), 11);
+  (*next)->Close();
+  d->sink->Close();
+}
+
 TEST(AggregateSinkOnMariaDB, ATableWhoseColumnTypesOrKeyDifferFromTheDeclaredOnesMakesTheViewWait) {
   SLUICE_REQUIRE_MYSQL();
   auto d = MakeDirectSink("aggtypes");

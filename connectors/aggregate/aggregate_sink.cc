@@ -119,6 +119,16 @@ class AggregateSink : public Sink {
     return Status::Ok();
   }
 
+  // The engine's leases of these partitions: from now on every transaction
+  // of the view checks, under a lock, that they are still current.
+  Status TakeOver(const TakenOver& taken) override {
+    if (!fence_ || fence_->owner != taken.owner || fence_->scope != taken.scope) {
+      fence_ = TakenOver{taken.scope, taken.owner, {}};
+    }
+    for (const auto& [p, token] : taken.tokens) fence_->tokens[p] = token;
+    return Status::Ok();
+  }
+
   ApplyResult Apply(std::span<const ChangeEvent> events) override {
     ApplyResult out;
     if (!conn_) {
@@ -309,6 +319,45 @@ class AggregateSink : public Sink {
     return Status::Ok();
   }
 
+  // Run by an engine (TakeOver), the view writes a partition only while the
+  // engine's lease of it is the one it was given: the lease rows are read
+  // with a shared lock, so a takeover (which updates them) waits for this
+  // transaction, and this one, started after a takeover, sees the new owner
+  // and writes nothing. Unavailable when a lease moved: the engine drops the
+  // partition at its next lease round.
+  Status CheckLeases(const std::set<uint32_t>& partitions,
+                     const std::function<void(std::string&, std::string_view)>& quote) {
+    if (!fence_) return Status::Ok();
+    std::string q = "SELECT partition_id, owner, token FROM sluice_leases WHERE scope=";
+    quote(q, fence_->scope);
+    q += " AND entity_type=";
+    quote(q, cfg_.entity);
+    q += " AND partition_id IN (";
+    for (const uint32_t p : partitions) q += (q.back() == '(' ? "" : ",") + std::to_string(p);
+    ASSIGN_OR_RETURN(auto rows, conn_->Query(q + ") LOCK IN SHARE MODE"));
+    std::map<uint32_t, std::pair<std::string, uint64_t>> held;
+    for (const auto& r : rows) {
+      held[static_cast<uint32_t>(std::stoul(r[0].value_or("0")))] = {r[1].value_or(""),
+                                                                      std::stoull(r[2].value_or("0"))};
+    }
+    for (const uint32_t p : partitions) {
+      const auto mine = fence_->tokens.find(p);
+      const auto now = held.find(p);
+      if (mine != fence_->tokens.end() && now != held.end() && now->second.first == fence_->owner &&
+          now->second.second == mine->second) {
+        continue;
+      }
+      return Unavailable(Context() + ": partition " + std::to_string(p) + "'s lease is not this engine's any more (" +
+                         (now == held.end() ? std::string("no lease")
+                                            : "held by '" + now->second.first + "' under token " +
+                                                  std::to_string(now->second.second)) +
+                         (mine == fence_->tokens.end() ? std::string(", never given to this engine")
+                                                       : ", this engine's token is " + std::to_string(mine->second)) +
+                         "): nothing written");
+    }
+    return Status::Ok();
+  }
+
   Status TransactBody(std::span<const ChangeEvent> events, const std::vector<size_t>& which,
                       std::vector<EventResult>& results, const std::set<size_t>& refused,
                       const std::function<void(std::string&, std::string_view)>& quote) {
@@ -327,6 +376,7 @@ class AggregateSink : public Sink {
     std::string q = "SELECT partition_id, event_id FROM " + offsets_table_ + " WHERE entity_type=";
     quote(q, cfg_.entity);
     ASSIGN_OR_RETURN(auto offset_rows, conn_->Query(q + " FOR UPDATE"));
+    RETURN_IF_ERROR(CheckLeases(partitions, quote));
     std::map<uint32_t, uint64_t> offsets;
     for (const auto& r : offset_rows) {
       offsets[static_cast<uint32_t>(std::stoul(r[0].value_or("0")))] = std::stoull(r[1].value_or("0"));
@@ -495,6 +545,7 @@ class AggregateSink : public Sink {
   const std::string shadow_of_;
   const std::string suffix_;  // after each declared table's name: "__rebuild" in a shadow
   const std::string offsets_table_, rejected_table_;  // quoted
+  std::optional<TakenOver> fence_;  // the engine's leases (TakeOver); none: not fenced
   std::unique_ptr<sql::Connection> conn_;
   bool shadow_prepared_ = false;
 };

@@ -135,9 +135,9 @@ class KafkaSink final : public Sink {
 
   // Transactional: each partition taken over is fenced at once (its former
   // owner's open transaction aborted, what it committed read back).
-  Status TakeOver(std::span<const uint32_t> partitions) override {
+  Status TakeOver(const TakenOver& taken) override {
     if (!transactional() || !producer_) return Status::Ok();
-    for (const uint32_t p : partitions) {
+    for (const auto& [p, token] : taken.tokens) {
       if (fenced_.count(p) == 0) RETURN_IF_ERROR(Fence(p));
     }
     return Status::Ok();

@@ -492,8 +492,7 @@ TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) 
   auto next = Make(c);
   ASSERT_TRUE(next);
   ASSERT_OK(next->Open());
-  const uint32_t taken[] = {1};
-  ASSERT_OK(next->TakeOver(taken));
+  ASSERT_OK(next->TakeOver(TakenOver{"sink/feed", "e2", {{1, 2}}}));
   EXPECT_FALSE(frozen->Commit().empty());  // fenced before any event of partition 1
   // Nothing is open any more: verify reads the whole topic at once.
   std::vector<ChangeEvent> history = Events(1, 1, 5);
