@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 namespace sluice::testing {
 namespace {
@@ -87,10 +88,15 @@ std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error,
   std::vector<KafkaRecord> out;
   Handle rk = NewHandle(RD_KAFKA_CONSUMER, error, uncommitted);
   if (!rk) return out;
+  // The log's end from a read_uncommitted handle (a read_committed one
+  // answers the last stable offset, which lags a just-committed transaction
+  // until its commit markers are written).
+  Handle ends = NewHandle(RD_KAFKA_CONSUMER, error, /*uncommitted=*/true);
+  if (!ends) return out;
   const int partitions = PartitionCount(rk.get(), topic, error);
   for (int p = 0; p < partitions; ++p) {
     int64_t low = 0, high = 0;
-    if (const auto err = rd_kafka_query_watermark_offsets(rk.get(), topic.c_str(), p, &low, &high, 10000); err) {
+    if (const auto err = rd_kafka_query_watermark_offsets(ends.get(), topic.c_str(), p, &low, &high, 10000); err) {
       if (error != nullptr) *error = rd_kafka_err2str(err);
       return {};
     }
@@ -98,9 +104,15 @@ std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error,
     rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk.get(), topic.c_str(), nullptr);
     rd_kafka_consume_start(rkt, p, low);
     auto last = std::chrono::steady_clock::now();
+    // Read_committed stops where a transaction is still open: its markers
+    // come within moments of its commit, so that end is waited for 2 s;
+    // after that the transaction is taken to be one left open (a frozen
+    // producer's), and what comes before it is what a consumer sees.
+    std::optional<std::chrono::steady_clock::time_point> stopped_at;
     for (int64_t next = low; next < high;) {
       rd_kafka_message_t* m = rd_kafka_consume(rkt, p, 200);
       if (m == nullptr) {
+        if (stopped_at && std::chrono::steady_clock::now() - *stopped_at > std::chrono::seconds(2)) break;
         if (std::chrono::steady_clock::now() - last > std::chrono::seconds(20)) {
           if (error != nullptr) *error = "no progress reading " + topic;
           rd_kafka_consume_stop(rkt, p);
@@ -109,10 +121,15 @@ std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error,
         }
         continue;
       }
-      last = std::chrono::steady_clock::now();
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        next = high;
+        if (m->offset >= high) {
+          next = high;
+        } else if (!stopped_at) {
+          stopped_at = std::chrono::steady_clock::now();
+        }
       } else if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        last = std::chrono::steady_clock::now();
+        stopped_at.reset();
         KafkaRecord r;
         r.partition = p;
         r.offset = m->offset;
