@@ -64,21 +64,21 @@ TEST(RouteKeeper, WritersSplitThePartitionsAndRouteToEachOther) {
 
 TEST(RouteKeeper, ASecondProcessUnderATakenNameRoutesNothing) {
   auto storage = sql::MemoryStorage::Create();
-  auto k1 = Writer("w1", storage);
-  auto k2 = Writer("w2", storage);
-  RouteKeeper& w1 = *k1;
-  RouteKeeper& w2 = *k2;
-  ASSERT_TRUE(w1.Round().ok());
-  ASSERT_TRUE(w2.Round().ok());
-  ASSERT_TRUE(w1.Round().ok());
-  auto twin_keeper = Writer("w1", storage);
-  RouteKeeper& twin = *twin_keeper;
-  ASSERT_TRUE(twin.Round().ok());
-  EXPECT_TRUE(twin.Held().empty());
-  for (uint32_t p = 0; p < 8; ++p) EXPECT_EQ(twin.OwnerUrl("account", p), "");
+  auto w1 = Writer("w1", storage);
+  auto w2 = Writer("w2", storage);
+  ASSERT_TRUE(w1->Round().ok());
+  ASSERT_TRUE(w2->Round().ok());
+  ASSERT_TRUE(w1->Round().ok());  // gives up w2's share
+  ASSERT_TRUE(w2->Round().ok());  // takes it
+  ASSERT_FALSE(w2->Held()["account"].empty());
+  // Routing, the twin would send w2's partitions to http://w2:8080.
+  auto twin = Writer("w1", storage);
+  ASSERT_TRUE(twin->Round().ok());
+  EXPECT_TRUE(twin->Held().empty());
+  for (uint32_t p = 0; p < 8; ++p) EXPECT_EQ(twin->OwnerUrl("account", p), "");
   // The running w1 is unaffected.
-  ASSERT_TRUE(w1.Round().ok());
-  EXPECT_FALSE(w1.Held()["account"].empty());
+  ASSERT_TRUE(w1->Round().ok());
+  EXPECT_FALSE(w1->Held()["account"].empty());
 }
 
 }  // namespace

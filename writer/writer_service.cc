@@ -36,7 +36,6 @@ void SendError(const http::Responder& respond, int status, std::string_view code
   respond(ToHttp(ErrorReply(status, code, message)));
 }
 
-// A command id for requests that came without Idempotency-Key.
 // Where the other writers forward to: writer.advertise, else the listen
 // address (the host name when it listens on every address).
 std::string AdvertisedUrl(const config::WriterConfig& w, uint16_t port) {
@@ -47,6 +46,7 @@ std::string AdvertisedUrl(const config::WriterConfig& w, uint16_t port) {
   return "http://" + host + ":" + std::to_string(port);
 }
 
+// A command id for requests that came without Idempotency-Key.
 std::string GenerateCommandId() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   static constexpr char kHex[] = "0123456789abcdef";
