@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "offsets/offset_store.h"
+#include "sql/layout.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
 #include "sql/schema.h"
@@ -46,7 +47,10 @@ Status ViewRebuild::Start() {
   o.engine = config_.engine;
   // The live sink's anti-entropy goes on; the shadow is replaced before long.
   o.engine.anti_entropy.enabled = false;
-  offsets::OffsetStore store(o.mysql);
+  const sql::StorageLayout layout = sql::LayoutFrom(config_);
+  o.storage = storage_ = sql::OpenStorage(layout);
+  o.barrier = engine::ServerBarriers(layout, config_.engine.durability_barrier).ForType(sink_.entity, o.partitions);
+  offsets::OffsetStore store(storage_->OpenOffsets());
   RETURN_IF_ERROR(store.Delete(shadow_name_, sink_.entity).WithContext("clearing an earlier rebuild's progress"));
   // The heads to replay up to, read before the reply to the caller so that
   // its first progress already has the total.
@@ -78,15 +82,11 @@ void ViewRebuild::SetPhase(const std::string& phase, const std::string& error) {
 }
 
 Result<std::map<uint32_t, uint64_t>> ViewRebuild::Heads() {
-  if (!conn_ || !conn_->healthy()) {
-    conn_.reset();
-    ASSIGN_OR_RETURN(conn_, sql::Connection::Open(sql::ParamsFrom(config_.mysql)));
-  }
+  if (!log_) log_ = storage_->OpenEventLog();
   std::map<uint32_t, uint64_t> heads;
   const uint32_t partitions = config_.entities.at(sink_.entity).partitions;
-  const auto log = sql::EventLogOn(*conn_);
   for (uint32_t p = 0; p < partitions; ++p) {
-    ASSIGN_OR_RETURN(heads[p], log->Head(sink_.entity, p));
+    ASSIGN_OR_RETURN(heads[p], log_->Head(sink_.entity, p));
   }
   return heads;
 }
@@ -163,7 +163,7 @@ void ViewRebuild::Run() {
   }
   shadow_->Stop();
   if (st.ok()) {
-    offsets::OffsetStore store(sql::ParamsFrom(config_.mysql));
+    offsets::OffsetStore store(storage_->OpenOffsets());
     store.Delete(shadow_name_, sink_.entity).IgnoreError();  // only bookkeeping: the next rebuild clears it too
     const auto t = shadow_->totals();
     {

@@ -82,7 +82,8 @@ class ViewRebuild {
   engine::SinkRunner& live_;
   const std::string shadow_name_;
   std::unique_ptr<engine::SinkRunner> shadow_;
-  std::unique_ptr<sql::Connection> conn_;  // Start(), then the rebuild thread: heads
+  std::shared_ptr<sql::Storage> storage_;   // made by Start()
+  std::unique_ptr<sql::EventLog> log_;      // Start(), then the rebuild thread: heads
   std::map<uint32_t, uint64_t> start_heads_;  // set by Start(): what the replay must reach
   bool paused_live_ = false;               // rebuild thread: it paused the live runner
 

@@ -169,7 +169,7 @@ int Rewind(const Invocation& call) {
                 << cfg->admin.listen_port << "; rewind it online (without --offline)\n";
       return kExitFailure;
     }
-    offsets::OffsetStore store(sql::ParamsFrom(cfg->mysql));
+    offsets::OffsetStore store(sql::OpenStorage(sql::LayoutFrom(*cfg))->OpenOffsets());
     auto current = store.Load(sink->name, sink->entity);
     if (!current.ok()) {
       std::cerr << "sluice rewind: " << current.status().message() << "\n";

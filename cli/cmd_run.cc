@@ -38,27 +38,32 @@ void RaiseFileLimit() {
   }
 }
 
-// Refuses weak durability settings unless allowed; warns when allowed.
+// Refuses weak durability settings of any storage server unless allowed;
+// warns when allowed.
 Status CheckDurability(const config::Config& cfg, bool allow_weak) {
-  sql::ConnectParams p = sql::ParamsFrom(cfg.mysql);
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(p));
-  ASSIGN_OR_RETURN(auto d, sql::ReadDurability(*conn));
-  if (d.galera && d.cluster_status != "Primary") {
-    // Not a setting to allow: such a node refuses every write.
-    return FailedPrecondition("the MySQL server is a Galera node outside the primary component (" + d.Describe() +
-                              "): it cannot commit; point storage.mysql at a node of the primary component");
+  const sql::StorageLayout layout = sql::LayoutFrom(cfg);
+  for (size_t i = 0; i < layout.servers.size(); ++i) {
+    const std::string server =
+        layout.single() ? "the MySQL server" : "storage server " + layout.servers[i].name;
+    const std::string key = i == 0 ? "storage.mysql" : "storage.servers." + layout.servers[i].name;
+    ASSIGN_OR_RETURN(auto conn, sql::ConnectServer(layout, i));
+    ASSIGN_OR_RETURN(auto d, sql::ReadDurability(*conn));
+    if (d.galera && d.cluster_status != "Primary") {
+      // Not a setting to allow: such a node refuses every write.
+      return FailedPrecondition(server + " is a Galera node outside the primary component (" + d.Describe() +
+                                "): it cannot commit; point " + key + " at a node of the primary component");
+    }
+    if (d.galera) Log(LogLevel::kInfo, "storage: " + server + " is a Galera cluster node (" + d.Describe() + ")");
+    if (d.durable()) continue;
+    const std::string what = "MySQL's durability settings on " + server + " are weaker than sluice needs (" +
+                             d.Describe() +
+                             "): a committed command can be lost in a crash. Set "
+                             "innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 when the binlog is on)";
+    if (!allow_weak) {
+      return FailedPrecondition(what + ", or start with --allow-weak-durability / writer.allow_weak_durability: true");
+    }
+    Log(LogLevel::kWarn, "WARNING: " + what + ". Continuing because weak durability is allowed.");
   }
-  if (d.galera) {
-    Log(LogLevel::kInfo, "storage: a Galera cluster node (" + d.Describe() + ")");
-  }
-  if (d.durable()) return Status::Ok();
-  const std::string what = "MySQL's durability settings are weaker than sluice needs (" + d.Describe() +
-                           "): a committed command can be lost in a crash. Set "
-                           "innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 when the binlog is on)";
-  if (!allow_weak) {
-    return FailedPrecondition(what + ", or start with --allow-weak-durability / writer.allow_weak_durability: true");
-  }
-  Log(LogLevel::kWarn, "WARNING: " + what + ". Continuing because weak durability is allowed.");
   return Status::Ok();
 }
 
@@ -138,10 +143,7 @@ int Run(const Invocation& call) {
   if (name == "serve" && !vm.count("no-init")) {
     st = RunInit(*cfg, false);
   } else {
-    st = [&]() -> Status {
-      ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(cfg->mysql)));
-      return sql::CheckSchema(*conn, Specs(*cfg));
-    }();
+    st = sql::CheckLayout(sql::LayoutFrom(*cfg), sql::SpecsFrom(*cfg));
   }
   if (st.ok() && with_writer) {
     st = CheckDurability(*cfg, cfg->writer.allow_weak_durability || vm.count("allow-weak-durability") > 0);

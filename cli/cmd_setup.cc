@@ -13,9 +13,8 @@
 #include "cli/command.h"
 #include "connectors/sink.h"
 #include "handlers/handler_files.h"
-#include "sql/connection.h"
+#include "sql/layout.h"
 #include "sql/params.h"
-#include "sql/schema.h"
 
 namespace sluice::cli {
 namespace {
@@ -41,13 +40,6 @@ std::string AllocatorName() {
 #else
   return "the C library's malloc";
 #endif
-}
-
-// Connects to the configured server without selecting the database.
-Result<std::unique_ptr<sql::Connection>> ConnectServer(const config::Config& cfg) {
-  sql::ConnectParams p = sql::ParamsFrom(cfg.mysql);
-  p.database.clear();
-  return sql::Connection::Open(p);
 }
 
 int ConfigCheck(const Invocation& call) {
@@ -77,7 +69,7 @@ int Init(const Invocation& call) {
   if (!vm.count("config")) throw Usage{"init needs --config FILE"};
   auto cfg = LoadOrExplain(vm["config"].as<std::string>());
   if (!cfg.ok()) return kExitFailure;
-  if (Status st = RunInit(*cfg, true); !st.ok()) {
+  if (Status st = RunInit(*cfg, true, vm.count("accept-moves") > 0); !st.ok()) {
     std::cerr << "sluice init: " << st.message() << "\n";
     return kExitFailure;
   }
@@ -92,32 +84,33 @@ int Version(const Invocation& call) {
 
 }  // namespace
 
-std::vector<sql::EntityTypeSpec> Specs(const config::Config& cfg) {
-  std::vector<sql::EntityTypeSpec> specs;
-  for (const auto& [name, e] : cfg.entities) specs.push_back({name, e.partitions});
-  return specs;
-}
-
-Status RunInit(const config::Config& cfg, bool verbose) {
-  ASSIGN_OR_RETURN(auto conn, ConnectServer(cfg));
-  ASSIGN_OR_RETURN(auto report, sql::InitSchema(*conn, cfg.mysql.database, Specs(cfg)));
-  if (verbose) {
-    std::cout << "database " << cfg.mysql.database << ": " << report.tables_created << " event tables created, "
-              << report.types_registered << " entity types registered";
-    if (report.tables_created == 0 && report.types_registered == 0) std::cout << " (already up to date)";
+Status RunInit(const config::Config& cfg, bool verbose, bool accept_moves) {
+  const sql::StorageLayout layout = sql::LayoutFrom(cfg);
+  ASSIGN_OR_RETURN(auto done, sql::InitLayout(layout, sql::SpecsFrom(cfg), accept_moves));
+  if (!verbose) return Status::Ok();
+  for (const auto& s : done.servers) {
+    std::cout << (layout.single() ? "" : "storage server " + s.name + ", ") << "database " << s.database << ": "
+              << s.report.tables_created << " event tables created, " << s.report.types_registered
+              << " entity types registered";
+    if (s.report.tables_created == 0 && s.report.types_registered == 0) std::cout << " (already up to date)";
     std::cout << "\n";
   }
+  for (const std::string& m : done.moved) std::cout << "moved " << m << "\n";
   return Status::Ok();
 }
 
 Subcommand InitCommand() {
   Subcommand c;
   c.names = {"init"};
-  c.synopsis = "init --config FILE";
+  c.synopsis = "init --config FILE [--accept-moves]";
   c.summary = "create the database, metadata and event tables (idempotent)";
   c.options = [](const std::string&) {
-    po::options_description desc("usage: sluice init --config FILE\n\nCreates the database, the metadata tables and one event table per entity type and\npartition. Running it again changes nothing; a partition count that differs from\nthe existing tables is refused.\n\noptions");
-    desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file");
+    po::options_description desc(
+        "usage: sluice init --config FILE [--accept-moves]\n\nCreates the database, the metadata tables and one event table per entity type and\npartition, on each storage server for the partitions it holds, and records on main\nwhich server holds which partitions. Running it again changes nothing; a partition\ncount that differs from the existing tables is refused, and so is a changed placement\nunless --accept-moves (docs/deployment.md#moving-partitions-between-servers).\n\noptions");
+    desc.add_options()("help,h", "show this help")("config,c", po::value<std::string>(), "the config file")(
+        "accept-moves",
+        "record a placement that moves partitions to other servers, once each moved table was copied to its new "
+        "server (checked: it must hold at least the events of the old one)");
     return desc;
   };
   c.run = Init;

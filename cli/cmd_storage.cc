@@ -16,6 +16,7 @@
 #include "core/json.h"
 #include "core/text_table.h"
 #include "engine/operator.h"
+#include "sql/params.h"
 
 namespace sluice::cli {
 namespace {
@@ -23,9 +24,19 @@ namespace {
 // ---- reports ----
 
 // A table (or with `json` one document) per sink and partition.
-void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector<engine::EngineStatus>& engines,
-                 const std::vector<engine::EngineStatus>& writers, bool json, std::ostream& out) {
+void PrintStatus(const config::Config& cfg, const std::vector<engine::SinkStatus>& sinks,
+                 const std::vector<engine::EngineStatus>& engines, const std::vector<engine::EngineStatus>& writers,
+                 bool json, std::ostream& out) {
+  const sql::StorageLayout layout = sql::LayoutFrom(cfg);
   Json doc = Json::object();
+  // Which storage server holds which partitions.
+  doc["storage"] = Json::object();
+  std::string storage_note;
+  for (const auto& [type, e] : cfg.entities) {
+    const std::string where = layout.Describe(type, e.partitions);
+    doc["storage"][type] = where;
+    storage_note += (storage_note.empty() ? "" : "; ") + type + " " + where;
+  }
   doc["sinks"] = Json::array();
   doc["engines"] = Json::array();
   doc["writers"] = Json::array();
@@ -59,7 +70,8 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector
                                   {"dead_lettered", p.dead_lettered},
                                   {"last_error", p.last_error},
                                   {"owner", p.owner},
-                                  {"lease_token", p.lease_token}});
+                                  {"lease_token", p.lease_token},
+                                  {"server", layout.servers.at(layout.ServerOf(s.entity, p.partition)).name}});
       char lag_text[32];
       std::snprintf(lag_text, sizeof lag_text, "%.3f", p.lag_seconds);
       table.AddRow({s.name, s.type, std::to_string(p.partition), std::to_string(p.offset), std::to_string(p.head),
@@ -76,6 +88,7 @@ void PrintStatus(const std::vector<engine::SinkStatus>& sinks, const std::vector
   } else {
     table.AddNote("engines: " + (engine_note.empty() ? std::string("none running") : engine_note));
     table.AddNote("routing writers: " + (writer_note.empty() ? std::string("none running") : writer_note));
+    if (!layout.single()) table.AddNote("storage servers: " + storage_note);
     table.Print(out);
   }
 }
@@ -195,7 +208,7 @@ int Status_(const Invocation& call) {
     std::cerr << "sluice status: " << status.status().message() << "\n";
     return kExitFailure;
   }
-  PrintStatus(*status, engines, writers, vm.count("json") > 0, std::cout);
+  PrintStatus(*cfg, *status, engines, writers, vm.count("json") > 0, std::cout);
   return kExitOk;
 }
 

@@ -64,16 +64,14 @@ Result<config::Config> LoadOrExplain(const std::string& path);
 // missing --config is a Usage error of `command`.
 std::optional<config::Config> ConfigFrom(const po::variables_map& vm, const std::string& command);
 
-// The entity types of the config, as the schema checks take them.
-std::vector<sql::EntityTypeSpec> Specs(const config::Config& cfg);
-
 // The row of each subcommand, by file (see main.cc for the order of the table).
 
 // cmd_setup.cc
 Subcommand InitCommand();
 Subcommand ConfigCheckCommand();
 Subcommand VersionCommand();
-Status RunInit(const config::Config& cfg, bool verbose);  // also used by serve
+// accept_moves: record a changed placement (sql::InitLayout).
+Status RunInit(const config::Config& cfg, bool verbose, bool accept_moves = false);  // also used by serve
 
 // cmd_run.cc: serve, writer and sync
 Subcommand RunCommand(const std::string& name, const std::string& synopsis, const std::string& summary);

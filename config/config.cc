@@ -43,6 +43,27 @@ std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const 
   return {listen_host, listen_port};
 }
 
+const MysqlConfig* Config::FindServer(std::string_view name) const {
+  if (name == kMainServer) return &mysql;
+  for (const StorageServerConfig& s : servers) {
+    if (s.name == name) return &s.mysql;
+  }
+  return nullptr;
+}
+
+const std::string& Config::ServerOf(const std::string& type, uint32_t partition) const {
+  static const std::string kMain(kMainServer);
+  const auto entity = entities.find(type);
+  if (entity == entities.end()) return kMain;
+  const std::vector<PartitionRange>& placement = entity->second.placement;
+  // The last range starting at or before `partition`.
+  auto it = std::upper_bound(placement.begin(), placement.end(), partition,
+                             [](uint32_t p, const PartitionRange& r) { return p < r.first; });
+  if (it == placement.begin()) return kMain;
+  --it;
+  return partition <= it->last ? it->server : kMain;
+}
+
 const SinkType* SinkTypes::Find(std::string_view name) const {
   for (const SinkType& t : types_) {
     if (t.name == name) return &t;

@@ -3,10 +3,11 @@
 // LoadConfig validates the whole file and reports every problem at once as
 // "FILE:LINE:COLUMN: message" (1-based line and column). Secrets are written
 // inline or as "${env:NAME}" / "${file:/path}", which are accepted only in
-// fields marked secret: storage.mysql.password, admin.token, every sink's
-// url, an elasticsearch sink's password and api_key, a kafka sink's
-// properties, and a plugin sink's options whose names look secret
-// (config/redact.h). Their values never appear in an error message or in
+// fields marked secret: storage.mysql.password, each
+// storage.servers.NAME.password, admin.token, every sink's url, an
+// elasticsearch sink's password and api_key, a kafka sink's properties, and
+// a plugin sink's options whose names look secret (config/redact.h). Their
+// values never appear in an error message or in
 // Redacted() output: config/redact.h is the one rule for showing them.
 //
 // A Config is an immutable value once loaded; share it by const reference
@@ -39,6 +40,26 @@ struct MysqlConfig {
   std::chrono::milliseconds io_timeout{10000};
 };
 
+// The name of the storage server storage.mysql describes; no entry of
+// storage.servers may take it.
+inline constexpr std::string_view kMainServer = "main";
+
+// One more MySQL server holding event tables (storage.servers.NAME). Each
+// key not given in the file takes storage.mysql's value; no two servers
+// (main included) reach the same database on the same server.
+struct StorageServerConfig {
+  std::string name;    // [a-z][a-z0-9_]{0,31}, never kMainServer
+  MysqlConfig mysql;   // password is secret, as storage.mysql's
+  std::string origin;  // "file:line:col" of the entry
+};
+
+// Partitions first..last (inclusive) of an entity type stored on `server`.
+struct PartitionRange {
+  uint32_t first = 0;
+  uint32_t last = 0;
+  std::string server;  // kMainServer or the name of an entry of Config::servers
+};
+
 struct EntityTypeConfig {
   std::string name;          // [a-z][a-z0-9_]*, the map key in YAML
   uint32_t partitions = 0;   // 1..1024, fixed once the tables exist
@@ -46,6 +67,12 @@ struct EntityTypeConfig {
   // against the config file's folder; empty when the type has none.
   std::string handlers;
   std::string handlers_origin;  // "file:line:col" of the handlers key, for messages
+  // Which server holds which partitions, sorted by `first`, covering every
+  // partition exactly once; empty: every partition on "main" (storage.mysql).
+  // Adjacent ranges of one server are merged, and a placement with main
+  // only is left empty. Recorded by `sluice init`; changing it is a migration
+  // (docs/deployment.md#moving-partitions-between-servers).
+  std::vector<PartitionRange> placement;
 };
 
 // Limits of one HTTP listener (http/server.h), so that slow or idle
@@ -309,7 +336,8 @@ struct SinkConfig {
 
 struct Config {
   std::string path;  // the file it was loaded from
-  MysqlConfig mysql;
+  MysqlConfig mysql;  // storage.mysql: the server called kMainServer
+  std::vector<StorageServerConfig> servers;  // storage.servers, in file order (main not included)
   std::map<std::string, EntityTypeConfig> entities;  // by name
   WriterConfig writer;
   EngineConfig engine;
@@ -318,13 +346,23 @@ struct Config {
   std::vector<PluginConfig> plugins;  // in file order, existing regular files
   AdminConfig admin;
   // How each secret field that was given as a reference was written, by its
-  // path in messages ("storage.mysql.password", "sinks[2].url",
+  // path in messages ("storage.mysql.password",
+  // "storage.servers.orders_b.password", "sinks[2].url",
   // "sinks[3].properties.sasl.password") -> "${env:NAME}" or "${file:PATH}".
-  // Secrets written inline are not listed.
+  // Secrets written inline are not listed. A server that takes its password
+  // from storage.mysql also takes storage.mysql's reference, if any.
   std::map<std::string, std::string> secret_references;
   // The built-in sink types the file was read with (Redacted() prints each
   // sink's own keys through its type); null in a Config built by hand.
   std::shared_ptr<const SinkTypes> sink_types;
+
+  // The server called `name` (kMainServer: storage.mysql); null when there is none.
+  const MysqlConfig* FindServer(std::string_view name) const;
+  // The name of the server holding partition `partition` of entity type
+  // `type`: kMainServer unless its placement puts it elsewhere (also for a
+  // type or partition the configuration does not have). Valid as long as
+  // this Config is.
+  const std::string& ServerOf(const std::string& type, uint32_t partition) const;
 
   // The configuration as YAML, defaults included, by the rule of
   // config/redact.h: each secret shown as the reference it was written as,

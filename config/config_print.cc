@@ -2,6 +2,7 @@
 // config/redact.h, and the printer each built-in sink type prints its keys to.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -26,6 +27,58 @@ void EmitLimits(YAML::Emitter& out, const ListenerLimits& l) {
   out << YAML::Key << "body_timeout" << YAML::Value << FormatDuration(l.body_timeout);
   out << YAML::Key << "idle_timeout" << YAML::Value << FormatDuration(l.idle_timeout);
   out << YAML::Key << "write_timeout" << YAML::Value << FormatDuration(l.write_timeout);
+}
+
+// One storage server's keys; `password` is already shown by the redact rule.
+// A server's empty socket is printed when storage.mysql's is not
+// (`main_socket`), so that it does not take main's when read back.
+void EmitMysql(YAML::Emitter& out, const MysqlConfig& m, const std::string& main_socket,
+               const std::string& password) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "host" << YAML::Value << m.host;
+  out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(m.port);
+  if (!m.socket.empty() || !main_socket.empty()) out << YAML::Key << "socket" << YAML::Value << m.socket;
+  out << YAML::Key << "user" << YAML::Value << m.user;
+  // Always shown as *** (or its reference), even when empty, so the output says nothing about it.
+  out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted << password;
+  out << YAML::Key << "database" << YAML::Value << m.database;
+  out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(m.connect_timeout);
+  out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(m.io_timeout);
+  out << YAML::EndMap;
+}
+
+std::string RangeText(const PartitionRange& r) {
+  return r.first == r.last ? std::to_string(r.first) : std::to_string(r.first) + "-" + std::to_string(r.last);
+}
+
+// An entity type's placement as it is written: nothing (all on main),
+// `server: NAME` (all on one), or `servers:` with each server's ranges.
+void EmitPlacement(YAML::Emitter& out, const EntityTypeConfig& entity) {
+  const std::vector<PartitionRange>& placement = entity.placement;
+  if (placement.empty()) return;
+  if (placement.size() == 1 && placement[0].first == 0 && placement[0].last + 1 == entity.partitions) {
+    out << YAML::Key << "server" << YAML::Value << placement[0].server;
+    return;
+  }
+  // Each server once, in the order of its first range.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_server;
+  for (const PartitionRange& r : placement) {
+    auto it = std::find_if(by_server.begin(), by_server.end(), [&](const auto& e) { return e.first == r.server; });
+    if (it == by_server.end()) it = by_server.insert(by_server.end(), {r.server, {}});
+    it->second.push_back(RangeText(r));
+  }
+  out << YAML::Key << "servers" << YAML::Value << YAML::BeginMap;
+  for (const auto& [server, ranges] : by_server) {
+    out << YAML::Key << server << YAML::Value;
+    if (ranges.size() == 1) {
+      out << ranges[0];
+    } else {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& r : ranges) out << r;
+      out << YAML::EndSeq;
+    }
+  }
+  out << YAML::EndMap;
 }
 
 // Redacted()'s view of one sink for its type's print function.
@@ -117,24 +170,25 @@ std::string Config::Redacted() const {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "mysql" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "host" << YAML::Value << mysql.host;
-  out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(mysql.port);
-  if (!mysql.socket.empty()) out << YAML::Key << "socket" << YAML::Value << mysql.socket;
-  out << YAML::Key << "user" << YAML::Value << mysql.user;
-  // Always shown as *** (or its reference), even when empty, so the output says nothing about it.
-  out << YAML::Key << "password" << YAML::Value << YAML::DoubleQuoted
-      << secret("storage.mysql.password", mysql.password);
-  out << YAML::Key << "database" << YAML::Value << mysql.database;
-  out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(mysql.connect_timeout);
-  out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(mysql.io_timeout);
-  out << YAML::EndMap << YAML::EndMap;
+  out << YAML::Key << "mysql" << YAML::Value;
+  EmitMysql(out, mysql, /*main_socket=*/"", secret("storage.mysql.password", mysql.password));
+  if (!servers.empty()) {
+    out << YAML::Key << "servers" << YAML::Value << YAML::BeginMap;
+    for (const StorageServerConfig& server : servers) {
+      out << YAML::Key << server.name << YAML::Value;
+      EmitMysql(out, server.mysql, mysql.socket,
+                secret("storage.servers." + server.name + ".password", server.mysql.password));
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
 
   out << YAML::Key << "entities" << YAML::Value << YAML::BeginMap;
   for (const auto& [name, entity] : entities) {
     out << YAML::Key << name << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(entity.partitions);
     if (!entity.handlers.empty()) out << YAML::Key << "handlers" << YAML::Value << entity.handlers;
+    EmitPlacement(out, entity);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

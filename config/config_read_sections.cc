@@ -1,6 +1,8 @@
-// ConfigReader: the sections other than sinks and plugins (storage,
-// entities, writer, admin, metrics, engine) and the check that one
-// process's listeners have distinct addresses.
+// ConfigReader: the sections other than sinks and plugins (storage and its
+// servers, entities and their placement on those servers, writer, admin,
+// metrics, engine) and the check that one process's listeners have distinct
+// addresses.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -20,12 +22,55 @@ namespace sluice::config {
 
 namespace {
 constexpr uint64_t kMaxBodyBytesLimit = 64u << 20;
+
+constexpr std::string_view kRangeExpected =
+    "a partition range \"A-B\" or \"A\", or a sequence of them such as [0-3, 6]";
+
+// [a-z][a-z0-9_]{0,31}.
+bool IsValidServerName(std::string_view name) {
+  if (name.empty() || name.size() > 32 || name[0] < 'a' || name[0] > 'z') return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+// Two entries reach the same tables: the same database through the same
+// socket (host and port are then unused) or the same host and port.
+bool SameTables(const MysqlConfig& a, const MysqlConfig& b) {
+  if (a.database != b.database || a.socket != b.socket) return false;
+  return !a.socket.empty() || (a.host == b.host && a.port == b.port);
+}
+
+std::string ServerAddress(const MysqlConfig& m) {
+  return (m.socket.empty() ? "host " + m.host + ", port " + std::to_string(m.port) : "socket " + m.socket) +
+         ", database " + m.database;
+}
+
+std::string RangeText(uint32_t first, uint32_t last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+// "partition 7" or "partitions 2-3, 7".
+std::string PartitionsText(const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  std::string text = ranges.size() == 1 && ranges[0].first == ranges[0].second ? "partition " : "partitions ";
+  for (size_t i = 0; i < ranges.size(); ++i) text += (i ? ", " : "") + RangeText(ranges[i].first, ranges[i].second);
+  return text;
+}
+
+std::string ServerText(std::string_view name) {
+  return name == kMainServer ? "main (storage.mysql)" : QuoteValue(name);
+}
 }  // namespace
 
 void ConfigReader::ReadStorage(const Field& at, Config* config) {
+  std::optional<Field> servers;
   ExpectKeys(at, {
       {"mysql", Presence::kRequired, [&](const Field& f) { ReadMysql(f, &config->mysql); }},
+      {"servers", Presence::kOptional, [&](const Field& f) { servers = f; }},
   });
+  if (!at.value.IsNull() && !at.value.IsMap()) return;
+  server_names_.emplace();
+  // After storage.mysql, wherever it is in the file: the servers take its values by default.
+  if (servers) ReadStorageServers(*servers, config);
 }
 
 void ConfigReader::ReadMysql(const Field& at, MysqlConfig* m) {
@@ -40,6 +85,52 @@ void ConfigReader::ReadMysql(const Field& at, MysqlConfig* m) {
       {"connect_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &m->connect_timeout); }},
       {"io_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &m->io_timeout); }},
   });
+}
+
+void ConfigReader::ReadStorageServers(const Field& at, Config* config) {
+  if (!at.value.IsNull() && !at.value.IsMap()) {
+    Problem(at.mark, at.path, "must be a mapping from server name to its settings, got " + Describe(at.value));
+    server_names_.reset();  // then no server name in entities is reported unknown
+    return;
+  }
+  std::vector<YAML::Mark> key_marks;  // of each entry of config->servers
+  ForEachEntry(at, [&](const Field& f) {
+    const std::string& name = f.key.Scalar();
+    server_names_->push_back(name);
+    bool valid_name = false;
+    if (name == kMainServer) {
+      KeyProblem(f, "the name main is reserved for storage.mysql; give this server another name");
+    } else if (!IsValidServerName(name)) {
+      KeyProblem(f, "server names must match [a-z][a-z0-9_]{0,31}");
+    } else {
+      valid_name = true;
+    }
+    StorageServerConfig server{name, config->mysql, Origin(f.key.Mark())};
+    ReadMysql(f, &server.mysql);
+    // A password taken from storage.mysql is shown as storage.mysql's is (Redacted()).
+    if (!f.value.IsMap() || !f.value["password"].IsDefined()) {
+      if (const auto it = secret_references_->find("storage.mysql.password"); it != secret_references_->end()) {
+        (*secret_references_)[JoinPath(f.path, "password")] = it->second;
+      }
+    }
+    // One that is not a mapping is reported as such, not as a copy of main.
+    if (!valid_name || !(f.value.IsNull() || f.value.IsMap())) return;
+    config->servers.push_back(std::move(server));
+    key_marks.push_back(f.key.Mark());
+  });
+  // Two names for the same tables would let two writers believe they each own them.
+  for (size_t i = 0; i < config->servers.size(); ++i) {
+    const StorageServerConfig& server = config->servers[i];
+    std::string_view same;
+    if (SameTables(server.mysql, config->mysql)) same = kMainServer;
+    for (size_t j = 0; same.empty() && j < i; ++j) {
+      if (SameTables(server.mysql, config->servers[j].mysql)) same = config->servers[j].name;
+    }
+    if (same.empty()) continue;
+    Problem(key_marks[i], JoinPath(at.path, server.name),
+            "reaches the same tables as " + ServerText(same) + " (" + ServerAddress(server.mysql) +
+                "); give it another host, port, socket or database");
+  }
 }
 
 void ConfigReader::ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities) {
@@ -61,12 +152,151 @@ void ConfigReader::ReadEntities(const Field& at, std::map<std::string, EntityTyp
     }
     EntityTypeConfig entity;
     entity.name = name;
+    std::optional<Field> server;
+    std::optional<Field> servers;
     ExpectKeys(f, {
         {"partitions", Presence::kRequired, [&](const Field& p) { ReadUint(p, 1, 1024, &entity.partitions); }},
         {"handlers", Presence::kOptional, [&](const Field& h) { ReadHandlersFile(h, &entity); }},
+        {"server", Presence::kOptional, [&](const Field& s) { server = s; }},
+        {"servers", Presence::kOptional, [&](const Field& s) { servers = s; }},
     });
+    // After the mapping: the ranges are checked against partitions, wherever it is.
+    ReadPlacement(server, servers, &entity);
     if (valid_name) entities->emplace(name, std::move(entity));
   });
+}
+
+void ConfigReader::ReadPlacement(const std::optional<Field>& server, const std::optional<Field>& servers,
+                                 EntityTypeConfig* entity) {
+  // 0 when partitions is missing or wrong, or when both keys are given: the
+  // names and ranges are then only read, for their own problems.
+  uint32_t partitions = entity->partitions;
+  if (server && servers) {
+    const bool server_first = std::pair(server->key.Mark().line, server->key.Mark().column) <
+                              std::pair(servers->key.Mark().line, servers->key.Mark().column);
+    KeyProblem(server_first ? *servers : *server,
+               "give either server (every partition on one server) or servers (partition ranges per "
+               "server), not both");
+    partitions = 0;
+  }
+  if (server) {
+    const std::optional<std::string> name = PlainScalar(*server, "a server name");
+    if (name) {
+      server_refs_.push_back({*name, server->mark, server->path});
+      if (partitions > 0 && *name != kMainServer) entity->placement.push_back({0, partitions - 1, *name});
+    }
+  }
+  if (!servers) return;
+
+  struct Given {
+    PartitionRange range;
+    YAML::Mark mark;
+  };
+  std::vector<Given> given;  // in file order
+  // Whether every range was read, so that what no range covers is worth
+  // reporting (ForEachEntry skips a repeated or non-string key).
+  bool complete = servers->value.IsNull() || servers->value.IsMap();
+  size_t entries = 0;
+  ForEachEntry(*servers, [&](const Field& f) {
+    ++entries;
+    const std::string& name = f.key.Scalar();
+    server_refs_.push_back({name, f.key.Mark(), f.path});
+    const auto read = [&](const Field& r) {
+      const std::optional<std::pair<uint32_t, uint32_t>> range = ReadPartitionRange(r);
+      if (!range) {
+        complete = false;
+        return;
+      }
+      if (partitions == 0) return;
+      auto [first, last] = *range;
+      if (last >= partitions) {
+        Problem(r.mark, r.path,
+                "partition range " + r.value.Scalar() + " is past the last partition, " +
+                    std::to_string(partitions - 1) + " (the type has " + std::to_string(partitions) +
+                    (partitions == 1 ? " partition)" : " partitions)"));
+        if (first >= partitions) return;
+        last = partitions - 1;
+      }
+      for (const Given& g : given) {
+        const uint32_t from = std::max(first, g.range.first);
+        const uint32_t to = std::min(last, g.range.last);
+        if (from > to) continue;
+        Problem(r.mark, r.path,
+                PartitionsText({{from, to}}) + " also given to " + ServerText(g.range.server) + " on line " +
+                    std::to_string(g.mark.line + 1) + "; each partition must be on exactly one server");
+        break;
+      }
+      given.push_back({{first, last, name}, r.mark});
+    };
+    if (f.value.IsSequence()) {
+      ForEachItem(f, kRangeExpected, read);
+    } else {
+      read(f);
+    }
+  });
+  if (servers->value.IsMap() && entries != servers->value.size()) complete = false;
+  if (partitions == 0) return;
+
+  std::stable_sort(given.begin(), given.end(),
+                   [](const Given& a, const Given& b) { return a.range.first < b.range.first; });
+  std::vector<std::pair<uint32_t, uint32_t>> missing;
+  uint32_t next = 0;  // the first partition no range so far covers
+  for (const Given& g : given) {
+    if (g.range.first > next) missing.emplace_back(next, g.range.first - 1);
+    next = std::max(next, g.range.last + 1);
+  }
+  if (next < partitions) missing.emplace_back(next, partitions - 1);
+  if (complete && !missing.empty()) {
+    const bool one = missing.size() == 1 && missing[0].first == missing[0].second;
+    KeyProblem(*servers, PartitionsText(missing) + (one ? " is" : " are") + " on no server; each of the type's " +
+                             std::to_string(partitions) +
+                             (partitions == 1 ? " partition" : " partitions") + " must be on exactly one");
+  }
+  // Sorted, adjacent ranges of one server merged; main alone is the default, left empty.
+  for (const Given& g : given) {
+    if (!entity->placement.empty() && entity->placement.back().server == g.range.server &&
+        entity->placement.back().last + 1 == g.range.first) {
+      entity->placement.back().last = g.range.last;
+    } else {
+      entity->placement.push_back(g.range);
+    }
+  }
+  if (entity->placement.size() == 1 && entity->placement[0].server == kMainServer) entity->placement.clear();
+}
+
+std::optional<std::pair<uint32_t, uint32_t>> ConfigReader::ReadPartitionRange(const Field& f) {
+  const std::optional<std::string> text = PlainScalar(f, kRangeExpected);
+  if (!text) return std::nullopt;
+  const size_t dash = text->find('-');
+  const std::optional<uint64_t> first = ParseDecimal(std::string_view(*text).substr(0, dash));
+  const std::optional<uint64_t> last =
+      dash == std::string::npos ? first : ParseDecimal(std::string_view(*text).substr(dash + 1));
+  if (!first || !last) {
+    Expected(f, kRangeExpected, *text);
+    return std::nullopt;
+  }
+  if (*first > *last) {
+    Expected(f, "a partition range \"A-B\" with A not greater than B", *text);
+    return std::nullopt;
+  }
+  // Past any partition count (1024) either way: reported as past the type's.
+  constexpr uint64_t kCap = 1u << 20;
+  return std::pair(static_cast<uint32_t>(std::min(*first, kCap)), static_cast<uint32_t>(std::min(*last, kCap)));
+}
+
+void ConfigReader::CheckServerReferences() {
+  // Without a readable storage.servers, that is the problem to report.
+  if (!server_names_) return;
+  std::vector<std::string_view> names = {kMainServer};
+  names.insert(names.end(), server_names_->begin(), server_names_->end());
+  for (const ServerRef& ref : server_refs_) {
+    if (std::find(names.begin(), names.end(), ref.name) != names.end()) continue;
+    const std::string_view best = ClosestName(ref.name, names);
+    Problem(ref.mark, ref.path,
+            "unknown server " + QuoteValue(ref.name) +
+                (best.empty() ? " (expected one of: " + JoinNames(names) + ", or one added under storage.servers)"
+                              : " (did you mean " + QuoteValue(best) + "?)"));
+  }
 }
 
 // entities.<type>.handlers: a readable JavaScript file, relative to the

@@ -18,8 +18,8 @@ constexpr std::chrono::milliseconds kMinTimeout{1};
 constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
 constexpr std::string_view kSecretFields =
-    "storage.mysql.password, admin.token, sinks[*].url, sinks[*].password, sinks[*].api_key, "
-    "sinks[*].properties.*, secret-named plugin options";
+    "storage.mysql.password, storage.servers.*.password, admin.token, sinks[*].url, sinks[*].password, "
+    "sinks[*].api_key, sinks[*].properties.*, secret-named plugin options";
 }  // namespace
 
 const std::string& FieldPath(const Field& f) { return f.path; }
@@ -94,6 +94,7 @@ void ConfigReader::ReadRoot(const YAML::Node& doc, Config* config) {
   });
   // Sinks refer to other sections, which may come later in the file.
   CheckSinkReferences(*config);
+  CheckServerReferences();
   CheckListenAddresses(*config);
 }
 

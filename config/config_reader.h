@@ -208,7 +208,17 @@ class ConfigReader final : public SinkOptionReader {
 
   void ReadStorage(const Field& at, Config* config);
   void ReadMysql(const Field& at, MysqlConfig* m);
+  // storage.servers, after storage.mysql (whose values they take by default).
+  void ReadStorageServers(const Field& at, Config* config);
   void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities);
+  // entities.<type>.server / servers into entity->placement, once its
+  // partitions are read; the server names are checked by CheckServerReferences.
+  void ReadPlacement(const std::optional<Field>& server, const std::optional<Field>& servers,
+                     EntityTypeConfig* entity);
+  // One "A-B" or "A" of entities.<type>.servers; nullopt after reporting it malformed.
+  std::optional<std::pair<uint32_t, uint32_t>> ReadPartitionRange(const Field& f);
+  // Every server an entity type names exists (storage.servers may come later in the file).
+  void CheckServerReferences();
   void ReadHandlersFile(const Field& f, EntityTypeConfig* entity);
   void ReadViewCodeFile(const Field& f, SinkConfig* sink);
   void ReadRoutes(const Field& at, SinkConfig* sink);
@@ -276,6 +286,16 @@ class ConfigReader final : public SinkOptionReader {
   // Every key of `entities` as written (also invalid ones, which are reported
   // there); unset when there is no such mapping.
   std::optional<std::vector<std::string>> entity_names_;
+  // Every key of storage.servers as written (also invalid ones, reported
+  // there); unset when there is no storage section or its servers is not a mapping.
+  std::optional<std::vector<std::string>> server_names_;
+  // Each use of a server name in entities, for CheckServerReferences.
+  struct ServerRef {
+    std::string name;
+    YAML::Mark mark;
+    std::string path;
+  };
+  std::vector<ServerRef> server_refs_;
   std::map<std::string, int> sink_name_lines_;  // sink name -> line of its first use
   std::vector<SinkRefs> sink_refs_;
   const SinkTypes* types_;  // the built-in sink types

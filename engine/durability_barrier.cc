@@ -55,19 +55,39 @@ DurabilityBarrier::DurabilityBarrier(sql::ConnectParams mysql, config::Durabilit
                                      std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics)
     : mysql_(std::move(mysql)), metrics_(std::move(metrics)), mode_(mode) {}
 
+DurabilityBarrier::DurabilityBarrier(std::vector<std::shared_ptr<DurabilityBarrier>> parts)
+    : parts_(std::move(parts)), mode_(config::DurabilityBarrier::kAuto) {}
+
 DurabilityBarrier::~DurabilityBarrier() = default;
 
 std::string DurabilityBarrier::mode() const {
+  if (!parts_.empty()) return parts_.front()->mode();
   std::lock_guard lock(mu_);
   return std::string(config::DurabilityBarrierName(mode_));
 }
 
 DurabilityBarrier::Counters DurabilityBarrier::counters() const {
+  if (!parts_.empty()) {
+    Counters sum;
+    for (const auto& part : parts_) {
+      const Counters c = part->counters();
+      sum.waits += c.waits;
+      sum.rounds += c.rounds;
+      sum.lsn_polls += c.lsn_polls;
+      sum.forced_flushes += c.forced_flushes;
+      sum.round_time += c.round_time;
+    }
+    return sum;
+  }
   std::lock_guard lock(mu_);
   return counters_;
 }
 
 Status DurabilityBarrier::Wait() {
+  if (!parts_.empty()) {
+    for (const auto& part : parts_) RETURN_IF_ERROR(part->Wait());
+    return Status::Ok();
+  }
   std::unique_lock lock(mu_);
   ++counters_.waits;
   if (mode_ == config::DurabilityBarrier::kOff) return Status::Ok();
@@ -211,6 +231,22 @@ Status DurabilityBarrier::CommitRound() {
   // Autocommit: the statement is its own transaction, and it returns once
   // the log is flushed past its commit (innodb_flush_log_at_trx_commit=1).
   return conn_->Execute(std::string("UPDATE ") + kBarrierTable + " SET n = n + 1 WHERE id = 1").status();
+}
+
+ServerBarriers::ServerBarriers(const sql::StorageLayout& layout, config::DurabilityBarrier mode,
+                               const std::shared_ptr<metrics::DurabilityBarrierMetrics>& metrics)
+    : layout_(layout) {
+  for (const sql::StorageServer& s : layout_.servers) {
+    servers_.push_back(std::make_shared<DurabilityBarrier>(s.params, mode, metrics));
+  }
+}
+
+std::shared_ptr<DurabilityBarrier> ServerBarriers::ForType(const std::string& type, uint32_t partitions) const {
+  const std::vector<size_t> on = layout_.ServersOf(type, partitions);
+  if (on.size() == 1) return servers_.at(on.front());
+  std::vector<std::shared_ptr<DurabilityBarrier>> parts;
+  for (const size_t s : on) parts.push_back(servers_.at(s));
+  return std::make_shared<DurabilityBarrier>(std::move(parts));
 }
 
 }  // namespace sluice::engine

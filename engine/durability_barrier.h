@@ -33,6 +33,9 @@
 // wait, and the next round covers every caller that arrived meanwhile, so a
 // process with many sinks and partitions pays about one round at a time.
 //
+// Storage across several servers: one barrier per server, and for a sink
+// whose entity type spans servers a barrier made of those servers' barriers.
+//
 // Threads: Wait() from any thread; one caller at a time runs the round on the
 // barrier's own connection.
 #pragma once
@@ -43,11 +46,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/status.h"
 #include "metrics/metrics.h"
 #include "sql/connection.h"
+#include "sql/layout.h"
 
 namespace sluice::engine {
 
@@ -56,6 +61,9 @@ class DurabilityBarrier {
   // metrics: where rounds are counted; null: nowhere.
   DurabilityBarrier(sql::ConnectParams mysql, config::DurabilityBarrier mode,
                     std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics = nullptr);
+  // A barrier over several storage servers (sql/layout.h): Wait() waits on
+  // each of `parts` in turn, so it covers every read of any of them.
+  explicit DurabilityBarrier(std::vector<std::shared_ptr<DurabilityBarrier>> parts);
   ~DurabilityBarrier();
   DurabilityBarrier(const DurabilityBarrier&) = delete;
   DurabilityBarrier& operator=(const DurabilityBarrier&) = delete;
@@ -95,6 +103,7 @@ class DurabilityBarrier {
   Status EnsureBarrierTable();
 
   const sql::ConnectParams mysql_;
+  const std::vector<std::shared_ptr<DurabilityBarrier>> parts_;  // not empty: a barrier over several servers
   const std::shared_ptr<metrics::DurabilityBarrierMetrics> metrics_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -106,6 +115,20 @@ class DurabilityBarrier {
   std::unique_ptr<sql::Connection> conn_;  // only the caller running a round touches it
   bool table_ready_ = false;               // conn_ has seen sluice_durability_barrier exist
   bool force_refused_ = false;             // the server refused the forced flush's commit
+};
+
+// One barrier per storage server of a layout (their rounds shared by every
+// reader of that server), and the barrier a reader of an entity type waits
+// on: its server's, or one over its servers when it spans several.
+class ServerBarriers {
+ public:
+  ServerBarriers(const sql::StorageLayout& layout, config::DurabilityBarrier mode,
+                 const std::shared_ptr<metrics::DurabilityBarrierMetrics>& metrics = nullptr);
+  std::shared_ptr<DurabilityBarrier> ForType(const std::string& type, uint32_t partitions) const;
+
+ private:
+  const sql::StorageLayout layout_;
+  std::vector<std::shared_ptr<DurabilityBarrier>> servers_;
 };
 
 }  // namespace sluice::engine

@@ -18,7 +18,9 @@ HealthMonitor::HealthMonitor(config::Config config, const SyncEngine* engine, bo
       engine_(engine),
       writer_(writer),
       interval_(interval),
-      storage_metrics_(registry) {}
+      storage_metrics_(registry),
+      layout_(sql::LayoutFrom(config_)),
+      conns_(layout_.servers.size()) {}
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
@@ -84,30 +86,31 @@ void HealthMonitor::Run() {
 
 Result<std::vector<uint64_t>> HealthMonitor::Heads(const std::string& type, uint32_t partitions) {
   std::vector<uint64_t> heads;
-  const auto log = sql::EventLogOn(*conn_);
   for (uint32_t p = 0; p < partitions; ++p) {
-    ASSIGN_OR_RETURN(const uint64_t head, log->Head(type, p));
+    ASSIGN_OR_RETURN(const uint64_t head, sql::EventLogOn(*conns_[layout_.ServerOf(type, p)])->Head(type, p));
     heads.push_back(head);
   }
   return heads;
 }
 
+Status HealthMonitor::Connect() {
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    if (conns_[i] && conns_[i]->healthy()) continue;
+    conns_[i].reset();
+    ASSIGN_OR_RETURN(conns_[i], sql::ConnectServer(layout_, i));
+  }
+  return Status::Ok();
+}
+
 void HealthMonitor::Check() {
   // Storage first: heads of every entity type a sink reads (or a plain ping).
-  Status storage = Status::Ok();
-  if (!conn_ || !conn_->healthy()) {
-    conn_.reset();
-    auto opened = sql::Connection::Open(sql::ParamsFrom(config_.mysql));
-    if (opened.ok()) {
-      conn_ = std::move(opened).value();
-    } else {
-      storage = opened.status();
-    }
-  }
+  Status storage = Connect();
   std::map<std::string, std::vector<uint64_t>> heads;
   if (storage.ok()) {
     if (engine_ == nullptr || engine_->runners().empty()) {
-      storage = conn_->Query("SELECT 1").status();
+      for (const auto& conn : conns_) {
+        if (storage.ok()) storage = conn->Query("SELECT 1").status();
+      }
     } else {
       for (const auto& sink : config_.sinks) {
         if (heads.count(sink.entity)) continue;
@@ -174,7 +177,8 @@ void HealthMonitor::Check() {
           const uint64_t lag = h[p] > offset ? h[p] - offset : 0;
           double lag_seconds = 0;
           if (lag > 0) {
-            auto since = sql::EventLogOn(*conn_)->SecondsSinceCommit(cfg->entity, p, offset + 1);
+            auto since = sql::EventLogOn(*conns_[layout_.ServerOf(cfg->entity, p)])
+                             ->SecondsSinceCommit(cfg->entity, p, offset + 1);
             if (since.ok() && *since) lag_seconds = **since;
           }
           runner->metrics().SetLag(p, lag, lag_seconds);
@@ -194,14 +198,16 @@ void HealthMonitor::Check() {
 }
 
 Status HealthMonitor::CheckEventTables() {
-  ASSIGN_OR_RETURN(auto rows,
-                   conn_->Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=DATABASE()"));
-  std::set<std::string> tables;
-  for (const auto& row : rows) tables.insert(row.at(0).value_or(""));
+  std::vector<std::set<std::string>> tables(conns_.size());  // per server
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    ASSIGN_OR_RETURN(auto rows,
+                     conns_[i]->Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=DATABASE()"));
+    for (const auto& row : rows) tables[i].insert(row.at(0).value_or(""));
+  }
   for (const auto& [type, entity] : config_.entities) {
     for (uint32_t p = 0; p < entity.partitions; ++p) {
       const std::string table = sql::EventTableName(type, p);
-      if (!tables.count(table)) {
+      if (!tables[layout_.ServerOf(type, p)].count(table)) {
         return FailedPrecondition("event table " + table + " is missing: commands on " + type +
                                   " cannot be stored; run `sluice init --config FILE`");
       }

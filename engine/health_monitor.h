@@ -44,6 +44,7 @@
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "sql/connection.h"
+#include "sql/layout.h"
 
 namespace sluice::engine {
 
@@ -100,7 +101,12 @@ class HealthMonitor {
   std::string report_ = R"({"reason":"starting"})";
   std::thread thread_;
 
-  std::unique_ptr<sql::Connection> conn_;  // monitor thread (and Start) only
+  // Connects to every storage server not connected; the first failure.
+  Status Connect();
+
+  const sql::StorageLayout layout_;
+  // A session per storage server: monitor thread (and Start) only.
+  std::vector<std::unique_ptr<sql::Connection>> conns_;
 };
 
 }  // namespace sluice::engine

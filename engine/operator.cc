@@ -38,7 +38,7 @@ Status NotInitialised(const config::Config& config, const std::string& what) {
 
 // The configured database once it holds sluice's tables; otherwise why
 // not, saying to run `sluice init` when that is the fix.
-Result<std::unique_ptr<sql::Storage>> OpenStorage(const config::Config& config) {
+Result<std::shared_ptr<sql::Storage>> OpenStorage(const config::Config& config) {
   const sql::ConnectParams params = sql::ParamsFrom(config.mysql);
   auto conn = sql::Connection::Open(params);
   if (!conn.ok()) {
@@ -56,9 +56,8 @@ Result<std::unique_ptr<sql::Storage>> OpenStorage(const config::Config& config) 
     }
     return conn.status();
   }
-  std::vector<sql::EntityTypeSpec> specs;
-  for (const auto& [name, e] : config.entities) specs.push_back({name, e.partitions});
-  if (Status st = sql::CheckSchema(**conn, specs); !st.ok()) {
+  const sql::StorageLayout layout = sql::LayoutFrom(config);
+  if (Status st = sql::CheckLayout(layout, sql::SpecsFrom(config)); !st.ok()) {
     if (st.code() != StatusCode::kFailedPrecondition) return st;
     std::string why = st.message();
     // CheckSchema's own advice names no file; ours names this one.
@@ -66,7 +65,7 @@ Result<std::unique_ptr<sql::Storage>> OpenStorage(const config::Config& config) 
     return NotInitialised(config, "the database " + config.mysql.database + " is not set up for this config (" +
                                       why + ")");
   }
-  return std::unique_ptr<sql::Storage>(std::make_unique<sql::MariaDbStorage>(params));
+  return sql::OpenStorage(layout);
 }
 
 // The dead letter `id` that a retry or a discard is asked for: an error
@@ -95,7 +94,7 @@ Result<std::optional<sql::FiledDeadLetter>> DeadLetterToAct(sql::DeadLetterTable
 Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::vector<EngineStatus>* engines,
                                            std::vector<EngineStatus>* writers) {
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
-  offsets::OffsetStore store(sql::ParamsFrom(config.mysql));
+  offsets::OffsetStore store(storage->OpenOffsets());
   const auto events = storage->OpenEventLog();
   const auto leases = storage->OpenLeases();
   if (engines != nullptr) {
@@ -323,7 +322,7 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   const auto events = storage->OpenEventLog();
   // What goes from storage to a view passes the barrier, as in the engine.
-  DurabilityBarrier barrier(sql::ParamsFrom(config.mysql), config.engine.durability_barrier);
+  const ServerBarriers barriers(sql::LayoutFrom(config), config.engine.durability_barrier);
   uint64_t remaining = 0;
   for (const auto& s : config.sinks) {
     if (sink && s.name != *sink) continue;
@@ -337,8 +336,9 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     }
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
     RepairReport report;
-    const Status st = RepairView(*events, *view, s, config.entities.at(s.entity).partitions,
-                                 [&barrier] { return barrier.Wait(); }, report);
+    const uint32_t partitions = config.entities.at(s.entity).partitions;
+    const auto barrier = barriers.ForType(s.entity, partitions);
+    const Status st = RepairView(*events, *view, s, partitions, [&barrier] { return barrier->Wait(); }, report);
     view->Close();
     repaired(report);
     RETURN_IF_ERROR(st.WithContext("sink " + s.name));

@@ -2,7 +2,7 @@
 
 #include "core/log.h"
 #include "core/names.h"
-#include "sql/mariadb_tables.h"
+#include "sql/layout.h"
 #include "sql/params.h"
 
 namespace sluice::engine {
@@ -15,9 +15,11 @@ SyncEngine::SyncEngine(config::Config config, metrics::Registry* registry)
 SyncEngine::~SyncEngine() { Stop(); }
 
 Status SyncEngine::Start() {
-  // One barrier for every sink: their reads share its rounds.
-  auto barrier = std::make_shared<DurabilityBarrier>(sql::ParamsFrom(config_.mysql), config_.engine.durability_barrier,
-                                                     std::make_shared<metrics::DurabilityBarrierMetrics>(registry_));
+  // One barrier per storage server for every sink: their reads share its rounds.
+  const sql::StorageLayout layout = sql::LayoutFrom(config_);
+  const ServerBarriers barriers(layout, config_.engine.durability_barrier,
+                                std::make_shared<metrics::DurabilityBarrierMetrics>(registry_));
+  const std::shared_ptr<sql::Storage> storage = sql::OpenStorage(layout);
   for (const auto& sink_cfg : config_.sinks) {
     ASSIGN_OR_RETURN(auto sink, connectors::MakeSink(sink_cfg, config_));
     SinkRunnerOptions o;
@@ -25,7 +27,8 @@ Status SyncEngine::Start() {
     o.partitions = config_.entities.at(sink_cfg.entity).partitions;
     o.mysql = sql::ParamsFrom(config_.mysql);
     o.engine = config_.engine;
-    o.barrier = barrier;
+    o.barrier = barriers.ForType(sink_cfg.entity, o.partitions);
+    o.storage = storage;
     o.owner = member_;
     o.metrics = std::make_shared<metrics::SinkMetrics>(registry_, sink_cfg.name, o.partitions);
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
@@ -37,7 +40,7 @@ Status SyncEngine::Start() {
       LeaseKeeper::Options{.member = member_,
                            .address = "",
                            .ttl = config_.engine.lease_ttl,
-                           .storage = std::make_shared<sql::MariaDbStorage>(sql::ParamsFrom(config_.mysql)),
+                           .storage = storage,
                            .on_failure = on_failure_},
       std::move(leased));
   keeper_->Start();  // the first round gives the runners their partitions

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sql/routed_tables.h"
 #include "sql/tables_test.h"
 
 namespace sluice::sql {
@@ -12,6 +13,105 @@ namespace {
 INSTANTIATE_TEST_SUITE_P(Memory, TablesContractTest,
                          ::testing::Values(StorageKind{"Memory", [] { return ContractStorage{MemoryStorage::Create(), nullptr}; }}),
                          KindName);
+
+OffsetRow MakeOffset(uint64_t event_id) {
+  OffsetRow row;
+  row.event_id = event_id;
+  return row;
+}
+
+// The same contract through RoutedStorage over two fakes: partition 0 of
+// "account" on one, partition 1 on the other, members and dead letters on
+// the first.
+ContractStorage TwoServers() {
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement["account"] = {0, 1};
+  return ContractStorage{std::make_shared<RoutedStorage>(
+                             layout, std::vector<std::shared_ptr<Storage>>{MemoryStorage::Create(), MemoryStorage::Create()}),
+                         nullptr};
+}
+
+INSTANTIATE_TEST_SUITE_P(RoutedMemory, TablesContractTest,
+                         ::testing::Values(StorageKind{"RoutedMemory", TwoServers}), KindName);
+
+TEST(RoutedStorage, EachPartitionsRowsLiveOnItsServerOnly) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement["account"] = {0, 1};
+  RoutedStorage routed(layout, {main, second});
+
+  auto offsets = routed.OpenOffsets();
+  ASSERT_TRUE(offsets->Save("s", "account", {{0, MakeOffset(5)}, {1, MakeOffset(7)}}).ok());
+  auto on_main = main->OpenOffsets()->Load("s", "account");
+  auto on_second = second->OpenOffsets()->Load("s", "account");
+  ASSERT_TRUE(on_main.ok() && on_second.ok());
+  EXPECT_EQ(on_main->size(), 1u);
+  EXPECT_EQ(on_main->at(0).event_id, 5u);
+  EXPECT_EQ(on_second->size(), 1u);
+  EXPECT_EQ(on_second->at(1).event_id, 7u);
+
+  auto leases = routed.OpenLeases();
+  auto held = leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), {});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->size(), 2u);
+  auto main_leases = main->OpenLeases()->List("sink/s");
+  ASSERT_TRUE(main_leases.ok());
+  ASSERT_EQ(main_leases->size(), 1u);
+  EXPECT_EQ(main_leases->front().partition, 0u);
+  ASSERT_TRUE(leases->Heartbeat("engine", "e1", "").ok());
+  auto members = main->OpenLeases()->Members("engine", std::chrono::seconds(10));
+  ASSERT_TRUE(members.ok());
+  EXPECT_EQ(members->size(), 1u);
+}
+
+TEST(RoutedStorage, AServerThatIsDownLeavesItsPartitionsOutOfALeaseRoundOnly) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement["account"] = {0, 1};
+  RoutedStorage routed(layout, {main, second});
+  auto leases = routed.OpenLeases();
+  second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
+  auto held = leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), {});
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(held->count(0), 1u);
+  EXPECT_EQ(held->count(1), 0u);
+  // Both down: the round fails.
+  main->FailNext(MemoryStorage::Op::kLeases, Unavailable("main is down"));
+  second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
+  EXPECT_EQ(leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), *held).status().code(),
+            StatusCode::kUnavailable);
+}
+
+TEST(RoutedStorage, AReaderKeepsServingTheServerThatIsUp) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement["account"] = {0, 1};
+  RoutedStorage routed(layout, {main, second});
+  auto log = routed.OpenEventLog();
+  ASSERT_TRUE(log->Head("account", 0).ok());
+  second->FailNext(MemoryStorage::Op::kHead, Unavailable("second is down"));
+  EXPECT_EQ(log->Head("account", 1).status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(log->healthy());
+  second->FailNext(MemoryStorage::Op::kOpen, Unavailable("still down"));
+  EXPECT_TRUE(log->Open().ok());  // main's session is fine
+  EXPECT_TRUE(log->Head("account", 0).ok());
+}
+
+TEST(StorageLayout, DescribesRangesByServer) {
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"b", {}}};
+  layout.placement["order"] = {0, 0, 1, 1, 0};
+  EXPECT_EQ(layout.Describe("order", 5), "0-1 on main, 2-3 on b, 4 on main");
+  EXPECT_EQ(layout.Describe("other", 3), "on main");
+  EXPECT_EQ(layout.ServersOf("order", 5), (std::vector<size_t>{0, 1}));
+}
 
 TEST(TimestampText, IsWhatMariaDbPrintsForATimestamp6InUtc) {
   EXPECT_EQ(TimestampText(0), "1970-01-01 00:00:00.000000");

@@ -79,12 +79,23 @@ constexpr const char* kMetaDdl[] = {
     ") ENGINE=InnoDB",
 };
 
+std::vector<uint32_t> Here(const EntityTypeSpec& t) {
+  if (!t.here.empty()) return t.here;
+  std::vector<uint32_t> all(t.partitions);
+  for (uint32_t p = 0; p < t.partitions; ++p) all[p] = p;
+  return all;
+}
+
+}  // namespace
+
 Result<bool> TableExists(Connection& conn, const std::string& table) {
   std::string q = "SELECT 1 FROM information_schema.tables WHERE table_schema=DATABASE() AND table_name=";
   conn.AppendQuoted(q, table);
   ASSIGN_OR_RETURN(auto rows, conn.Query(q));
   return !rows.empty();
 }
+
+namespace {
 
 // The recorded partition count of a type, or 0 when it is not recorded.
 Result<uint32_t> RecordedPartitions(Connection& conn, const std::string& type) {
@@ -136,7 +147,7 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
     // Another process may have registered the type with another count meanwhile.
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
     if (recorded != t.partitions) return MismatchError(t, recorded);
-    for (uint32_t p = 0; p < t.partitions; ++p) {
+    for (const uint32_t p : Here(t)) {
       ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
       if (exists) continue;
       RETURN_IF_ERROR(conn.Execute(EventTableDdl(t.name, p)).status());
@@ -155,7 +166,7 @@ Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types) {
       return FailedPrecondition("entity type '" + t.name + "' has no tables; run `sluice init --config FILE`");
     }
     if (recorded != t.partitions) return MismatchError(t, recorded);
-    for (uint32_t p = 0; p < t.partitions; ++p) {
+    for (const uint32_t p : Here(t)) {
       ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
       if (!exists) {
         return FailedPrecondition("table " + EventTableName(t.name, p) +

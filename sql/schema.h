@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -62,9 +63,18 @@ inline constexpr const char* kMembersDdl =
     ") ENGINE=InnoDB";
 
 struct EntityTypeSpec {
+  EntityTypeSpec() = default;
+  EntityTypeSpec(std::string name_, uint32_t partitions_, std::vector<uint32_t> here_ = {})
+      : name(std::move(name_)), partitions(partitions_), here(std::move(here_)) {}
   std::string name;
   uint32_t partitions = 0;
+  // The partitions whose event tables this database holds (storage across
+  // several servers, sql/layout.h); empty: every partition.
+  std::vector<uint32_t> here;
 };
+
+// Whether the connection's database has `table`.
+Result<bool> TableExists(Connection& conn, const std::string& table);
 
 // "ev_account_p003".
 std::string EventTableName(const std::string& type, uint32_t partition);
@@ -85,14 +95,14 @@ struct InitReport {
 };
 
 // Creates the database when missing (the connection must not have selected
-// one, or may have selected it already), the metadata tables and every event
-// table. Refuses with FailedPrecondition when a recorded partition count
+// one, or may have selected it already), the metadata tables and the event
+// tables of every type's partitions `here`. Refuses with FailedPrecondition when a recorded partition count
 // differs from the spec. Running it twice changes nothing.
 Result<InitReport> InitSchema(Connection& conn, const std::string& database,
                               const std::vector<EntityTypeSpec>& types);
 
 // Checks, without changing anything, that every type is recorded with the
-// same partition count and all its tables exist.
+// same partition count and the tables of its partitions `here` exist.
 Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types);
 
 // MySQL's durability settings as the server reports them.

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/galera.h"
 #include "tests/support/test_support.h"
 #include "tests/support/writer_load.h"
 
@@ -25,55 +26,6 @@ namespace sluice::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::vector<uint16_t> GaleraPorts() {
-  const char* env = std::getenv("SLUICE_TEST_GALERA_PORTS");
-  std::string text = env && *env ? env : "14306,14307,14308";
-  std::vector<uint16_t> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = text.find(',', at);
-    out.push_back(static_cast<uint16_t>(std::stoi(text.substr(at, comma - at))));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
-sql::ConnectParams NodeParams(uint16_t port) {
-  sql::ConnectParams p = MysqlParams();
-  const char* host = std::getenv("SLUICE_TEST_GALERA_HOST");
-  p.host = host && *host ? host : "127.0.0.1";
-  p.port = port;
-  return p;
-}
-
-// The cluster answers on every node and has 3 members; otherwise a skip
-// (a failure with CI=true).
-bool GaleraReady(std::string* why) {
-  for (const uint16_t port : GaleraPorts()) {
-    auto c = sql::Connection::Open(NodeParams(port));
-    if (!c.ok()) {
-      *why = c.status().ToString();
-      return false;
-    }
-    auto size = (*c)->Query("SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'");
-    if (!size.ok() || size->empty() || size->at(0).at(1) != "3") {
-      *why = "node on port " + std::to_string(port) + " is not in a 3-node cluster";
-      return false;
-    }
-  }
-  return true;
-}
-
-#define SLUICE_REQUIRE_GALERA()                                                               \
-  do {                                                                                        \
-    std::string why;                                                                          \
-    if (!GaleraReady(&why)) {                                                                 \
-      if (InCi()) FAIL() << "the Galera cluster is not reachable (CI=true): " << why;         \
-      GTEST_SKIP() << "the Galera cluster is not reachable (scripts/services up galera): " << why; \
-    }                                                                                         \
-  } while (0)
 
 // Three writers, one on each node. Without routing every writer writes
 // every partition, so the nodes collide (the 1213 path); with routing each

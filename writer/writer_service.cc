@@ -72,7 +72,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       metrics_(registry ? *registry : metrics::UnexportedRegistry()),
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
-  storage_ = std::make_shared<sql::MariaDbStorage>(params);
+  storage_ = sql::OpenStorage(sql::LayoutFrom(config_));
   member_ = config_.writer.id.empty() ? MemberHostName("writer") : config_.writer.id;
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();

@@ -52,10 +52,13 @@ class AggregateSink : public Sink {
   // `shadow_of`: the live sink's name when this is its rebuild shadow.
   // `code` runs on Apply's thread; Prepare makes a pool of runtimes of the
   // same text at its first call (CodeAhead).
-  AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::unique_ptr<ViewCode> code,
+  // `leases`: the qualified sluice_leases table of the storage server that
+  // holds the entity type (the view's tables are on that server).
+  AggregateSink(config::SinkConfig cfg, sql::ConnectParams params, std::string leases, std::unique_ptr<ViewCode> code,
                 std::string shared_with, std::string shadow_of = "")
       : cfg_(std::move(cfg)),
         params_(std::move(params)),
+        leases_(std::move(leases)),
         code_(std::move(code)),
         shared_with_(std::move(shared_with)),
         shadow_of_(std::move(shadow_of)),
@@ -189,7 +192,7 @@ class AggregateSink : public Sink {
       }
     }
     ASSIGN_OR_RETURN(auto code, ViewCode::Load(cfg_.code, {}, ViewCode::Purpose::kAggregate));
-    return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, std::move(code), "", cfg_.name));
+    return std::unique_ptr<Sink>(new AggregateSink(std::move(shadow), params_, leases_, std::move(code), "", cfg_.name));
   }
 
   // On the shadow: its tables, offsets and rejected events become the live
@@ -328,7 +331,7 @@ class AggregateSink : public Sink {
   Status CheckLeases(const std::set<uint32_t>& partitions,
                      const std::function<void(std::string&, std::string_view)>& quote) {
     if (!fence_) return Status::Ok();
-    std::string q = "SELECT partition_id, owner, token FROM sluice_leases WHERE scope=";
+    std::string q = "SELECT partition_id, owner, token FROM " + leases_ + " WHERE scope=";
     quote(q, fence_->scope);
     q += " AND entity_type=";
     quote(q, cfg_.entity);
@@ -539,6 +542,7 @@ class AggregateSink : public Sink {
 
   const config::SinkConfig cfg_;
   const sql::ConnectParams params_;
+  const std::string leases_;  // `db`.sluice_leases of the entity type's server
   std::unique_ptr<ViewCode> code_;
   CodeAhead ahead_{*code_, "sink " + cfg_.name};  // Prepare's (the preparer's), of code_'s text
   const std::string shared_with_;  // another sink writing one of its tables ("" when none)
@@ -554,28 +558,52 @@ class AggregateSink : public Sink {
 
 std::string AggregateOffsetsTable(const std::string& sink) { return OwnTable("vo", sink); }
 
+// The storage server holding every partition of the sink's entity type.
+Result<const config::MysqlConfig*> AggregateServer(const config::SinkConfig& sink, const config::Config& global) {
+  const auto entity = global.entities.find(sink.entity);
+  const std::string& name = global.ServerOf(sink.entity, 0);
+  if (entity != global.entities.end()) {
+    for (uint32_t p = 1; p < entity->second.partitions; ++p) {
+      if (global.ServerOf(sink.entity, p) != name) {
+        return InvalidArgument("sink " + sink.name + ": an aggregate view's entity type must be stored on one server, "
+                               "and entities." + sink.entity + " spans several (storage across servers, "
+                               "docs/deployment.md#storage-servers)");
+      }
+    }
+  }
+  const config::MysqlConfig* server = global.FindServer(name);
+  if (server == nullptr) return InvalidArgument("sink " + sink.name + ": no storage server " + name);
+  return server;
+}
+
 Result<std::unique_ptr<Sink>> MakeAggregateSink(const config::SinkConfig& sink, const config::Config& global) {
   const std::string context = "sink " + sink.name;
   const AggregateSinkOptions& o = sink.Options<AggregateSinkOptions>();
   if (o.tables.empty()) return InvalidArgument(context + ": an aggregate sink needs tables");
   if (sink.code.empty()) return InvalidArgument(context + ": an aggregate sink needs code");
   ASSIGN_OR_RETURN(auto code, ViewCode::LoadFor(sink, ViewCode::Purpose::kAggregate));
-  sql::ConnectParams p = sql::ParamsFrom(global.mysql);
+  // The view's tables and its offsets are written in one transaction, which
+  // checks the partitions' leases: all on the server of the entity type.
+  ASSIGN_OR_RETURN(const config::MysqlConfig* server, AggregateServer(sink, global));
+  sql::ConnectParams p = sql::ParamsFrom(*server);
   if (!o.database.empty()) p.database = o.database;
   if (p.database.empty()) return InvalidArgument(context + ": no database for the view's tables");
+  std::string leases = sql::QuoteIdent(server->database) + ".sluice_leases";
   // Another aggregate sink writing one of its tables (a view fed by several entity types).
   std::string shared_with;
   for (const config::SinkConfig& other : global.sinks) {
     if (other.name == sink.name || other.type != sink.type) continue;
     const AggregateSinkOptions& oo = other.Options<AggregateSinkOptions>();
-    if ((oo.database.empty() ? global.mysql.database : oo.database) != p.database) continue;
+    auto other_server = AggregateServer(other, global);
+    if (!other_server.ok() || *other_server != server) continue;
+    if ((oo.database.empty() ? server->database : oo.database) != p.database) continue;
     for (const AggregateTable& a : o.tables) {
       for (const AggregateTable& b : oo.tables) {
         if (Lower(a.name) == Lower(b.name) && shared_with.empty()) shared_with = other.name;
       }
     }
   }
-  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(code), shared_with));
+  return std::unique_ptr<Sink>(new AggregateSink(sink, std::move(p), std::move(leases), std::move(code), shared_with));
 }
 
 }  // namespace sluice::connectors::aggregate

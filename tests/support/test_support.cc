@@ -112,6 +112,11 @@ std::vector<sql::Row> TestDatabase::Query(const std::string& q) {
     if (conn_) (void)conn_->Execute("USE " + sql::QuoteIdent(name_));
   }
   auto rows = conn_->Query(q);
+  if (!rows.ok() && !conn_->healthy()) {  // the server restarted since: once more on a new session
+    conn_ = Open();
+    if (conn_) (void)conn_->Execute("USE " + sql::QuoteIdent(name_));
+    if (conn_) rows = conn_->Query(q);
+  }
   EXPECT_TRUE(rows.ok()) << q << ": " << rows.status().ToString();
   return rows.ok() ? std::move(rows).value() : std::vector<sql::Row>{};
 }
@@ -132,8 +137,12 @@ std::string SluiceConfig::Write() const {
     << "    password: \"${env:SLUICE_TEST_MYSQL_PASSWORD}\"\n"
     << "    database: " << database << "\n"
     << "    connect_timeout: 2s\n    io_timeout: 10s\n"
-    << "entities:\n";
-  for (const auto& [type, partitions] : entities) y << "  " << type << ": {partitions: " << partitions << "}\n";
+    << extra_storage_yaml << "entities:\n";
+  for (const auto& [type, partitions] : entities) {
+    const auto more = entity_yaml.find(type);
+    y << "  " << type << ": {partitions: " << partitions << (more != entity_yaml.end() ? ", " + more->second : "")
+      << "}\n";
+  }
   y << "writer:\n  listen: 127.0.0.1:" << port << "\n" << extra_writer_yaml << extra_yaml;
   const std::string path = TempDir() + "/" + database + "-" + RandomSuffix() + ".yaml";
   std::ofstream(path) << y.str();

@@ -64,6 +64,8 @@ struct SluiceConfig {
   uint16_t mysql_port = 0;  // 0: the test server's
   std::string extra_writer_yaml;  // lines added under writer:, each "  key: value\n"
   std::string extra_yaml;         // top-level sections appended as is (engine:, sinks:)
+  std::string extra_storage_yaml;  // lines added under storage: (servers:), each indented by 2
+  std::map<std::string, std::string> entity_yaml;  // type -> more keys of its mapping ("server: b")
   // Writes the file and returns its path.
   std::string Write() const;
 };

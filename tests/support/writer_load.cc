@@ -65,10 +65,17 @@ std::string RandomWriterLoad::StatusText() const {
 
 void ExpectStoredExactlyOnce(TestDatabase& db, const std::string& type, uint32_t partitions,
                              const std::map<std::string, std::string>& acknowledged, int64_t commands) {
+  ExpectStoredExactlyOnce([&db](uint32_t) -> TestDatabase& { return db; }, type, partitions, acknowledged, commands);
+}
+
+void ExpectStoredExactlyOnce(const std::function<TestDatabase&(uint32_t)>& db_of, const std::string& type,
+                             uint32_t partitions, const std::map<std::string, std::string>& acknowledged,
+                             int64_t commands) {
   std::map<std::string, int> stored;
   std::map<std::string, std::string> entity_of;
   int64_t events = 0;
   for (uint32_t p = 0; p < partitions; ++p) {
+    TestDatabase& db = db_of(p);
     const std::string table = sql::EventTableName(type, p);
     EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM " + table),
               db.Scalar("SELECT COALESCE(MAX(event_id), 0) FROM " + table))

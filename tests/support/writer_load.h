@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -60,5 +61,10 @@ class RandomWriterLoad {
 // stored exactly once, on its entity.
 void ExpectStoredExactlyOnce(TestDatabase& db, const std::string& type, uint32_t partitions,
                              const std::map<std::string, std::string>& acknowledged, int64_t commands);
+// The same with each partition's tables in the database db_of(partition)
+// (storage across several servers).
+void ExpectStoredExactlyOnce(const std::function<TestDatabase&(uint32_t)>& db_of, const std::string& type,
+                             uint32_t partitions, const std::map<std::string, std::string>& acknowledged,
+                             int64_t commands);
 
 }  // namespace sluice::testing

@@ -1,0 +1,49 @@
+// RoutedStorage: the access layer (sql/tables.h) over several storage
+// servers, each a Storage of its own (MariaDbStorage in production, the
+// in-memory fake in tests). Every call about a (type, partition) goes to the
+// server the layout places it on; a call about several partitions is split
+// by server and the answers merged:
+//
+//   EventLog      by partition; ReadAfter one round trip per server touched.
+//                 healthy() is false once a session of a server it used
+//                 broke; Open() reopens those and fails only when none of
+//                 them can be reopened (a reader serving several servers
+//                 keeps serving the ones that are up).
+//   OffsetTable   by partition; Load and Delete on every server of the type.
+//                 SaveFenced locks the leases on the same server as the
+//                 offsets it writes, so fencing holds per server.
+//   LeaseTable    leases by partition; Acquire and Release answer for the
+//                 servers that could be reached (a server that is down
+//                 cannot grant its partitions: they are left out, as if
+//                 another owner held them) and fail only when none could.
+//                 Members (Claim, Heartbeat, Members, Leave) live on main.
+//                 List and History merge every server.
+//   DeadLetters   on main.
+//
+// Threads: as Storage (tables.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "sql/layout.h"
+#include "sql/tables.h"
+
+namespace sluice::sql {
+
+class RoutedStorage : public Storage {
+ public:
+  // servers[i] serves layout.servers[i].
+  RoutedStorage(StorageLayout layout, std::vector<std::shared_ptr<Storage>> servers);
+
+  std::unique_ptr<EventLog> OpenEventLog() override;
+  std::unique_ptr<OffsetTable> OpenOffsets() override;
+  std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
+  std::unique_ptr<LeaseTable> OpenLeases() override;
+
+ private:
+  const std::shared_ptr<const StorageLayout> layout_;
+  const std::vector<std::shared_ptr<Storage>> servers_;
+};
+
+}  // namespace sluice::sql

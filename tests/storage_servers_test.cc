@@ -1,0 +1,284 @@
+// Storage across several MySQL servers (issue 21, items 3 and 5c): an
+// entity type's partitions split over the shared test server ("main"), a
+// MariaDB server of the test's own ("b") and the Galera cluster ("g").
+// Each server holds its partitions' event tables, offsets and leases; init
+// records the placement on main; every command works across servers; a
+// changed placement is refused until it is migrated explicitly.
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/partitioner.h"
+#include "sql/schema.h"
+#include "tests/support/galera.h"
+#include "tests/support/private_mariadb.h"
+#include "tests/support/test_support.h"
+#include "tests/support/writer_load.h"
+
+namespace sluice::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+// The server "b" of every test here (started once: it takes seconds).
+PrivateMariaDb& ServerB() {
+  static PrivateMariaDb* server = [] {
+    auto* s = new PrivateMariaDb();
+    std::string why;
+    if (!s->Start(&why)) ADD_FAILURE() << "the private MariaDB did not start: " << why;
+    return s;
+  }();
+  return *server;
+}
+
+sql::ConnectParams ParamsB() {
+  sql::ConnectParams p = MysqlParams();
+  p.host = "127.0.0.1";
+  p.port = ServerB().port();
+  return p;
+}
+
+std::string ServerYaml(const std::string& name, const std::string& host, uint16_t port, const std::string& database) {
+  return "    " + name + ":\n      host: " + host + "\n      port: " + std::to_string(port) +
+         "\n      database: " + database + "\n";
+}
+
+bool HasTable(TestDatabase& db, const std::string& table) {
+  return db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '" +
+                   table + "'") == 1;
+}
+
+// Copies one event table from one database to another (a migration step
+// that an operator does with mysqldump): the same DDL, every row.
+void CopyEventTable(TestDatabase& from, TestDatabase& to, const std::string& type, uint32_t partition) {
+  const std::string table = sql::EventTableName(type, partition);
+  ASSERT_TRUE(to.conn().Execute(sql::EventTableDdl(type, partition)).ok());
+  for (const auto& r : from.Query("SELECT event_id, entity_id, version, command_id, command_name, expected_version, "
+                                  "request, response, state, delta, deleted, committed_at FROM " + table)) {
+    std::string ins = "INSERT INTO " + table + " " + sql::kEventInsertColumns + " VALUES (";
+    for (size_t i = 0; i + 1 < r.size(); ++i) {
+      if (i) ins += ",";
+      if (r[i]) {
+        to.conn().AppendQuoted(ins, *r[i]);
+      } else {
+        ins += "NULL";
+      }
+    }
+    ASSERT_TRUE(to.conn().Execute(ins + ")").ok()) << ins;
+  }
+}
+
+// 5c: three writers with routing, on main, b and the Galera cluster (each
+// writer at another node of it); clients send to random writers; a writer
+// is killed and restarted. Every acknowledged command is stored exactly
+// once, on the server of its partition, in dense tables.
+TEST(StorageServers, ThreeWritersOnTwoServersAndAGaleraClusterStoreEveryAcknowledgedCommandOnce) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_GALERA();
+  const auto nodes = GaleraPorts();
+  ASSERT_EQ(nodes.size(), 3u);
+  TestDatabase main_db("servers");
+  TestDatabase b_db("servers_b", ParamsB());
+  TestDatabase g_db("servers_g", NodeParams(nodes[0]));
+  constexpr uint32_t kPartitions = 6;
+  std::vector<SluiceConfig> cfgs(3);
+  std::vector<std::string> paths;
+  for (int n = 0; n < 3; ++n) {
+    cfgs[n].database = main_db.name();
+    cfgs[n].entities = {{"account", kPartitions}};
+    cfgs[n].entity_yaml["account"] = "servers: {main: 0-1, b: 2-3, g: 4-5}";
+    cfgs[n].extra_storage_yaml = "  servers:\n" + ServerYaml("b", "127.0.0.1", ServerB().port(), b_db.name()) +
+                                 ServerYaml("g", NodeParams(nodes[n]).host, nodes[n], g_db.name());
+    cfgs[n].port = FreePort();
+    cfgs[n].extra_writer_yaml = "  id: w" + std::to_string(n) + "\n  lease_ttl: 2s\n";
+    paths.push_back(cfgs[n].Write());
+  }
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", paths[0]}, &out), 0) << out;
+  EXPECT_NE(out.find("storage server b"), std::string::npos) << out;
+  // Each partition's table is on its server only.
+  TestDatabase* server_of[kPartitions] = {&main_db, &main_db, &b_db, &b_db, &g_db, &g_db};
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    for (TestDatabase* db : {&main_db, &b_db, &g_db}) {
+      EXPECT_EQ(HasTable(*db, sql::EventTableName("account", p)), db == server_of[p]) << p << " in " << db->name();
+    }
+  }
+  std::vector<std::unique_ptr<SluiceProcess>> writers;
+  for (int n = 0; n < 3; ++n) writers.push_back(StartSluice("writer", paths[n], cfgs[n].port));
+
+  constexpr int kCommands = 3000;
+  RandomWriterLoad load({cfgs[0].port, cfgs[1].port, cfgs[2].port}, "account", 8, kCommands, 18);
+  load.Start();
+  while (load.started() < kCommands / 4) std::this_thread::sleep_for(5ms);
+  writers[1]->Kill();
+  std::this_thread::sleep_for(500ms);
+  writers[1] = StartSluice("writer", paths[1], cfgs[1].port);
+  load.Join();
+
+  const std::string seen = load.StatusText();
+  std::cout << "answers (status x count):" << seen << "\n";
+  EXPECT_EQ(load.acknowledged().size(), static_cast<size_t>(kCommands)) << "answers:" << seen;
+  EXPECT_EQ(load.statuses().count(409), 0u) << "answers:" << seen;
+  EXPECT_EQ(load.statuses().count(500), 0u) << "answers:" << seen;
+  ExpectStoredExactlyOnce([&](uint32_t p) -> TestDatabase& { return *server_of[p]; }, "account", kPartitions,
+                          load.acknowledged(), kCommands);
+  // Every server took a share, and the writer leases of each partition live on its server.
+  for (TestDatabase* db : {&main_db, &b_db, &g_db}) {
+    int64_t events = 0;
+    for (uint32_t p = 0; p < kPartitions; ++p) {
+      if (server_of[p] == db) events += db->Scalar("SELECT COUNT(*) FROM " + sql::EventTableName("account", p));
+    }
+    EXPECT_GT(events, 0) << db->name();
+    for (const auto& r : db->Query("SELECT partition_id FROM sluice_leases WHERE scope = 'writer'")) {
+      EXPECT_EQ(server_of[std::stoul(*r[0])], db) << "partition " << *r[0] << "'s lease is on " << db->name();
+    }
+  }
+  for (auto& w : writers) EXPECT_EQ(w->Terminate(), 0) << w->Log();
+}
+
+// The engine, status, verify, rewind and deadletters across main and b;
+// a server that dies stops only its own partitions; moving partitions is
+// refused until the tables are copied and init is told to accept it.
+TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplicitMigration) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase main_db("servers");
+  TestDatabase b_db("servers_b", ParamsB());
+  constexpr uint32_t kPartitions = 4;
+  SluiceConfig cfg;
+  cfg.database = main_db.name();
+  cfg.entities = {{"account", kPartitions}};
+  cfg.entity_yaml["account"] = "servers: {main: 0-1, b: 2-3}";
+  cfg.extra_storage_yaml = "  servers:\n" + ServerYaml("b", "127.0.0.1", ServerB().port(), b_db.name());
+  cfg.port = FreePort();
+  cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n  lease_ttl: 2s\n"
+                   "sinks:\n  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
+                   "    columns: {owner: /owner, balance: /balance, note: /note}\n";
+  const std::string path = cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  auto serve = StartSluice("serve", path, cfg.port);
+  ASSERT_EQ(MixedLoad(cfg.port, 600, 40, 4, 7), 600);
+  std::string status;
+  ASSERT_TRUE(WaitCaughtUp(path, 60s, &status)) << status;
+  // Offsets and engine leases of partitions 2 and 3 are on b, of 0 and 1 on main.
+  EXPECT_EQ(b_db.Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink = 'table' AND partition_id IN (2, 3)"), 2);
+  EXPECT_EQ(b_db.Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE partition_id IN (0, 1)"), 0);
+  EXPECT_EQ(main_db.Scalar("SELECT COUNT(*) FROM sluice_offsets WHERE sink = 'table' AND partition_id IN (0, 1)"), 2);
+  EXPECT_EQ(b_db.Scalar("SELECT COUNT(*) FROM sluice_leases WHERE scope = 'sink/table' AND partition_id IN (2, 3)"), 2);
+  EXPECT_EQ(main_db.Scalar("SELECT COUNT(*) FROM sluice_members WHERE member_group = 'engine'"), 1);
+  // The view has every live entity of both servers.
+  int64_t live = 0;
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    const std::string table = sql::EventTableName("account", p);
+    live += (p < 2 ? main_db : b_db)
+                .Scalar("SELECT COUNT(*) FROM " + table + " e WHERE deleted = 0 AND version = (SELECT MAX(version) FROM " +
+                        table + " m WHERE m.entity_id = e.entity_id)");
+  }
+  EXPECT_GT(live, 0);
+  EXPECT_EQ(main_db.Scalar("SELECT COUNT(*) FROM account_view WHERE _deleted = 0"), live);
+
+  // status: every partition, with its head, from both servers.
+  const Json st = StatusJson(path);
+  ASSERT_TRUE(st.contains("sinks")) << st.dump();
+  ASSERT_EQ(st["sinks"][0]["partitions"].size(), kPartitions) << st.dump();
+  for (const auto& p : st["sinks"][0]["partitions"]) {
+    EXPECT_GT(p["head"].get<uint64_t>(), 0u) << st.dump();
+    EXPECT_EQ(p["server"], p["partition"].get<uint32_t>() < 2 ? "main" : "b") << st.dump();
+  }
+  EXPECT_EQ(st["storage"]["account"], "0-1 on main, 2-3 on b") << st.dump();
+  // verify finds a damaged row of an entity stored on b, and repairs it.
+  std::string on_b;
+  for (const auto& r : b_db.Query("SELECT entity_id FROM ev_account_p002 WHERE deleted = 0 LIMIT 1")) on_b = *r[0];
+  ASSERT_FALSE(on_b.empty());
+  ASSERT_TRUE(main_db.conn().Execute("UPDATE account_view SET owner = 'tampered' WHERE id = '" + on_b + "'").ok());
+  EXPECT_NE(VerifyViews(path, &out), 0) << out;
+  EXPECT_NE(out.find(on_b), std::string::npos) << out;
+  ASSERT_EQ(RunSluice({"verify", "--config", path, "--repair"}, &out), 0) << out;
+  EXPECT_EQ(VerifyViews(path, &out), 0) << out;
+  // deadletters lists (none) across servers.
+  EXPECT_EQ(RunSluice({"deadletters", "list", "--config", path}, &out), 0) << out;
+
+  // b dies: commands on main's partitions go on, b's get 503; the writer stays up.
+  std::map<uint32_t, std::string> entity_in;  // partition -> an entity id
+  for (int i = 0; entity_in.size() < kPartitions; ++i) {
+    const std::string id = "x" + std::to_string(i);
+    entity_in.emplace(PartitionOf(id, kPartitions), id);
+  }
+  ServerB().Kill();
+  HttpClient http(cfg.port, 15s);
+  for (const auto& [p, id] : entity_in) {
+    const auto r = http.Post("/v1/entities/account/" + id + "/commands/patch", R"({"owner":"while b is down"})");
+    if (p < 2) {
+      EXPECT_EQ(r.status / 100, 2) << p << ": " << r.body;
+    } else {
+      EXPECT_EQ(r.status, 503) << p << ": " << r.body;
+    }
+  }
+  std::string why;
+  ASSERT_TRUE(ServerB().Restart(&why)) << why;
+  for (const auto& [p, id] : entity_in) {
+    HttpReply r;
+    for (const auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+      r = http.Post("/v1/entities/account/" + id + "/commands/patch", R"({"note":"b is back"})");
+      if (r.status / 100 == 2) break;
+      std::this_thread::sleep_for(200ms);
+    }
+    EXPECT_EQ(r.status / 100, 2) << p << ": " << r.body;
+  }
+  ASSERT_TRUE(WaitCaughtUp(path, 60s, &status)) << status;
+  EXPECT_EQ(VerifyViews(path, &out), 0) << out;
+  // rewind --offline resets the offsets on both servers.
+  EXPECT_EQ(serve->Terminate(), 0) << serve->Log();
+  ASSERT_EQ(RunSluice({"rewind", "--config", path, "--sink", "table", "--to", "beginning", "--offline"}, &out), 0)
+      << out;
+  EXPECT_EQ(b_db.Scalar("SELECT COALESCE(MAX(event_id), 0) FROM sluice_offsets WHERE sink = 'table'"), 0);
+  EXPECT_EQ(main_db.Scalar("SELECT COALESCE(MAX(event_id), 0) FROM sluice_offsets WHERE sink = 'table'"), 0);
+
+  // Moving partitions 2-3 to main: refused by the writer and by init ...
+  SluiceConfig moved = cfg;
+  moved.entity_yaml["account"] = "server: main";
+  const std::string moved_path = moved.Write();
+  SluiceProcess refused({"writer", "--config", moved_path}, moved.port);
+  EXPECT_FALSE(refused.Start(&why, 15s));
+  EXPECT_NE(why.find("moving partitions between servers is a migration"), std::string::npos) << why;
+  EXPECT_EQ(RunSluice({"init", "--config", moved_path}, &out), 1) << out;
+  EXPECT_NE(out.find("--accept-moves"), std::string::npos) << out;
+  // ... and by init --accept-moves until the tables are on main, complete.
+  EXPECT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 1) << out;
+  EXPECT_NE(out.find("has no table ev_account_p002"), std::string::npos) << out;
+  CopyEventTable(b_db, main_db, "account", 2);
+  ASSERT_TRUE(main_db.conn().Execute("CREATE TABLE ev_account_p003 LIKE ev_account_p000").ok());  // empty: fewer events than on b
+  EXPECT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 1) << out;
+  EXPECT_NE(out.find("partition 3 of 'account' moves from b to main but its table there ends at event 0"),
+            std::string::npos)
+      << out;
+  ASSERT_TRUE(main_db.conn().Execute("DROP TABLE ev_account_p003").ok());
+  CopyEventTable(b_db, main_db, "account", 3);
+  ASSERT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 0) << out;
+  EXPECT_NE(out.find("moved"), std::string::npos) << out;
+  std::cout << out;
+  // The old placement is refused now; the new one serves every entity with its history.
+  EXPECT_EQ(RunSluice({"init", "--config", path}, &out), 1) << out;
+  auto writer = StartSluice("writer", moved_path, moved.port);
+  HttpClient moved_http(moved.port, 15s);
+  for (const auto& [p, id] : entity_in) {
+    const auto r = moved_http.Post("/v1/entities/account/" + id + "/commands/patch", R"({"note":"moved"})");
+    EXPECT_EQ(r.status / 100, 2) << p << ": " << r.body;
+    const auto got = moved_http.Get("/v1/entities/account/" + id);
+    EXPECT_EQ(got.status, 200) << got.body;
+    EXPECT_NE(got.body.find("moved"), std::string::npos) << got.body;
+  }
+  EXPECT_EQ(writer->Terminate(), 0) << writer->Log();
+  ExpectDenseEventIds(main_db);
+}
+
+}  // namespace
+}  // namespace sluice::testing
