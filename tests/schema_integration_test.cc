@@ -22,7 +22,8 @@ TEST(Init, CreatesEveryPartitionTableAndIsIdempotent) {
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   EXPECT_NE(out.find("19 event tables created"), std::string::npos) << out;
-  EXPECT_EQ(CountTables(db), 19 + 7);  // + schema, entity types, offsets, dead letters, leases, lease log, members
+  EXPECT_EQ(CountTables(db), 19 + 9);  // + schema, entity types, offsets, dead letters, leases, lease log, members,
+                                      //   server, placement
   EXPECT_EQ(db.Scalar("SELECT partitions FROM sluice_entity_types WHERE entity_type='account'"), 16);
   EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=DATABASE() AND "
                       "table_name='ev_account_p015'"),
@@ -30,7 +31,7 @@ TEST(Init, CreatesEveryPartitionTableAndIsIdempotent) {
   // Twice: nothing changes.
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   EXPECT_NE(out.find("already up to date"), std::string::npos) << out;
-  EXPECT_EQ(CountTables(db), 26);
+  EXPECT_EQ(CountTables(db), 28);
 }
 
 TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
@@ -45,7 +46,7 @@ TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
   EXPECT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 1);
   EXPECT_NE(out.find("entity type 'account' was created with 4 partitions but the config says 8"), std::string::npos)
       << out;
-  EXPECT_EQ(CountTables(db), 4 + 7);  // not even the new type's tables
+  EXPECT_EQ(CountTables(db), 4 + 9);  // not even the new type's tables
   EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM sluice_entity_types"), 1);
   // The writer refuses to start on it too.
   std::string why;
