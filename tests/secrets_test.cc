@@ -3,7 +3,8 @@
 //
 // Every secret-bearing field holds its own marker (all start with
 // "s3cr3t-"), once written inline and once by ${env:...} / ${file:...}:
-// the MySQL password (of a user made for the test), the admin token, a Redis
+// the MySQL password (of a user made for the test) of main and of a second
+// storage server (another database, another user), the admin token, a Redis
 // sink's URL password, an Elasticsearch sink's password and api_key, a Kafka
 // sink's sasl.password and ssl.key.password, and, in configs that fail, an
 // Elasticsearch URL's user info and query token, a Kafka property given by
@@ -34,15 +35,15 @@ constexpr char kMarkerPrefix[] = "s3cr3t";
 
 // One secret per field and form.
 struct Markers {
-  std::string mysql, admin, redis, es_password, es_api_key, sasl_password, ssl_key_password;
+  std::string mysql, admin, redis, es_password, es_api_key, sasl_password, ssl_key_password, mysql_b;
 };
 
 const Markers kInline = {"s3cr3t-mysql-in-7f3a",  "s3cr3t-admin-in-41d0",  "s3cr3t-redis-in-5a6b",
                          "s3cr3t-espw-in-0f1e",   "s3cr3t-eskey-in-77aa",  "s3cr3t-sasl-in-1357",
-                         "s3cr3t-sslkey-in-2468"};
+                         "s3cr3t-sslkey-in-2468", "s3cr3t-mysqlb-in-3c3c"};
 const Markers kByReference = {"s3cr3t-mysql-ref-2b9c", "s3cr3t-admin-ref-8e21", "s3cr3t-redis-ref-c3d4",
                               "s3cr3t-espw-ref-9a8b",  "s3cr3t-eskey-ref-66bb", "s3cr3t-sasl-ref-9753",
-                              "s3cr3t-sslkey-ref-8642"};
+                              "s3cr3t-sslkey-ref-8642", "s3cr3t-mysqlb-ref-4d4d"};
 
 // Everything a run printed or answered, by where it came from.
 class Channels {
@@ -117,8 +118,10 @@ struct Ports {
 
 // A config that plants `m` in every secret-bearing field that a running
 // process uses: inline, or (by_reference) through ${env:...}/${file:...}.
+// Partition 1 of account is on storage server b: `database_b`, as `user_b`.
 std::string ConfigYaml(const Markers& m, bool by_reference, const std::string& user, const std::string& database,
-                       const std::string& prefix, const Ports& ports) {
+                       const std::string& user_b, const std::string& database_b, const std::string& prefix,
+                       const Ports& ports) {
   const auto mysql = MysqlParams();
   const std::string redis_url =
       "redis://:" + m.redis + "@127.0.0.1:" + std::to_string(RedisPort()) + "/0";
@@ -130,7 +133,9 @@ std::string ConfigYaml(const Markers& m, bool by_reference, const std::string& u
   y += "storage:\n  mysql:\n    host: " + mysql.host + "\n    port: " + std::to_string(mysql.port) +
        "\n    user: " + user + "\n    password: " + secret(m.mysql, "${file:mysql_password}") +
        "\n    database: " + database + "\n";
-  y += "entities:\n  account: {partitions: 2}\n";
+  y += "  servers:\n    b:\n      user: " + user_b + "\n      password: " +
+       secret(m.mysql_b, "${env:SLUICE_TEST_SECRET_MYSQL_B}") + "\n      database: " + database_b + "\n";
+  y += "entities:\n  account: {partitions: 2, servers: {main: 0, b: 1}}\n";
   y += "writer:\n  listen: 127.0.0.1:" + std::to_string(ports.writer) + "\n";
   y += "metrics:\n  listen: 127.0.0.1:" + std::to_string(ports.metrics) + "\n";
   y += "admin:\n  listen: 127.0.0.1:" + std::to_string(ports.admin) +
@@ -242,6 +247,9 @@ TEST(Secrets, NoMarkerReachesAnyOutputOfARunningProcess) {
     const std::filesystem::path dir = std::filesystem::temp_directory_path() / (prefix + "_cfg");
     std::filesystem::create_directories(dir);
     MysqlUser user(UniquePrefix(by_reference ? "ref" : "in").substr(0, 30), m.mysql, db.name());
+    TestDatabase db_b("secrets_b");
+    MysqlUser user_b(UniquePrefix(by_reference ? "refb" : "inb").substr(0, 30), m.mysql_b, db_b.name());
+    ::setenv("SLUICE_TEST_SECRET_MYSQL_B", m.mysql_b.c_str(), 1);
     WriteFile(dir / "mysql_password", m.mysql);
     WriteFile(dir / "es_password", m.es_password);
     WriteFile(dir / "ssl_key_password", m.ssl_key_password);
@@ -252,12 +260,17 @@ TEST(Secrets, NoMarkerReachesAnyOutputOfARunningProcess) {
     ::setenv("SLUICE_TEST_SECRET_SASL", m.sasl_password.c_str(), 1);
     const Ports ports;
     const std::string path = WriteFile(dir / (by_reference ? "by_reference.yaml" : "inline.yaml"),
-                                       ConfigYaml(m, by_reference, user.name(), db.name(), prefix, ports));
+                                       ConfigYaml(m, by_reference, user.name(), db.name(), user_b.name(),
+                                                  db_b.name(), prefix, ports));
     Exercise(ch, path, ports, m.admin);
     // The process really ran with these secrets: its views took the commands.
     EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM account_view"), 5);
     EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM sluice_dead_letters WHERE entity_id='long'"), 1);
-    EXPECT_EQ(db.Scalar("SELECT SUM(applied) FROM sluice_offsets WHERE sink IN ('search', 'search_key', 'feed')"), 18);
+    // Partition 0's offsets on main, partition 1's on b.
+    const std::string applied = "SELECT COALESCE(SUM(applied), 0) FROM sluice_offsets WHERE sink IN ('search', "
+                                "'search_key', 'feed')";
+    EXPECT_EQ(db.Scalar(applied) + db_b.Scalar(applied), 18);
+    EXPECT_GT(db_b.Scalar(applied), 0);
     std::filesystem::remove_all(dir);
   }
   EXPECT_GT(ch.size(), 60u);
