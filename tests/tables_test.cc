@@ -2,6 +2,7 @@
 // sql/mariadb_tables.cc keeps the semantics the in-memory fake is tested with.
 #include <gtest/gtest.h>
 
+#include "sql/layout.h"
 #include "sql/mariadb_tables.h"
 #include "sql/schema.h"
 #include "sql/tables_test.h"
@@ -28,7 +29,36 @@ sql::ContractStorage MakeMariaDb() {
   return {std::make_shared<sql::MariaDbStorage>(params), db};
 }
 
-INSTANTIATE_TEST_SUITE_P(MariaDb, TablesContractTest, ::testing::Values(sql::StorageKind{"MariaDb", MakeMariaDb}),
+// The contract through the layout code on two databases: partition 0 of
+// account on "main", partition 1 on "b", both set up by sql::InitLayout.
+sql::ContractStorage MakeTwoServers() {
+  if (!Connect()) {
+    if (InCi()) ADD_FAILURE() << "MariaDB is not reachable (CI=true)";
+    return {};
+  }
+  auto main_db = std::make_shared<TestDatabase>("tables");
+  auto b_db = std::make_shared<TestDatabase>("tables_b");
+  sql::StorageLayout layout = sql::StorageLayout::Single(MysqlParams());
+  layout.servers[0].params.database = main_db->name();
+  layout.servers.push_back({"b", MysqlParams()});
+  layout.servers[1].params.database = b_db->name();
+  layout.placement["account"] = {0, 1};
+  auto init = sql::InitLayout(layout, {{"account", 2}}, false);
+  if (!init.ok()) {
+    ADD_FAILURE() << init.status().ToString();
+    return {};
+  }
+  if (Status st = sql::CheckLayout(layout, {{"account", 2}}); !st.ok()) {
+    ADD_FAILURE() << st.ToString();
+    return {};
+  }
+  return {sql::OpenStorage(layout), std::make_shared<std::pair<std::shared_ptr<TestDatabase>, std::shared_ptr<TestDatabase>>>(
+                                        main_db, b_db)};
+}
+
+INSTANTIATE_TEST_SUITE_P(MariaDb, TablesContractTest,
+                         ::testing::Values(sql::StorageKind{"MariaDb", MakeMariaDb},
+                                           sql::StorageKind{"TwoMariaDbServers", MakeTwoServers}),
                          sql::KindName);
 
 // The writer's GET .../events prints committed_at from committed_at_us
