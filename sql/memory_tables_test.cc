@@ -20,15 +20,27 @@ OffsetRow MakeOffset(uint64_t event_id) {
   return row;
 }
 
+StorageLayout TwoServerLayout() {
+  StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement["account"] = {0, 1};
+  return layout;
+}
+
+// Two fakes and the routed storage over them: partition 0 of "account" on main, 1 on second.
+struct TwoFakes {
+  std::shared_ptr<MemoryStorage> main = MemoryStorage::Create();
+  std::shared_ptr<MemoryStorage> second = MemoryStorage::Create();
+  RoutedStorage routed{TwoServerLayout(), {main, second}};
+};
+
 // The same contract through RoutedStorage over two fakes: partition 0 of
 // "account" on one, partition 1 on the other, members and dead letters on
 // the first.
 ContractStorage TwoServers() {
-  StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement["account"] = {0, 1};
   return ContractStorage{std::make_shared<RoutedStorage>(
-                             layout, std::vector<std::shared_ptr<Storage>>{MemoryStorage::Create(), MemoryStorage::Create()}),
+                             TwoServerLayout(),
+                             std::vector<std::shared_ptr<Storage>>{MemoryStorage::Create(), MemoryStorage::Create()}),
                          nullptr};
 }
 
@@ -36,12 +48,8 @@ INSTANTIATE_TEST_SUITE_P(RoutedMemory, TablesContractTest,
                          ::testing::Values(StorageKind{"RoutedMemory", TwoServers}), KindName);
 
 TEST(RoutedStorage, EachPartitionsRowsLiveOnItsServerOnly) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement["account"] = {0, 1};
-  RoutedStorage routed(layout, {main, second});
+  TwoFakes fakes;
+  auto& [main, second, routed] = fakes;
 
   auto offsets = routed.OpenOffsets();
   ASSERT_TRUE(offsets->Save("s", "account", {{0, MakeOffset(5)}, {1, MakeOffset(7)}}).ok());
@@ -68,12 +76,8 @@ TEST(RoutedStorage, EachPartitionsRowsLiveOnItsServerOnly) {
 }
 
 TEST(RoutedStorage, AServerThatIsDownLeavesItsPartitionsOutOfALeaseRoundOnly) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement["account"] = {0, 1};
-  RoutedStorage routed(layout, {main, second});
+  TwoFakes fakes;
+  auto& [main, second, routed] = fakes;
   auto leases = routed.OpenLeases();
   second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
   auto held = leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), {});
@@ -88,12 +92,8 @@ TEST(RoutedStorage, AServerThatIsDownLeavesItsPartitionsOutOfALeaseRoundOnly) {
 }
 
 TEST(RoutedStorage, AReaderKeepsServingTheServerThatIsUp) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement["account"] = {0, 1};
-  RoutedStorage routed(layout, {main, second});
+  TwoFakes fakes;
+  auto& [main, second, routed] = fakes;
   auto log = routed.OpenEventLog();
   ASSERT_TRUE(log->Head("account", 0).ok());
   second->FailNext(MemoryStorage::Op::kHead, Unavailable("second is down"));
