@@ -93,25 +93,33 @@ Result<std::vector<uint64_t>> HealthMonitor::Heads(const std::string& type, uint
   return heads;
 }
 
-Status HealthMonitor::Connect() {
+std::vector<Status> HealthMonitor::Ping() {
+  std::vector<Status> up(conns_.size(), Status::Ok());
   for (size_t i = 0; i < conns_.size(); ++i) {
-    if (conns_[i] && conns_[i]->healthy()) continue;
-    conns_[i].reset();
-    ASSIGN_OR_RETURN(conns_[i], sql::ConnectServer(layout_, i));
+    if (!conns_[i] || !conns_[i]->healthy()) {
+      conns_[i].reset();
+      auto opened = sql::ConnectServer(layout_, i);
+      if (!opened.ok()) {
+        up[i] = opened.status();
+        continue;
+      }
+      conns_[i] = std::move(opened).value();
+    }
+    up[i] = conns_[i]->Query("SELECT 1").status();
   }
-  return Status::Ok();
+  return up;
 }
 
 void HealthMonitor::Check() {
-  // Storage first: heads of every entity type a sink reads (or a plain ping).
-  Status storage = Connect();
+  // Storage first: every server answers, then heads of every entity type a sink reads.
+  const std::vector<Status> up = Ping();
+  Status storage = Status::Ok();
+  for (const Status& st : up) {
+    if (storage.ok() && !st.ok()) storage = st;
+  }
   std::map<std::string, std::vector<uint64_t>> heads;
   if (storage.ok()) {
-    if (engine_ == nullptr || engine_->runners().empty()) {
-      for (const auto& conn : conns_) {
-        if (storage.ok()) storage = conn->Query("SELECT 1").status();
-      }
-    } else {
+    if (engine_ != nullptr && !engine_->runners().empty()) {
       for (const auto& sink : config_.sinks) {
         if (heads.count(sink.entity)) continue;
         auto h = Heads(sink.entity, config_.entities.at(sink.entity).partitions);
@@ -131,15 +139,20 @@ void HealthMonitor::Check() {
   Json doc = Json::object();
   doc["storage"] = {{"reachable", storage.ok()}};
   if (!storage.ok()) doc["storage"]["error"] = storage.message();
+  if (!layout_.single()) {
+    for (size_t i = 0; i < up.size(); ++i) doc["storage"]["servers"][layout_.servers[i].name] = up[i].ok();
+  }
   Json checks = Json::object();
   bool writer_ready = false;
   if (writer_) {
-    const Status schema = storage.ok() ? CheckEventTables() : Unavailable("main storage is unreachable");
-    writer_ready = storage.ok() && schema.ok();
+    // A writer serves while main answers: a command for a partition of
+    // another server that is down gets its own 503, the others go on.
+    const Status schema = up[0].ok() ? CheckEventTables(up) : Unavailable("main storage is unreachable");
+    writer_ready = up[0].ok() && schema.ok();
     doc["schema"] = {{"ok", schema.ok()}};
     if (!schema.ok()) {
       doc["schema"]["error"] = schema.message();
-      if (storage.ok()) LogRateLimited(LogLevel::kWarn, "engine.health.schema", "health: " + schema.message());
+      if (up[0].ok()) LogRateLimited(LogLevel::kWarn, "engine.health.schema", "health: " + schema.message());
     }
     checks["writer"] = writer_ready;
   }
@@ -197,9 +210,10 @@ void HealthMonitor::Check() {
   report_ = CanonicalJson(doc);  // never throws, whatever bytes an error message holds
 }
 
-Status HealthMonitor::CheckEventTables() {
-  std::vector<std::set<std::string>> tables(conns_.size());  // per server
+Status HealthMonitor::CheckEventTables(const std::vector<Status>& up) {
+  std::vector<std::set<std::string>> tables(conns_.size());  // per server that answers
   for (size_t i = 0; i < conns_.size(); ++i) {
+    if (!up[i].ok()) continue;
     ASSIGN_OR_RETURN(auto rows,
                      conns_[i]->Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=DATABASE()"));
     for (const auto& row : rows) tables[i].insert(row.at(0).value_or(""));
@@ -207,7 +221,8 @@ Status HealthMonitor::CheckEventTables() {
   for (const auto& [type, entity] : config_.entities) {
     for (uint32_t p = 0; p < entity.partitions; ++p) {
       const std::string table = sql::EventTableName(type, p);
-      if (!tables[layout_.ServerOf(type, p)].count(table)) {
+      const size_t server = layout_.ServerOf(type, p);
+      if (up[server].ok() && !tables[server].count(table)) {
         return FailedPrecondition("event table " + table + " is missing: commands on " + type +
                                   " cannot be stored; run `sluice init --config FILE`");
       }

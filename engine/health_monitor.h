@@ -1,6 +1,7 @@
 // HealthMonitor: lag accounting and readiness (DESIGN 7).
 //
-// Every `interval` its thread asks main storage, on its own connection, for
+// Every `interval` its thread asks main storage, on its own session to each
+// storage server, for
 // the head of each partition that a sink reads, and for the commit time of
 // the oldest event each sink has not applied yet. From that and the runners'
 // in-memory offsets it sets, per sink and partition,
@@ -13,8 +14,11 @@
 // Readiness is built from the last check, so serving it costs no query.
 // There are two checks, each about one job:
 //   writer  main storage answered and every event table is there: the
-//           process can serve commands, whatever state its views are in
-//   sinks   main storage answered and every sink is running (or paused by
+//           process can serve commands, whatever state its views are in.
+//           With several storage servers, main must answer; another
+//           server that is down is reported ("storage":{"servers":{..}})
+//           but keeps the writer ready: only its partitions' commands fail
+//   sinks   every storage server answered and every sink is running (or paused by
 //           an operator): the sync engine is doing its job
 // A process is ready when the check of its own job passes: the writer's for
 // `serve` and `writer` (a view down must not take the write API out of a
@@ -78,8 +82,8 @@ class HealthMonitor {
   void Run();
   void Check();
   // FailedPrecondition naming the first event table the configured types
-  // need that the database lacks.
-  Status CheckEventTables();
+  // need that its server lacks, among the servers that are `up`.
+  Status CheckEventTables(const std::vector<Status>& up);
   // Heads of every partition of `type`, or the failure.
   Result<std::vector<uint64_t>> Heads(const std::string& type, uint32_t partitions);
 
@@ -101,8 +105,8 @@ class HealthMonitor {
   std::string report_ = R"({"reason":"starting"})";
   std::thread thread_;
 
-  // Connects to every storage server not connected; the first failure.
-  Status Connect();
+  // Connects to every storage server not connected and pings it: each one's status.
+  std::vector<Status> Ping();
 
   const sql::StorageLayout layout_;
   // A session per storage server: monitor thread (and Start) only.

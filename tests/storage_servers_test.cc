@@ -222,6 +222,16 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
       EXPECT_EQ(r.status, 503) << p << ": " << r.body;
     }
   }
+  // The writer stays ready (main answers): a load balancer keeps it, and
+  // main's partitions keep taking commands. Readiness says b is down.
+  HttpReply ready;
+  for (const auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+    ready = http.Get("/readyz");
+    if (ready.body.find(R"("b":false)") != std::string::npos) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  EXPECT_NE(ready.body.find(R"("b":false)"), std::string::npos) << ready.body;
   std::string why;
   ASSERT_TRUE(ServerB().Restart(&why)) << why;
   for (const auto& [p, id] : entity_in) {
