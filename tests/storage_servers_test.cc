@@ -158,9 +158,12 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   cfg.entity_yaml["account"] = "servers: {main: 0-1, b: 2-3}";
   cfg.extra_storage_yaml = "  servers:\n" + ServerYaml("b", "127.0.0.1", ServerB().port(), b_db.name());
   cfg.port = FreePort();
+  ::setenv("SLUICE_TEST_ADMIN_TOKEN", ("tok-" + UniquePrefix("servers")).c_str(), 1);
   cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n  lease_ttl: 2s\n"
                    "sinks:\n  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
-                   "    columns: {owner: /owner, balance: /balance, note: /note}\n";
+                   "    columns: {owner: /owner, balance: /balance, note: /note}\n"
+                   "admin:\n  listen: 127.0.0.1:" + std::to_string(FreePort()) +
+                   "\n  token: \"${env:SLUICE_TEST_ADMIN_TOKEN}\"\n";
   const std::string path = cfg.Write();
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
@@ -202,6 +205,11 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   EXPECT_NE(VerifyViews(path, &out), 0) << out;
   EXPECT_NE(out.find(on_b), std::string::npos) << out;
   ASSERT_EQ(RunSluice({"verify", "--config", path, "--repair"}, &out), 0) << out;
+  EXPECT_EQ(VerifyViews(path, &out), 0) << out;
+  // rebuild replays both servers' partitions into a new table and swaps it in.
+  ASSERT_EQ(RunSluice({"rebuild", "--config", path, "--sink", "table"}, &out), 0) << out;
+  EXPECT_NE(out.find("the rebuilt view is live"), std::string::npos) << out;
+  EXPECT_EQ(main_db.Scalar("SELECT COUNT(*) FROM account_view WHERE _deleted = 0"), live);
   EXPECT_EQ(VerifyViews(path, &out), 0) << out;
   // deadletters lists (none) across servers.
   EXPECT_EQ(RunSluice({"deadletters", "list", "--config", path}, &out), 0) << out;
