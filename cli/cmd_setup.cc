@@ -1,4 +1,5 @@
 // sluice init, sluice config check, sluice version.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -86,7 +87,9 @@ int Version(const Invocation& call) {
 
 Status RunInit(const config::Config& cfg, bool verbose, bool accept_moves) {
   const sql::StorageLayout layout = sql::LayoutFrom(cfg);
-  ASSIGN_OR_RETURN(auto done, sql::InitLayout(layout, sql::SpecsFrom(cfg), accept_moves));
+  // A member whose heartbeat is younger than the longer lease TTL may still run.
+  const auto live_within = std::max(cfg.engine.lease_ttl, cfg.writer.lease_ttl);
+  ASSIGN_OR_RETURN(auto done, sql::InitLayout(layout, sql::SpecsFrom(cfg), accept_moves, live_within));
   if (!verbose) return Status::Ok();
   for (const auto& s : done.servers) {
     std::cout << (layout.single() ? "" : "storage server " + s.name + ", ") << "database " << s.database << ": "

@@ -132,6 +132,12 @@ Status LeaseKeeper::Round() {
     std::set<uint32_t> want;
   };
   std::vector<Step> steps;
+  // Main answered: who runs is known. Each sink's leases are renewed on the
+  // servers of its partitions, and a sink whose server fails is left out
+  // of this round while the others go on.
+  last_ok_ = began;
+  const auto validity = options_.ttl * 2 / 3;
+  Status failed = Status::Ok();
   for (SinkRunner* r : runners_) {
     Step step{r, {}};
     if (!r->stopped()) {  // a stopped sink applies nothing: its leases go
@@ -139,27 +145,43 @@ Status LeaseKeeper::Round() {
         if (member == options_.member) step.want.insert(p);
       }
     }
-    RETURN_IF_ERROR(ReleaseLetGo(*r, step.want));
-    auto& held = held_[r->scope()];
-    // Renewed: what it wants, and what it holds and may still apply.
-    std::vector<uint32_t> ask(step.want.begin(), step.want.end());
-    for (const auto& [p, token] : held) {
-      if (!step.want.count(p)) ask.push_back(p);
-    }
-    std::sort(ask.begin(), ask.end());
-    ASSIGN_OR_RETURN(auto got, leases_->Acquire(r->scope(), r->entity(), ask, options_.member, options_.ttl, held));
-    for (const auto& [p, token] : got) {
-      const auto was = held.find(p);
-      if (was == held.end() || was->second != token) {
-        Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + r->name() + " takes partition " +
-                                 std::to_string(p) + " (token " + std::to_string(token) + ")");
+    const Status renewed = [&]() -> Status {
+      RETURN_IF_ERROR(ReleaseLetGo(*r, step.want));
+      auto& held = held_[r->scope()];
+      // Renewed: what it wants, and what it holds and may still apply.
+      std::vector<uint32_t> ask(step.want.begin(), step.want.end());
+      for (const auto& [p, token] : held) {
+        if (!step.want.count(p)) ask.push_back(p);
       }
+      std::sort(ask.begin(), ask.end());
+      ASSIGN_OR_RETURN(auto got, leases_->Acquire(r->scope(), r->entity(), ask, options_.member, options_.ttl, held));
+      for (const auto& [p, token] : got) {
+        const auto was = held.find(p);
+        if (was == held.end() || was->second != token) {
+          Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + r->name() + " takes partition " +
+                                   std::to_string(p) + " (token " + std::to_string(token) + ")");
+        }
+      }
+      held = got;
+      return Status::Ok();
+    }();
+    if (!renewed.ok()) {
+      // Not renewed: the runner applies under the validity of its last
+      // good round and stops by itself when that lapses; past it, its
+      // leases are let go here too (taken again, under new tokens, once
+      // the server answers).
+      if (failed.ok()) failed = Unavailable("sink " + r->name() + ": " + renewed.message());
+      if (began - renewed_at_[r->scope()] > validity) {
+        r->SetOwned({}, std::chrono::steady_clock::now());
+        held_[r->scope()].clear();
+        excluded_at_[r->scope()].clear();
+      }
+      continue;
     }
-    held = got;
+    renewed_at_[r->scope()] = began;
     steps.push_back(std::move(step));
   }
-  last_ok_ = began;
-  const auto valid_until = began + options_.ttl * 2 / 3;
+  const auto valid_until = began + validity;
   bool letting_go = false;
   for (const Step& step : steps) {
     std::map<uint32_t, uint64_t> give;
@@ -177,7 +199,7 @@ Status LeaseKeeper::Round() {
     const uint64_t generation = step.runner->SetOwned(std::move(give), valid_until);
     for (const uint32_t p : newly_excluded) excluded[p] = generation;
   }
-  if (!letting_go) return Status::Ok();
+  if (!letting_go) return failed;
   // A partition moving away is released as soon as its runner let go
   // (usually within a chunk), not a round later: the next owner takes it at
   // its own next round.
@@ -190,7 +212,7 @@ Status LeaseKeeper::Round() {
     }
     RETURN_IF_ERROR(ReleaseLetGo(*step.runner, step.want));
   }
-  return Status::Ok();
+  return failed;
 }
 
 bool LeaseKeeper::Holding(const SinkRunner& runner, const std::set<uint32_t>& want) const {

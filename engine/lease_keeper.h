@@ -103,6 +103,9 @@ class LeaseKeeper {
   bool claimed_ = false;  // this process holds the member's name
   std::chrono::steady_clock::time_point first_try_{};
   std::chrono::steady_clock::time_point last_ok_{};
+  // By scope: the last round that renewed the sink's leases (a storage
+  // server of its partitions may fail while the others answer).
+  std::map<std::string, std::chrono::steady_clock::time_point> renewed_at_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

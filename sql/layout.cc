@@ -1,5 +1,6 @@
 #include "sql/layout.h"
 
+#include <chrono>
 #include <set>
 
 #include "sql/mariadb_tables.h"
@@ -139,6 +140,30 @@ Result<std::map<std::string, Names>> RecordedPlacement(Connection& c, const std:
   return out;
 }
 
+// Each type's partition count as the database registered it.
+Result<std::map<std::string, uint32_t>> RegisteredCounts(Connection& c, const std::string& database) {
+  std::map<std::string, uint32_t> out;
+  ASSIGN_OR_RETURN(bool has, HasTable(c, database, "sluice_entity_types"));
+  if (!has) return out;
+  ASSIGN_OR_RETURN(auto rows,
+                   c.Query("SELECT entity_type, partitions FROM " + Qualified(database, "sluice_entity_types")));
+  for (const auto& r : rows) out[r[0].value_or("")] = static_cast<uint32_t>(std::stoul(r[1].value_or("0")));
+  return out;
+}
+
+// The engines and writers whose heartbeat is younger than `within`, as
+// "engine e1, writer w2"; empty when none.
+Result<std::string> LiveMembers(Connection& c, const std::string& database, std::chrono::milliseconds within) {
+  ASSIGN_OR_RETURN(bool has, HasTable(c, database, "sluice_members"));
+  if (!has) return std::string();
+  ASSIGN_OR_RETURN(auto rows, c.Query("SELECT member_group, member FROM " + Qualified(database, "sluice_members") +
+                                      " WHERE heartbeat_at > NOW(6) - INTERVAL " +
+                                      std::to_string(within.count() * 1000) + " MICROSECOND ORDER BY 1, 2"));
+  std::string live;
+  for (const auto& r : rows) live += (live.empty() ? "" : ", ") + r[0].value_or("") + " " + r[1].value_or("");
+  return live;
+}
+
 Names Wanted(const StorageLayout& layout, const EntityTypeSpec& t) {
   Names names;
   for (uint32_t p = 0; p < t.partitions; ++p) names.push_back(layout.servers.at(layout.ServerOf(t.name, p)).name);
@@ -239,33 +264,60 @@ Result<std::unique_ptr<Connection>> ConnectServer(const StorageLayout& layout, s
 }
 
 Result<LayoutInitReport> InitLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec>& types,
-                                    bool accept_moves) {
+                                    bool accept_moves, std::chrono::milliseconds live_within) {
   std::vector<std::unique_ptr<Connection>> conns;
   for (size_t i = 0; i < layout.servers.size(); ++i) {
     ASSIGN_OR_RETURN(auto c, Connect(layout, i, false));
     conns.push_back(std::move(c));
   }
   RETURN_IF_ERROR(CheckNames(layout, conns, false));
+  // Everything is checked on every server before anything is created.
+  for (size_t i = 0; i < layout.servers.size(); ++i) {
+    ASSIGN_OR_RETURN(auto counts, RegisteredCounts(*conns[i], layout.servers[i].params.database));
+    for (const EntityTypeSpec& t : types) {
+      const auto it = counts.find(t.name);
+      if (it != counts.end() && it->second != t.partitions) {
+        const Status st = PartitionCountMismatch(t, it->second);
+        return layout.single() ? st : st.WithContext(Label(layout, i));
+      }
+    }
+  }
   LayoutInitReport report;
   const std::string& main_db = layout.main().database;
   ASSIGN_OR_RETURN(auto recorded, RecordedPlacement(*conns[0], main_db));
+  std::vector<const EntityTypeSpec*> to_record;  // types whose placement is new or moves
   for (const EntityTypeSpec& t : types) {
     const auto it = recorded.find(t.name);
-    if (it == recorded.end() || it->second.size() != t.partitions) continue;  // new, or InitSchema refuses the count
     const Names wanted = Wanted(layout, t);
+    if (it == recorded.end()) {
+      to_record.push_back(&t);
+      continue;
+    }
+    if (it->second.size() != t.partitions) {
+      return PartitionCountMismatch(t, static_cast<uint32_t>(it->second.size()));
+    }
     if (it->second == wanted) continue;
     if (!accept_moves) return MovedRefusal(t, it->second, wanted);
     for (uint32_t p = 0; p < t.partitions; ++p) {
       if (it->second[p] == wanted[p]) continue;
-      if (!IndexOf(layout, wanted[p])) return Internal("no server " + wanted[p]);
       RETURN_IF_ERROR(CheckMove(layout, conns, t.name, p, it->second[p], wanted[p]));
-      report.moved.push_back("partition " + std::to_string(p) + " of " + t.name + ": " + it->second[p] + " -> " + wanted[p]);
+      report.moved.push_back("partition " + std::to_string(p) + " of " + t.name + ": " + it->second[p] + " -> " +
+                             wanted[p]);
+    }
+    to_record.push_back(&t);
+  }
+  if (!report.moved.empty()) {
+    // A writer still running would append to a moved table's old copy.
+    ASSIGN_OR_RETURN(const std::string live, LiveMembers(*conns[0], main_db, live_within));
+    if (!live.empty()) {
+      return FailedPrecondition("partitions move to other servers but " + live +
+                                " still run; stop every writer and engine first (" + kMovingDoc + ")");
     }
   }
   for (size_t i = 0; i < layout.servers.size(); ++i) {
     const StorageServer& s = layout.servers[i];
     auto made = InitSchema(*conns[i], s.params.database, SpecsOn(layout, types, i));
-    if (!made.ok()) return made.status().WithContext(Label(layout, i));
+    if (!made.ok()) return layout.single() ? made.status() : made.status().WithContext(Label(layout, i));
     Connection& c = *conns[i];
     RETURN_IF_ERROR(c.Execute(kServerDdl).status());
     std::string ins = "INSERT IGNORE INTO sluice_server (id, name) VALUES (1,";
@@ -276,27 +328,35 @@ Result<LayoutInitReport> InitLayout(const StorageLayout& layout, const std::vect
   RETURN_IF_ERROR(CheckNames(layout, conns, true));  // another init may have named one meanwhile
   Connection& main = *conns[0];
   RETURN_IF_ERROR(main.Execute(kPlacementDdl).status());
-  RETURN_IF_ERROR(main.Execute("BEGIN").status());
-  Status st = [&]() -> Status {
-    for (const EntityTypeSpec& t : types) {
-      std::string del = "DELETE FROM sluice_placement WHERE entity_type=";
-      main.AppendQuoted(del, t.name);
-      RETURN_IF_ERROR(main.Execute(del).status());
-      std::string ins = "INSERT INTO sluice_placement (entity_type, first_partition, last_partition, server) VALUES ";
-      bool first = true;
-      for (const PlacedRange& r : layout.Ranges(t.name, t.partitions)) {
-        ins += first ? "(" : ",(";
-        first = false;
-        main.AppendQuoted(ins, t.name);
-        ins += "," + std::to_string(r.first) + "," + std::to_string(r.last) + ",";
-        main.AppendQuoted(ins, layout.servers[r.server].name);
-        ins += ")";
+  if (to_record.empty()) return report;
+  // One transaction for every type that changed; two inits at once (two
+  // `serve`s starting) may deadlock on it: the loser tries again.
+  Status st = Status::Ok();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    RETURN_IF_ERROR(main.Execute("BEGIN").status());
+    st = [&]() -> Status {
+      for (const EntityTypeSpec* t : to_record) {
+        std::string del = "DELETE FROM sluice_placement WHERE entity_type=";
+        main.AppendQuoted(del, t->name);
+        RETURN_IF_ERROR(main.Execute(del).status());
+        std::string ins = "INSERT INTO sluice_placement (entity_type, first_partition, last_partition, server) VALUES ";
+        bool first = true;
+        for (const PlacedRange& r : layout.Ranges(t->name, t->partitions)) {
+          ins += first ? "(" : ",(";
+          first = false;
+          main.AppendQuoted(ins, t->name);
+          ins += "," + std::to_string(r.first) + "," + std::to_string(r.last) + ",";
+          main.AppendQuoted(ins, layout.servers[r.server].name);
+          ins += ")";
+        }
+        if (!first) RETURN_IF_ERROR(main.Execute(ins).status());
       }
-      if (!first) RETURN_IF_ERROR(main.Execute(ins).status());
-    }
-    return main.Execute("COMMIT").status();
-  }();
-  if (!st.ok()) (void)main.Execute("ROLLBACK");
+      return main.Execute("COMMIT").status();
+    }();
+    if (st.ok()) break;
+    (void)main.Execute("ROLLBACK");
+    if (st.code() != StatusCode::kAborted) break;
+  }
   RETURN_IF_ERROR(st);
   return report;
 }
@@ -314,7 +374,12 @@ Status CheckLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec
   ASSIGN_OR_RETURN(auto recorded, RecordedPlacement(*conns[0], layout.main().database));
   for (const EntityTypeSpec& t : types) {
     const auto it = recorded.find(t.name);
-    if (it == recorded.end() || it->second.size() != t.partitions) continue;  // CheckSchema says why
+    if (it == recorded.end()) {
+      return FailedPrecondition("entity type '" + t.name + "' is not set up; run `sluice init --config FILE`");
+    }
+    if (it->second.size() != t.partitions) {
+      return PartitionCountMismatch(t, static_cast<uint32_t>(it->second.size()));
+    }
     if (const Names wanted = Wanted(layout, t); it->second != wanted) return MovedRefusal(t, it->second, wanted);
   }
   for (size_t i = 0; i < layout.servers.size(); ++i) {

@@ -12,6 +12,7 @@
 // value; share it by const reference from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -79,10 +80,13 @@ struct LayoutInitReport {
 // differs from the recorded one is refused (FailedPrecondition naming the
 // migration) unless accept_moves: then each moved partition's table must
 // already be on its new server, holding at least as many events as on its
-// old one (docs/deployment.md#moving-partitions-between-servers), and the
-// new placement is recorded. Nothing is created when anything is refused.
+// old one (docs/deployment.md#moving-partitions-between-servers), no
+// engine or writer may have a heartbeat younger than `live_within` in
+// sluice_members, and the new placement is recorded. Partition counts and
+// placements are checked on every server before anything is created.
 Result<LayoutInitReport> InitLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec>& types,
-                                    bool accept_moves);
+                                    bool accept_moves,
+                                    std::chrono::milliseconds live_within = std::chrono::seconds(10));
 
 // What `sluice writer` and `sluice sync` check at start, changing nothing:
 // CheckSchema on every server for the partitions it holds, each server's

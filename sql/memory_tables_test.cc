@@ -75,20 +75,23 @@ TEST(RoutedStorage, EachPartitionsRowsLiveOnItsServerOnly) {
   EXPECT_EQ(members->size(), 1u);
 }
 
-TEST(RoutedStorage, AServerThatIsDownLeavesItsPartitionsOutOfALeaseRoundOnly) {
+TEST(RoutedStorage, ALeaseRoundFailsWhenAServerOfItsPartitionsIsDown) {
   TwoFakes fakes;
   auto& [main, second, routed] = fakes;
   auto leases = routed.OpenLeases();
-  second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
   auto held = leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), {});
   ASSERT_TRUE(held.ok()) << held.status().message();
-  EXPECT_EQ(held->count(0), 1u);
-  EXPECT_EQ(held->count(1), 0u);
-  // Both down: the round fails.
-  main->FailNext(MemoryStorage::Op::kLeases, Unavailable("main is down"));
+  ASSERT_EQ(held->size(), 2u);
+  // Not an answer without partition 1: the caller would stop renewing a
+  // lease it may still apply under, as if another owner had it.
   second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
   EXPECT_EQ(leases->Acquire("sink/s", "account", {0, 1}, "e1", std::chrono::seconds(10), *held).status().code(),
             StatusCode::kUnavailable);
+  // Partition 0 alone is main's business.
+  second->FailNext(MemoryStorage::Op::kLeases, Unavailable("second is down"));
+  auto only_main = leases->Acquire("sink/s", "account", {0}, "e1", std::chrono::seconds(10), {{0, held->at(0)}});
+  ASSERT_TRUE(only_main.ok()) << only_main.status().message();
+  EXPECT_EQ(only_main->at(0), held->at(0));  // renewed, same token
 }
 
 TEST(RoutedStorage, AReaderKeepsServingTheServerThatIsUp) {
@@ -98,10 +101,19 @@ TEST(RoutedStorage, AReaderKeepsServingTheServerThatIsUp) {
   ASSERT_TRUE(log->Head("account", 0).ok());
   second->FailNext(MemoryStorage::Op::kHead, Unavailable("second is down"));
   EXPECT_EQ(log->Head("account", 1).status().code(), StatusCode::kUnavailable);
-  EXPECT_FALSE(log->healthy());
-  second->FailNext(MemoryStorage::Op::kOpen, Unavailable("still down"));
-  EXPECT_TRUE(log->Open().ok());  // main's session is fine
+  EXPECT_TRUE(log->healthy());  // main's session is fine: nothing to reopen before a call to main
   EXPECT_TRUE(log->Head("account", 0).ok());
+  second->FailNext(MemoryStorage::Op::kOpen, Unavailable("still down"));
+  EXPECT_EQ(log->Head("account", 1).status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(log->Head("account", 1).ok());  // back: the call opened a new session itself
+  // Every session broken: unhealthy, and Open() reopens them.
+  main->FailNext(MemoryStorage::Op::kHead, Unavailable("main is down"));
+  second->FailNext(MemoryStorage::Op::kHead, Unavailable("second is down"));
+  EXPECT_FALSE(log->Head("account", 0).ok());
+  EXPECT_FALSE(log->Head("account", 1).ok());
+  EXPECT_FALSE(log->healthy());
+  EXPECT_TRUE(log->Open().ok());
+  EXPECT_TRUE(log->healthy());
 }
 
 TEST(StorageLayout, DescribesRangesByServer) {

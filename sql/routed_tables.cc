@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -82,17 +81,24 @@ class RoutedEventLog : public EventLog {
   RoutedEventLog(Layout layout, const std::vector<std::shared_ptr<Storage>>& servers)
       : layout_(std::move(layout)), logs_(servers, &Storage::OpenEventLog) {}
 
+  // False only when every session it opened broke: a reader serving
+  // several servers keeps serving those that answer (a call to a server
+  // whose session broke opens a new one itself).
   bool healthy() const override {
-    bool healthy = true;
-    logs_.ForEachMade([&](const EventLog& log) { healthy = healthy && log.healthy(); });
-    return healthy;
+    bool made = false;
+    bool any_healthy = false;
+    logs_.ForEachMade([&](const EventLog& log) {
+      made = true;
+      any_healthy = any_healthy || log.healthy();
+    });
+    return !made || any_healthy;
   }
   Status Open() override {
     Status first = Status::Ok();
     bool any_healthy = false;
-    bool any_made = false;
+    bool made = false;
     logs_.ForEachMade([&](EventLog& log) {
-      any_made = true;
+      made = true;
       if (!log.healthy()) {
         if (Status st = log.Open(); !st.ok()) {
           if (first.ok()) first = st;
@@ -101,7 +107,7 @@ class RoutedEventLog : public EventLog {
       }
       any_healthy = true;
     });
-    return !any_made || any_healthy ? Status::Ok() : first;
+    return !made || any_healthy ? Status::Ok() : first;
   }
 
   Result<uint64_t> Head(const std::string& type, uint32_t partition) override {
@@ -226,22 +232,17 @@ class RoutedLeaseTable : public LeaseTable {
                                                std::chrono::milliseconds ttl,
                                                const std::map<uint32_t, uint64_t>& known) override {
     std::map<uint32_t, uint64_t> held;
-    std::optional<Status> failed;
-    bool any_ok = false;
     for (const auto& [server, part] : ByServer(*layout_, type, partitions, [](uint32_t p) { return p; })) {
       std::map<uint32_t, uint64_t> known_here;
       for (const uint32_t p : part) {
         if (const auto k = known.find(p); k != known.end()) known_here.insert(*k);
       }
-      auto r = tables_.At(server).Acquire(scope, type, part, owner, ttl, known_here);
-      if (!r.ok()) {
-        if (!failed) failed = r.status();
-        continue;
-      }
-      any_ok = true;
-      held.merge(*r);
+      // All or nothing: an answer without a server's partitions would read
+      // as "another owner holds them", and the caller would stop renewing
+      // leases it may still be applying under.
+      ASSIGN_OR_RETURN(auto got, tables_.At(server).Acquire(scope, type, part, owner, ttl, known_here));
+      held.merge(got);
     }
-    if (failed && !any_ok) return *failed;
     return held;
   }
   Status Release(const std::string& scope, const std::string& type, const std::map<uint32_t, uint64_t>& held,

@@ -5,17 +5,19 @@
 // by server and the answers merged:
 //
 //   EventLog      by partition; ReadAfter one round trip per server touched.
-//                 healthy() is false once a session of a server it used
-//                 broke; Open() reopens those and fails only when none of
-//                 them can be reopened (a reader serving several servers
-//                 keeps serving the ones that are up).
+//                 healthy() is false only when every session it opened
+//                 broke (a reader serving several servers keeps serving the
+//                 ones that answer; a call to a server whose session broke
+//                 opens a new one); Open() reopens the broken ones.
 //   OffsetTable   by partition; Load and Delete on every server of the type.
 //                 SaveFenced locks the leases on the same server as the
 //                 offsets it writes, so fencing holds per server.
-//   LeaseTable    leases by partition; Acquire and Release answer for the
-//                 servers that could be reached (a server that is down
-//                 cannot grant its partitions: they are left out, as if
-//                 another owner held them) and fail only when none could.
+//   LeaseTable    leases by partition. Acquire fails when any server of
+//                 the partitions asked fails (an answer without them would
+//                 read as "another owner holds them" while the caller may
+//                 still apply them); what the servers that answered granted
+//                 is taken again at the next call, under a new token.
+//                 Release releases what it can and returns the first failure.
 //                 Members (Claim, Heartbeat, Members, Leave) live on main.
 //                 List and History merge every server.
 //   DeadLetters   on main.

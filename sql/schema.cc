@@ -106,7 +106,9 @@ Result<uint32_t> RecordedPartitions(Connection& conn, const std::string& type) {
   return static_cast<uint32_t>(std::stoul(*rows[0][0]));
 }
 
-Status MismatchError(const EntityTypeSpec& t, uint32_t recorded) {
+}  // namespace
+
+Status PartitionCountMismatch(const EntityTypeSpec& t, uint32_t recorded) {
   return FailedPrecondition(
       "entity type '" + t.name + "' was created with " + std::to_string(recorded) +
       " partitions but the config says " + std::to_string(t.partitions) +
@@ -114,8 +116,6 @@ Status MismatchError(const EntityTypeSpec& t, uint32_t recorded) {
       "entities between partitions). Set entities." + t.name + ".partitions: " +
       std::to_string(recorded) + " or use a new database");
 }
-
-}  // namespace
 
 Result<InitReport> InitSchema(Connection& conn, const std::string& database,
                               const std::vector<EntityTypeSpec>& types) {
@@ -136,7 +136,7 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
   // Check every type before creating anything, so a refused config changes nothing.
   for (const auto& t : types) {
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
-    if (recorded != 0 && recorded != t.partitions) return MismatchError(t, recorded);
+    if (recorded != 0 && recorded != t.partitions) return PartitionCountMismatch(t, recorded);
   }
   for (const auto& t : types) {
     std::string ins = "INSERT IGNORE INTO sluice_entity_types (entity_type, partitions) VALUES (";
@@ -146,7 +146,7 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
     report.types_registered += static_cast<int>(inserted);
     // Another process may have registered the type with another count meanwhile.
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
-    if (recorded != t.partitions) return MismatchError(t, recorded);
+    if (recorded != t.partitions) return PartitionCountMismatch(t, recorded);
     for (const uint32_t p : Here(t)) {
       ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
       if (exists) continue;
@@ -165,7 +165,7 @@ Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types) {
     if (recorded == 0) {
       return FailedPrecondition("entity type '" + t.name + "' has no tables; run `sluice init --config FILE`");
     }
-    if (recorded != t.partitions) return MismatchError(t, recorded);
+    if (recorded != t.partitions) return PartitionCountMismatch(t, recorded);
     for (const uint32_t p : Here(t)) {
       ASSIGN_OR_RETURN(bool exists, TableExists(conn, EventTableName(t.name, p)));
       if (!exists) {

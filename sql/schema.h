@@ -90,6 +90,9 @@ std::string EventTableDdl(const std::string& type, uint32_t partition);
 inline constexpr const char* kEventInsertColumns =
     "(event_id,entity_id,version,command_id,command_name,expected_version,request,response,state,delta,deleted)";
 
+// The refusal of a partition count that differs from the recorded one.
+Status PartitionCountMismatch(const EntityTypeSpec& t, uint32_t recorded);
+
 // What InitSchema did, for the operator.
 struct InitReport {
   int tables_created = 0;     // event tables that did not exist before

@@ -154,7 +154,7 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   constexpr uint32_t kPartitions = 4;
   SluiceConfig cfg;
   cfg.database = main_db.name();
-  cfg.entities = {{"account", kPartitions}};
+  cfg.entities = {{"account", kPartitions}, {"ledger", 1}};  // ledger: on main only
   cfg.entity_yaml["account"] = "servers: {main: 0-1, b: 2-3}";
   cfg.extra_storage_yaml = "  servers:\n" + ServerYaml("b", "127.0.0.1", ServerB().port(), b_db.name());
   cfg.port = FreePort();
@@ -162,6 +162,7 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   cfg.extra_yaml = "engine:\n  offset_flush_interval: 200ms\n  idle_poll_max: 20ms\n  lease_ttl: 2s\n"
                    "sinks:\n  - name: table\n    type: mysql\n    entity: account\n    table: account_view\n"
                    "    columns: {owner: /owner, balance: /balance, note: /note}\n"
+                   "  - {name: ledger_table, type: mysql, entity: ledger, table: ledger_view, columns: {note: /note}}\n"
                    "admin:\n  listen: 127.0.0.1:" + std::to_string(FreePort()) +
                    "\n  token: \"${env:SLUICE_TEST_ADMIN_TOKEN}\"\n";
   const std::string path = cfg.Write();
@@ -240,6 +241,17 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   }
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_NE(ready.body.find(R"("b":false)"), std::string::npos) << ready.body;
+  // The engine goes on with the sinks of main's types: a ledger entity
+  // reaches its view while b is down, past the validity of the leases the
+  // account sink could not renew (2/3 of engine.lease_ttl).
+  std::this_thread::sleep_for(3s);
+  ASSERT_EQ(http.Post("/v1/entities/ledger/l1/commands/create", R"({"note":"while b is down"})").status / 100, 2);
+  int64_t seen = 0;
+  for (const auto until = std::chrono::steady_clock::now() + 15s;
+       seen == 0 && std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(100ms)) {
+    seen = main_db.Scalar("SELECT COUNT(*) FROM ledger_view WHERE id = 'l1'");
+  }
+  EXPECT_EQ(seen, 1) << "the ledger sink stopped while another server was down";
   std::string why;
   ASSERT_TRUE(ServerB().Restart(&why)) << why;
   for (const auto& [p, id] : entity_in) {
@@ -280,9 +292,19 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
       << out;
   ASSERT_TRUE(main_db.conn().Execute("DROP TABLE ev_account_p003").ok());
   CopyEventTable(b_db, main_db, "account", 3);
+  // Refused while a writer still runs on the old placement (it would append to b's copies).
+  auto old_writer = StartSluice("writer", path, cfg.port);
+  EXPECT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 1) << out;
+  EXPECT_NE(out.find("still run"), std::string::npos) << out;
+  EXPECT_EQ(old_writer->Terminate(), 0) << old_writer->Log();
+  // A changed partition count is refused too, wherever the type was placed.
+  SluiceConfig recounted = moved;
+  recounted.entities = {{"account", 8}, {"ledger", 1}};
+  EXPECT_EQ(RunSluice({"init", "--config", recounted.Write(), "--accept-moves"}, &out), 1) << out;
+  EXPECT_NE(out.find("was created with 4 partitions but the config says 8"), std::string::npos) << out;
   ASSERT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 0) << out;
-  EXPECT_NE(out.find("moved"), std::string::npos) << out;
-  std::cout << out;
+  EXPECT_NE(out.find("moved partition 2 of account: b -> main"), std::string::npos) << out;
+  EXPECT_NE(out.find("moved partition 3 of account: b -> main"), std::string::npos) << out;
   // The old placement is refused now; the new one serves every entity with its history.
   EXPECT_EQ(RunSluice({"init", "--config", path}, &out), 1) << out;
   auto writer = StartSluice("writer", moved_path, moved.port);

@@ -96,16 +96,26 @@ Status RouteKeeper::Round() {
       if (member == options_.member) want.push_back(p);
     }
     std::map<uint32_t, uint64_t>& held = held_[type];
-    // Held but no longer ours to take (a writer joined): given up at once.
-    std::map<uint32_t, uint64_t> extra;
-    for (const auto& [p, token] : held) {
-      if (!std::binary_search(want.begin(), want.end(), p)) extra[p] = token;
+    const Status renewed = [&]() -> Status {
+      // Held but no longer ours to take (a writer joined): given up at once.
+      std::map<uint32_t, uint64_t> extra;
+      for (const auto& [p, token] : held) {
+        if (!std::binary_search(want.begin(), want.end(), p)) extra[p] = token;
+      }
+      if (!extra.empty()) {
+        RETURN_IF_ERROR(leases_->Release(kWriterScope, type, extra, options_.member));
+        for (const auto& [p, token] : extra) held.erase(p);
+      }
+      ASSIGN_OR_RETURN(held, leases_->Acquire(kWriterScope, type, want, options_.member, options_.ttl, held));
+      return Status::Ok();
+    }();
+    if (!renewed.ok()) {
+      // A storage server of the type's partitions did not answer: the other
+      // types' leases go on (routing is a hint; its commands are handled
+      // wherever they arrive meanwhile).
+      LogRateLimited(LogLevel::kWarn, "writer.routes." + type,
+                     "writer: the routing leases of " + type + " were not renewed: " + renewed.message());
     }
-    if (!extra.empty()) {
-      RETURN_IF_ERROR(leases_->Release(kWriterScope, type, extra, options_.member));
-      for (const auto& [p, token] : extra) held.erase(p);
-    }
-    ASSIGN_OR_RETURN(held, leases_->Acquire(kWriterScope, type, want, options_.member, options_.ttl, held));
   }
   ASSIGN_OR_RETURN(auto rows, leases_->List(kWriterScope));
   auto table = std::make_shared<Table>();
