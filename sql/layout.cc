@@ -365,6 +365,11 @@ Status CheckLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec
   std::vector<std::unique_ptr<Connection>> conns;
   for (size_t i = 0; i < layout.servers.size(); ++i) {
     ASSIGN_OR_RETURN(auto c, Connect(layout, i, true));
+    ASSIGN_OR_RETURN(bool set_up, HasTable(*c, layout.servers[i].params.database, "sluice_entity_types"));
+    if (!set_up) {
+      const Status st = FailedPrecondition("the database has no sluice schema; run `sluice init --config FILE`");
+      return layout.single() ? st : st.WithContext(Label(layout, i));
+    }
     conns.push_back(std::move(c));
   }
   // A database set up before servers had names is main's, when main is all there is.
