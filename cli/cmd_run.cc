@@ -189,6 +189,17 @@ int Run(const Invocation& call) {
     std::printf("sluice %s: metrics on http://%s/metrics (also /healthz, /readyz)\n", name.c_str(),
                 config::FormatListenAddress(host, metrics_server->port()).c_str());
   }
+  // Before the writer's listener: once /healthz answers, so does the admin endpoint.
+  std::unique_ptr<admin::AdminService> admin_service;
+  if (sync && cfg->admin.enabled) {
+    admin_service = std::make_unique<admin::AdminService>(*cfg, *sync, &registry);
+    if (Status s = admin_service->Start(); !s.ok()) {
+      std::cerr << "sluice " << name << ": " << s.message() << " (admin.listen)\n";
+      return kExitFailure;
+    }
+    std::printf("sluice %s: admin endpoint on http://%s:%u%s\n", name.c_str(), cfg->admin.listen_host.c_str(),
+                admin_service->port(), cfg->admin.token.empty() ? " (no admin.token: changes refused)" : "");
+  }
   std::unique_ptr<writer::WriterService> service;
   if (with_writer) {
     engine::SyncEngine* wake = sync.get();
@@ -217,16 +228,6 @@ int Run(const Invocation& call) {
     }
     std::printf("sluice %s: syncing %zu sink(s)%s%s as engine %s\n", name.c_str(), cfg->sinks.size(),
                 sinks.empty() ? "" : ": ", sinks.c_str(), sync->member().c_str());
-  }
-  std::unique_ptr<admin::AdminService> admin_service;
-  if (sync && cfg->admin.enabled) {
-    admin_service = std::make_unique<admin::AdminService>(*cfg, *sync, &registry);
-    if (Status s = admin_service->Start(); !s.ok()) {
-      std::cerr << "sluice " << name << ": " << s.message() << " (admin.listen)\n";
-      return kExitFailure;
-    }
-    std::printf("sluice %s: admin endpoint on http://%s:%u%s\n", name.c_str(), cfg->admin.listen_host.c_str(),
-                admin_service->port(), cfg->admin.token.empty() ? " (no admin.token: changes refused)" : "");
   }
   std::fflush(stdout);
   int sig = 0;
