@@ -58,9 +58,22 @@ class AggregateKeys : public config::SinkOptionsRead {
       const auto& keys = static_cast<const AggregateKeys&>(*read);
       const config::SinkConfig& sink = config.sinks[index];
       const AggregateSinkOptions& o = sink.Options<AggregateSinkOptions>();
-      const std::string database = o.database.empty() ? config.mysql.database : o.database;
+      // The view's tables, offsets and lease checks share one transaction:
+      // on the storage server of the entity type (docs/deployment.md#storage-servers).
+      const std::string& server = config.ServerOf(sink.entity, 0);
+      bool one_server = true;
+      if (const auto e = config.entities.find(sink.entity); e != config.entities.end()) {
+        for (uint32_t p = 1; p < e->second.partitions; ++p) one_server = one_server && config.ServerOf(sink.entity, p) == server;
+      }
+      if (!one_server && keys.tables_key_) {
+        keys.r_.Problem(*keys.tables_key_, "an aggregate view's entity type must be stored on one server, and entities." +
+                                               sink.entity + " spans several (docs/deployment.md#storage-servers)");
+      }
+      const config::MysqlConfig* on = config.FindServer(server);
+      const std::string database = o.database.empty() ? (on ? on->database : config.mysql.database) : o.database;
       for (const AggregateTable& t : o.tables) {
-        const std::string qualified = Lower(database + "." + t.name);
+        // Tables of one name on two servers are two tables.
+        const std::string qualified = server + "/" + Lower(database + "." + t.name);
         const auto [it, inserted] = seen.emplace(qualified, std::pair(&sink, &t));
         if (inserted || !keys.tables_key_) continue;
         const AggregateTable& other = *it->second.second;

@@ -85,6 +85,25 @@ TEST_F(AggregateKeysTest, SinksThatFeedOneTableMustDeclareItAlike) {
       << Errors(WithSinks(a + other));
 }
 
+// With storage across servers (docs/deployment.md#storage-servers): the
+// view lives on its entity type's server, so the type must be on one.
+TEST_F(AggregateKeysTest, AnAggregateViewsTypeMustBeStoredOnOneServer) {
+  const std::string a = "  - name: a\n    type: aggregate\n    entity: account\n    code: " + code_ +
+                        "\n    tables: {t: {key: {k: INT}, columns: {n: BIGINT}}}\n";
+  const auto placed = [&](const std::string& placement) {
+    std::string text = WithSinks(a);
+    const std::string entities = "entities:\n  account: {partitions: 4}\n";
+    const size_t at = text.find(entities);
+    EXPECT_NE(at, std::string::npos);
+    text.replace(at, entities.size(),
+                 "  servers:\n    b: {host: 10.0.0.2}\nentities:\n  account: {partitions: 4, " + placement + "}\n");
+    return text;
+  };
+  EXPECT_TRUE(LoadConfigFromString(placed("server: b"), "t.yaml").ok());
+  EXPECT_NE(Errors(placed("servers: {main: 0-1, b: 2-3}")).find("an aggregate view's entity type must be stored on one server"),
+            std::string::npos);
+}
+
 TEST(AggregateColumnTypes, TheListIsExplicit) {
   std::string n;
   for (const char* ok : {"BIGINT", "int unsigned", "DECIMAL(20,2)", "decimal(10, 4)", "VARCHAR(64)", "DATE",
