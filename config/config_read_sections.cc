@@ -106,6 +106,12 @@ void ConfigReader::ReadStorageServers(const Field& at, Config* config) {
       valid_name = true;
     }
     StorageServerConfig server{name, config->mysql, Origin(f.key.Mark())};
+    // A server given its own host or port is reached there, not through
+    // storage.mysql's socket (which would lead to main's instance).
+    if (f.value.IsMap() && (f.value["host"].IsDefined() || f.value["port"].IsDefined()) &&
+        !f.value["socket"].IsDefined()) {
+      server.mysql.socket.clear();
+    }
     ReadMysql(f, &server.mysql);
     // A password taken from storage.mysql is shown as storage.mysql's is (Redacted()).
     if (!f.value.IsMap() || !f.value["password"].IsDefined()) {

@@ -777,9 +777,22 @@ TEST(StorageServersErrors, TwoNamesForTheSameTables) {
   // Through a socket, host and port do not tell servers apart.
   EXPECT_EQ(Errors(ValidWith("database: sluice_demo",
                              "database: sluice_demo\n    socket: /run/mysqld.sock\n"
+                             "  servers:\n    b: {database: other, socket: /run/mysqld.sock}\n"
+                             "    c: {database: other, socket: /run/mysqld.sock}")),
+            "t.yaml:11:5: storage.servers.c: reaches the same tables as \"b\" (socket "
+            "/run/mysqld.sock, database other); give it another host, port, socket or database");
+  // A server given its own host (or port) does not take main's socket: it is reached there.
+  EXPECT_EQ(Errors(ValidWith("database: sluice_demo",
+                             "database: sluice_demo\n    socket: /run/mysqld.sock\n"
                              "  servers:\n    b: {host: db2}")),
-            "t.yaml:10:5: storage.servers.b: reaches the same tables as main (storage.mysql) (socket "
-            "/run/mysqld.sock, database sluice_demo); give it another host, port, socket or database");
+            "");
+  auto own_host = LoadConfigFromString(ValidWith("database: sluice_demo",
+                                                 "database: sluice_demo\n    socket: /run/mysqld.sock\n"
+                                                 "  servers:\n    b: {host: db2}\n    c: {database: x}"),
+                                       kFile);
+  ASSERT_TRUE(own_host.ok()) << own_host.status().message();
+  EXPECT_EQ(own_host->FindServer("b")->socket, "");
+  EXPECT_EQ(own_host->FindServer("c")->socket, "/run/mysqld.sock");  // nothing of its own: all of main's
   EXPECT_EQ(Errors(ValidWith("database: sluice_demo",
                              "database: sluice_demo\n    socket: /run/mysqld.sock\n"
                              "  servers:\n    b: {host: db2, socket: \"\"}")),
