@@ -169,7 +169,13 @@ int Rewind(const Invocation& call) {
                 << cfg->admin.listen_port << "; rewind it online (without --offline)\n";
       return kExitFailure;
     }
-    offsets::OffsetStore store(sql::OpenStorage(sql::LayoutFrom(*cfg))->OpenOffsets());
+    // Offsets live beside their partitions: on the servers the recorded placement says.
+    const sql::StorageLayout layout = sql::LayoutFrom(*cfg);
+    if (Status st = sql::CheckLayout(layout, sql::SpecsFrom(*cfg)); !st.ok()) {
+      std::cerr << "sluice rewind: " << st.message() << "\n";
+      return kExitFailure;
+    }
+    offsets::OffsetStore store(sql::OpenStorage(layout)->OpenOffsets());
     auto current = store.Load(sink->name, sink->entity);
     if (!current.ok()) {
       std::cerr << "sluice rewind: " << current.status().message() << "\n";

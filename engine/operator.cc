@@ -58,7 +58,10 @@ Result<std::shared_ptr<sql::Storage>> OpenStorage(const config::Config& config) 
   }
   const sql::StorageLayout layout = sql::LayoutFrom(config);
   if (Status st = sql::CheckLayout(layout, sql::SpecsFrom(config)); !st.ok()) {
-    if (st.code() != StatusCode::kFailedPrecondition) return st;
+    // A moved placement is not fixed by init: its message says what is.
+    if (st.code() != StatusCode::kFailedPrecondition || st.message().find("is a migration") != std::string::npos) {
+      return st;
+    }
     std::string why = st.message();
     // CheckSchema's own advice names no file; ours names this one.
     if (const size_t at = why.find("; run `sluice init"); at != std::string::npos) why.erase(at);

@@ -270,7 +270,10 @@ class RoutedLeaseTable : public LeaseTable {
     std::vector<LeaseSpan> out;
     for (size_t s = 0; s < layout_->servers.size(); ++s) {
       ASSIGN_OR_RETURN(auto rows, tables_.At(s).History(scope));
-      for (auto& r : rows) out.push_back(std::move(r));
+      // Holds copied along with a moved partition are read from its server only.
+      for (auto& r : rows) {
+        if (layout_->ServerOf(r.entity_type, r.partition) == s) out.push_back(std::move(r));
+      }
     }
     std::sort(out.begin(), out.end(), [](const LeaseSpan& a, const LeaseSpan& b) {
       return std::tie(a.scope, a.entity_type, a.partition, a.token) <

@@ -19,7 +19,8 @@
 //                 is taken again at the next call, under a new token.
 //                 Release releases what it can and returns the first failure.
 //                 Members (Claim, Heartbeat, Members, Leave) live on main.
-//                 List and History merge every server.
+//                 List and History merge every server, each partition's
+//                 rows from the server that holds it.
 //   DeadLetters   on main.
 //
 // Threads: as Storage (tables.h).

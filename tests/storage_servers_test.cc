@@ -281,6 +281,11 @@ TEST(StorageServers, EveryCommandWorksAcrossServersAndMovingPartitionsIsAnExplic
   EXPECT_NE(why.find("moving partitions between servers is a migration"), std::string::npos) << why;
   EXPECT_EQ(RunSluice({"init", "--config", moved_path}, &out), 1) << out;
   EXPECT_NE(out.find("--accept-moves"), std::string::npos) << out;
+  EXPECT_EQ(RunSluice({"status", "--config", moved_path}, &out), 1) << out;
+  EXPECT_NE(out.find("moving partitions between servers is a migration"), std::string::npos) << out;
+  EXPECT_EQ(out.find("`sluice serve` also does it"), std::string::npos) << out;  // it would not
+  EXPECT_EQ(RunSluice({"rewind", "--config", moved_path, "--sink", "table", "--to", "0", "--offline"}, &out), 1)
+      << out;
   // ... and by init --accept-moves until the tables are on main, complete.
   EXPECT_EQ(RunSluice({"init", "--config", moved_path, "--accept-moves"}, &out), 1) << out;
   EXPECT_NE(out.find("has no table ev_account_p002"), std::string::npos) << out;
