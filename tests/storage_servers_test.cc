@@ -116,18 +116,9 @@ TEST(StorageServers, ThreeWritersOnTwoServersAndAGaleraClusterStoreEveryAcknowle
 
   constexpr int kCommands = 3000;
   RandomWriterLoad load({cfgs[0].port, cfgs[1].port, cfgs[2].port}, "account", 8, kCommands, 18);
-  load.Start();
-  while (load.started() < kCommands / 4) std::this_thread::sleep_for(5ms);
-  writers[1]->Kill();
-  std::this_thread::sleep_for(500ms);
-  writers[1] = StartSluice("writer", paths[1], cfgs[1].port);
-  load.Join();
-
-  const std::string seen = load.StatusText();
-  std::cout << "answers (status x count):" << seen << "\n";
-  EXPECT_EQ(load.acknowledged().size(), static_cast<size_t>(kCommands)) << "answers:" << seen;
-  EXPECT_EQ(load.statuses().count(409), 0u) << "answers:" << seen;
-  EXPECT_EQ(load.statuses().count(500), 0u) << "answers:" << seen;
+  RunKillingAWriter(load, kCommands, writers, 1, paths[1], cfgs[1].port);
+  std::cout << "answers (status x count):" << load.StatusText() << "\n";
+  ExpectEveryCommandAcknowledged(load, kCommands);
   ExpectStoredExactlyOnce([&](uint32_t p) -> TestDatabase& { return *server_of[p]; }, "account", kPartitions,
                           load.acknowledged(), kCommands);
   // Every server took a share, and the writer leases of each partition live on its server.

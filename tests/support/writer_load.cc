@@ -63,6 +63,23 @@ std::string RandomWriterLoad::StatusText() const {
   return out;
 }
 
+void RunKillingAWriter(RandomWriterLoad& load, int commands, std::vector<std::unique_ptr<SluiceProcess>>& writers,
+                       size_t which, const std::string& path, uint16_t port) {
+  load.Start();
+  while (load.started() < commands / 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  writers[which]->Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  writers[which] = StartSluice("writer", path, port);
+  load.Join();
+}
+
+void ExpectEveryCommandAcknowledged(const RandomWriterLoad& load, int commands) {
+  const std::string seen = load.StatusText();
+  EXPECT_EQ(load.acknowledged().size(), static_cast<size_t>(commands)) << "answers:" << seen;
+  EXPECT_EQ(load.statuses().count(409), 0u) << "answers:" << seen;
+  EXPECT_EQ(load.statuses().count(500), 0u) << "answers:" << seen;
+}
+
 void ExpectStoredExactlyOnce(TestDatabase& db, const std::string& type, uint32_t partitions,
                              const std::map<std::string, std::string>& acknowledged, int64_t commands) {
   ExpectStoredExactlyOnce([&db](uint32_t) -> TestDatabase& { return db; }, type, partitions, acknowledged, commands);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,6 +56,15 @@ class RandomWriterLoad {
   std::map<int, int> statuses_;
   std::map<std::string, std::set<std::string>> handled_by_;
 };
+
+// Runs `load` to its end while writer `which` of `writers` is killed
+// (SIGKILL) once a quarter of `commands` were handed out, and started again
+// (`sluice writer --config path`, on `port`) half a second later.
+void RunKillingAWriter(RandomWriterLoad& load, int commands, std::vector<std::unique_ptr<SluiceProcess>>& writers,
+                       size_t which, const std::string& path, uint16_t port);
+
+// Every command acknowledged; none refused on stale state (409) or failed inside (500).
+void ExpectEveryCommandAcknowledged(const RandomWriterLoad& load, int commands);
 
 // Every event table of `type` is dense (event_ids 1..n) with each entity's
 // versions 1..n, holds `commands` events, and each acknowledged command is
