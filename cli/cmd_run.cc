@@ -67,6 +67,23 @@ Status CheckDurability(const config::Config& cfg, bool allow_weak) {
   return Status::Ok();
 }
 
+// Says loudly which storage servers are reached over TLS that does not
+// verify who answers (ssl_mode required or verify_ca).
+void WarnWeakTls(const config::Config& cfg) {
+  const auto warn = [](const std::string& key, const config::MysqlConfig& m) {
+    if (m.ssl_mode == config::MysqlSslMode::kRequired) {
+      Log(LogLevel::kWarn, "WARNING: " + key + ".ssl_mode is required: the connection is encrypted but the "
+                           "server's certificate is not checked, so anyone on the path can pose as the server; "
+                           "use verify_identity with ssl_ca");
+    } else if (m.ssl_mode == config::MysqlSslMode::kVerifyCa) {
+      Log(LogLevel::kWarn, "WARNING: " + key + ".ssl_mode is verify_ca: any server with a certificate from " +
+                           m.ssl_ca + " is accepted, whatever host it was issued to; use verify_identity");
+    }
+  };
+  warn("storage.mysql", cfg.mysql);
+  for (const auto& s : cfg.servers) warn("storage.servers." + s.name, s.mysql);
+}
+
 // The config key of this process's metrics listener.
 std::string MetricsKey(const std::string& name) {
   return name == "serve" ? "metrics.listen" : "metrics." + name + "_listen";
@@ -139,6 +156,7 @@ int Run(const Invocation& call) {
   std::signal(SIGPIPE, SIG_IGN);
   RaiseFileLimit();
 
+  WarnWeakTls(*cfg);
   Status st = Status::Ok();
   if (name == "serve" && !vm.count("no-init")) {
     st = RunInit(*cfg, false);

@@ -34,6 +34,16 @@ std::string_view DurabilityBarrierName(DurabilityBarrier b) {
   return "auto";
 }
 
+std::string_view MysqlSslModeName(MysqlSslMode mode) {
+  switch (mode) {
+    case MysqlSslMode::kDisabled: return "disabled";
+    case MysqlSslMode::kRequired: return "required";
+    case MysqlSslMode::kVerifyCa: return "verify_ca";
+    case MysqlSslMode::kVerifyIdentity: return "verify_identity";
+  }
+  return "disabled";
+}
+
 std::pair<std::string, uint16_t> MetricsConfig::ListenOf(Process process) const {
   switch (process) {
     case Process::kWriter: return {writer_listen_host, writer_listen_port};

@@ -27,6 +27,15 @@
 
 namespace sluice::config {
 
+// TLS to a MySQL server, with the ssl_mode values MySQL's own clients use.
+enum class MysqlSslMode : uint8_t {
+  kDisabled,        // plain TCP
+  kRequired,        // encrypted; the server's certificate is not checked (logged as a warning)
+  kVerifyCa,        // encrypted; the certificate must be signed by ssl_ca (any host name; logged as a warning)
+  kVerifyIdentity,  // encrypted; signed by ssl_ca and issued to the host connected to
+};
+std::string_view MysqlSslModeName(MysqlSslMode mode);
+
 struct MysqlConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 3306;
@@ -38,6 +47,13 @@ struct MysqlConfig {
   // Seconds a statement may wait on the network before the connection is
   // treated as lost (MySQL read/write timeouts).
   std::chrono::milliseconds io_timeout{10000};
+  // TLS (docs/security.md): ssl_mode, default disabled, or verify_identity
+  // when ssl_ca is given without it; the files are PEM, resolved against
+  // the config file's folder.
+  MysqlSslMode ssl_mode = MysqlSslMode::kDisabled;
+  std::string ssl_ca;    // the CAs to trust (verify_ca, verify_identity)
+  std::string ssl_cert;  // a client certificate (mutual TLS), with ssl_key
+  std::string ssl_key;   // its private key
 };
 
 // The name of the storage server storage.mysql describes; no entry of

@@ -32,8 +32,9 @@ void EmitLimits(YAML::Emitter& out, const ListenerLimits& l) {
 // One storage server's keys; `password` is already shown by the redact rule.
 // A server's empty socket is printed when storage.mysql's is not
 // (`main_socket`), so that it does not take main's when read back.
+// Likewise ssl_mode: printed when TLS is on, or off where main's is on (`main_tls`).
 void EmitMysql(YAML::Emitter& out, const MysqlConfig& m, const std::string& main_socket,
-               const std::string& password) {
+               const std::string& password, bool main_tls = false) {
   out << YAML::BeginMap;
   out << YAML::Key << "host" << YAML::Value << m.host;
   out << YAML::Key << "port" << YAML::Value << static_cast<unsigned>(m.port);
@@ -44,6 +45,12 @@ void EmitMysql(YAML::Emitter& out, const MysqlConfig& m, const std::string& main
   out << YAML::Key << "database" << YAML::Value << m.database;
   out << YAML::Key << "connect_timeout" << YAML::Value << FormatDuration(m.connect_timeout);
   out << YAML::Key << "io_timeout" << YAML::Value << FormatDuration(m.io_timeout);
+  if (m.ssl_mode != MysqlSslMode::kDisabled || main_tls) {
+    out << YAML::Key << "ssl_mode" << YAML::Value << std::string(MysqlSslModeName(m.ssl_mode));
+  }
+  if (!m.ssl_ca.empty()) out << YAML::Key << "ssl_ca" << YAML::Value << m.ssl_ca;
+  if (!m.ssl_cert.empty()) out << YAML::Key << "ssl_cert" << YAML::Value << m.ssl_cert;
+  if (!m.ssl_key.empty()) out << YAML::Key << "ssl_key" << YAML::Value << m.ssl_key;
   out << YAML::EndMap;
 }
 
@@ -177,7 +184,8 @@ std::string Config::Redacted() const {
     for (const StorageServerConfig& server : servers) {
       out << YAML::Key << server.name << YAML::Value;
       EmitMysql(out, server.mysql, mysql.socket,
-                secret("storage.servers." + server.name + ".password", server.mysql.password));
+                secret("storage.servers." + server.name + ".password", server.mysql.password),
+                mysql.ssl_mode != MysqlSslMode::kDisabled);
     }
     out << YAML::EndMap;
   }

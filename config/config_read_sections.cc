@@ -75,6 +75,7 @@ void ConfigReader::ReadStorage(const Field& at, Config* config) {
 
 void ConfigReader::ReadMysql(const Field& at, MysqlConfig* m) {
   constexpr auto kOptional = Presence::kOptional;
+  std::optional<Field> mode_key, ca_key, cert_key, key_key;
   ExpectKeys(at, {
       {"host", kOptional, [&](const Field& f) { ReadHost(f, &m->host); }},
       {"port", kOptional, [&](const Field& f) { ReadUint(f, 1, 65535, &m->port); }},
@@ -84,7 +85,59 @@ void ConfigReader::ReadMysql(const Field& at, MysqlConfig* m) {
       {"database", kOptional, [&](const Field& f) { ReadDatabaseName(f, &m->database); }},
       {"connect_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &m->connect_timeout); }},
       {"io_timeout", kOptional, [&](const Field& f) { ReadTimeout(f, &m->io_timeout); }},
+      {"ssl_mode", kOptional,
+       [&](const Field& f) {
+         mode_key = f;
+         ReadChoice(f, "disabled, required, verify_ca or verify_identity",
+                    {{"disabled", MysqlSslMode::kDisabled},
+                     {"required", MysqlSslMode::kRequired},
+                     {"verify_ca", MysqlSslMode::kVerifyCa},
+                     {"verify_identity", MysqlSslMode::kVerifyIdentity}},
+                    &m->ssl_mode);
+       }},
+      {"ssl_ca", kOptional,
+       [&](const Field& f) {
+         ca_key = f;
+         ReadPemFile(f, "CA file ", &m->ssl_ca);
+       }},
+      {"ssl_cert", kOptional,
+       [&](const Field& f) {
+         cert_key = f;
+         ReadPemFile(f, "certificate file ", &m->ssl_cert);
+       }},
+      {"ssl_key", kOptional,
+       [&](const Field& f) {
+         key_key = f;
+         ReadPemFile(f, "private key file ", &m->ssl_key);
+       }},
   });
+  // With a CA and no mode (here or taken from storage.mysql), the server is verified fully.
+  if (!mode_key && ca_key && m->ssl_mode == MysqlSslMode::kDisabled) m->ssl_mode = MysqlSslMode::kVerifyIdentity;
+  const bool verifies = m->ssl_mode == MysqlSslMode::kVerifyCa || m->ssl_mode == MysqlSslMode::kVerifyIdentity;
+  if (mode_key && verifies && m->ssl_ca.empty()) {
+    Problem(mode_key->mark, mode_key->path, "needs ssl_ca: the CA certificates to verify the server with");
+  }
+  if (mode_key && m->ssl_mode == MysqlSslMode::kDisabled) {
+    if (ca_key || cert_key || key_key) {
+      Problem(mode_key->mark, mode_key->path, "is disabled but TLS files are given; remove them or choose a mode");
+    }
+    m->ssl_ca.clear();  // a storage server that turns off what it took from storage.mysql
+    m->ssl_cert.clear();
+    m->ssl_key.clear();
+  }
+  if (cert_key && !key_key) Problem(cert_key->mark, cert_key->path, "needs ssl_key, the certificate's private key");
+  if (key_key && !cert_key) Problem(key_key->mark, key_key->path, "needs ssl_cert, the certificate of this key");
+}
+
+// A readable PEM file, relative to the config file's folder: its path.
+void ConfigReader::ReadPemFile(const Field& f, std::string_view what, std::string* path_out) {
+  std::string text;
+  const std::optional<std::filesystem::path> p = ReadNamedFile(f, what, &text);
+  if (!p) return;
+  if (text.find("-----BEGIN ") == std::string::npos) {
+    return Problem(f.mark, f.path, QuoteValue(p->string()) + " is not a PEM file (no -----BEGIN line)");
+  }
+  *path_out = p->lexically_normal().string();
 }
 
 void ConfigReader::ReadStorageServers(const Field& at, Config* config) {

@@ -208,6 +208,7 @@ class ConfigReader final : public SinkOptionReader {
 
   void ReadStorage(const Field& at, Config* config);
   void ReadMysql(const Field& at, MysqlConfig* m);
+  void ReadPemFile(const Field& f, std::string_view what, std::string* path_out);
   // storage.servers, after storage.mysql (whose values they take by default).
   void ReadStorageServers(const Field& at, Config* config);
   void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities);

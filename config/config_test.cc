@@ -1252,5 +1252,56 @@ TEST(Listeners, LimitsHaveDefaultsPerListenerAndAreRead) {
             "t.yaml:10:9: admin.idle_timout: unknown key (did you mean \"idle_timeout\"?)");
 }
 
+// ---- TLS to MySQL (storage.mysql.ssl_*) ----
+
+TEST(MysqlTlsKeys, ACaAloneMeansVerifyIdentityAndTheFilesAreResolved) {
+  ScratchDir dir;
+  const std::string pem = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n";
+  const std::string ca = dir.Write("ca.pem", pem).string();
+  auto r = LoadConfigFromString(ValidWith("database: sluice_demo", "database: sluice_demo\n    ssl_ca: " + ca), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->mysql.ssl_mode, MysqlSslMode::kVerifyIdentity);
+  EXPECT_EQ(r->mysql.ssl_ca, ca);
+  // Every mode by name; a server inherits main's TLS unless it turns it off.
+  const std::string cert = dir.Write("c.pem", pem).string();
+  const std::string key = dir.Write("c.key", "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n").string();
+  auto m = LoadConfigFromString(
+      ValidWith("database: sluice_demo",
+                "database: sluice_demo\n    ssl_mode: verify_ca\n    ssl_ca: " + ca + "\n    ssl_cert: " + cert +
+                    "\n    ssl_key: " + key + "\n  servers:\n    b: {host: db2}\n    c: {host: db3, ssl_mode: disabled}"),
+      kFile);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->mysql.ssl_mode, MysqlSslMode::kVerifyCa);
+  EXPECT_EQ(m->FindServer("b")->ssl_mode, MysqlSslMode::kVerifyCa);
+  EXPECT_EQ(m->FindServer("b")->ssl_cert, cert);
+  EXPECT_EQ(m->FindServer("c")->ssl_mode, MysqlSslMode::kDisabled);
+  EXPECT_EQ(m->FindServer("c")->ssl_ca, "");
+  // Printed and read back alike.
+  auto again = LoadConfigFromString(m->Redacted(), kFile);
+  ASSERT_TRUE(again.ok()) << again.status().message() << "\n" << m->Redacted();
+  EXPECT_EQ(again->mysql.ssl_mode, MysqlSslMode::kVerifyCa);
+  EXPECT_EQ(again->mysql.ssl_key, key);
+}
+
+TEST(MysqlTlsKeys, MistakesAreReportedWithTheirLines) {
+  ScratchDir dir;
+  const std::string ca = dir.Write("ca.pem", "-----BEGIN CERTIFICATE-----\nx\n").string();
+  const std::string not_pem = dir.Write("ca.der", "\x30\x82").string();
+  const auto with = [](const std::string& lines) {
+    return ValidWith("database: sluice_demo", "database: sluice_demo\n" + lines);
+  };
+  EXPECT_EQ(Errors(with("    ssl_mode: verify_identity")),
+            "t.yaml:8:15: storage.mysql.ssl_mode: needs ssl_ca: the CA certificates to verify the server with");
+  EXPECT_EQ(Errors(with("    ssl_mode: sometimes")),
+            "t.yaml:8:15: storage.mysql.ssl_mode: must be disabled, required, verify_ca or verify_identity, got "
+            "\"sometimes\"");
+  EXPECT_EQ(Errors(with("    ssl_mode: disabled\n    ssl_ca: " + ca)),
+            "t.yaml:8:15: storage.mysql.ssl_mode: is disabled but TLS files are given; remove them or choose a mode");
+  EXPECT_EQ(Errors(with("    ssl_ca: " + ca + "\n    ssl_cert: " + ca)),
+            "t.yaml:9:15: storage.mysql.ssl_cert: needs ssl_key, the certificate's private key");
+  EXPECT_NE(Errors(with("    ssl_ca: " + not_pem)).find("is not a PEM file"), std::string::npos);
+  EXPECT_NE(Errors(with("    ssl_ca: /nonexistent/ca.pem")).find("cannot read CA file"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::config

@@ -73,6 +73,16 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectParams& p) {
   opts["OPT_WRITE_TIMEOUT"] = io_s;
   opts["OPT_RECONNECT"] = false;
   opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
+  if (p.ssl_mode != SslMode::kDisabled) {
+    // Encrypted or refused: no silent fall-back to plain TCP.
+    opts["sslEnforce"] = true;
+    if (!p.ssl_ca.empty()) opts["sslCA"] = ::sql::SQLString(p.ssl_ca);
+    if (!p.ssl_cert.empty()) opts["sslCert"] = ::sql::SQLString(p.ssl_cert);
+    if (!p.ssl_key.empty()) opts["sslKey"] = ::sql::SQLString(p.ssl_key);
+    // The client library checks the chain whenever it has a CA, and the host
+    // name only with sslVerify (MYSQL_OPT_SSL_VERIFY_SERVER_CERT).
+    opts["sslVerify"] = p.ssl_mode == SslMode::kVerifyIdentity;
+  }
   const std::string where = p.socket.empty() ? p.host + ":" + std::to_string(p.port) : p.socket;
   std::unique_ptr<::sql::Connection> raw;
   try {
@@ -81,6 +91,12 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectParams& p) {
     const int code = e.getErrorCode();
     std::string m = "cannot connect to MySQL at " + where + " as " + p.user + ": " + e.what() +
                     " (error " + std::to_string(code) + ")";
+    // The client library says no more than that for a host name mismatch.
+    if (code == 2026 && p.ssl_mode == SslMode::kVerifyIdentity &&
+        std::string_view(e.what()).find("Validation of SSL server certificate failed") != std::string_view::npos) {
+      m += "; with ssl_mode verify_identity the server's certificate must be signed by ssl_ca and name the host "
+           "connected to (" + p.host + ")";
+    }
     if (code == 1045 || code == 1044 || code == 1049) return FailedPrecondition(std::move(m));
     return Unavailable(std::move(m));
   } catch (const std::exception& e) {

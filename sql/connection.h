@@ -29,6 +29,10 @@ class Connection;
 
 namespace sluice::sql {
 
+// TLS to the server, as MySQL's clients' ssl_mode (config::MysqlSslMode, in
+// the same order).
+enum class SslMode : uint8_t { kDisabled, kRequired, kVerifyCa, kVerifyIdentity };
+
 struct ConnectParams {
   std::string host = "127.0.0.1";
   uint16_t port = 3306;
@@ -38,6 +42,10 @@ struct ConnectParams {
   std::string database;  // empty: connect without selecting a database
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds io_timeout{10000};
+  SslMode ssl_mode = SslMode::kDisabled;
+  std::string ssl_ca;    // PEM files
+  std::string ssl_cert;
+  std::string ssl_key;
 };
 
 // One row of a result: NULL is nullopt, everything else its text form.

@@ -27,6 +27,10 @@ ConnectParams ParamsFrom(const MysqlConfig& m) {
   p.database = m.database;
   p.connect_timeout = m.connect_timeout;
   p.io_timeout = m.io_timeout;
+  p.ssl_mode = static_cast<SslMode>(static_cast<uint8_t>(m.ssl_mode));
+  p.ssl_ca = m.ssl_ca;
+  p.ssl_cert = m.ssl_cert;
+  p.ssl_key = m.ssl_key;
   return p;
 }
 

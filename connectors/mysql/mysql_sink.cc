@@ -16,6 +16,7 @@
 #include "connectors/mysql/mysql_sink_impl.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "sql/params.h"
 
 namespace sluice::connectors::mysql {
 namespace {
@@ -255,15 +256,8 @@ Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, cons
       return InvalidArgument(context + ": column '" + c.name + "' appears twice");
     }
   }
-  sql::ConnectParams p;
-  p.host = global.mysql.host;
-  p.port = global.mysql.port;
-  p.socket = global.mysql.socket;
-  p.user = global.mysql.user;
-  p.password = global.mysql.password;
-  p.database = o.database.empty() ? global.mysql.database : o.database;
-  p.connect_timeout = global.mysql.connect_timeout;
-  p.io_timeout = global.mysql.io_timeout;
+  sql::ConnectParams p = sql::ParamsFrom(global.mysql);  // main's server, TLS included
+  if (!o.database.empty()) p.database = o.database;
   if (p.database.empty()) return InvalidArgument(context + ": no database for the view table");
   std::unique_ptr<Sink> made = std::make_unique<MysqlSink>(sink, std::move(p));
   return made;

@@ -24,17 +24,6 @@ namespace {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
-int Run(const std::string& command, std::string* output) {
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  std::string out;
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (output) *output = out;
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 }  // namespace
 
 PrivateMariaDb::PrivateMariaDb() {
@@ -69,10 +58,11 @@ bool PrivateMariaDb::Start(std::string* why) {
                        << "innodb_flush_log_at_trx_commit = 1\ninnodb_doublewrite = 1\n"
                        << "innodb_flush_method = O_DIRECT\nskip-log-bin\nsync_binlog = 1\n"
                        << "innodb_buffer_pool_size = 64M\ninnodb_log_file_size = 48M\n"
-                       << "max_connections = 500\ncharacter-set-server = utf8mb4\ncollation-server = utf8mb4_bin\n";
+                       << "max_connections = 500\ncharacter-set-server = utf8mb4\ncollation-server = utf8mb4_bin\n"
+                       << extra_config_;
     const std::string user = ::geteuid() == 0 ? " --user=root" : "";
     std::string out;
-    if (Run("mariadb-install-db --defaults-file=" + Quote(cnf) + user + " --datadir=" + Quote(dir_ + "/data") +
+    if (RunCommand("mariadb-install-db --defaults-file=" + Quote(cnf) + user + " --datadir=" + Quote(dir_ + "/data") +
                 " --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve",
             &out) != 0) {
       if (why) *why = "mariadb-install-db failed:\n" + out;
@@ -133,11 +123,11 @@ void PrivateMariaDb::Kill() {
 
 bool PrivateMariaDb::Ping() const {
   std::string out;
-  return Run("mariadb-admin --defaults-file=" + Quote(dir_ + "/my.cnf") + " -uroot --connect-timeout=2 ping", &out) == 0;
+  return RunCommand("mariadb-admin --defaults-file=" + Quote(dir_ + "/my.cnf") + " -uroot --connect-timeout=2 ping", &out) == 0;
 }
 
 bool PrivateMariaDb::Sql(const std::string& statement, std::string* output) const {
-  return Run("mariadb --defaults-file=" + Quote(dir_ + "/my.cnf") + " -uroot -e " + Quote(statement), output) == 0;
+  return RunCommand("mariadb --defaults-file=" + Quote(dir_ + "/my.cnf") + " -uroot -e " + Quote(statement), output) == 0;
 }
 
 std::string PrivateMariaDb::LogTail() const {

@@ -27,6 +27,8 @@ class PrivateMariaDb {
   // Initialises the data directory (once) and starts the server; creates
   // the user sluice/sluice with every privilege. False with *why on failure.
   bool Start(std::string* why);
+  // Lines added to the [mysqld] section (before the first Start), e.g. ssl-cert = PATH.
+  void AddConfig(const std::string& lines) { extra_config_ += lines; }
   // SIGKILL, as a power cut or an OOM kill would end it: no clean shutdown.
   void Kill();
   // Start() after Kill(): crash recovery runs, then the server answers.
@@ -34,17 +36,19 @@ class PrivateMariaDb {
 
   uint16_t port() const { return port_; }
   bool running() const { return pid_ > 0; }
+  // Runs statements as root over the server's socket (the mariadb client).
+  bool Sql(const std::string& statement, std::string* output) const;
   // The end of the server's error log, for failure messages.
   std::string LogTail() const;
 
  private:
   bool Ping() const;
-  bool Sql(const std::string& statement, std::string* output) const;
 
   std::string dir_;
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   bool initialised_ = false;
+  std::string extra_config_;
 };
 
 }  // namespace sluice::testing

@@ -308,6 +308,17 @@ uint16_t FreePort() {
 
 std::string SluiceBinary() { return SLUICE_BINARY; }
 
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* p = ::popen(("(" + command + ") 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  std::string out;
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = ::pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
 int RunSluice(const std::vector<std::string>& args, std::string* output) {
   std::string cmd = "'" + SluiceBinary() + "'";
   for (const auto& a : args) cmd += " '" + a + "'";

@@ -123,6 +123,10 @@ uint16_t FreePort();
 // The sluice binary under test.
 std::string SluiceBinary();
 
+// Runs a shell command to completion; its exit code (-1 when it did not
+// exit), its stdout and stderr in *output.
+int RunCommand(const std::string& command, std::string* output);
+
 // Runs `sluice args...` to completion; returns the exit code, and the
 // combined stdout+stderr in *output.
 int RunSluice(const std::vector<std::string>& args, std::string* output);
