@@ -112,42 +112,50 @@ bool AdminService::Rebuilding(const std::string& sink) const {
   return it != rebuilds_.end() && !it->second->progress().finished();
 }
 
+// Reads and changes alike need the bearer token; with none configured,
+// the endpoint answers nothing but that.
+std::optional<http::Response> AdminService::Refusal(const http::Request& req) const {
+  if (config_.admin.token.empty()) {
+    return Error(403, "admin_disabled",
+                 "this process's admin endpoint refuses reads and changes because its config has no admin.token; "
+                 "set admin.token (a secret such as \"${env:SLUICE_ADMIN_TOKEN}\") and restart it");
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string_view authorization = req.Header("Authorization").value_or("");
+  if (authorization.size() <= kBearer.size() || authorization.compare(0, kBearer.size(), kBearer) != 0) {
+    http::Response r = Error(401, "unauthorized", "the admin endpoint needs the header Authorization: Bearer <admin.token>");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  if (!SameSecret(authorization.substr(kBearer.size()), config_.admin.token)) {
+    return Error(403, "forbidden", "the bearer token is not this process's admin.token");
+  }
+  return std::nullopt;
+}
+
 http::Response AdminService::Handle(const http::Request& req) {
   const auto seg = PathSegments(req.target);
   if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "status") {
     if (req.method != "GET") return MethodNotAllowed("GET", req.method, "/v1/status");
+    if (auto refused = Refusal(req)) return std::move(*refused);
     return Status_();
   }
   if (seg.size() == 4 && seg[0] == "v1" && seg[1] == "sinks") {
     const std::string& sink = seg[2];
     const std::string& action = seg[3];
-    if (action == "rebuild" && req.method == "GET") {
-      std::lock_guard lock(mu_);
-      if (!rebuilds_.count(sink)) return Error(404, "not_found", "no rebuild of sink '" + sink + "' has run in this process");
-      return RebuildProgressReply(sink, 200);
-    }
     if (action != "pause" && action != "resume" && action != "rewind" && action != "rebuild") {
       return Error(404, "not_found", "no route " + req.target + " (actions: pause, resume, rewind, rebuild)");
     }
-    if (req.method != "POST") {
+    const bool read = action == "rebuild" && req.method == "GET";
+    if (req.method != "POST" && !read) {
       return MethodNotAllowed(action == "rebuild" ? "GET, POST" : "POST", req.method,
                               "/v1/sinks/" + sink + "/" + action);
     }
-    // Changes need the bearer token; with none configured, nobody may change anything.
-    if (config_.admin.token.empty()) {
-      return Error(403, "changes_disabled",
-                   "this process refuses changes because its config has no admin.token; set admin.token "
-                   "(a secret such as \"${env:SLUICE_ADMIN_TOKEN}\") and restart it");
-    }
-    constexpr std::string_view kBearer = "Bearer ";
-    const std::string_view authorization = req.Header("Authorization").value_or("");
-    if (authorization.size() <= kBearer.size() || authorization.compare(0, kBearer.size(), kBearer) != 0) {
-      http::Response r = Error(401, "unauthorized", "changes need the header Authorization: Bearer <admin.token>");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return r;
-    }
-    if (!SameSecret(authorization.substr(kBearer.size()), config_.admin.token)) {
-      return Error(403, "forbidden", "the bearer token is not this process's admin.token");
+    if (auto refused = Refusal(req)) return std::move(*refused);
+    if (read) {
+      std::lock_guard lock(mu_);
+      if (!rebuilds_.count(sink)) return Error(404, "not_found", "no rebuild of sink '" + sink + "' has run in this process");
+      return RebuildProgressReply(sink, 200);
     }
     return Change(sink, action, req.body);
   }

@@ -9,9 +9,9 @@
 //   POST /v1/sinks/{sink}/rebuild        start a rebuild (202), see admin/view_rebuild.h
 //   GET  /v1/sinks/{sink}/rebuild        the rebuild's progress
 //
-// Reads are open; every POST needs "Authorization: Bearer <admin.token>":
-// 401 without it, 403 with another token, and 403 for everyone when no token
-// is configured (changes are then refused). Bodies are JSON; errors are
+// Every request, read or change, needs "Authorization: Bearer
+// <admin.token>": 401 without it, 403 with another token, and 403 for
+// everyone when no token is configured (the endpoint then serves nothing). Bodies are JSON; errors are
 // {"error": {"code": ..., "message": ...}} like the writer's. Another method
 // on one of these paths is 405 with an Allow header naming the ones it takes.
 //
@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "admin/view_rebuild.h"
@@ -50,6 +51,9 @@ class AdminService {
   http::Response Handle(const http::Request& request);
 
  private:
+  // Why `req` may not be served (no admin.token configured, none given, a
+  // wrong one); nullopt when it may.
+  std::optional<http::Response> Refusal(const http::Request& req) const;
   http::Response Status_();
   http::Response Change(const std::string& sink, const std::string& action, const std::string& body);
   http::Response Rewind(engine::SinkRunner& runner, const std::string& body);

@@ -51,29 +51,37 @@ TEST(AdminService, ChangesNeedTheBearerToken) {
   EXPECT_EQ(Code(right), "unknown_sink");
 }
 
-TEST(AdminService, WithoutATokenEveryChangeIsRefused) {
+TEST(AdminService, WithoutATokenEveryReadAndChangeIsRefused) {
   const config::Config c = MakeConfig("");
   engine::SyncEngine engine(c);
   AdminService admin(c, engine);
   for (const char* action : {"pause", "resume", "rewind", "rebuild"}) {
     auto r = admin.Handle(Request("POST", std::string("/v1/sinks/cache/") + action, "Bearer "));
     EXPECT_EQ(r.status, 403) << action;
-    EXPECT_EQ(Code(r), "changes_disabled") << action;
+    EXPECT_EQ(Code(r), "admin_disabled") << action;
     EXPECT_NE(r.body.find("admin.token"), std::string::npos) << r.body;
+  }
+  for (const char* read : {"/v1/status", "/v1/sinks/cache/rebuild"}) {
+    auto r = admin.Handle(Request("GET", read));
+    EXPECT_EQ(r.status, 403) << read;
+    EXPECT_EQ(Code(r), "admin_disabled") << read;
   }
 }
 
-TEST(AdminService, ReadsAreOpenAndRoutesAreChecked) {
+TEST(AdminService, ReadsNeedTheTokenTooAndRoutesAreChecked) {
   const config::Config c = MakeConfig("tok");
   engine::SyncEngine engine(c);
   AdminService admin(c, engine);
-  auto status = admin.Handle(Request("GET", "/v1/status"));
+  EXPECT_EQ(admin.Handle(Request("GET", "/v1/status")).status, 401);
+  EXPECT_EQ(admin.Handle(Request("GET", "/v1/status", "Bearer other")).status, 403);
+  EXPECT_EQ(admin.Handle(Request("GET", "/v1/sinks/cache/rebuild")).status, 401);
+  auto status = admin.Handle(Request("GET", "/v1/status", "Bearer tok"));
   EXPECT_EQ(status.status, 200);
   EXPECT_EQ(Json::parse(status.body), (Json{{"sinks", Json::array()}}));
   EXPECT_EQ(admin.Handle(Request("POST", "/v1/status", "Bearer tok")).status, 405);
   EXPECT_EQ(admin.Handle(Request("GET", "/v1/sinks/cache/pause")).status, 405);
   EXPECT_EQ(admin.Handle(Request("POST", "/v1/sinks/cache/explode", "Bearer tok")).status, 404);
-  EXPECT_EQ(admin.Handle(Request("GET", "/v1/sinks/cache/rebuild")).status, 404);
+  EXPECT_EQ(admin.Handle(Request("GET", "/v1/sinks/cache/rebuild", "Bearer tok")).status, 404);
   EXPECT_EQ(admin.Handle(Request("GET", "/nothing")).status, 404);
 }
 

@@ -21,6 +21,8 @@
 #include <functional>
 #include <thread>
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -45,6 +47,12 @@ struct Stack {
 // inherited by every sluice the test runs).
 std::string AdminYaml(uint16_t port, const std::string& token_yaml) {
   return "admin:\n  listen: 127.0.0.1:" + std::to_string(port) + "\n  token: " + token_yaml + "\n";
+}
+
+// The header the admin endpoint needs for reads and changes alike.
+std::vector<std::pair<std::string, std::string>> AdminAuth() {
+  const char* token = std::getenv("SLUICE_TEST_ADMIN_TOKEN");
+  return {{"Authorization", std::string("Bearer ") + (token ? token : "")}};
 }
 
 // Starts `sluice serve` for the stack (again, after a stop).
@@ -205,7 +213,7 @@ TEST(Admin, PausedViewHoldsStillWhileWritesContinueThenResumeCatchesUp) {
   // A second pause is harmless; status over the admin endpoint says paused too.
   ASSERT_EQ(Sluice({"pause", "--config", s->path, "--sink", "table"}, &out), 0) << out;
   HttpClient admin(s->admin_port);
-  auto live = admin.Get("/v1/status");
+  auto live = admin.Get("/v1/status", AdminAuth());
   ASSERT_EQ(live.status, 200) << live.body;
   EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
 
@@ -215,7 +223,7 @@ TEST(Admin, PausedViewHoldsStillWhileWritesContinueThenResumeCatchesUp) {
   std::string why;
   ASSERT_TRUE(s->serve->Start(&why)) << why;
   HttpClient restarted(s->admin_port);
-  live = restarted.Get("/v1/status");
+  live = restarted.Get("/v1/status", AdminAuth());
   ASSERT_EQ(live.status, 200) << live.body;
   EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
   EXPECT_EQ(SinkStatus(StatusJson(s->path), "table")["partitions"][0]["state"], "paused");
@@ -285,7 +293,10 @@ TEST(Admin, UnauthorizedRequestsGet401Or403AndChangeNothing) {
   EXPECT_EQ(Sluice({"pause", "--config", other.Write(), "--sink", "table"}, &out), 1) << out;
   EXPECT_NE(out.find("403"), std::string::npos) << out;
 
-  auto status = admin.Get("/v1/status");
+  // Reads need the token too.
+  EXPECT_EQ(admin.Get("/v1/status").status, 401);
+  EXPECT_EQ(admin.Get("/v1/status", {{"Authorization", "Bearer not-the-token"}}).status, 403);
+  auto status = admin.Get("/v1/status", AdminAuth());
   ASSERT_EQ(status.status, 200) << status.body;
   for (const auto& sink : Json::parse(status.body)["sinks"]) EXPECT_FALSE(sink["paused"].get<bool>()) << status.body;
   const Json st = StatusJson(s->path);
@@ -417,7 +428,7 @@ void FailedRebuildLeavesTheLiveViewRunning(Stack& s) {
       << out;
   ASSERT_TRUE(s.serve->running());
   HttpClient admin(s.admin_port);
-  const HttpReply status = admin.Get("/v1/status");
+  const HttpReply status = admin.Get("/v1/status", AdminAuth());
   ASSERT_EQ(status.status, 200) << status.body;
   const Json parsed = Json::parse(status.body);
   const Json& view = SinkStatus(parsed, "view");

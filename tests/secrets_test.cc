@@ -197,7 +197,8 @@ void Exercise(Channels& ch, const std::string& path, const Ports& ports, const s
 
   HttpClient admin(ports.admin);
   const std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer " + admin_token}};
-  Record(ch, "admin status", admin.Get("/v1/status"));
+  Record(ch, "admin status", admin.Get("/v1/status", auth));
+  Record(ch, "admin status without the token", admin.Get("/v1/status"));
   Record(ch, "admin no token", admin.Post("/v1/sinks/table/pause", "{}"));
   Record(ch, "admin wrong token",
          admin.Post("/v1/sinks/table/pause", "{}", {{"Authorization", "Bearer not-the-token"}}));
@@ -214,7 +215,7 @@ void Exercise(Channels& ch, const std::string& path, const Ports& ports, const s
   Show(ch, {"deadletters", "list", "--config", path});
   Show(ch, {"deadletters", "list", "--config", path, "--json"});
   Show(ch, {"deadletters", "retry", "--config", path});
-  Record(ch, "admin status (later)", admin.Get("/v1/status"));
+  Record(ch, "admin status (later)", admin.Get("/v1/status", auth));
   Record(ch, "writer readyz (later)", writer.Get("/readyz"));
   Record(ch, "metrics readyz (later)", HttpClient(ports.metrics).Get("/readyz"));
   Record(ch, "metrics (later)", HttpClient(ports.metrics).Get("/metrics"));

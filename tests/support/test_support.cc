@@ -457,8 +457,10 @@ HttpReply HttpClient::Post(const std::string& path, const std::string& body,
   return Roundtrip(r);
 }
 
-HttpReply HttpClient::Get(const std::string& path) {
-  return Roundtrip("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+HttpReply HttpClient::Get(const std::string& path, const std::vector<std::pair<std::string, std::string>>& headers) {
+  std::string r = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (const auto& [k, v] : headers) r += k + ": " + v + "\r\n";
+  return Roundtrip(r + "\r\n");
 }
 
 HttpReply HttpClient::Send(const std::string& raw) { return Roundtrip(raw); }

@@ -176,7 +176,7 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
   HttpReply Post(const std::string& path, const std::string& body,
                  const std::vector<std::pair<std::string, std::string>>& headers = {});
-  HttpReply Get(const std::string& path);
+  HttpReply Get(const std::string& path, const std::vector<std::pair<std::string, std::string>>& headers = {});
   HttpReply Send(const std::string& raw_request);  // a whole request, as bytes
   bool Connect();
   void Close();
