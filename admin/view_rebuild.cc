@@ -8,6 +8,7 @@
 #include "sql/layout.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 #include "sql/schema.h"
 
 namespace sluice::admin {

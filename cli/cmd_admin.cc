@@ -18,7 +18,9 @@
 #include "config/sink_type.h"
 #include "core/json.h"
 #include "offsets/offset_store.h"
+#include "sql/layout_schema.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 
 namespace sluice::cli {
 namespace {

@@ -23,6 +23,7 @@
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "sql/connection.h"
+#include "sql/layout_schema.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 #include "writer/writer_service.h"

@@ -15,6 +15,7 @@
 #include "connectors/sink.h"
 #include "handlers/handler_files.h"
 #include "sql/layout.h"
+#include "sql/layout_schema.h"
 #include "sql/params.h"
 
 namespace sluice::cli {

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "engine/sync_engine.h"
+#include "sql/layout_schema.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
 #include "sql/schema.h"

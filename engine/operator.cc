@@ -7,13 +7,15 @@
 #include "config/sink_type.h"
 
 #include "connectors/sink.h"
-#include "engine/durability_barrier.h"
 #include "engine/before_states.h"
+#include "engine/durability_barrier.h"
 #include "engine/event_reader.h"
 #include "engine/view_repair.h"
 #include "offsets/offset_store.h"
+#include "sql/layout_schema.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 #include "sql/schema.h"
 
 namespace sluice::engine {

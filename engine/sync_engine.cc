@@ -4,6 +4,7 @@
 #include "core/names.h"
 #include "sql/layout.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 
 namespace sluice::engine {
 

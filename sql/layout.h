@@ -4,25 +4,20 @@
 //
 //   StorageLayout   the servers (the first is "main": storage.mysql) and
 //                   which server holds each partition of each entity type
-//   OpenStorage     a Storage over a layout: MariaDbStorage for one server,
-//                   RoutedStorage (sql/routed_tables.h) for several
 //
 // Main holds what is not per partition: members, dead letters, and the
-// placement as `sluice init` recorded it (sql/schema.h). A layout is a
-// value; share it by const reference from any thread.
+// placement as `sluice init` recorded it (sql/layout_schema.h). The
+// Storage over a layout is sql/routed_tables.h's OpenStorage. A layout is
+// a value; share it by const reference from any thread.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "sql/connection.h"
-#include "sql/schema.h"
-#include "sql/tables.h"
 
 namespace sluice::sql {
 
@@ -58,45 +53,5 @@ struct StorageLayout {
   // "0-3 on main, 4-7 on orders_b" (or "on main").
   std::string Describe(const std::string& type, uint32_t partitions) const;
 };
-
-// A Storage over the layout's servers.
-std::shared_ptr<Storage> OpenStorage(const StorageLayout& layout);
-
-// What `sluice init` did on each server.
-struct LayoutInitReport {
-  struct Server {
-    std::string name;
-    std::string database;
-    InitReport report;
-  };
-  std::vector<Server> servers;
-  // Partitions whose recorded server changed (InitLayout with accept_moves).
-  std::vector<std::string> moved;  // "partition 4 of order: main -> orders_b"
-};
-
-// `sluice init` on every server of the layout: each gets the metadata tables,
-// its own name (sluice_server) and the event tables of the partitions it
-// holds; main records the placement (sluice_placement). A placement that
-// differs from the recorded one is refused (FailedPrecondition naming the
-// migration) unless accept_moves: then each moved partition's table must
-// already be on its new server, holding at least as many events as on its
-// old one (docs/deployment.md#moving-partitions-between-servers), no
-// engine or writer may have a heartbeat younger than `live_within` in
-// sluice_members, and the new placement is recorded. Partition counts and
-// placements are checked on every server before anything is created.
-Result<LayoutInitReport> InitLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec>& types,
-                                    bool accept_moves,
-                                    std::chrono::milliseconds live_within = std::chrono::seconds(10));
-
-// What `sluice writer` and `sluice sync` check at start, changing nothing:
-// CheckSchema on every server for the partitions it holds, each server's
-// recorded name, and the placement main recorded against the layout. A
-// database made before placements were recorded counts as every partition
-// on main.
-Status CheckLayout(const StorageLayout& layout, const std::vector<EntityTypeSpec>& types);
-
-// Opens a session to server `server` of the layout, with its database
-// selected; errors name the server.
-Result<std::unique_ptr<Connection>> ConnectServer(const StorageLayout& layout, size_t server);
 
 }  // namespace sluice::sql

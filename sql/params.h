@@ -13,6 +13,7 @@
 
 #include "sql/connection.h"
 #include "sql/layout.h"
+#include "sql/schema.h"
 
 namespace sluice::sql {
 

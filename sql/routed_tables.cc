@@ -311,4 +311,11 @@ std::unique_ptr<OffsetTable> RoutedStorage::OpenOffsets() {
 std::unique_ptr<DeadLetterTable> RoutedStorage::OpenDeadLetters() { return servers_.front()->OpenDeadLetters(); }
 std::unique_ptr<LeaseTable> RoutedStorage::OpenLeases() { return std::make_unique<RoutedLeaseTable>(layout_, servers_); }
 
+std::shared_ptr<Storage> OpenStorage(const StorageLayout& layout) {
+  if (layout.single()) return std::make_shared<MariaDbStorage>(layout.main());
+  std::vector<std::shared_ptr<Storage>> servers;
+  for (const StorageServer& s : layout.servers) servers.push_back(std::make_shared<MariaDbStorage>(s.params));
+  return std::make_shared<RoutedStorage>(layout, std::move(servers));
+}
+
 }  // namespace sluice::sql

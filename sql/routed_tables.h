@@ -49,4 +49,8 @@ class RoutedStorage : public Storage {
   const std::vector<std::shared_ptr<Storage>> servers_;
 };
 
+// A Storage over the layout's servers: MariaDbStorage when there is one,
+// a RoutedStorage over one MariaDbStorage per server otherwise.
+std::shared_ptr<Storage> OpenStorage(const StorageLayout& layout);
+
 }  // namespace sluice::sql

@@ -8,7 +8,7 @@
 //                         cumulative counters, and the sink's state
 //   sluice_dead_letters   events a sink rejected for good
 //   sluice_leases, sluice_lease_log, sluice_members: below
-//   sluice_server, sluice_placement: the storage layout (sql/layout.h)
+//   sluice_server, sluice_placement: the storage layout (sql/layout_schema.h)
 //
 // All functions run statements on the given connection from the calling
 // thread; they are safe to run from several processes at once (DDL is

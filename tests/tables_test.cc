@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "sql/layout.h"
+#include "sql/layout_schema.h"
 #include "sql/mariadb_tables.h"
+#include "sql/routed_tables.h"
 #include "sql/schema.h"
 #include "sql/tables_test.h"
 #include "tests/support/test_support.h"

@@ -10,6 +10,7 @@
 #include "core/partitioner.h"
 #include "sql/mariadb_tables.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 #include "writer/api.h"
 #include "writer/command_request.h"
 #include "writer/commands.h"
