@@ -133,10 +133,16 @@ struct Idle {
 };
 
 // One request on a fresh connection, with a bounded wait.
-HttpReply GetOnce(uint16_t port, const std::string& path) {
+HttpReply GetOnce(uint16_t port, const std::string& path,
+                  const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   HttpClient c(port, 5s);
-  return c.Get(path);
+  return c.Get(path, headers);
 }
+
+// The admin endpoint's token in these tests, and the header that carries it.
+constexpr char kAdminToken[] = "listeners-token";
+const std::vector<std::pair<std::string, std::string>> kAdminAuth = {
+    {"Authorization", std::string("Bearer ") + kAdminToken}};
 
 // The sum of the samples of `name` whose labels contain `labels`; -1 when none.
 double Sum(const std::string& text, const std::string& name, const std::string& labels = "") {
@@ -183,7 +189,8 @@ Serve StartServe(const std::string& name, int max_connections, const std::string
   const std::string limits = Limits(max_connections, header_timeout, idle_timeout);
   s.cfg.extra_writer_yaml = "  io_threads: 1\n" + limits;
   s.cfg.extra_yaml = "metrics:\n  listen: 127.0.0.1:" + std::to_string(s.metrics_port) + "\n" + limits +
-                     "admin:\n  listen: 127.0.0.1:" + std::to_string(s.admin_port) + "\n" + limits;
+                     "admin:\n  listen: 127.0.0.1:" + std::to_string(s.admin_port) + "\n  token: " + kAdminToken +
+                     "\n" + limits;
   s.path = s.cfg.Write();
   s.process = std::make_unique<SluiceProcess>(std::vector<std::string>{"serve", "--config", s.path}, s.cfg.port);
   std::string why;
@@ -200,7 +207,7 @@ void ExpectEverythingAnswers(const Serve& s, const std::string& when) {
   const HttpReply metrics = GetOnce(s.metrics_port, "/metrics");
   EXPECT_EQ(metrics.status, 200) << when << ": " << metrics.error;
   EXPECT_NE(metrics.body.find("sluice_http_connections_total"), std::string::npos) << when;
-  EXPECT_EQ(GetOnce(s.admin_port, "/v1/status").status, 200) << when;
+  EXPECT_EQ(GetOnce(s.admin_port, "/v1/status", kAdminAuth).status, 200) << when;
   HttpClient writer(s.cfg.port, 5s);
   const HttpReply put = writer.Post("/v1/entities/account/a1/commands/put", R"({"n":1})");
   EXPECT_EQ(put.status, 200) << when << ": " << put.body << put.error;
@@ -223,8 +230,11 @@ TEST(Listeners, IdleAndSlowClientsAreClosedAtTheirTimeoutsWhileEverythingAnswers
     slow.push_back(std::make_unique<Slowloris>(port, 4, 100ms));
     for (int i = 0; i < 2; ++i) {
       kept_alive.push_back(std::make_unique<RawConnection>(port));
-      const std::string path = name == "admin" ? "/v1/status" : "/healthz";
-      ASSERT_TRUE(kept_alive.back()->Send("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+      const std::string request = name == "admin"
+                                      ? "GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                            std::string(kAdminToken) + "\r\n\r\n"
+                                      : "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+      ASSERT_TRUE(kept_alive.back()->Send(request));
     }
   }
   ExpectEverythingAnswers(s, "with idle and slow clients connected");
