@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -202,6 +203,16 @@ class DurabilityFault : public ::testing::Test {
     std::map<std::pair<uint32_t, uint64_t>, int> ids;
     for (const auto& [k, e] : stored) ++ids[{e.partition, e.event_id}];
     for (const auto& [pid, n] : ids) EXPECT_EQ(n, 1) << "event_id " << pid.second << " twice in partition " << pid.first;
+    // And dense (I3) as a reader sees them now, once every command was acknowledged.
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> extent;  // partition -> (count, highest event_id)
+    for (const auto& [pid, n] : ids) {
+      auto& [count, highest] = extent[pid.first];
+      ++count;
+      highest = std::max(highest, pid.second);
+    }
+    for (const auto& [p, e] : extent) {
+      EXPECT_EQ(e.first, e.second) << "partition " << p << " has a gap in its event_ids after the last kill";
+    }
 
     // Kafka: exactly one record per stored event, with its event_id and command id.
     std::string error;
