@@ -27,6 +27,14 @@ std::string Errors(const std::string& yaml) {
 
 std::string WithSinks(const std::string& items) { return std::string(kValid) + "sinks:\n" + items; }
 
+std::string ValidWith(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  return s;
+}
+
 std::string SinksWith(const std::string& from, const std::string& to) {
   std::string s = std::string(kValid) + kSinks;
   const size_t at = s.find(from);

@@ -75,6 +75,9 @@ std::string Errors(const std::string& yaml);
 // kValid plus `sinks:` and then `items` (which start on line 11).
 std::string WithSinks(const std::string& items);
 
+// kValid with its line `from` replaced by `to` (both without indentation).
+std::string ValidWith(const std::string& from, const std::string& to);
+
 // kValid + kSinks with its line `from` replaced by `to`.
 std::string SinksWith(const std::string& from, const std::string& to);
 
