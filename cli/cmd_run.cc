@@ -15,6 +15,7 @@
 
 #include "admin/admin_service.h"
 #include "cli/command.h"
+#include "connectors/builtin_sink_types.h"
 #include "connectors/plugin/plugin_host.h"
 #include "core/log.h"
 #include "engine/health_monitor.h"
@@ -68,8 +69,9 @@ Status CheckDurability(const config::Config& cfg, bool allow_weak) {
   return Status::Ok();
 }
 
-// Says loudly which storage servers are reached over TLS that does not
-// verify who answers (ssl_mode required or verify_ca).
+// Says loudly which servers are reached over TLS that does not verify who
+// answers: storage servers with ssl_mode required or verify_ca, sinks with
+// tls_verify: ca.
 void WarnWeakTls(const config::Config& cfg) {
   const auto warn = [](const std::string& key, const config::MysqlConfig& m) {
     if (m.ssl_mode == config::MysqlSslMode::kRequired) {
@@ -83,6 +85,12 @@ void WarnWeakTls(const config::Config& cfg) {
   };
   warn("storage.mysql", cfg.mysql);
   for (const auto& s : cfg.servers) warn("storage.servers." + s.name, s.mysql);
+  for (const config::SinkConfig& sink : cfg.sinks) {
+    for (const connectors::BuiltinSinkType& t : connectors::BuiltinSinkTypeList()) {
+      if (t.config.name != sink.type || !t.config.warnings) continue;
+      for (const std::string& w : t.config.warnings(sink)) Log(LogLevel::kWarn, w);
+    }
+  }
 }
 
 // The config key of this process's metrics listener.
@@ -196,6 +204,9 @@ int Run(const Invocation& call) {
     std::tie(o.host, o.port) = metrics_listen ? *metrics_listen : cfg->metrics.ListenOf(process);
     const config::ListenerLimits& l = cfg->metrics.limits;
     o.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+    if (cfg->metrics.tls.enabled()) {
+      o.tls = http::ServerTls{cfg->metrics.tls.cert, cfg->metrics.tls.key, cfg->metrics.tls.client_ca};
+    }
     metrics_listener.Attach(o);
     const std::string host = o.host;
     auto started = metrics::MetricsServer::Start(std::move(o), registry, monitor->Routes());
@@ -205,7 +216,8 @@ int Run(const Invocation& call) {
       return kExitFailure;
     }
     metrics_server = std::move(started).value();
-    std::printf("sluice %s: metrics on http://%s/metrics (also /healthz, /readyz)\n", name.c_str(),
+    std::printf("sluice %s: metrics on %s://%s/metrics (also /healthz, /readyz)\n", name.c_str(),
+                cfg->metrics.tls.enabled() ? "https" : "http",
                 config::FormatListenAddress(host, metrics_server->port()).c_str());
   }
   // Before the writer's listener: once /healthz answers, so does the admin endpoint.
@@ -216,8 +228,9 @@ int Run(const Invocation& call) {
       std::cerr << "sluice " << name << ": " << s.message() << " (admin.listen)\n";
       return kExitFailure;
     }
-    std::printf("sluice %s: admin endpoint on http://%s:%u%s\n", name.c_str(), cfg->admin.listen_host.c_str(),
-                admin_service->port(), cfg->admin.token.empty() ? " (no admin.token: changes refused)" : "");
+    std::printf("sluice %s: admin endpoint on %s://%s:%u%s\n", name.c_str(), cfg->admin.tls.enabled() ? "https" : "http",
+                cfg->admin.listen_host.c_str(), admin_service->port(),
+                cfg->admin.token.empty() ? " (no admin.token: every request refused)" : "");
   }
   std::unique_ptr<writer::WriterService> service;
   if (with_writer) {
@@ -236,8 +249,9 @@ int Run(const Invocation& call) {
       if (!types.empty()) types += ", ";
       types += t + "[" + std::to_string(e.partitions) + "]";
     }
-    std::printf("sluice %s: listening on http://%s:%u (entity types: %s)\n", name.c_str(),
-                cfg->writer.listen_host.c_str(), service->port(), types.c_str());
+    std::printf("sluice %s: listening on %s://%s:%u (entity types: %s)\n", name.c_str(),
+                cfg->writer.tls.enabled() ? "https" : "http", cfg->writer.listen_host.c_str(), service->port(),
+                types.c_str());
   }
   if (sync) {
     std::string sinks;

@@ -161,4 +161,15 @@ void ConfigReader::ReadJsonObjectFile(const Field& f, std::string* path_out, std
   *json_out = std::move(text);
 }
 
+// A readable PEM file, relative to the config file's folder: its path.
+void ConfigReader::ReadPemFile(const Field& f, std::string_view what, std::string* path_out) {
+  std::string text;
+  const std::optional<std::filesystem::path> p = ReadNamedFile(f, what, &text);
+  if (!p) return;
+  if (text.find("-----BEGIN ") == std::string::npos) {
+    return Problem(f.mark, f.path, QuoteValue(p->string()) + " is not a PEM file (no -----BEGIN line)");
+  }
+  *path_out = p->lexically_normal().string();
+}
+
 }  // namespace sluice::config

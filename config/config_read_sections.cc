@@ -129,17 +129,6 @@ void ConfigReader::ReadMysql(const Field& at, MysqlConfig* m) {
   if (key_key && !cert_key) Problem(key_key->mark, key_key->path, "needs ssl_cert, the certificate of this key");
 }
 
-// A readable PEM file, relative to the config file's folder: its path.
-void ConfigReader::ReadPemFile(const Field& f, std::string_view what, std::string* path_out) {
-  std::string text;
-  const std::optional<std::filesystem::path> p = ReadNamedFile(f, what, &text);
-  if (!p) return;
-  if (text.find("-----BEGIN ") == std::string::npos) {
-    return Problem(f.mark, f.path, QuoteValue(p->string()) + " is not a PEM file (no -----BEGIN line)");
-  }
-  *path_out = p->lexically_normal().string();
-}
-
 void ConfigReader::ReadStorageServers(const Field& at, Config* config) {
   if (!at.value.IsNull() && !at.value.IsMap()) {
     Problem(at.mark, at.path, "must be a mapping from server name to its settings, got " + Describe(at.value));
@@ -405,13 +394,14 @@ void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
          ReadMatching(f, "a name of 1-128 letters, digits, '.', '_', ':' or '-'", IsValidMemberName, &w->id);
        }},
       {"advertise", kOptional,
-       [&](const Field& f) { ReadMatching(f, "an http://host:port URL", IsValidAdvertiseUrl, &w->advertise); }},
+       [&](const Field& f) { ReadMatching(f, "an http://host:port or https://host:port URL", IsValidAdvertiseUrl, &w->advertise); }},
       {"lease_ttl", kOptional,
        [&](const Field& f) {
          ReadDuration(f, std::chrono::seconds(1), std::chrono::minutes(10), &w->lease_ttl);
        }},
   };
   for (KeySpec& k : LimitKeys(&w->limits)) keys.push_back(std::move(k));
+  keys.push_back({"tls", kOptional, [&](const Field& f) { ReadListenerTls(f, &w->tls); }});
   ExpectKeys(at, keys);
 }
 
@@ -436,6 +426,7 @@ void ConfigReader::ReadAdmin(const Field& at, AdminConfig* a) {
       {"token", Presence::kOptional, [&](const Field& f) { ReadSecret(f, &a->token); }},
   };
   for (KeySpec& k : LimitKeys(&a->limits)) keys.push_back(std::move(k));
+  keys.push_back({"tls", Presence::kOptional, [&](const Field& f) { ReadListenerTls(f, &a->tls); }});
   ExpectKeys(at, keys);
 }
 
@@ -453,6 +444,7 @@ void ConfigReader::ReadMetrics(const Field& at, Config* config) {
        [&](const Field& f) { ReadListenKey(f, &m.sync_listen_host, &m.sync_listen_port); }},
   };
   for (KeySpec& k : LimitKeys(&m.limits)) keys.push_back(std::move(k));
+  keys.push_back({"tls", kOptional, [&](const Field& f) { ReadListenerTls(f, &m.tls); }});
   ExpectKeys(at, keys);
   if (!listen_keys_.count("metrics.writer_listen")) {
     m.writer_listen_host = m.listen_host;
@@ -462,6 +454,17 @@ void ConfigReader::ReadMetrics(const Field& at, Config* config) {
     m.sync_listen_host = m.listen_host;
     m.sync_listen_port = m.listen_port;
   }
+}
+
+// A listener's tls: {cert, key, client_ca, ca}.
+void ConfigReader::ReadListenerTls(const Field& at, ListenerTls* t) {
+  constexpr auto kOptional = Presence::kOptional;
+  ExpectKeys(at, {
+      {"cert", Presence::kRequired, [&](const Field& f) { ReadPemFile(f, "certificate file ", &t->cert); }},
+      {"key", Presence::kRequired, [&](const Field& f) { ReadPemFile(f, "private key file ", &t->key); }},
+      {"client_ca", kOptional, [&](const Field& f) { ReadPemFile(f, "client CA file ", &t->client_ca); }},
+      {"ca", kOptional, [&](const Field& f) { ReadPemFile(f, "CA file ", &t->ca); }},
+  });
 }
 
 std::vector<KeySpec> ConfigReader::LimitKeys(ListenerLimits* l) {

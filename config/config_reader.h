@@ -201,6 +201,7 @@ class ConfigReader final : public SinkOptionReader {
   // its path, and its text in *text; nullopt after reporting "cannot read
   // <what><path>: <why>".
   std::optional<std::filesystem::path> ReadNamedFile(const Field& f, std::string_view what, std::string* text);
+  void ReadPemFile(const Field& f, std::string_view what, std::string* path_out) override;
   // Redacted() shows a secret given as a reference as it was written.
   void RememberReference(const Field& f, const std::string& reference);
 
@@ -208,7 +209,6 @@ class ConfigReader final : public SinkOptionReader {
 
   void ReadStorage(const Field& at, Config* config);
   void ReadMysql(const Field& at, MysqlConfig* m);
-  void ReadPemFile(const Field& f, std::string_view what, std::string* path_out);
   // storage.servers, after storage.mysql (whose values they take by default).
   void ReadStorageServers(const Field& at, Config* config);
   void ReadEntities(const Field& at, std::map<std::string, EntityTypeConfig>* entities);
@@ -230,6 +230,7 @@ class ConfigReader final : public SinkOptionReader {
   void ReadMetrics(const Field& at, Config* config);
   // The limit keys every HTTP listener section accepts.
   std::vector<KeySpec> LimitKeys(ListenerLimits* l);
+  void ReadListenerTls(const Field& at, ListenerTls* t);
   void CheckListenAddresses(const Config& config);
   void ReadEngine(const Field& at, EngineConfig* e);
   void ReadAntiEntropy(const Field& at, AntiEntropyConfig* a);

@@ -231,8 +231,7 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
             "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, code, routes, url, key, format, fields, "
-            "ttl, "
-            "tombstone_ttl)");
+            "ttl, tombstone_ttl, sentinel_password, wait_replicas, tls_ca, tls_cert, tls_key, tls_verify)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
             "t.yaml:31:5: sinks[2].tabel: unknown key (did you mean \"table\"?)");

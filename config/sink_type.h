@@ -85,6 +85,9 @@ class SinkOptionReader {
   // A readable file (relative to the config file's folder) holding one JSON
   // object: its normalized path and its text.
   virtual void ReadJsonObjectFile(const Field& f, std::string* path_out, std::string* json_out) = 0;
+  // A readable PEM file (relative to the config file's folder): its
+  // normalized path. `what` starts the messages ("CA file ").
+  virtual void ReadPemFile(const Field& f, std::string_view what, std::string* path_out) = 0;
   // Each entry of a mapping (nothing when the value is empty), as a Field
   // whose path is "<f's path>.<key>"; a value that is not a mapping, a key
   // that is not a string and a duplicate key are reported and skipped.
@@ -191,6 +194,9 @@ struct SinkType {
   // Fields to report at through its reader).
   std::function<void(const Config& config, const std::vector<std::pair<size_t, SinkOptionsRead*>>& sinks)>
       check_file;
+  // Optional: what a process logs as a WARNING at start about one sink's
+  // settings (a TLS check turned down, config/tls_options.h).
+  std::function<std::vector<std::string>(const SinkConfig& sink)> warnings;
 };
 
 // The built-in sink types, in the order messages list them.

@@ -21,10 +21,11 @@ constexpr std::chrono::milliseconds kMaxKeyTtl{365LL * 24 * 3600 * 1000};
 // One redis sink's keys while it is read.
 class RedisKeys : public config::SinkOptionsRead {
  public:
-  RedisKeys(config::SinkOptionReader& reader, config::SinkConfig& sink) : r_(reader), sink_(sink) {}
+  RedisKeys(config::SinkOptionReader& reader, config::SinkConfig& sink)
+      : r_(reader), sink_(sink), tls_(reader, [this] { return &o().tls; }) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
-    return {
+    std::vector<config::SinkOptionKey> keys = {
         // Secret-capable: the URL may carry a password.
         {"url", false, [this](const Field& f) { ReadUrl(f); }},
         {"key", false, [this](const Field& f) { ReadKey(f); }},
@@ -38,10 +39,22 @@ class RedisKeys : public config::SinkOptionsRead {
          [this](const Field& f) { r_.ReadDuration(f, std::chrono::milliseconds(0), kMaxKeyTtl, &o().ttl); }},
         {"tombstone_ttl", false,
          [this](const Field& f) { r_.ReadDuration(f, std::chrono::seconds(1), kMaxKeyTtl, &o().tombstone_ttl); }},
+        {"sentinel_password", false,
+         [this](const Field& f) {
+           sentinel_password_key_ = r_.Keep(f);
+           r_.ReadSecret(f, &o().sentinel_password);
+         }},
+        {"wait_replicas", false, [this](const Field& f) { r_.ReadUint(f, 0, 16, &o().wait_replicas); }},
     };
+    tls_.Add(keys);
+    return keys;
   }
 
   void Check(const Field&) override {
+    tls_.Check(url_tls_, "a rediss:// or rediss-sentinel:// url");
+    if (sentinel_password_key_ && !url_sentinel_) {
+      r_.KeyProblem(*sentinel_password_key_, "only with a redis-sentinel:// or rediss-sentinel:// url");
+    }
     // An invalid format was reported already; fields are checked against a valid one only.
     if (fields_key_ && format_ == Format::kJson) {
       r_.KeyProblem(*fields_key_, "only for format: hash (this sink stores each entity as one JSON string)");
@@ -58,6 +71,9 @@ class RedisKeys : public config::SinkOptionsRead {
       // The parser never quotes the URL, which may hold a password.
       r_.Problem(f, "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + endpoint.status().message());
       return;
+    } else {
+      url_tls_ = endpoint->tls;
+      url_sentinel_ = !endpoint->sentinels.empty();
     }
     o().url = std::move(url);
   }
@@ -95,6 +111,10 @@ class RedisKeys : public config::SinkOptionsRead {
   config::SinkConfig& sink_;
   Format format_ = Format::kJson;  // json unless given
   std::shared_ptr<const Field> fields_key_;
+  config::TlsKeysRead tls_;
+  bool url_tls_ = false;       // the url is rediss:// or rediss-sentinel://
+  bool url_sentinel_ = false;  // the url lists sentinels
+  std::shared_ptr<const Field> sentinel_password_key_;
 };
 
 void PrintRedisSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
@@ -109,6 +129,9 @@ void PrintRedisSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
   }
   out.Duration("ttl", r.ttl);
   out.Duration("tombstone_ttl", r.tombstone_ttl);
+  config::PrintTls(r.tls, out);
+  if (!r.sentinel_password.empty()) out.Secret("sentinel_password", r.sentinel_password);
+  if (r.wait_replicas > 0) out.Value("wait_replicas", uint64_t{r.wait_replicas});
 }
 
 }  // namespace
@@ -121,6 +144,13 @@ BuiltinSinkType RedisSinkType() {
     return std::make_unique<RedisKeys>(reader, *sink);
   };
   t.print = PrintRedisSink;
+  t.warnings = [](const config::SinkConfig& sink) {
+    std::vector<std::string> out;
+    if (auto w = config::TlsWarning("sink '" + sink.name + "'", sink.Options<RedisSinkOptions>().tls); !w.empty()) {
+      out.push_back(std::move(w));
+    }
+    return out;
+  };
   return {std::move(t), [](const config::SinkConfig& sink, const config::Config& global) {
             return MakeRedisSink(sink, global);
           }};

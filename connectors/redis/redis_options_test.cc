@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <utility>
@@ -42,11 +43,11 @@ std::string WithUrl(const std::string& url) {
 TEST(RedisConfig, BadUrl) {
   const std::string prefix =
       "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-      "redis://[[user]:password@]host[:port][/db]: ";
+      "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]: ";
   const std::string kDb = "the database after / must be a number (0 to the server's databases setting - 1)";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"http://127.0.0.1:6379/0", "the scheme must be redis://"},
-      {"rediss://127.0.0.1", "the scheme must be redis://"},
+      {"http://127.0.0.1:6379/0", "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://"},
+      {"redis+tls://127.0.0.1", "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://"},
       {"redis://127.0.0.1:0/0", "the port must be between 1 and 65535"},
       {"redis://127.0.0.1:65536/0", "the port must be between 1 and 65535"},
       {"redis://127.0.0.1:/0", "the port must be between 1 and 65535"},
@@ -68,7 +69,7 @@ TEST(RedisConfig, BadUrl) {
   }
   for (const std::string url : {"redis://localhost", "redis://[::1]:6380/2", "redis://[::1]",
                                 "redis://:a@b@h_1.example:1/0", "redis://default:pw@127.0.0.1/16",
-                                "redis://app%3A1:p%40ss@h:1/0"}) {
+                                "redis://app%3A1:p%40ss@h:1/0", "rediss://app:pw@cache.example.com:6380/1"}) {
     EXPECT_EQ(Errors(WithUrl("\"" + url + "\"")), "") << url;
   }
   // The URL is never quoted back: it may hold a password.
@@ -83,7 +84,7 @@ TEST(RedisConfig, BadUrlFromASecretIsNotShown) {
   const std::string errors = Errors(WithUrl("\"${env:SLUICE_TEST_REDIS_URL}\""));
   EXPECT_EQ(errors,
             "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-            "redis://[[user]:password@]host[:port][/db]: the scheme must be redis://");
+            "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]: the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
   EXPECT_EQ(errors.find(kPassword), std::string::npos);
   ::unsetenv("SLUICE_TEST_REDIS_URL");
   EXPECT_EQ(Errors(WithUrl("\"${env:SLUICE_TEST_REDIS_URL}\"")),
@@ -119,6 +120,48 @@ TEST(SinkErrors, FieldsOnlyWithHashFormat) {
                              "fields: {}")),
             "t.yaml:24:13: sinks[1].fields: must be a mapping from field name to JSON pointer "
             "with at least one entry, got an empty mapping");
+}
+
+// TLS keys: only with rediss://, a certificate with its key, PEM files that
+// exist, tls_verify identity or ca; printed back, and weak settings warned of.
+TEST(RedisConfig, TlsKeys) {
+  const std::string dir = ::testing::TempDir();  // ends with /
+  const std::string ca = dir + "redis_tls_ca.pem", cert = dir + "redis_tls_cert.pem", key = dir + "redis_tls.key";
+  for (const std::string& f : {ca, cert, key}) {
+    std::ofstream(f) << "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  }
+  const std::string tls_url = "\"rediss://cache.example.com:6380/0\"\n";
+  EXPECT_EQ(Errors(WithUrl(tls_url + "    tls_ca: " + ca + "\n    tls_cert: " + cert + "\n    tls_key: " + key +
+                           "\n    tls_verify: identity\n")),
+            "");
+  EXPECT_EQ(Errors(WithUrl("redis://h:1/0\n    tls_ca: " + ca + "\n")),
+            "t.yaml:15:5: sinks[0].tls_ca: only with a rediss:// or rediss-sentinel:// url");
+  EXPECT_EQ(Errors(WithUrl(tls_url + "    tls_cert: " + cert + "\n")),
+            "t.yaml:15:5: sinks[0].tls_cert: needs tls_key, the certificate's private key");
+  EXPECT_EQ(Errors(WithUrl(tls_url + "    tls_key: " + key + "\n")),
+            "t.yaml:15:5: sinks[0].tls_key: needs tls_cert, the certificate of this key");
+  EXPECT_EQ(Errors(WithUrl(tls_url + "    tls_verify: none\n")),
+            "t.yaml:15:17: sinks[0].tls_verify: must be identity or ca, got \"none\"");
+  EXPECT_EQ(Errors(WithUrl(tls_url + "    tls_ca: " + dir + "no-such.pem\n")).find("t.yaml:15:13: sinks[0].tls_ca: cannot read CA file "),
+            0u);
+  std::ofstream(dir + "not-pem.txt") << "hello";
+  EXPECT_NE(Errors(WithUrl(tls_url + "    tls_ca: " + dir + "not-pem.txt\n")).find("is not a PEM file"), std::string::npos);
+
+  Result<Config> r = LoadConfigFromString(WithUrl(tls_url + "    tls_ca: " + ca + "\n    tls_verify: ca\n"), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const config::TlsClientOptions& tls = r->sinks[0].Options<RedisSinkOptions>().tls;
+  EXPECT_EQ(tls.ca, ca);
+  EXPECT_EQ(tls.verify, config::TlsClientOptions::Verify::kCa);
+  EXPECT_NE(r->Redacted().find("    tls_ca: " + ca + "\n    tls_verify: ca\n"), std::string::npos) << r->Redacted();
+  const config::SinkType& type = RedisSinkType().config;
+  ASSERT_TRUE(type.warnings);
+  const auto warnings = type.warnings(r->sinks[0]);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "WARNING: sink 'account_cache' has tls_verify: ca: any server with a certificate from " + ca +
+                             " is accepted, whatever host it was issued to; remove tls_verify to check the host name too");
+  r = LoadConfigFromString(WithUrl(tls_url), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(type.warnings(r->sinks[0]).empty());
 }
 
 TEST(Secrets, RedisUrlFromTheEnvironmentIsResolvedAndRedacted) {

@@ -3,6 +3,8 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <tuple>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_connection.h"
 #include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_sink_impl.h"
 #include "connectors/redis/redis_url.h"
@@ -19,16 +22,6 @@
 #include "connectors/redis/view_value.h"
 
 namespace sluice::connectors::redis {
-namespace {
-
-timeval ToTimeval(std::chrono::milliseconds ms) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
-
-}  // namespace
 
 RedisSink::RedisSink(const config::SinkConfig& cfg, RedisEndpoint endpoint, KeyTemplate keys,
                      RedisConnectionLimits limits)
@@ -60,7 +53,7 @@ Status RedisSink::Open() {
     RETURN_IF_ERROR(Connect());
     return PrepareShadowKeys();
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return Internal(where_ + ": " + e.what());
   }
 }
@@ -68,7 +61,7 @@ Status RedisSink::Open() {
 Status RedisSink::Health() {
   SigpipeGuard guard;
   try {
-    if (!ctx_) return Connect();
+    if (!conn_) return Connect();
     const char* argv[] = {"PING"};
     size_t lens[] = {4};
     Result<ReplyPtr> reply = Command(1, argv, lens);
@@ -76,7 +69,7 @@ Status RedisSink::Health() {
     if ((*reply)->type == REDIS_REPLY_ERROR) return ServerError("PING", ReplyText(**reply));
     return Status::Ok();
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return Internal(where_ + ": " + e.what());
   }
 }
@@ -103,15 +96,24 @@ Result<std::unique_ptr<Sink>> RedisSink::MakeRebuildShadow() const {
 }
 
 Status RedisSink::Connect() {
-  ctx_.reset();
-  ContextPtr c(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, ToTimeval(limits_.connect_timeout)));
-  if (!c) return Unavailable(where_ + ": cannot allocate a connection");
-  if (c->err) return Unavailable(where_ + ": cannot connect: " + c->errstr);
-  if (redisSetTimeout(c.get(), ToTimeval(limits_.io_timeout)) != REDIS_OK) {
-    return Unavailable(where_ + ": cannot set the io timeout: " + c->errstr);
+  conn_.reset();
+  RedisTransport t;
+  t.host = endpoint_.host;
+  t.port = endpoint_.port;
+  t.tls = endpoint_.tls;
+  t.tls_options = options().tls;
+  t.connect_timeout = limits_.connect_timeout;
+  t.io_timeout = limits_.io_timeout;
+  if (!endpoint_.sentinels.empty()) {
+    ASSIGN_OR_RETURN(std::tie(t.host, t.port), AskSentinels(t));
   }
-  redisEnableKeepAlive(c.get());  // best effort: a dead peer is still caught by the io timeout
-  ctx_ = std::move(c);
+  Result<std::unique_ptr<RedisConnection>> c = RedisConnection::Open(t);
+  if (!c.ok()) {
+    return Unavailable(where_ + ": " + (endpoint_.sentinels.empty() ? "" : "master " + t.host + ":" +
+                                                                            std::to_string(t.port) + ": ") +
+                       c.status().message());
+  }
+  conn_ = std::move(c).value();
 
   if (!endpoint_.password.empty()) {
     std::vector<std::string_view> args = {"AUTH"};
@@ -121,7 +123,7 @@ Status RedisSink::Connect() {
     if (!reply.ok()) return reply.status();
     if ((*reply)->type == REDIS_REPLY_ERROR) {
       std::string err(ReplyText(**reply));
-      ctx_.reset();
+      conn_.reset();
       if (Classify(err) == ErrorClass::kUnavailable) return Unavailable(where_ + ": AUTH: " + err);
       return FailedPrecondition(where_ + ": redis refused AUTH (" + err +
                                 "): fix the user and password in the sink url, as "
@@ -134,10 +136,25 @@ Status RedisSink::Connect() {
     if (!reply.ok()) return reply.status();
     if ((*reply)->type == REDIS_REPLY_ERROR) {
       std::string err(ReplyText(**reply));
-      ctx_.reset();
+      conn_.reset();
       if (Classify(err) != ErrorClass::kEvent) return ServerError("SELECT", err);
       return FailedPrecondition(where_ + ": redis refused SELECT " + db + " (" + err +
                                 "): fix the database number in the sink url");
+    }
+  }
+  // What the sentinels named may have been demoted since (a failover they
+  // have not told of yet): write to a master only.
+  if (!endpoint_.sentinels.empty()) {
+    Result<ReplyPtr> role = Command({"ROLE"});
+    if (!role.ok()) return role.status();
+    const redisReply& r = **role;
+    if (r.type == REDIS_REPLY_ERROR) return ServerError("ROLE", ReplyText(r));
+    const bool master = r.type == REDIS_REPLY_ARRAY && r.elements > 0 && r.element[0]->type == REDIS_REPLY_STRING &&
+                        ReplyText(*r.element[0]) == "master";
+    if (!master) {
+      conn_.reset();
+      return Unavailable(where_ + ": the sentinels named " + t.host + ":" + std::to_string(t.port) +
+                         " as master '" + endpoint_.master + "', but it is not a master (yet): a failover is under way");
     }
   }
   // The name shows the sink in CLIENT LIST; a refusal (ACL) is harmless and ignored.
@@ -146,13 +163,63 @@ Status RedisSink::Connect() {
   return LoadScript();
 }
 
+// Asks each sentinel in turn for the master's address; the first that
+// knows it answers.
+Result<std::pair<std::string, uint16_t>> RedisSink::AskSentinels(const RedisTransport& base) {
+  std::string tried;
+  for (const auto& [host, port] : endpoint_.sentinels) {
+    RedisTransport s = base;
+    s.host = host;
+    s.port = port;
+    const std::string who = "sentinel " + host + ":" + std::to_string(port);
+    Result<std::unique_ptr<RedisConnection>> c = RedisConnection::Open(s);
+    if (!c.ok()) {
+      tried += "; " + who + ": " + c.status().message();
+      continue;
+    }
+    const auto ask = [&](std::vector<std::string_view> args) -> Result<ReplyPtr> {
+      std::vector<const char*> argv;
+      std::vector<size_t> lens;
+      for (auto a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+      }
+      return (*c)->Command(static_cast<int>(args.size()), argv.data(), lens.data());
+    };
+    if (!options().sentinel_password.empty()) {
+      Result<ReplyPtr> auth = ask({"AUTH", options().sentinel_password});
+      if (!auth.ok() || (*auth)->type == REDIS_REPLY_ERROR) {
+        tried += "; " + who + ": AUTH: " + (auth.ok() ? std::string(ReplyText(**auth)) : auth.status().message());
+        continue;
+      }
+    }
+    Result<ReplyPtr> addr = ask({"SENTINEL", "get-master-addr-by-name", endpoint_.master});
+    if (!addr.ok()) {
+      tried += "; " + who + ": " + addr.status().message();
+      continue;
+    }
+    const redisReply& r = **addr;
+    if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 && r.element[0]->type == REDIS_REPLY_STRING &&
+        r.element[1]->type == REDIS_REPLY_STRING) {
+      const std::string port_text(ReplyText(*r.element[1]));
+      const int master_port = std::atoi(port_text.c_str());
+      if (master_port > 0 && master_port <= 65535) {
+        return std::make_pair(std::string(ReplyText(*r.element[0])), static_cast<uint16_t>(master_port));
+      }
+    }
+    tried += "; " + who + ": " +
+             (r.type == REDIS_REPLY_ERROR ? std::string(ReplyText(r)) : "does not know master '" + endpoint_.master + "'");
+  }
+  return Unavailable(where_ + ": no sentinel gave the address of master '" + endpoint_.master + "'" + tried);
+}
+
 Status RedisSink::LoadScript() {
   Result<ReplyPtr> reply = Command({"SCRIPT", "LOAD", kVersionCheckScript});
   if (!reply.ok()) return reply.status();
   const redisReply& r = **reply;
   if (r.type == REDIS_REPLY_ERROR) return ServerError("SCRIPT LOAD", ReplyText(r));
   if (r.type != REDIS_REPLY_STRING) {
-    ctx_.reset();
+    conn_.reset();
     return Internal(where_ + ": SCRIPT LOAD gave no sha");
   }
   sha_.assign(r.str, r.len);
@@ -162,27 +229,23 @@ Status RedisSink::LoadScript() {
 // A status for an error reply to a connection-level command; drops the
 // connection, since the caller gives up on it.
 Status RedisSink::ServerError(std::string_view command, std::string_view err) {
-  ctx_.reset();
+  conn_.reset();
   std::string what = where_ + ": " + std::string(command) + ": " + std::string(err);
   if (Classify(err) == ErrorClass::kUnavailable) return Unavailable(what);
   return FailedPrecondition(what + ": " + MisconfigurationAdvice(err));
 }
 
-// The connection failed (refused, reset, timed out): forget it.
-Status RedisSink::ConnectionLost() {
-  std::string why = ctx_ ? std::string(ctx_->errstr) : std::string("not connected");
-  if (why == "Resource temporarily unavailable") {
-    why = "no answer within the io timeout of " + std::to_string(limits_.io_timeout.count()) + " ms";
-  }
-  ctx_.reset();
-  return Unavailable(where_ + ": connection lost: " + why);
+// The connection failed (refused, reset, timed out; `why` says which): forget it.
+Status RedisSink::ConnectionLost(const Status& why) {
+  conn_.reset();
+  return Unavailable(where_ + ": connection lost: " + why.message());
 }
 
 Result<ReplyPtr> RedisSink::Command(int argc, const char** argv, const size_t* lens) {
-  if (!ctx_) return ConnectionLost();
-  void* raw = redisCommandArgv(ctx_.get(), argc, argv, lens);
-  if (raw == nullptr) return ConnectionLost();
-  return ReplyPtr(static_cast<redisReply*>(raw));
+  if (!conn_) return ConnectionLost(Unavailable("not connected"));
+  Result<ReplyPtr> reply = conn_->Command(argc, argv, lens);
+  if (!reply.ok()) return ConnectionLost(reply.status());
+  return reply;
 }
 
 Result<ReplyPtr> RedisSink::Command(const std::vector<std::string_view>& args) {
@@ -207,7 +270,7 @@ Status RedisSink::ScanKeys(const std::string& pattern, const std::function<Statu
     if (r.type == REDIS_REPLY_ERROR) return ServerError("SCAN", ReplyText(r));
     if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[0]->type != REDIS_REPLY_STRING ||
         r.element[1]->type != REDIS_REPLY_ARRAY) {
-      ctx_.reset();
+      conn_.reset();
       return Internal(where_ + ": unexpected reply to SCAN");
     }
     cursor.assign(r.element[0]->str, r.element[0]->len);
@@ -228,13 +291,13 @@ Result<std::vector<ReplyPtr>> RedisSink::PipelinePerKey(const char* command, con
     if (to) second.push_back(to(key));
     const char* argv[] = {command, key.data(), to ? second.back().data() : nullptr};
     size_t lens[] = {std::char_traits<char>::length(command), key.size(), to ? second.back().size() : 0};
-    if (redisAppendCommandArgv(ctx_.get(), to ? 3 : 2, argv, lens) != REDIS_OK) return ConnectionLost();
+    conn_->Append(to ? 3 : 2, argv, lens);
   }
   std::vector<ReplyPtr> replies;
   for (size_t i = 0; i < keys.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
-    replies.emplace_back(static_cast<redisReply*>(raw));
+    Result<ReplyPtr> read = conn_->Read();
+    if (!read.ok()) return ConnectionLost(read.status());
+    replies.push_back(std::move(read).value());
   }
   return replies;
 }

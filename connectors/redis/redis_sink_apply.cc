@@ -22,7 +22,7 @@ ApplyResult RedisSink::Apply(std::span<const ChangeEvent> events) {
     guard_ = kGuardNewer;
     return ApplyBatch(events);
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return ApplyResult{Internal(where_ + ": " + e.what()), {}};
   }
 }
@@ -34,7 +34,7 @@ ApplyResult RedisSink::Repair(std::span<const ChangeEvent> events, RepairGuard r
     guard_ = repair_guard == RepairGuard::kAny ? kGuardAny : kGuardNotOlder;
     return ApplyBatch(events);
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return ApplyResult{Internal(where_ + ": " + e.what()), {}};
   }
 }
@@ -139,7 +139,7 @@ bool RedisSink::AddHashFields(const ChangeEvent& e, std::string& reason) {
 ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
   ApplyResult out;
   if (events.empty()) return out;
-  if (!ctx_) {
+  if (!conn_) {
     Status s = Connect();
     if (!s.ok()) return ApplyResult{s, {}};
   }
@@ -175,7 +175,7 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
   bool reloaded = false;
   for (int round = 0; !calls_.empty(); ++round) {
     if (round == 4) {
-      ctx_.reset();
+      conn_.reset();
       return ApplyResult{Internal(where_ + ": the batch did not settle after 4 rounds"), {}};
     }
     bool noscript = false;
@@ -185,7 +185,7 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
     if (!s.ok()) return ApplyResult{s, {}};
     if (noscript) {
       if (reloaded) {
-        ctx_.reset();
+        conn_.reset();
         return ApplyResult{Unavailable(where_ + ": the script vanished from redis twice in one batch"), {}};
       }
       s = LoadScript();
@@ -194,18 +194,34 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
     }
     calls_.swap(redo_);
   }
+  if (Status replicated = WaitForReplicas(); !replicated.ok()) return ApplyResult{replicated, {}};
   return out;
+}
+
+// A batch counts as written once wait_replicas replicas have it, so that a
+// failover to one of them loses none of it; otherwise it is retried (the
+// version check makes that harmless).
+Status RedisSink::WaitForReplicas() {
+  if (options().wait_replicas == 0) return Status::Ok();
+  const std::string want = std::to_string(options().wait_replicas);
+  const std::string timeout = std::to_string(std::max<int64_t>(1, limits_.io_timeout.count() / 2));
+  Result<ReplyPtr> reply = Command({"WAIT", want, timeout});
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type == REDIS_REPLY_ERROR) return ServerError("WAIT", ReplyText(r));
+  if (r.type != REDIS_REPLY_INTEGER || r.integer < static_cast<long long>(options().wait_replicas)) {
+    return Unavailable(where_ + ": " + (r.type == REDIS_REPLY_INTEGER ? std::to_string(r.integer) : std::string("no")) +
+                       " of the " + want + " replicas (wait_replicas) acknowledged the batch within " + timeout + " ms");
+  }
+  return Status::Ok();
 }
 
 // Queues one EVALSHA for the events of `call` and writes it to the socket
 // at once (without waiting for any reply).
 Status RedisSink::SendCall(const Call& call) {
   AssembleCall(call);
-  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv_.size()), argv_.data(), lens_.data()) != REDIS_OK) {
-    return ConnectionLost();
-  }
-  int done = 0;
-  if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return ConnectionLost();
+  conn_->Append(static_cast<int>(argv_.size()), argv_.data(), lens_.data());
+  if (Status written = conn_->Flush(); !written.ok()) return ConnectionLost(written);
   return Status::Ok();
 }
 
@@ -214,9 +230,9 @@ Status RedisSink::SendCall(const Call& call) {
 Status RedisSink::ReadReplies(std::vector<EventResult>& results, bool& noscript) {
   redo_.clear();
   for (const Call& call : calls_) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
-    ReplyPtr reply(static_cast<redisReply*>(raw));
+    Result<ReplyPtr> read = conn_->Read();
+    if (!read.ok()) return ConnectionLost(read.status());
+    ReplyPtr reply = std::move(read).value();
     const size_t count = call.end - call.begin;
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == count) {
       for (size_t k = 0; k < count; ++k) {

@@ -25,10 +25,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
 #include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_connection.h"
 #include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_sink.h"
 #include "connectors/redis/redis_url.h"
@@ -52,16 +54,7 @@ inline constexpr const char* kGuardNewer = ">";
 inline constexpr const char* kGuardNotOlder = "=";
 inline constexpr const char* kGuardAny = "!";
 
-struct ContextFree {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using ContextPtr = std::unique_ptr<redisContext, ContextFree>;
-using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
-
-// hiredis writes with write(2), so a peer that closed the connection raises
+// TLS writes with write(2) (OpenSSL's socket BIO), so a peer that closed the connection raises
 // SIGPIPE, which kills a process that has not ignored it. While a public
 // method runs, SIGPIPE is blocked for this thread and any instance of it that
 // our writes raised is consumed; EPIPE then surfaces as a connection error.
@@ -109,7 +102,7 @@ class RedisSink final : public Sink {
   Capabilities capabilities() const override;
   Status Open() override;
   Status Health() override;
-  void Close() override { ctx_.reset(); }
+  void Close() override { conn_.reset(); }
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
 
   // redis_sink_apply.cc
@@ -149,9 +142,12 @@ class RedisSink final : public Sink {
   const std::vector<config::FieldMapping>& hash_fields() const;
   bool values_expire() const;
   Status Connect();
+  Result<std::pair<std::string, uint16_t>> AskSentinels(const RedisTransport& base);
   Status LoadScript();
+  // WAIT for options().wait_replicas replicas to hold what was written.
+  Status WaitForReplicas();
   Status ServerError(std::string_view command, std::string_view err);
-  Status ConnectionLost();
+  Status ConnectionLost(const Status& why);
   Result<ReplyPtr> Command(int argc, const char** argv, const size_t* lens);
   Result<ReplyPtr> Command(const std::vector<std::string_view>& args);
   Status ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page);
@@ -205,7 +201,7 @@ class RedisSink final : public Sink {
   std::optional<KeyTemplate> live_keys_;
   std::string shadow_prefix_;
   bool shadow_prepared_ = false;
-  ContextPtr ctx_;           // null when not connected
+  std::unique_ptr<RedisConnection> conn_;  // null when not connected
   std::string sha_;
 
   // Reused by every Apply so that a warm sink allocates almost nothing per batch.

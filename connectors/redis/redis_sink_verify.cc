@@ -26,7 +26,7 @@ Status RedisSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   try {
     return VerifyAll(truth, differences);
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return Internal(where_ + ": verify: " + e.what());
   }
 }
@@ -36,13 +36,13 @@ Status RedisSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vec
   try {
     return CheckEntities(truth, differences);
   } catch (const std::exception& e) {
-    ctx_.reset();
+    conn_.reset();
     return Internal(where_ + ": verify: " + e.what());
   }
 }
 
 Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
-  if (!ctx_) RETURN_IF_ERROR(Connect());
+  if (!conn_) RETURN_IF_ERROR(Connect());
   std::vector<std::string> keys;
   for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
     const size_t end = std::min(truth.size(), begin + kVerifyChunk);
@@ -53,12 +53,12 @@ Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vecto
       const char* cmd = s.deleted ? "EXISTS" : hash_ ? "HGETALL" : "GET";
       const char* argv[] = {cmd, keys.back().data()};
       size_t lens[] = {std::char_traits<char>::length(cmd), keys.back().size()};
-      if (redisAppendCommandArgv(ctx_.get(), 2, argv, lens) != REDIS_OK) return ConnectionLost();
+      conn_->Append(2, argv, lens);
     }
     for (size_t i = begin; i < end; ++i) {
-      void* raw = nullptr;
-      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
-      ReplyPtr reply(static_cast<redisReply*>(raw));
+      Result<ReplyPtr> read = conn_->Read();
+      if (!read.ok()) return ConnectionLost(read.status());
+      ReplyPtr reply = std::move(read).value();
       const std::string& key = keys[i - begin];
       if (reply->type == REDIS_REPLY_ERROR) {
         std::string_view err = ReplyText(*reply);
@@ -76,7 +76,7 @@ Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vecto
 // VerifyEntities: per entity, its value and its tombstone in one pipeline
 // (2 commands per entity, one round trip per kVerifyChunk entities).
 Status RedisSink::CheckEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
-  if (!ctx_) RETURN_IF_ERROR(Connect());
+  if (!conn_) RETURN_IF_ERROR(Connect());
   std::vector<std::string> keys;
   for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
     const size_t end = std::min(truth.size(), begin + kVerifyChunk);
@@ -87,17 +87,17 @@ Status RedisSink::CheckEntities(std::span<const EntitySnapshot> truth, std::vect
       const char* cmd = hash_ ? "HGETALL" : "GET";
       const char* argv[] = {cmd, keys.back().data()};
       size_t lens[] = {std::char_traits<char>::length(cmd), keys.back().size()};
-      if (redisAppendCommandArgv(ctx_.get(), 2, argv, lens) != REDIS_OK) return ConnectionLost();
+      conn_->Append(2, argv, lens);
       const char* targv[] = {"GET", tomb.data()};
       size_t tlens[] = {3, tomb.size()};
-      if (redisAppendCommandArgv(ctx_.get(), 2, targv, tlens) != REDIS_OK) return ConnectionLost();
+      conn_->Append(2, targv, tlens);
     }
     for (size_t i = begin; i < end; ++i) {
       ReplyPtr replies[2];
       for (ReplyPtr& r : replies) {
-        void* raw = nullptr;
-        if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) return ConnectionLost();
-        r.reset(static_cast<redisReply*>(raw));
+        Result<ReplyPtr> read = conn_->Read();
+        if (!read.ok()) return ConnectionLost(read.status());
+        r = std::move(read).value();
       }
       const EntitySnapshot& s = truth[i];
       const std::string& key = keys[i - begin];

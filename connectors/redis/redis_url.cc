@@ -22,17 +22,84 @@ std::optional<T> DecimalAs(std::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// One host[:port] of an authority: a name, an IPv4 address or an IPv6
+// address in brackets, with `default_port` when none is given.
+Status ParseHostPort(std::string_view authority, uint16_t default_port, std::string* host_out, uint16_t* port_out) {
+  std::string_view host = authority;
+  std::optional<std::string_view> port;
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return InvalidArgument("the IPv6 host has no closing ]");
+    host = authority.substr(1, close - 1);
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return InvalidArgument("the host is not a valid host name or IP address");
+      port = after.substr(1);
+    }
+    if (!IsIpv6Literal(host)) return InvalidArgument("the host is not a valid host name or IP address");
+  } else {
+    if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
+      host = authority.substr(0, colon);
+      port = authority.substr(colon + 1);
+    }
+    if (host.empty()) return InvalidArgument("the host is empty");
+    if (!IsValidHostName(host)) return InvalidArgument("the host is not a valid host name or IP address");
+  }
+  *host_out = std::string(host);
+  *port_out = default_port;
+  if (port) {
+    const auto n = DecimalAs<uint32_t>(*port);
+    if (!n || *n < 1 || *n > 65535) return InvalidArgument("the port must be between 1 and 65535");
+    *port_out = static_cast<uint16_t>(*n);
+  }
+  return Status::Ok();
+}
+
+std::string HostPort(const std::string& host, uint16_t port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ':' + std::to_string(port);
+}
+
+}  // namespace
+
 std::string RedisEndpoint::Describe() const {
-  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  out += ':' + std::to_string(port) + '/' + std::to_string(db);
-  return out;
+  std::string out = tls ? "rediss://" : "";
+  if (!sentinels.empty()) {
+    out = tls ? "rediss-sentinel://" : "redis-sentinel://";
+    for (size_t i = 0; i < sentinels.size(); ++i) {
+      out += (i == 0 ? "" : ",") + HostPort(sentinels[i].first, sentinels[i].second);
+    }
+    return out + '/' + master + '/' + std::to_string(db);
+  }
+  return out + HostPort(host, port) + '/' + std::to_string(db);
 }
 
 Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) return InvalidArgument("the scheme must be redis://");
-  std::string_view rest = url.substr(kScheme.size());
+  struct Scheme {
+    std::string_view prefix;
+    bool tls;
+    bool sentinel;
+  };
+  static constexpr Scheme kSchemes[] = {{"redis://", false, false},
+                                        {"rediss://", true, false},
+                                        {"redis-sentinel://", false, true},
+                                        {"rediss-sentinel://", true, true}};
   RedisEndpoint ep;
+  std::string_view rest;
+  bool sentinel = false;
+  bool known = false;
+  for (const Scheme& s : kSchemes) {
+    if (url.substr(0, s.prefix.size()) != s.prefix) continue;
+    rest = url.substr(s.prefix.size());
+    ep.tls = s.tls;
+    sentinel = s.sentinel;
+    known = true;
+    break;
+  }
+  if (!known) {
+    return InvalidArgument("the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
+  }
   // Host, port and db never hold '@', so the last one ends the password,
   // which may itself hold '@', ':' or '/'.
   if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
@@ -54,39 +121,35 @@ Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
   }
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
-  std::string_view host = authority;
-  std::optional<std::string_view> port;
-  if (!authority.empty() && authority[0] == '[') {
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return InvalidArgument("the IPv6 host has no closing ]");
-    host = authority.substr(1, close - 1);
-    const std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return InvalidArgument("the host is not a valid host name or IP address");
-      port = after.substr(1);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  if (sentinel) {
+    // host[:port],host[:port].../MASTER[/db]
+    std::string_view hosts = authority;
+    while (true) {
+      const size_t comma = hosts.find(',');
+      std::pair<std::string, uint16_t> one;
+      RETURN_IF_ERROR(ParseHostPort(hosts.substr(0, comma), kSentinelPort, &one.first, &one.second));
+      ep.sentinels.push_back(std::move(one));
+      if (comma == std::string_view::npos) break;
+      hosts = hosts.substr(comma + 1);
     }
-    if (!IsIpv6Literal(host)) return InvalidArgument("the host is not a valid host name or IP address");
+    const size_t master_end = path.find('/');
+    ep.master = std::string(path.substr(0, master_end));
+    if (slash == std::string_view::npos || ep.master.empty()) {
+      return InvalidArgument("a sentinel url names the master after the sentinels: /MASTER_NAME[/db]");
+    }
+    if (ep.master.find_first_of(" \t\r\n%?#") != std::string::npos) {
+      return InvalidArgument("the master name has a space or one of % ? #");
+    }
+    path = master_end == std::string_view::npos ? std::string_view() : path.substr(master_end + 1);
+    if (master_end == std::string_view::npos) return ep;
   } else {
-    if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
-      host = authority.substr(0, colon);
-      port = authority.substr(colon + 1);
-    }
-    if (host.empty()) return InvalidArgument("the host is empty");
-    if (!IsValidHostName(host)) return InvalidArgument("the host is not a valid host name or IP address");
+    RETURN_IF_ERROR(ParseHostPort(authority, 6379, &ep.host, &ep.port));
+    if (slash == std::string_view::npos) return ep;
   }
-  ep.host = std::string(host);
-  if (port) {
-    const auto n = DecimalAs<uint32_t>(*port);
-    if (!n || *n < 1 || *n > 65535) return InvalidArgument("the port must be between 1 and 65535");
-    ep.port = static_cast<uint16_t>(*n);
-  }
-  if (slash != std::string_view::npos) {
-    const auto n = DecimalAs<int>(rest.substr(slash + 1));
-    if (!n) {
-      return InvalidArgument("the database after / must be a number (0 to the server's databases setting - 1)");
-    }
-    ep.db = *n;
-  }
+  const auto n = DecimalAs<int>(path);
+  if (!n) return InvalidArgument("the database after / must be a number (0 to the server's databases setting - 1)");
+  ep.db = *n;
   return ep;
 }
 

@@ -1,4 +1,4 @@
-// The redis sink's `url`: redis://[[user]:password@]host[:port][/db], the one
+// The redis sink's `url`: redis[s]://[[user]:password@]host[:port][/db], the one
 // parser of that grammar (the config check and the sink both call it).
 // Pure functions, safe from any thread.
 //
@@ -11,19 +11,29 @@
 //    fails when the sink connects, saying so;
 //  - user and password may be percent-encoded (core/percent_decode.h); the
 //    last '@' ends them, so an unencoded '@', ':' or '/' in a password works;
-//  - no TLS (rediss://), unix sockets, query or fragment.
+//  - rediss:// is the same over TLS (the sink's tls_* keys say how the
+//    server is checked; docs/security.md);
+//  - redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db]
+//    (rediss-sentinel:// over TLS) lists Redis Sentinels (port 26379 by
+//    default) and the name of the master they watch, as Lettuce and
+//    go-redis name them; the user and password are the master's;
+//  - no unix sockets, query or fragment.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
 namespace sluice::connectors::redis {
 
 // How the grammar is shown in messages.
-inline constexpr std::string_view kRedisUrlForm = "redis://[[user]:password@]host[:port][/db]";
+inline constexpr std::string_view kRedisUrlForm =
+    "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]";
+inline constexpr uint16_t kSentinelPort = 26379;
 
 // Where and how to connect, taken apart from a URL.
 struct RedisEndpoint {
@@ -32,8 +42,15 @@ struct RedisEndpoint {
   std::string username;  // Redis 6 ACL user; empty: AUTH with the password only
   std::string password;  // secret: never put it in a message; empty: no AUTH
   int db = 0;            // SELECTed after connecting when not 0
+  bool tls = false;      // rediss://, rediss-sentinel://
+  // Sentinel: where to ask for the master's address (host and port above are
+  // then unused); empty: host and port are the server.
+  std::vector<std::pair<std::string, uint16_t>> sentinels;
+  std::string master;  // the master's name among the sentinels
 
-  // "host:port/db" for messages: never includes the user or the password.
+  // "host:port/db" for messages ("rediss://host:port/db" over TLS,
+  // "redis-sentinel://s1:26379,s2:26379/MASTER/db" with sentinels): never
+  // includes the user or the password.
   std::string Describe() const;
 };
 

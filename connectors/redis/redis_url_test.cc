@@ -61,7 +61,7 @@ TEST(ParseRedisUrl, DescribeNeverShowsThePassword) {
 }
 
 TEST(ParseRedisUrl, RejectsMalformed) {
-  for (const char* url : {"", "http://h:1", "rediss://h:1", "redis://", "redis://:1", "redis://h:", "redis://h:0",
+  for (const char* url : {"", "http://h:1", "redis+tls://h:1", "rediss://", "redis://", "redis://:1", "redis://h:", "redis://h:0",
                           "redis://h:65536", "redis://h:12x", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/0?x=1",
                           "redis://h:1/0#f", "redis://pw@h:1", "redis://[::1", "redis://[::1]x", "redis://:%zz@h",
                           "redis://:%4@h", "redis://h:1/0/1", "redis://cache.local/",
@@ -86,8 +86,47 @@ TEST(ParseRedisUrl, AcceptsAnAclUserAndAnyDatabaseNumber) {
   EXPECT_FALSE(ParseRedisUrl("redis://h/2147483648").ok());
 }
 
+// rediss:// is the same grammar over TLS, and says so in messages.
+TEST(ParseRedisUrl, RedissMeansTls) {
+  auto ep = ParseRedisUrl("rediss://app:pw@cache.example.com:6380/2");
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_TRUE(ep->tls);
+  EXPECT_EQ(ep->host, "cache.example.com");
+  EXPECT_EQ(ep->port, 6380);
+  EXPECT_EQ(ep->username, "app");
+  EXPECT_EQ(ep->db, 2);
+  EXPECT_EQ(ep->Describe(), "rediss://cache.example.com:6380/2");
+  EXPECT_FALSE(ParseRedisUrl("redis://h")->tls);
+}
+
+// Sentinels: a list of host[:port] (26379 by default), then the master's name.
+TEST(ParseRedisUrl, SentinelsAndTheirMaster) {
+  auto ep = ParseRedisUrl("redis-sentinel://app:pw@s1,s2:26380,[::1]/mymaster/3");
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_FALSE(ep->tls);
+  ASSERT_EQ(ep->sentinels.size(), 3u);
+  EXPECT_EQ(ep->sentinels[0], (std::pair<std::string, uint16_t>{"s1", 26379}));
+  EXPECT_EQ(ep->sentinels[1], (std::pair<std::string, uint16_t>{"s2", 26380}));
+  EXPECT_EQ(ep->sentinels[2], (std::pair<std::string, uint16_t>{"::1", 26379}));
+  EXPECT_EQ(ep->master, "mymaster");
+  EXPECT_EQ(ep->db, 3);
+  EXPECT_EQ(ep->username, "app");
+  EXPECT_EQ(ep->Describe(), "redis-sentinel://s1:26379,s2:26380,[::1]:26379/mymaster/3");
+  auto tls = ParseRedisUrl("rediss-sentinel://s1/m");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->db, 0);
+  const std::string no_master = "a sentinel url names the master after the sentinels: /MASTER_NAME[/db]";
+  EXPECT_EQ(ParseRedisUrl("redis-sentinel://s1").status().message(), no_master);
+  EXPECT_EQ(ParseRedisUrl("redis-sentinel://s1/").status().message(), no_master);
+  EXPECT_EQ(ParseRedisUrl("redis-sentinel://s1,,s2/m").status().message(), "the host is empty");
+  EXPECT_EQ(ParseRedisUrl("redis-sentinel://s1:0/m").status().message(), "the port must be between 1 and 65535");
+  EXPECT_FALSE(ParseRedisUrl("redis-sentinel://s1/m/x").ok());
+  EXPECT_FALSE(ParseRedisUrl("redis-sentinel://s1/m%20x").ok());
+}
+
 TEST(ParseRedisUrl, SaysWhatIsWrong) {
-  EXPECT_EQ(ParseRedisUrl("rediss://h").status().message(), "the scheme must be redis://");
+  EXPECT_EQ(ParseRedisUrl("http://h").status().message(), "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
   EXPECT_EQ(ParseRedisUrl("redis://h:0").status().message(), "the port must be between 1 and 65535");
   EXPECT_EQ(ParseRedisUrl("redis://:6379/0").status().message(), "the host is empty");
   EXPECT_EQ(ParseRedisUrl("redis://[::1:6379").status().message(), "the IPv6 host has no closing ]");
