@@ -88,6 +88,9 @@ Status AdminService::Start() {
   o.max_header_bytes = 8 << 10;
   const config::ListenerLimits& l = config_.admin.limits;
   o.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+  if (config_.admin.tls.enabled()) {
+    o.tls = http::ServerTls{config_.admin.tls.cert, config_.admin.tls.key, config_.admin.tls.client_ca};
+  }
   http_metrics_.Attach(o);
   server_ = std::make_unique<http::Server>(
       o, [this](http::Request&& req, http::Responder respond) { respond(Handle(req)); });

@@ -200,9 +200,9 @@ bool IsValidMemberName(std::string_view name) {
 }
 
 bool IsValidAdvertiseUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.size() > 255 || url.substr(0, kScheme.size()) != kScheme) return false;
-  const std::string_view hostport = url.substr(kScheme.size());
+  const size_t scheme = url.substr(0, 5) == "https" ? 8 : 7;
+  if (url.size() > 255 || (url.substr(0, 7) != "http://" && url.substr(0, 8) != "https://")) return false;
+  const std::string_view hostport = url.substr(scheme);
   const size_t colon = hostport.rfind(':');
   if (colon == std::string_view::npos || colon + 1 == hostport.size() || hostport.size() - colon > 6) return false;
   uint32_t port = 0;

@@ -103,9 +103,25 @@ struct ListenerLimits {
   std::chrono::milliseconds write_timeout{30000};   // the whole reply taken by the client within it
 };
 
+// TLS on one of sluice's own listeners: the `tls` key of the writer, admin
+// and metrics sections (docs/security.md). PEM files, resolved against the
+// config file's folder, served again when they change (no restart).
+struct ListenerTls {
+  std::string cert;       // the certificate chain (required with tls)
+  std::string key;        // its private key (required with tls)
+  std::string client_ca;  // optional: every client must present a certificate signed by these CAs
+  // Optional: the CAs sluice's own clients of this listener trust (the
+  // operator commands reaching the admin endpoint, a writer forwarding to
+  // another); empty: the machine's trusted CAs. Such a client presents
+  // cert and key when client_ca is set.
+  std::string ca;
+  bool enabled() const { return !cert.empty(); }
+};
+
 struct WriterConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 8080;
+  ListenerTls tls;
   // The API keeps thousands of keep-alive connections (DESIGN 3.4).
   ListenerLimits limits{10000, std::chrono::seconds(10), std::chrono::seconds(30), std::chrono::seconds(300),
                         std::chrono::seconds(30)};
@@ -133,8 +149,9 @@ struct WriterConfig {
   bool routing = true;
   // This writer's name among writers (unique per process); empty: the host name.
   std::string id;
-  // The URL other writers forward to ("http://host:port"); empty: the
-  // listen address (the host name when it listens on every address).
+  // The URL other writers forward to ("http://host:port", https:// with
+  // tls); empty: the listen address (the host name when it listens on
+  // every address).
   std::string advertise;
   // How long a writer's leases last without renewal, 1s..10m.
   std::chrono::milliseconds lease_ttl{10'000};
@@ -148,8 +165,9 @@ struct AdminConfig {
   bool enabled = false;                 // the section is present
   std::string listen_host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t listen_port = 9470;
-  std::string token;  // secret: the bearer token changes need; empty: changes refused
+  std::string token;  // secret: the bearer token every request needs; empty: every request refused
   ListenerLimits limits;
+  ListenerTls tls;
 };
 
 // The process a listener belongs to: `sluice serve`, `sluice writer` or
@@ -171,6 +189,7 @@ struct MetricsConfig {
   std::string sync_listen_host = "127.0.0.1";
   uint16_t sync_listen_port = 9464;
   ListenerLimits limits;
+  ListenerTls tls;  // the same certificate for each process's listener
 
   // The host and port `process` listens on.
   std::pair<std::string, uint16_t> ListenOf(Process process) const;
@@ -214,7 +233,7 @@ struct EngineConfig {
 
 // engine.id's pattern.
 bool IsValidMemberName(std::string_view name);
-// writer.advertise's form: http://host:port, no path.
+// writer.advertise's form: http://host:port or https://host:port, no path.
 bool IsValidAdvertiseUrl(std::string_view url);
 
 // A column (MySQL sink) or hash field (Redis sink) filled from the entity state.

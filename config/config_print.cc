@@ -165,6 +165,17 @@ class YamlSinkPrinter : public SinkOptionPrinter {
   const std::map<std::string, std::string>& references_;
 };
 
+// The tls key of a listener section, when given.
+void EmitListenerTls(YAML::Emitter& out, const ListenerTls& t) {
+  if (!t.enabled()) return;
+  out << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "cert" << YAML::Value << t.cert;
+  out << YAML::Key << "key" << YAML::Value << t.key;
+  if (!t.client_ca.empty()) out << YAML::Key << "client_ca" << YAML::Value << t.client_ca;
+  if (!t.ca.empty()) out << YAML::Key << "ca" << YAML::Value << t.ca;
+  out << YAML::EndMap;
+}
+
 }  // namespace
 
 std::string Config::Redacted() const {
@@ -222,6 +233,7 @@ std::string Config::Redacted() const {
   if (!writer.advertise.empty()) out << YAML::Key << "advertise" << YAML::Value << writer.advertise;
   out << YAML::Key << "lease_ttl" << YAML::Value << FormatDuration(writer.lease_ttl);
   EmitLimits(out, writer.limits);
+  EmitListenerTls(out, writer.tls);
   out << YAML::EndMap;
 
   if (admin.enabled) {
@@ -231,6 +243,7 @@ std::string Config::Redacted() const {
       out << YAML::Key << "token" << YAML::Value << YAML::DoubleQuoted << secret("admin.token", admin.token);
     }
     EmitLimits(out, admin.limits);
+    EmitListenerTls(out, admin.tls);
     out << YAML::EndMap;
   }
 
@@ -261,6 +274,7 @@ std::string Config::Redacted() const {
     out << YAML::Key << "sync_listen" << YAML::Value
         << FormatListenAddress(metrics.sync_listen_host, metrics.sync_listen_port);
     EmitLimits(out, metrics.limits);
+    EmitListenerTls(out, metrics.tls);
     out << YAML::EndMap;
   }
 

@@ -150,18 +150,48 @@ writer:
       << r->Redacted();
 }
 
+// The listeners' tls: cert and key required, PEM files, printed back.
+TEST(LoadConfig, ListenerTls) {
+  const std::string dir = ::testing::TempDir();  // ends with /
+  for (const char* f : {"l.pem", "l.key", "ca.pem"}) {
+    std::ofstream(dir + f) << "-----BEGIN X-----\nMIIB\n-----END X-----\n";
+  }
+  const std::string tls = "{cert: " + dir + "l.pem, key: " + dir + "l.key, client_ca: " + dir + "ca.pem, ca: " + dir + "ca.pem}";
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + "writer:\n  tls: " + tls + "\nadmin:\n  token: t\n  tls: " +
+                                              tls + "\nmetrics:\n  tls: {cert: " + dir + "l.pem, key: " + dir + "l.key}\n",
+                                          kFile);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->writer.tls.cert, dir + "l.pem");
+  EXPECT_EQ(r->admin.tls.client_ca, dir + "ca.pem");
+  EXPECT_TRUE(r->metrics.tls.enabled());
+  EXPECT_TRUE(r->metrics.tls.client_ca.empty());
+  EXPECT_NE(r->Redacted().find("  tls:\n    cert: " + dir + "l.pem\n    key: " + dir + "l.key\n    client_ca: "),
+            std::string::npos)
+      << r->Redacted();
+  EXPECT_EQ(Errors(std::string(kValid) + "writer:\n  tls: {cert: " + dir + "l.pem}\n"),
+            "t.yaml:11:8: writer.tls.key: required key is missing");
+  EXPECT_NE(Errors(std::string(kValid) + "admin:\n  tls: {cert: " + dir + "none.pem, key: " + dir + "l.key}\n")
+                .find("admin.tls.cert: cannot read certificate file "),
+            std::string::npos);
+  EXPECT_NE(Errors(std::string(kValid) + "metrics:\n  tls: {cert: " + dir + "l.pem, key: " + dir + "l.key, crt: x}\n")
+                .find("metrics.tls.crt: unknown key"),
+            std::string::npos);
+}
+
 TEST(LoadConfig, WriterRoutingKeysAreChecked) {
   Result<Config> d = LoadConfigFromString(std::string(kValid), kFile);
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->writer.routing);  // on unless told otherwise
   EXPECT_EQ(d->writer.lease_ttl, std::chrono::seconds(10));
-  for (const std::string bad : {"https://w:1", "http://w", "http://w:0", "http://w:70000", "http://w:80/path",
+  for (const std::string bad : {"ftp://w:1", "https://w", "http://w", "http://w:0", "http://w:70000", "http://w:80/path",
                                 "w:80", "http://bad host:80"}) {
     Result<Config> r = LoadConfigFromString(std::string(kValid) + "writer:\n  advertise: \"" + bad + "\"\n", kFile);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("writer.advertise: must be an http://host:port URL"), std::string::npos)
+    EXPECT_NE(r.status().message().find("writer.advertise: must be an http://host:port or https://host:port URL"),
+              std::string::npos)
         << r.status().message();
   }
+  EXPECT_TRUE(LoadConfigFromString(std::string(kValid) + "writer:\n  advertise: https://w1.internal:8443\n", kFile).ok());
   Result<Config> ok = LoadConfigFromString(std::string(kValid) + "writer:\n  advertise: http://10.0.0.7:8080\n", kFile);
   EXPECT_TRUE(ok.ok()) << ok.status().message();
   Result<Config> id = LoadConfigFromString(std::string(kValid) + "writer:\n  id: \"a b\"\n  lease_ttl: 11m\n", kFile);

@@ -105,6 +105,11 @@ struct Forwarder::Impl {
     curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    if (!options.tls_ca.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.tls_ca.c_str());
+    if (!options.tls_cert.empty()) {
+      curl_easy_setopt(e, CURLOPT_SSLCERT, options.tls_cert.c_str());
+      curl_easy_setopt(e, CURLOPT_SSLKEY, options.tls_key.c_str());
+    }
     if (t->method == "GET") {
       curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     } else {

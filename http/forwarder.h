@@ -33,6 +33,12 @@ struct ForwarderOptions {
   std::chrono::milliseconds request_timeout{10000};  // the whole transfer, end to end
   uint32_t max_connections_per_host = 256;  // transfers beyond it wait for a connection
   std::string thread_name = "sluice-forward";
+  // For https:// peers: the CAs to trust (empty: the machine's) and the
+  // client certificate and key to present (empty: none). The peer's host
+  // name is always checked.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 class Forwarder {

@@ -11,6 +11,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
@@ -19,6 +20,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "http/tls_contexts.h"
 
 namespace sluice::http {
 
@@ -56,6 +58,7 @@ std::string_view CloseReasonName(CloseReason reason) {
     case CloseReason::kWriteTimeout: return "write_timeout";
     case CloseReason::kEvicted: return "evicted";
     case CloseReason::kRefused: return "refused";
+    case CloseReason::kTlsHandshake: return "tls_handshake";
   }
   return "client";
 }
@@ -145,6 +148,7 @@ struct Server::Impl {
   std::atomic<bool> stopped{false};
   uint16_t bound_port = 0;
   std::vector<std::unique_ptr<Loop>> loops;  // [0] also runs the acceptor
+  std::unique_ptr<TlsContexts> tls;  // when options.tls
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::steady_timer> accept_retry;  // loop 0
   size_t next_loop = 0;                            // the acceptor's handler only
@@ -155,7 +159,10 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, Loop& loop) : loop_(loop), socket_(std::move(socket)) {
+  // With `tls`, the connection speaks TLS with that context.
+  Session(tcp::socket&& socket, Loop& loop, std::shared_ptr<TlsContexts::Context> tls)
+      : loop_(loop), socket_(std::move(socket)), tls_context_(std::move(tls)) {
+    if (tls_context_) tls_.emplace(socket_, *tls_context_);
     loop_.sessions.push_back(this);
     pos_ = std::prev(loop_.sessions.end());
   }
@@ -165,8 +172,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Start() {
-    Enter(Phase::kHeader);
-    ReadHeader();
+    Enter(Phase::kHeader);  // the handshake counts against header_timeout
+    if (!tls_) return ReadHeader();
+    beast::error_code ignored;
+    peer_ = socket_.remote_endpoint(ignored).address().to_string();
+    tls_->async_handshake(net::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+      if (self->closed_) return;
+      if (ec) return self->HandshakeFailed(ec);
+      self->ReadHeader();
+    });
   }
 
   Phase phase() const { return phase_; }
@@ -195,6 +209,23 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   const ServerOptions& options() const { return loop_.server->options; }
+
+  // f(stream): the TLS stream or the plain socket.
+  template <typename F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(socket_);
+    }
+  }
+
+  void HandshakeFailed(beast::error_code ec) {
+    LogRateLimited(LogLevel::kWarn, "http.tls." + options().thread_name,
+                   "http: TLS handshake with " + peer_ + " on " + options().host + ":" +
+                       std::to_string(loop_.server->bound_port) + " failed: " + ec.message());
+    Close(CloseReason::kTlsHandshake);
+  }
 
   // Takes the connection off its loop's books (once).
   void Forget() {
@@ -227,8 +258,10 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(options().max_body_bytes);
     parser_->header_limit(options().max_header_bytes);
-    bhttp::async_read_header(socket_, buffer_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    WithStream([this](auto& stream) {
+      bhttp::async_read_header(stream, buffer_, *parser_,
+                               [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    });
   }
 
   void OnHeader(beast::error_code ec) {
@@ -236,8 +269,10 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return OnReadError(ec);
     if (parser_->is_done()) return Dispatch();
     Enter(Phase::kBody);
-    bhttp::async_read(socket_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+    WithStream([this](auto& stream) {
+      bhttp::async_read(stream, buffer_, *parser_,
+                        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+    });
   }
 
   void OnBody(beast::error_code ec) {
@@ -257,7 +292,8 @@ class Session : public std::enable_shared_from_this<Session> {
       return Reply(JsonError(431, "headers_too_large", "the request headers are too large"), false);
     }
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted || ec == bhttp::error::partial_message) {
+        ec == net::error::operation_aborted || ec == bhttp::error::partial_message ||
+        ec == net::ssl::error::stream_truncated) {
       return Close(CloseReason::kClient);
     }
     Reply(JsonError(400, "malformed_http", "malformed HTTP request: " + ec.message()), false);
@@ -298,7 +334,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     head_ = false;
     Enter(Phase::kWriting);
-    bhttp::async_write(socket_, res_, [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    WithStream([this](auto& stream) {
+      bhttp::async_write(stream, res_, [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -313,6 +351,9 @@ class Session : public std::enable_shared_from_this<Session> {
     // Idle: wait for the next request's first byte without holding a buffer.
     Enter(Phase::kIdle);
     buffer_.shrink_to_fit();
+    // TLS may already hold that byte in its own buffer, where a wait on the
+    // socket would not see it: read the header at once (idle_timeout covers it).
+    if (tls_) return ReadHeader();
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       if (self->closed_) return;
       if (ec) return self->Close(CloseReason::kClient);
@@ -323,6 +364,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Loop& loop_;
   tcp::socket socket_;
+  std::shared_ptr<TlsContexts::Context> tls_context_;  // null: plain HTTP
+  std::optional<net::ssl::stream<tcp::socket&>> tls_;  // over socket_, when tls_context_
+  std::string peer_;                                    // the client's address, for a failed handshake's log
   std::list<Session*>::iterator pos_;
   Phase phase_ = Phase::kHeader;
   Clock::time_point deadline_ = Clock::time_point::max();
@@ -351,13 +395,13 @@ void Loop::Admit(tcp::socket socket) {
                        ": all " + std::to_string(s.options.limits.max_connections) +
                        " connections are busy with requests (raise max_connections?)");
     socket.non_blocking(true, ec);
-    socket.write_some(net::buffer(Refusal()), ec);
+    if (!s.tls) socket.write_some(net::buffer(Refusal()), ec);  // over TLS there is no session to say it in
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
     return;
   }
   open.fetch_add(1, std::memory_order_relaxed);
-  std::make_shared<Session>(std::move(socket), *this)->Start();
+  std::make_shared<Session>(std::move(socket), *this, s.tls ? s.tls->Current() : nullptr)->Start();
 }
 
 bool Loop::EvictOne() {
@@ -459,6 +503,16 @@ Status Server::Start() {
   if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return FailedPrecondition("cannot listen on " + where + ": " + ec.message());
   impl_->bound_port = acc.local_endpoint().port();
+  if (o.tls) {
+    const std::string bound = (o.host.find(':') == std::string::npos ? o.host : "[" + o.host + "]") + ":" +
+                              std::to_string(impl_->bound_port);
+    Result<std::unique_ptr<TlsContexts>> tls = TlsContexts::Load(*o.tls, bound);
+    if (!tls.ok()) {
+      acc.close(ec);
+      return tls.status();
+    }
+    impl_->tls = std::move(tls).value();
+  }
   impl_->Accept();
   for (auto& loop : impl_->loops) {
     net::post(loop->ioc, [l = loop.get()] { l->Sweep(); });

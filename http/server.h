@@ -90,10 +90,11 @@ enum class CloseReason : uint8_t {
   kWriteTimeout,   // the reply was not taken within write_timeout
   kEvicted,        // closed to make room for a new connection (max_connections)
   kRefused,        // a new connection over max_connections that nothing could make room for (503)
+  kTlsHandshake,   // the TLS handshake failed (no or an untrusted client certificate, not TLS at all...)
 };
-inline constexpr size_t kCloseReasons = 8;
+inline constexpr size_t kCloseReasons = 9;
 // "client", "server", "idle_timeout", "header_timeout", "body_timeout",
-// "write_timeout", "evicted", "refused".
+// "write_timeout", "evicted", "refused", "tls_handshake".
 std::string_view CloseReasonName(CloseReason reason);
 
 struct Limits {
@@ -104,6 +105,18 @@ struct Limits {
   std::chrono::milliseconds write_timeout{30000};
 };
 
+// TLS on a listener (docs/security.md). The PEM files are read by Start()
+// and again when one of them changes (looked at, at most once a second, when
+// a connection arrives): a renewed certificate is served to the next
+// connections without a restart, and a file that does not load (half
+// written, a key that is not the certificate's) leaves the previous ones in
+// use and is logged.
+struct ServerTls {
+  std::string cert;       // the certificate chain, the server's first
+  std::string key;        // its private key
+  std::string client_ca;  // non-empty: each client must present a certificate signed by one of these CAs
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port (see port())
@@ -112,6 +125,11 @@ struct ServerOptions {
   uint64_t max_body_bytes = 1 << 20;
   uint32_t max_header_bytes = 16 * 1024;  // the request line and every header field together
   Limits limits;
+  // TLS when set. Over TLS a kept-alive connection's idle_timeout covers its
+  // next request's whole header too (TLS may hold its first bytes where the
+  // idle wait cannot see them), and a newcomer nothing can make room for is
+  // closed without the 503.
+  std::optional<ServerTls> tls;
   // Called on an event-loop thread for every connection accepted, and for
   // every connection closed other than by Stop(). Must not block.
   std::function<void()> on_accept;
@@ -126,7 +144,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // Binds, listens and starts the event loops. FailedPrecondition when the
-  // address cannot be bound, InvalidArgument when it is not an IP address.
+  // address cannot be bound or a TLS file does not load, InvalidArgument
+  // when it is not an IP address.
   Status Start();
   // Stops accepting, drops every connection (replies not yet written are
   // lost), joins the threads.

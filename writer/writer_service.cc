@@ -44,7 +44,7 @@ std::string AdvertisedUrl(const config::WriterConfig& w, uint16_t port) {
   std::string host = w.listen_host;
   if (host == "0.0.0.0" || host == "::" || host.empty()) host = MemberHostName("localhost");
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
-  return "http://" + host + ":" + std::to_string(port);
+  return (w.tls.enabled() ? "https://" : "http://") + host + ":" + std::to_string(port);
 }
 
 // A command id for requests that came without Idempotency-Key.
@@ -120,6 +120,9 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
   h.max_header_bytes = 16 * 1024;
   const config::ListenerLimits& l = config_.writer.limits;
   h.limits = {l.max_connections, l.header_timeout, l.body_timeout, l.idle_timeout, l.write_timeout};
+  if (config_.writer.tls.enabled()) {
+    h.tls = http::ServerTls{config_.writer.tls.cert, config_.writer.tls.key, config_.writer.tls.client_ca};
+  }
   http_metrics_.Attach(h);
   http_ = std::make_unique<http::Server>(h, [this](http::Request&& req, http::Responder respond) {
     Handle(std::move(req), std::move(respond));
@@ -140,7 +143,13 @@ Status WriterService::Start() {
   // and with it the URL the others forward to, is known. Until its first
   // round it knows no owner: every command is handled here.
   if (config_.writer.routing) {
-    forwarder_ = std::make_unique<http::Forwarder>(http::ForwarderOptions{});
+    http::ForwarderOptions fo;
+    fo.tls_ca = config_.writer.tls.ca;
+    if (!config_.writer.tls.client_ca.empty()) {  // the other writers want a client certificate: this one's
+      fo.tls_cert = config_.writer.tls.cert;
+      fo.tls_key = config_.writer.tls.key;
+    }
+    forwarder_ = std::make_unique<http::Forwarder>(std::move(fo));
     RETURN_IF_ERROR(forwarder_->Start());
     RouteKeeper::Options o;
     o.member = member_;
