@@ -1,24 +1,84 @@
 #include "connectors/kafka/kafka_client.h"
 
+#include <openssl/x509.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
-#include <vector>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "core/log.h"
 
 namespace sluice::connectors::kafka {
 namespace {
 
+// The last error librdkafka reported for each live handle (its error
+// callback: a failed TLS handshake or SASL login, brokers down), so that a
+// call that timed out can say why.
+std::mutex& ErrorsMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<const rd_kafka_t*, std::string>& LastErrors() {
+  static auto* errors = new std::unordered_map<const rd_kafka_t*, std::string>();
+  return *errors;
+}
+// And the last broker certificate refused, with OpenSSL's reason, which
+// librdkafka's own message about the failed handshake leaves out.
+std::unordered_map<const rd_kafka_t*, std::string>& LastRefusals() {
+  static auto* refusals = new std::unordered_map<const rd_kafka_t*, std::string>();
+  return *refusals;
+}
+
+void ErrorCallback(rd_kafka_t* rk, int, const char* reason, void*) {
+  std::lock_guard lock(ErrorsMutex());
+  LastErrors()[rk] = reason != nullptr ? reason : "";
+}
+
 // librdkafka's own log lines (connection refused, broker down, ...) go to
 // sluice's log, rate-limited per facility so that an outage is a few lines.
-void LogCallback(const rd_kafka_t*, int level, const char* fac, const char* buf) {
+void LogCallback(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
   const LogLevel l = level <= 3 ? LogLevel::kError : level <= 4 ? LogLevel::kWarn : LogLevel::kInfo;
   if (l == LogLevel::kInfo) return;
+  // A connection that failed (TLS handshake, SASL login): the reason a later timeout gives.
+  if (l == LogLevel::kError && std::string_view(fac) == "FAIL") {
+    std::lock_guard lock(ErrorsMutex());
+    LastErrors()[rk] = buf;
+  }
   // Said on every start of a producer that sets it, which the sink always does.
   if (std::string_view(buf).find("enable.gapless.guarantee is experimental") != std::string_view::npos) return;
   LogRateLimited(l, std::string("kafka.librdkafka.") + fac, std::string("librdkafka: ") + fac + ": " + buf);
+}
+
+// The broker's certificate, as OpenSSL checked it (ssl.certificate.verify_cb):
+// refused with the reason OpenSSL gives ("certificate has expired"), which
+// librdkafka's own message leaves out.
+int CertificateCheck(rd_kafka_t* rk, const char* broker, int32_t, int* x509_error, int depth, const char*, size_t,
+                     char* errstr, size_t errstr_size, void*) {
+  if (*x509_error == X509_V_OK) return 1;
+  std::snprintf(errstr, errstr_size, "the certificate of %s (depth %d in its chain) is refused: %s", broker, depth,
+                X509_verify_cert_error_string(*x509_error));
+  std::lock_guard lock(ErrorsMutex());
+  LastRefusals()[rk] = errstr;
+  return 0;
+}
+
+// " (last broker error: REASON)" after an Unavailable of `rk`, when it recorded one.
+Status WithBrokerError(Status st, const rd_kafka_t* rk) {
+  if (st.code() != StatusCode::kUnavailable) return st;
+  std::lock_guard lock(ErrorsMutex());
+  std::string why;
+  if (const auto it = LastErrors().find(rk); it != LastErrors().end() && !it->second.empty()) why = it->second;
+  if (const auto it = LastRefusals().find(rk); it != LastRefusals().end()) {
+    why += (why.empty() ? "" : "; ") + it->second;
+  }
+  if (why.empty()) return st;
+  return Status(st.code(), st.message() + " (last broker error: " + why + ")");
 }
 
 Status Set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
@@ -54,7 +114,11 @@ Status FromErr(rd_kafka_resp_err_t err, const std::string& what) {
 }  // namespace
 
 void KafkaDeleter::operator()(rd_kafka_t* rk) const {
-  if (rk != nullptr) rd_kafka_destroy(rk);
+  if (rk == nullptr) return;
+  rd_kafka_destroy(rk);
+  std::lock_guard lock(ErrorsMutex());
+  LastErrors().erase(rk);
+  LastRefusals().erase(rk);
 }
 
 Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options) {
@@ -122,10 +186,17 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
         std::find(std::begin(kProducerOnly), std::end(kProducerOnly), name) != std::end(kProducerOnly);
     if (producer || !producer_only) settings.emplace_back(name, value);
   }
+  for (auto& property : config.SecurityProperties()) settings.push_back(std::move(property));
   for (const auto& [name, value] : settings) {
     if (Status st = Set(conf, name, value); !st.ok()) return fail(st);
   }
   rd_kafka_conf_set_log_cb(conf, LogCallback);
+  rd_kafka_conf_set_error_cb(conf, ErrorCallback);
+  if (config.security == KafkaSinkOptions::Security::kSsl || config.security == KafkaSinkOptions::Security::kSaslSsl) {
+    if (rd_kafka_conf_set_ssl_cert_verify_cb(conf, CertificateCheck) != RD_KAFKA_CONF_OK) {
+      return fail(Internal("librdkafka has no ssl.certificate.verify_cb (built without TLS?)"));
+    }
+  }
   if (options.delivery_report != nullptr) rd_kafka_conf_set_dr_msg_cb(conf, options.delivery_report);
   if (options.opaque != nullptr) rd_kafka_conf_set_opaque(conf, options.opaque);
   char errstr[512];
@@ -140,7 +211,7 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
   const rd_kafka_metadata_t* md = nullptr;
   const rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, static_cast<int>(timeout.count()));
   rd_kafka_topic_destroy(rkt);
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return FromErr(err, "metadata of topic " + topic);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return WithBrokerError(FromErr(err, "metadata of topic " + topic), rk);
   Result<int32_t> out = Unavailable("metadata of topic " + topic + ": not in the broker's answer");
   for (int i = 0; i < md->topic_cnt; ++i) {
     const rd_kafka_metadata_topic_t& t = md->topics[i];
@@ -198,7 +269,7 @@ Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int
   const rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(rk, topic.c_str(), partition, &w.low, &w.high,
                                                                    static_cast<int>(timeout.count()));
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return FromErr(err, "offsets of " + topic + "/" + std::to_string(partition));
+    return WithBrokerError(FromErr(err, "offsets of " + topic + "/" + std::to_string(partition)), rk);
   }
   return w;
 }

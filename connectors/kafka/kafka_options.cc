@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,10 +26,11 @@ using config::Field;
 // One kafka sink's keys while it is read.
 class KafkaKeys : public config::SinkOptionsRead {
  public:
-  KafkaKeys(config::SinkOptionReader& reader, config::SinkConfig& sink) : r_(reader), sink_(sink) {}
+  KafkaKeys(config::SinkOptionReader& reader, config::SinkConfig& sink)
+      : r_(reader), sink_(sink), tls_(reader, [this] { return &o().tls; }) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
-    return {
+    std::vector<config::SinkOptionKey> keys = {
         {"brokers", true, [this](const Field& f) { ReadBrokers(f); }},
         {"topic", true, [this](const Field& f) { ReadTopic(f); }},
         {"format", false, [this](const Field& f) { ReadFormat(f); }},
@@ -50,13 +52,60 @@ class KafkaKeys : public config::SinkOptionsRead {
          }},
         {"transactional", false, [this](const Field& f) { r_.ReadBool(f, &o().transactional); }},
         {"properties", false, [this](const Field& f) { ReadProperties(f); }},
+        {"security", false, [this](const Field& f) { ReadSecurity(f); }},
+        {"sasl_mechanism", false,
+         [this](const Field& f) {
+           sasl_keys_.push_back(r_.Keep(f));
+           sasl_given_.insert("sasl_mechanism");
+           const auto text = r_.PlainScalar(f, "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN");
+           if (!text) return;
+           if (*text != "SCRAM-SHA-256" && *text != "SCRAM-SHA-512" && *text != "PLAIN") {
+             return r_.Expected(f, "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN", *text);
+           }
+           o().sasl_mechanism = *text;
+         }},
+        {"sasl_username", false,
+         [this](const Field& f) {
+           sasl_keys_.push_back(r_.Keep(f));
+           sasl_given_.insert("sasl_username");
+           r_.ReadString(f, false, &o().sasl_username);
+         }},
+        {"sasl_password", false,
+         [this](const Field& f) {
+           sasl_keys_.push_back(r_.Keep(f));
+           sasl_given_.insert("sasl_password");
+           r_.ReadSecret(f, &o().sasl_password);
+         }},
     };
+    tls_.Add(keys);
+    return keys;
   }
 
   // partitions and replication_factor only with create_topic: the last one given.
-  void Check(const Field&) override {
-    if (create_options_key_ && !sink_.Options<KafkaSinkOptions>().create_topic) {
+  void Check(const Field& sink) override {
+    const KafkaSinkOptions& k = sink_.Options<KafkaSinkOptions>();
+    if (create_options_key_ && !k.create_topic) {
       r_.KeyProblem(*create_options_key_, "only with create_topic: true");
+    }
+    using Security = KafkaSinkOptions::Security;
+    const bool tls = k.security == Security::kSsl || k.security == Security::kSaslSsl;
+    const bool sasl = k.security == Security::kSaslSsl || k.security == Security::kSaslPlaintext;
+    tls_.Check(tls, "security: ssl or sasl_ssl");
+    if (!sasl) {
+      for (const auto& f : sasl_keys_) r_.KeyProblem(*f, "only with security: sasl_ssl or sasl_plaintext");
+    } else {
+      std::string missing;
+      for (const char* key : {"sasl_mechanism", "sasl_username", "sasl_password"}) {
+        if (sasl_given_.count(key)) continue;
+        missing += (missing.empty() ? "" : ", ") + std::string(key);
+      }
+      if (!missing.empty()) r_.Problem(security_key_ ? *security_key_ : sink, "needs " + missing);
+    }
+    // A property the documented keys set is not given twice.
+    for (const auto& [name, value] : k.SecurityProperties()) {
+      if (const auto it = property_keys_.find(name); it != property_keys_.end()) {
+        r_.KeyProblem(*it->second, "is set by the sink's security, tls_* or sasl_* keys: give it there only");
+      }
     }
   }
 
@@ -115,6 +164,21 @@ class KafkaKeys : public config::SinkOptionsRead {
     }
   }
 
+  void ReadSecurity(const Field& f) {
+    constexpr std::string_view kExpected = "plaintext, ssl, sasl_ssl or sasl_plaintext";
+    security_key_ = r_.Keep(f);
+    const auto text = r_.PlainScalar(f, kExpected);
+    if (!text) return;
+    using Security = KafkaSinkOptions::Security;
+    static const std::map<std::string_view, Security> kValues = {{"plaintext", Security::kPlaintext},
+                                                                 {"ssl", Security::kSsl},
+                                                                 {"sasl_ssl", Security::kSaslSsl},
+                                                                 {"sasl_plaintext", Security::kSaslPlaintext}};
+    const auto it = kValues.find(*text);
+    if (it == kValues.end()) return r_.Expected(f, kExpected, *text);
+    o().security = it->second;
+  }
+
   // librdkafka properties, each checked by librdkafka itself (its message is
   // quoted), except those the sink sets for its guarantees.
   void ReadProperties(const Field& at) {
@@ -165,6 +229,7 @@ class KafkaKeys : public config::SinkOptionsRead {
         return;
       }
       o().properties[name] = value;
+      property_keys_[name] = r_.Keep(f);
     });
     rd_kafka_conf_destroy(conf);
   }
@@ -175,6 +240,11 @@ class KafkaKeys : public config::SinkOptionsRead {
   config::SinkOptionReader& r_;
   config::SinkConfig& sink_;
   std::shared_ptr<const Field> create_options_key_;
+  config::TlsKeysRead tls_;
+  std::shared_ptr<const Field> security_key_;
+  std::vector<std::shared_ptr<const Field>> sasl_keys_;
+  std::set<std::string> sasl_given_;
+  std::map<std::string, std::shared_ptr<const Field>> property_keys_;
 };
 
 void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
@@ -190,9 +260,43 @@ void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
   out.Duration("delivery_timeout", k.delivery_timeout);
   out.Value("transactional", k.transactional);
   if (!k.properties.empty()) out.SecretMapping("properties", k.properties);
+  using Security = KafkaSinkOptions::Security;
+  if (k.security != Security::kPlaintext) {
+    out.Value("security", k.security == Security::kSsl       ? "ssl"
+                          : k.security == Security::kSaslSsl ? "sasl_ssl"
+                                                             : "sasl_plaintext");
+  }
+  config::PrintTls(k.tls, out);
+  if (!k.sasl_mechanism.empty()) out.Value("sasl_mechanism", k.sasl_mechanism);
+  if (!k.sasl_username.empty()) out.Value("sasl_username", k.sasl_username);
+  if (!k.sasl_password.empty()) out.Secret("sasl_password", k.sasl_password);
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> KafkaSinkOptions::SecurityProperties() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (security == Security::kPlaintext) return out;
+  out.emplace_back("security.protocol", security == Security::kSsl       ? "ssl"
+                                        : security == Security::kSaslSsl ? "sasl_ssl"
+                                                                         : "sasl_plaintext");
+  if (security == Security::kSsl || security == Security::kSaslSsl) {
+    if (!tls.ca.empty()) out.emplace_back("ssl.ca.location", tls.ca);
+    if (!tls.cert.empty()) {
+      out.emplace_back("ssl.certificate.location", tls.cert);
+      out.emplace_back("ssl.key.location", tls.key);
+    }
+    // librdkafka checks the broker's host name unless told "none".
+    out.emplace_back("ssl.endpoint.identification.algorithm",
+                     tls.verify == config::TlsClientOptions::Verify::kIdentity ? "https" : "none");
+  }
+  if (security == Security::kSaslSsl || security == Security::kSaslPlaintext) {
+    out.emplace_back("sasl.mechanisms", sasl_mechanism);
+    out.emplace_back("sasl.username", sasl_username);
+    out.emplace_back("sasl.password", sasl_password);
+  }
+  return out;
+}
 
 BuiltinSinkType KafkaSinkType() {
   config::SinkType t;
@@ -202,6 +306,19 @@ BuiltinSinkType KafkaSinkType() {
     return std::make_unique<KafkaKeys>(reader, *sink);
   };
   t.print = PrintKafkaSink;
+  t.warnings = [](const config::SinkConfig& sink) {
+    std::vector<std::string> out;
+    const KafkaSinkOptions& k = sink.Options<KafkaSinkOptions>();
+    if (k.security == KafkaSinkOptions::Security::kSsl || k.security == KafkaSinkOptions::Security::kSaslSsl) {
+      if (auto w = config::TlsWarning("sink '" + sink.name + "'", k.tls); !w.empty()) out.push_back(std::move(w));
+    }
+    if (k.security == KafkaSinkOptions::Security::kSaslPlaintext) {
+      out.push_back("WARNING: sink '" + sink.name + "' has security: sasl_plaintext: its password" +
+                    (k.sasl_mechanism == "PLAIN" ? "" : "'s proof") + " and every record cross the network unencrypted; "
+                    "use sasl_ssl");
+    }
+    return out;
+  };
   t.routes_to = "topic";
   t.destination = [](const config::SinkConfig& sink) {
     return TopicName(sink.Options<KafkaSinkOptions>().topic, sink.entity);

@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "config/tls_options.h"
 #include "connectors/builtin_sink_types.h"
 
 namespace sluice::connectors::kafka {
@@ -35,6 +38,17 @@ struct KafkaSinkOptions {
   // librdkafka's own validation). Secret: those whose names look secret
   // (IsSecretName) and those given as ${env:...}/${file:...}.
   std::map<std::string, std::string> properties;
+
+  // How the sink connects to the brokers (docs/security.md): Kafka's
+  // security.protocol, TLS (security ssl or sasl_ssl) and SASL (sasl_ssl or
+  // sasl_plaintext) as documented keys. SecurityProperties() turns them into
+  // librdkafka properties.
+  enum class Security { kPlaintext, kSsl, kSaslSsl, kSaslPlaintext } security = Security::kPlaintext;
+  config::TlsClientOptions tls;
+  std::string sasl_mechanism;  // SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN
+  std::string sasl_username;
+  std::string sasl_password;   // secret
+  std::vector<std::pair<std::string, std::string>> SecurityProperties() const;
 };
 
 // A kafka sink's batch_max when the file does not give it: each Apply waits

@@ -2,6 +2,11 @@
 // librdkafka's own validation of pass-through properties.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "config/config.h"
 #include "connectors/kafka/kafka_options.h"
 #include "tests/support/config_support.h"
@@ -47,6 +52,57 @@ TEST(KafkaConfig, ReadsEveryKey) {
   EXPECT_EQ(redacted.find("s3cret"), std::string::npos) << redacted;
   EXPECT_NE(redacted.find("compression.type: lz4"), std::string::npos) << redacted;
   EXPECT_NE(redacted.find("sasl.password: \"${env:SLUICE_TEST_KAFKA_SECRET}\""), std::string::npos) << redacted;
+}
+
+// security, tls_* and sasl_*: documented keys for librdkafka's TLS and SASL
+// properties, each only where its protocol needs it.
+TEST(KafkaConfig, SecurityKeys) {
+  const std::string ca = ::testing::TempDir() + "kafka_tls_ca.pem";
+  std::ofstream(ca) << "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  ::setenv("SLUICE_TEST_KAFKA_SASL", "scram-s3cret", 1);
+  auto c = Load("    brokers: h:9093\n    topic: t\n    security: sasl_ssl\n    tls_ca: " + ca +
+                "\n    sasl_mechanism: SCRAM-SHA-512\n    sasl_username: sluice\n"
+                "    sasl_password: \"${env:SLUICE_TEST_KAFKA_SASL}\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const KafkaSinkOptions& k = c->sinks.at(0).Options<KafkaSinkOptions>();
+  using P = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(k.SecurityProperties(), (P{{"security.protocol", "sasl_ssl"},
+                                       {"ssl.ca.location", ca},
+                                       {"ssl.endpoint.identification.algorithm", "https"},
+                                       {"sasl.mechanisms", "SCRAM-SHA-512"},
+                                       {"sasl.username", "sluice"},
+                                       {"sasl.password", "scram-s3cret"}}));
+  const std::string redacted = c->Redacted();
+  EXPECT_EQ(redacted.find("scram-s3cret"), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("sasl_password: \"${env:SLUICE_TEST_KAFKA_SASL}\""), std::string::npos) << redacted;
+  EXPECT_NE(redacted.find("security: sasl_ssl"), std::string::npos) << redacted;
+  // tls_verify: ca turns librdkafka's host name check off, and is warned of.
+  c = Load("    brokers: h:9093\n    topic: t\n    security: ssl\n    tls_verify: ca\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().SecurityProperties(),
+            (P{{"security.protocol", "ssl"}, {"ssl.endpoint.identification.algorithm", "none"}}));
+  const auto warnings = connectors::kafka::KafkaSinkType().config.warnings(c->sinks[0]);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("WARNING: sink 'feed' has tls_verify: ca"), std::string::npos) << warnings[0];
+  // Plaintext adds nothing.
+  c = Load("    brokers: h:9092\n    topic: t\n");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->sinks[0].Options<KafkaSinkOptions>().SecurityProperties().empty());
+
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    tls_ca: " + ca + "\n"),
+            "k.yaml:11:5: sinks[0].tls_ca: only with security: ssl or sasl_ssl");
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    security: ssl\n    sasl_username: u\n"),
+            "k.yaml:12:5: sinks[0].sasl_username: only with security: sasl_ssl or sasl_plaintext");
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    security: sasl_ssl\n    sasl_username: u\n"),
+            "k.yaml:11:15: sinks[0].security: needs sasl_mechanism, sasl_password");
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    security: tls\n"),
+            "k.yaml:11:15: sinks[0].security: must be plaintext, ssl, sasl_ssl or sasl_plaintext, got \"tls\"");
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    security: sasl_ssl\n    sasl_mechanism: GSSAPI\n"
+                   "    sasl_username: u\n    sasl_password: p\n"),
+            "k.yaml:12:21: sinks[0].sasl_mechanism: must be SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, got \"GSSAPI\"");
+  EXPECT_EQ(Errors("    brokers: h:1\n    topic: t\n    security: ssl\n    properties: {security.protocol: ssl}\n"),
+            "k.yaml:12:18: sinks[0].properties.security.protocol: is set by the sink's security, tls_* or sasl_* "
+            "keys: give it there only");
 }
 
 TEST(KafkaConfig, InlineSecretPropertiesAreNeverPrinted) {

@@ -323,6 +323,11 @@ class KafkaSink final : public Sink {
     if (!ends.ok()) return ends.status();
     auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
+    // The ends handle learns the topic's partitions and leaders first: asked
+    // cold, a watermark query can answer "Unknown partition" (seen under load).
+    if (auto known = TopicPartitionCount(ends->get(), topic_, kMetadataTimeout); !known.ok()) {
+      return known.status().WithContext("sink '" + config_.name + "'");
+    }
     Status decode_error = Status::Ok();
     for (int32_t t = 0; t < *count; ++t) {
       ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(ends->get(), topic_, t, kMetadataTimeout));
