@@ -69,8 +69,7 @@ bool PrivateKafka::Available(std::string* why) {
 }
 
 PrivateKafka::PrivateKafka() {
-  char tmpl[] = "/tmp/sluice-kafka-XXXXXX";
-  if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
+  dir_ = MakeScratchDir("sluice-kafka");
   port_ = FreePort();
   controller_port_ = FreePort();
   listeners_ = "PLAINTEXT://127.0.0.1:" + std::to_string(port_);
@@ -80,10 +79,7 @@ PrivateKafka::PrivateKafka() {
 
 PrivateKafka::~PrivateKafka() {
   Kill();
-  if (!dir_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  RemoveScratchDir(dir_);
 }
 
 uint16_t PrivateKafka::AddListener(const std::string& name, const std::string& protocol,
@@ -161,11 +157,7 @@ bool PrivateKafka::Start(std::string* why) {
 }
 
 void PrivateKafka::Kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  KillAndReap(&pid_);
 }
 
 std::string PrivateKafka::LogTail() const {

@@ -27,17 +27,13 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 }  // namespace
 
 PrivateMariaDb::PrivateMariaDb() {
-  char tmpl[] = "/tmp/sluice-mdb-XXXXXX";
-  if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
+  dir_ = MakeScratchDir("sluice-mdb");
   port_ = FreePort();
 }
 
 PrivateMariaDb::~PrivateMariaDb() {
   Kill();
-  if (!dir_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  RemoveScratchDir(dir_);
 }
 
 bool PrivateMariaDb::Start(std::string* why) {
@@ -114,11 +110,7 @@ bool PrivateMariaDb::Start(std::string* why) {
 }
 
 void PrivateMariaDb::Kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  KillAndReap(&pid_);
 }
 
 bool PrivateMariaDb::Ping() const {

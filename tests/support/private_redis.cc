@@ -25,17 +25,13 @@ std::string ShellQuote(const std::string& s) {
 }  // namespace
 
 PrivateRedis::PrivateRedis() {
-  char tmpl[] = "/tmp/sluice-redis-XXXXXX";
-  if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
+  dir_ = MakeScratchDir("sluice-redis");
   port_ = FreePort();
 }
 
 PrivateRedis::~PrivateRedis() {
   Kill();
-  if (!dir_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  RemoveScratchDir(dir_);
 }
 
 bool PrivateRedis::Start(std::string* why) {
@@ -83,11 +79,7 @@ bool PrivateRedis::Start(std::string* why) {
 }
 
 void PrivateRedis::Kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  KillAndReap(&pid_);
 }
 
 int PrivateRedis::Cli(const std::vector<std::string>& args, std::string* out) const {

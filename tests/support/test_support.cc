@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -277,6 +278,25 @@ bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, 
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return false;
+}
+
+std::string MakeScratchDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  return ::mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
+}
+
+void RemoveScratchDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+void KillAndReap(pid_t* pid) {
+  if (*pid <= 0) return;
+  ::kill(*pid, SIGKILL);
+  int status = 0;
+  ::waitpid(*pid, &status, 0);
+  *pid = -1;
 }
 
 uint16_t FreePort() {

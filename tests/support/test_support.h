@@ -120,6 +120,14 @@ bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, 
 // process.
 uint16_t FreePort();
 
+// A new directory /tmp/<prefix>-XXXXXX for a server of the test's own
+// (empty when it cannot be made), and its removal with everything in it.
+std::string MakeScratchDir(const std::string& prefix);
+void RemoveScratchDir(const std::string& dir);
+// SIGKILL to a child process (as a power cut would end it), then reaps it;
+// *pid becomes -1. Nothing when *pid <= 0.
+void KillAndReap(pid_t* pid);
+
 // The sluice binary under test.
 std::string SluiceBinary();
 
