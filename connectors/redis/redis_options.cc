@@ -67,14 +67,14 @@ class RedisKeys : public config::SinkOptionsRead {
   void ReadUrl(const Field& f) {
     std::string url;
     if (!r_.ReadSecret(f, &url)) return;
-    if (Result<RedisEndpoint> endpoint = ParseRedisUrl(url); !endpoint.ok()) {
+    Result<RedisEndpoint> endpoint = ParseRedisUrl(url);
+    if (!endpoint.ok()) {
       // The parser never quotes the URL, which may hold a password.
       r_.Problem(f, "must be a URL of the form " + std::string(kRedisUrlForm) + ": " + endpoint.status().message());
       return;
-    } else {
-      url_tls_ = endpoint->tls;
-      url_sentinel_ = !endpoint->sentinels.empty();
     }
+    url_tls_ = endpoint->tls;
+    url_sentinel_ = !endpoint->sentinels.empty();
     o().url = std::move(url);
   }
 

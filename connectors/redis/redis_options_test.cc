@@ -43,11 +43,12 @@ std::string WithUrl(const std::string& url) {
 TEST(RedisConfig, BadUrl) {
   const std::string prefix =
       "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-      "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]: ";
+      "redis[s]://[[user]:password@]host[:port][/db], redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db] "
+      "or redis[s]-cluster://[[user]:password@]host[:port][,...]: ";
   const std::string kDb = "the database after / must be a number (0 to the server's databases setting - 1)";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"http://127.0.0.1:6379/0", "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://"},
-      {"redis+tls://127.0.0.1", "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://"},
+      {"http://127.0.0.1:6379/0", "the scheme must be redis://, rediss:// (TLS), redis-sentinel://, rediss-sentinel://, redis-cluster:// or rediss-cluster://"},
+      {"redis+tls://127.0.0.1", "the scheme must be redis://, rediss:// (TLS), redis-sentinel://, rediss-sentinel://, redis-cluster:// or rediss-cluster://"},
       {"redis://127.0.0.1:0/0", "the port must be between 1 and 65535"},
       {"redis://127.0.0.1:65536/0", "the port must be between 1 and 65535"},
       {"redis://127.0.0.1:/0", "the port must be between 1 and 65535"},
@@ -84,7 +85,8 @@ TEST(RedisConfig, BadUrlFromASecretIsNotShown) {
   const std::string errors = Errors(WithUrl("\"${env:SLUICE_TEST_REDIS_URL}\""));
   EXPECT_EQ(errors,
             "t.yaml:14:10: sinks[0].url: must be a URL of the form "
-            "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]: the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
+            "redis[s]://[[user]:password@]host[:port][/db], redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db] "
+      "or redis[s]-cluster://[[user]:password@]host[:port][,...]: the scheme must be redis://, rediss:// (TLS), redis-sentinel://, rediss-sentinel://, redis-cluster:// or rediss-cluster://");
   EXPECT_EQ(errors.find(kPassword), std::string::npos);
   ::unsetenv("SLUICE_TEST_REDIS_URL");
   EXPECT_EQ(Errors(WithUrl("\"${env:SLUICE_TEST_REDIS_URL}\"")),

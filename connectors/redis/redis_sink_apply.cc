@@ -2,7 +2,10 @@
 // (version_check.lua), pipelined a call at a time.
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <thread>
 #include <exception>
 #include <span>
 #include <string>
@@ -22,7 +25,7 @@ ApplyResult RedisSink::Apply(std::span<const ChangeEvent> events) {
     guard_ = kGuardNewer;
     return ApplyBatch(events);
   } catch (const std::exception& e) {
-    conn_.reset();
+    DropConnections();
     return ApplyResult{Internal(where_ + ": " + e.what()), {}};
   }
 }
@@ -34,7 +37,7 @@ ApplyResult RedisSink::Repair(std::span<const ChangeEvent> events, RepairGuard r
     guard_ = repair_guard == RepairGuard::kAny ? kGuardAny : kGuardNotOlder;
     return ApplyBatch(events);
   } catch (const std::exception& e) {
-    conn_.reset();
+    DropConnections();
     return ApplyResult{Internal(where_ + ": " + e.what()), {}};
   }
 }
@@ -53,6 +56,18 @@ bool RedisSink::BuildEvent(const ChangeEvent& e, std::string& reason) {
   size_t off = arena_.size();
   keys_.AppendKey(arena_, e.entity_id);
   AddArena(off);
+  if (cluster_) {
+    // The tombstone key is passed too: it is not the value key + suffix.
+    const std::string tomb = TombstoneKey(std::string_view(arena_).substr(off));
+    off = arena_.size();
+    arena_ += tomb;
+    AddArena(off);
+  } else if (hash_) {
+    off = arena_.size();
+    keys_.AppendKey(arena_, e.entity_id);
+    arena_ += kTombstoneSuffix;
+    AddArena(off);
+  }
   if (!hash_) {
     off = arena_.size();
     if (e.deleted) arena_ += '-';
@@ -63,10 +78,6 @@ bool RedisSink::BuildEvent(const ChangeEvent& e, std::string& reason) {
     arena_.resize(arena_mark);
     return false;
   }
-  off = arena_.size();
-  keys_.AppendKey(arena_, e.entity_id);
-  arena_ += kTombstoneSuffix;
-  AddArena(off);
   AppendNumber(e.version);
   AddFixed(e.deleted ? "1" : "0");
   const size_t count_arg = args_.size();
@@ -139,14 +150,16 @@ bool RedisSink::AddHashFields(const ChangeEvent& e, std::string& reason) {
 ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
   ApplyResult out;
   if (events.empty()) return out;
-  if (!conn_) {
+  if (!connected()) {
     Status s = Connect();
     if (!s.ok()) return ApplyResult{s, {}};
   }
   out.results.assign(events.size(), EventResult{});
 
   // The first round sends each call as soon as its events are built, so
-  // that Redis runs one call while the next is being built.
+  // that Redis runs one call while the next is being built. In a cluster
+  // the events are first grouped by hash slot (a call's keys must share
+  // one), so the calls go once every event is built.
   arena_.clear();
   args_.clear();
   sendable_.clear();
@@ -161,76 +174,141 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
       out.results[i] = EventResult{Outcome::kRejected, std::move(reason)};
     }
     const bool last = i + 1 == events.size();
-    if (sendable_.size() > call_begin && (sendable_.size() - call_begin == kEventsPerCall || last)) {
+    if (!cluster_ && sendable_.size() > call_begin && (sendable_.size() - call_begin == kEventsPerCall || last)) {
       calls_.push_back(Call{call_begin, sendable_.size()});
       call_begin = sendable_.size();
       if (Status s = SendCall(calls_.back()); !s.ok()) return ApplyResult{s, {}};
     }
   }
+  if (cluster_) {
+    GroupBySlot();
+    for (Call& call : calls_) {
+      if (Status s = SendCall(call); !s.ok()) return ApplyResult{s, {}};
+    }
+  }
 
-  // Later rounds redo calls that met NOSCRIPT (the script cache was
-  // flushed: load it again, once per batch) and, one event per call, the
-  // events of a call that failed as a whole, to find the one to reject. A
-  // redone event that had been applied before the failure comes back stale.
+  // Later rounds redo calls that met NOSCRIPT (a server's script cache was
+  // flushed: load it again, once per batch), a cluster's redirections (MOVED:
+  // learn the slots again; ASK; TRYAGAIN: after a pause) and, one event per
+  // call, the events of a call that failed as a whole, to find the one to
+  // reject. A redone event that had been applied before comes back stale.
   bool reloaded = false;
   for (int round = 0; !calls_.empty(); ++round) {
-    if (round == 4) {
-      conn_.reset();
-      return ApplyResult{Internal(where_ + ": the batch did not settle after 4 rounds"), {}};
+    if (round == kMaxRounds) {
+      DropConnections();
+      return ApplyResult{Unavailable(where_ + ": the batch did not settle after " + std::to_string(kMaxRounds) +
+                                     " rounds" + (cluster_ ? " (the cluster's slots keep moving)" : "")),
+                         {}};
     }
-    bool noscript = false;
     Status s;
     for (size_t c = 0; round > 0 && c < calls_.size() && s.ok(); ++c) s = SendCall(calls_[c]);
-    if (s.ok()) s = ReadReplies(out.results, noscript);
+    Redo redo;
+    if (s.ok()) s = ReadReplies(out.results, redo);
     if (!s.ok()) return ApplyResult{s, {}};
-    if (noscript) {
+    if (!redo.reload.empty()) {
       if (reloaded) {
-        conn_.reset();
+        DropConnections();
         return ApplyResult{Unavailable(where_ + ": the script vanished from redis twice in one batch"), {}};
       }
-      s = LoadScript();
-      if (!s.ok()) return ApplyResult{s, {}};
+      for (RedisConnection* server : redo.reload) {
+        if (s = LoadScript(*server); !s.ok()) return ApplyResult{s, {}};
+      }
       reloaded = true;
     }
+    if (redo.moved) {
+      if (s = cluster_->Refresh(); !s.ok()) return ApplyResult{ConnectionLost(s), {}};
+    }
+    if (redo.try_again) std::this_thread::sleep_for(std::chrono::milliseconds(20 * (round + 1)));
     calls_.swap(redo_);
   }
   if (Status replicated = WaitForReplicas(); !replicated.ok()) return ApplyResult{replicated, {}};
   return out;
 }
 
-// A batch counts as written once wait_replicas replicas have it, so that a
-// failover to one of them loses none of it; otherwise it is retried (the
-// version check makes that harmless).
+// Orders sendable_ by hash slot (keeping the batch's order within a slot,
+// so one key's events stay in order) and makes calls_ of one slot each.
+void RedisSink::GroupBySlot() {
+  slots_.clear();
+  for (const Sendable& ev : sendable_) {
+    const Arg& key = args_[ev.first_arg];
+    slots_.push_back(KeySlot(std::string_view(arena_.data() + key.offset, key.size)));
+  }
+  std::vector<size_t> order(sendable_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slots_[a] < slots_[b]; });
+  std::vector<Sendable> sorted;
+  std::vector<uint16_t> sorted_slots;
+  sorted.reserve(order.size());
+  for (size_t i : order) {
+    sorted.push_back(sendable_[i]);
+    sorted_slots.push_back(slots_[i]);
+  }
+  sendable_.swap(sorted);
+  slots_.swap(sorted_slots);
+  for (size_t begin = 0; begin < sendable_.size();) {
+    size_t end = begin + 1;
+    while (end < sendable_.size() && end - begin < kEventsPerCall && slots_[end] == slots_[begin]) ++end;
+    calls_.push_back(Call{begin, end, slots_[begin]});
+    begin = end;
+  }
+}
+
+// A batch counts as written once wait_replicas replicas have it (of every
+// master, in a cluster), so that a failover to one of them loses none of
+// it; otherwise it is retried (the version check makes that harmless).
 Status RedisSink::WaitForReplicas() {
   if (options().wait_replicas == 0) return Status::Ok();
   const std::string want = std::to_string(options().wait_replicas);
   const std::string timeout = std::to_string(std::max<int64_t>(1, limits_.io_timeout.count() / 2));
-  Result<ReplyPtr> reply = Command({"WAIT", want, timeout});
-  if (!reply.ok()) return reply.status();
-  const redisReply& r = **reply;
-  if (r.type == REDIS_REPLY_ERROR) return ServerError("WAIT", ReplyText(r));
-  if (r.type != REDIS_REPLY_INTEGER || r.integer < static_cast<long long>(options().wait_replicas)) {
-    return Unavailable(where_ + ": " + (r.type == REDIS_REPLY_INTEGER ? std::to_string(r.integer) : std::string("no")) +
-                       " of the " + want + " replicas (wait_replicas) acknowledged the batch within " + timeout + " ms");
+  ASSIGN_OR_RETURN(std::vector<RedisConnection*> servers, Servers());
+  for (RedisConnection* server : servers) {
+    Result<ReplyPtr> reply = RunOn(*server, {"WAIT", want, timeout});
+    if (!reply.ok()) return ConnectionLost(reply.status());
+    const redisReply& r = **reply;
+    if (r.type == REDIS_REPLY_ERROR) return ServerError("WAIT", ReplyText(r));
+    if (r.type != REDIS_REPLY_INTEGER || r.integer < static_cast<long long>(options().wait_replicas)) {
+      return Unavailable(where_ + ": " +
+                         (r.type == REDIS_REPLY_INTEGER ? std::to_string(r.integer) : std::string("no")) + " of the " +
+                         want + " replicas (wait_replicas) acknowledged the batch within " + timeout + " ms" +
+                         (cluster_ ? " on " + cluster_->NameOf(server) : ""));
+    }
   }
   return Status::Ok();
 }
 
-// Queues one EVALSHA for the events of `call` and writes it to the socket
-// at once (without waiting for any reply).
-Status RedisSink::SendCall(const Call& call) {
+// Queues one EVALSHA for the events of `call` on its server (ASKING first
+// after an ASK) and writes it at once (without waiting for any reply).
+Status RedisSink::SendCall(Call& call) {
+  if (!cluster_) {
+    call.server = conn_.get();
+  } else {
+    Result<RedisConnection*> server =
+        call.ask ? cluster_->At(call.ask->host, call.ask->port) : cluster_->ForSlot(call.slot);
+    if (!server.ok()) return ConnectionLost(server.status());
+    call.server = *server;
+  }
+  if (call.ask) {
+    const char* argv[] = {"ASKING"};
+    const size_t lens[] = {6};
+    call.server->Append(1, argv, lens);
+  }
   AssembleCall(call);
-  conn_->Append(static_cast<int>(argv_.size()), argv_.data(), lens_.data());
-  if (Status written = conn_->Flush(); !written.ok()) return ConnectionLost(written);
+  call.server->Append(static_cast<int>(argv_.size()), argv_.data(), lens_.data());
+  if (Status written = call.server->Flush(); !written.ok()) return ConnectionLost(written);
   return Status::Ok();
 }
 
-// Reads one reply per call of calls_ into results; calls to make again go
-// to redo_.
-Status RedisSink::ReadReplies(std::vector<EventResult>& results, bool& noscript) {
+// Reads one reply per call of calls_ (each from its server) into results;
+// calls to make again go to redo_, and `redo` says what to do first.
+Status RedisSink::ReadReplies(std::vector<EventResult>& results, Redo& redo) {
   redo_.clear();
   for (const Call& call : calls_) {
-    Result<ReplyPtr> read = conn_->Read();
+    if (call.ask) {
+      Result<ReplyPtr> asking = call.server->Read();
+      if (!asking.ok()) return ConnectionLost(asking.status());
+      if ((*asking)->type == REDIS_REPLY_ERROR) return ServerError("ASKING", ReplyText(**asking));
+    }
+    Result<ReplyPtr> read = call.server->Read();
     if (!read.ok()) return ConnectionLost(read.status());
     ReplyPtr reply = std::move(read).value();
     const size_t count = call.end - call.begin;
@@ -252,16 +330,36 @@ Status RedisSink::ReadReplies(std::vector<EventResult>& results, bool& noscript)
     }
     std::string err = reply->type == REDIS_REPLY_ERROR ? std::string(ReplyText(*reply))
                                                         : "unexpected reply from the version check script";
+    if (cluster_ && reply->type == REDIS_REPLY_ERROR) {
+      // The slot is elsewhere (MOVED, or a script that found a key gone),
+      // moving (ASK), or its keys are half moved (TRYAGAIN).
+      Call again{call.begin, call.end, call.slot};
+      if (std::optional<Redirect> to = ParseRedirect(err)) {
+        if (to->ask) again.ask = std::move(to);
+        redo.moved = redo.moved || !again.ask;
+        redo_.push_back(std::move(again));
+        continue;
+      }
+      if (IsNonLocalKeyError(err) || ReplyErrorCode(err) == "TRYAGAIN") {
+        redo.moved = redo.moved || IsNonLocalKeyError(err);
+        redo.try_again = true;
+        redo_.push_back(std::move(again));
+        continue;
+      }
+    }
     switch (reply->type == REDIS_REPLY_ERROR ? Classify(err) : ErrorClass::kEvent) {
-      case ErrorClass::kNoScript:
-        noscript = true;
-        redo_.push_back(call);
+      case ErrorClass::kNoScript: {
+        bool listed = false;
+        for (RedisConnection* server : redo.reload) listed = listed || server == call.server;
+        if (!listed) redo.reload.push_back(call.server);
+        redo_.push_back(Call{call.begin, call.end, call.slot});
         break;
+      }
       case ErrorClass::kEvent:
         if (count == 1) {
           results[sendable_[call.begin].event] = EventResult{Outcome::kRejected, "redis: " + err};
         } else {
-          for (size_t k = call.begin; k < call.end; ++k) redo_.push_back(Call{k, k + 1});
+          for (size_t k = call.begin; k < call.end; ++k) redo_.push_back(Call{k, k + 1, call.slot});
         }
         break;
       case ErrorClass::kUnavailable:
@@ -280,7 +378,7 @@ void RedisSink::AssembleCall(const Call& call) {
     argv_.push_back(a.fixed ? a.fixed : arena_.data() + a.offset);
     lens_.push_back(a.size);
   };
-  const size_t keys_per_event = hash_ ? 2 : 1;
+  const size_t keys_per_event = hash_ || cluster_ ? 2 : 1;
   auto [end, ec] = std::to_chars(numkeys_, numkeys_ + sizeof numkeys_, keys_per_event * (call.end - call.begin));
   (void)ec;  // 24 chars always hold a size_t
   push(Arg{"EVALSHA", 0, 7});
@@ -289,7 +387,7 @@ void RedisSink::AssembleCall(const Call& call) {
   for (size_t k = call.begin; k < call.end; ++k) {
     for (size_t i = 0; i < keys_per_event; ++i) push(args_[sendable_[k].first_arg + i]);
   }
-  push(Arg{hash_ ? "h" : "j", 0, 1});
+  push(Arg{hash_ ? "h" : cluster_ ? "J" : "j", 0, 1});
   push(Arg{ttl_ms_.data(), 0, ttl_ms_.size()});
   push(Arg{tombstone_ttl_ms_.data(), 0, tombstone_ttl_ms_.size()});
   push(Arg{kTombstoneSuffix.data(), 0, kTombstoneSuffix.size()});

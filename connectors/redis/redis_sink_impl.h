@@ -30,6 +30,7 @@
 
 #include "config/config.h"
 #include "connectors/redis/key_template.h"
+#include "connectors/redis/redis_cluster.h"
 #include "connectors/redis/redis_connection.h"
 #include "connectors/redis/redis_options.h"
 #include "connectors/redis/redis_sink.h"
@@ -49,6 +50,8 @@ extern const std::string_view kVersionCheckScript;
 // call blocks Redis for well under a millisecond.
 inline constexpr size_t kEventsPerCall = 100;
 inline constexpr size_t kVerifyChunk = 1000;
+// Rounds of one batch (redoing NOSCRIPT, redirections, failed calls) before it fails.
+inline constexpr int kMaxRounds = 6;
 // The script's ARGV[5] (see version_check.lua).
 inline constexpr const char* kGuardNewer = ">";
 inline constexpr const char* kGuardNotOlder = "=";
@@ -102,7 +105,7 @@ class RedisSink final : public Sink {
   Capabilities capabilities() const override;
   Status Open() override;
   Status Health() override;
-  void Close() override { conn_.reset(); }
+  void Close() override { DropConnections(); }
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
 
   // redis_sink_apply.cc
@@ -130,10 +133,16 @@ class RedisSink final : public Sink {
     size_t first_arg;
     size_t arg_count;
   };
-  // One EVALSHA: the sendable_ events [begin, end).
+  // One EVALSHA: the sendable_ events [begin, end), all of one hash slot
+  // in a cluster; `server` is where it was sent, `ask` a cluster's one-off
+  // redirection (ASKING goes first).
   struct Call {
+    Call(size_t b, size_t e, uint16_t s = 0) : begin(b), end(e), slot(s) {}
     size_t begin;
     size_t end;
+    uint16_t slot;
+    RedisConnection* server = nullptr;
+    std::optional<Redirect> ask;
   };
 
   // redis_sink.cc: the options the write and check paths read, the
@@ -141,16 +150,33 @@ class RedisSink final : public Sink {
   const RedisSinkOptions& options() const;  // cfg_'s
   const std::vector<config::FieldMapping>& hash_fields() const;
   bool values_expire() const;
+  bool connected() const { return conn_ != nullptr || (cluster_ && cluster_->has_map()); }
+  RedisTransport Transport(const std::string& host, uint16_t port) const;
   Status Connect();
+  Result<std::unique_ptr<RedisConnection>> OpenServer(const RedisTransport& t, const std::string& label);
   Result<std::pair<std::string, uint16_t>> AskSentinels(const RedisTransport& base);
-  Status LoadScript();
+  Status LoadScript(RedisConnection& c);
+  void DropConnections();
+  // The servers the view's keys are on (the server, or the cluster's
+  // masters) and the one that holds a key; both connect when needed.
+  Result<std::vector<RedisConnection*>> Servers();
+  Result<RedisConnection*> ServerFor(std::string_view key);
+  // The key that remembers a delete of `key`: beside it, in its slot.
+  std::string TombstoneKey(std::string_view key) const {
+    return cluster_ ? SameSlotKey(key, kTombstoneSuffix) : std::string(key) + std::string(kTombstoneSuffix);
+  }
   // WAIT for options().wait_replicas replicas to hold what was written.
   Status WaitForReplicas();
   Status ServerError(std::string_view command, std::string_view err);
+  Status ReplyStatus(std::string_view command, std::string_view err) const;
   Status ConnectionLost(const Status& why);
-  Result<ReplyPtr> Command(int argc, const char** argv, const size_t* lens);
-  Result<ReplyPtr> Command(const std::vector<std::string_view>& args);
+  static Result<ReplyPtr> RunOn(RedisConnection& c, const std::vector<std::string_view>& args);
+  Result<ReplyPtr> Command(const std::vector<std::string_view>& args);  // on conn_
   Status ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page);
+  Status ScanServer(RedisConnection& server, const std::string& pattern,
+                    const std::function<Status(const std::vector<std::string>&)>& page);
+  Status Route(std::string_view key, int argc, const char* const* argv, const size_t* lens);
+  Result<ReplyPtr> NextRouted();
   Result<std::vector<ReplyPtr>> PipelinePerKey(const char* command, const std::vector<std::string>& keys,
                                                const std::function<std::string(const std::string&)>& to = {});
 
@@ -164,8 +190,15 @@ class RedisSink final : public Sink {
   bool AddJsonValue(const ChangeEvent& e, std::string& reason);
   bool AddHashFields(const ChangeEvent& e, std::string& reason);
   ApplyResult ApplyBatch(std::span<const ChangeEvent> events);
-  Status SendCall(const Call& call);
-  Status ReadReplies(std::vector<EventResult>& results, bool& noscript);
+  void GroupBySlot();
+  Status SendCall(Call& call);
+  // What ReadReplies found must happen before the calls in redo_ go again.
+  struct Redo {
+    std::vector<RedisConnection*> reload;  // servers that lost the script (NOSCRIPT)
+    bool moved = false;                    // a cluster's slots moved: learn them again
+    bool try_again = false;                // TRYAGAIN: pause first
+  };
+  Status ReadReplies(std::vector<EventResult>& results, Redo& redo);
   void AssembleCall(const Call& call);
 
   // redis_sink_verify.cc
@@ -201,8 +234,11 @@ class RedisSink final : public Sink {
   std::optional<KeyTemplate> live_keys_;
   std::string shadow_prefix_;
   bool shadow_prepared_ = false;
-  std::unique_ptr<RedisConnection> conn_;  // null when not connected
-  std::string sha_;
+  std::unique_ptr<RedisConnection> conn_;  // a standalone server (or a sentinel's master); null when not connected
+  std::unique_ptr<RedisCluster> cluster_;  // a cluster's masters, for a redis-cluster:// url
+  std::string sha_;                        // the script's (the same on every server)
+  std::vector<RedisConnection*> routed_;   // Route/NextRouted: the server of each command queued
+  size_t routed_next_ = 0;
 
   // Reused by every Apply so that a warm sink allocates almost nothing per batch.
   std::string arena_;
@@ -212,6 +248,7 @@ class RedisSink final : public Sink {
   std::vector<Call> redo_;           // the next round's
   std::vector<const char*> argv_;    // one assembled call
   std::vector<size_t> lens_;
+  std::vector<uint16_t> slots_;      // in a cluster, the slot of each sendable_ event
   char numkeys_[24] = {};
   HashFields fields_;
   const char* guard_ = kGuardNewer;  // the script's guard for the call being made

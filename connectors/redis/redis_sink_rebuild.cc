@@ -18,7 +18,7 @@ Status RedisSink::PromoteRebuildShadow() {
   if (!live_keys_) return Sink::PromoteRebuildShadow();
   SigpipeGuard guard;
   try {
-    if (!conn_) RETURN_IF_ERROR(Connect());
+    if (!connected()) RETURN_IF_ERROR(Connect());
     RETURN_IF_ERROR(PrepareShadowKeys());  // a replay of no events never opened it
     Status st = DropLiveKeysNotRebuilt();
     if (st.ok()) st = RenameShadowKeysOntoLive();
@@ -29,7 +29,7 @@ Status RedisSink::PromoteRebuildShadow() {
     }
     return Status::Ok();
   } catch (const std::exception& e) {
-    conn_.reset();
+    DropConnections();
     return Internal(where_ + ": switching the rebuilt keys in: " + e.what());
   }
 }

@@ -26,7 +26,7 @@ Status RedisSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   try {
     return VerifyAll(truth, differences);
   } catch (const std::exception& e) {
-    conn_.reset();
+    DropConnections();
     return Internal(where_ + ": verify: " + e.what());
   }
 }
@@ -36,13 +36,13 @@ Status RedisSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vec
   try {
     return CheckEntities(truth, differences);
   } catch (const std::exception& e) {
-    conn_.reset();
+    DropConnections();
     return Internal(where_ + ": verify: " + e.what());
   }
 }
 
 Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) {
-  if (!conn_) RETURN_IF_ERROR(Connect());
+  routed_.clear();
   std::vector<std::string> keys;
   for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
     const size_t end = std::min(truth.size(), begin + kVerifyChunk);
@@ -53,12 +53,10 @@ Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vecto
       const char* cmd = s.deleted ? "EXISTS" : hash_ ? "HGETALL" : "GET";
       const char* argv[] = {cmd, keys.back().data()};
       size_t lens[] = {std::char_traits<char>::length(cmd), keys.back().size()};
-      conn_->Append(2, argv, lens);
+      RETURN_IF_ERROR(Route(keys.back(), 2, argv, lens));
     }
     for (size_t i = begin; i < end; ++i) {
-      Result<ReplyPtr> read = conn_->Read();
-      if (!read.ok()) return ConnectionLost(read.status());
-      ReplyPtr reply = std::move(read).value();
+      ASSIGN_OR_RETURN(ReplyPtr reply, NextRouted());
       const std::string& key = keys[i - begin];
       if (reply->type == REDIS_REPLY_ERROR) {
         std::string_view err = ReplyText(*reply);
@@ -76,27 +74,27 @@ Status RedisSink::VerifyAll(const std::vector<EntitySnapshot>& truth, std::vecto
 // VerifyEntities: per entity, its value and its tombstone in one pipeline
 // (2 commands per entity, one round trip per kVerifyChunk entities).
 Status RedisSink::CheckEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
-  if (!conn_) RETURN_IF_ERROR(Connect());
+  routed_.clear();
   std::vector<std::string> keys;
   for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunk) {
     const size_t end = std::min(truth.size(), begin + kVerifyChunk);
     keys.clear();
     for (size_t i = begin; i < end; ++i) {
       keys.push_back(keys_.Key(truth[i].entity_id));
-      const std::string tomb = keys.back() + std::string(kTombstoneSuffix);
+      const std::string tomb = TombstoneKey(keys.back());
       const char* cmd = hash_ ? "HGETALL" : "GET";
       const char* argv[] = {cmd, keys.back().data()};
       size_t lens[] = {std::char_traits<char>::length(cmd), keys.back().size()};
-      conn_->Append(2, argv, lens);
+      RETURN_IF_ERROR(Route(keys.back(), 2, argv, lens));
       const char* targv[] = {"GET", tomb.data()};
       size_t tlens[] = {3, tomb.size()};
-      conn_->Append(2, targv, tlens);
+      RETURN_IF_ERROR(Route(tomb, 2, targv, tlens));
     }
     for (size_t i = begin; i < end; ++i) {
       ReplyPtr replies[2];
       for (ReplyPtr& r : replies) {
-        Result<ReplyPtr> read = conn_->Read();
-        if (!read.ok()) return ConnectionLost(read.status());
+        Result<ReplyPtr> read = NextRouted();
+        if (!read.ok()) return read.status();
         r = std::move(read).value();
       }
       const EntitySnapshot& s = truth[i];

@@ -57,6 +57,18 @@ Status ParseHostPort(std::string_view authority, uint16_t default_port, std::str
   return Status::Ok();
 }
 
+// host[:port],host[:port]...
+Status ParseHostList(std::string_view hosts, uint16_t default_port, std::vector<std::pair<std::string, uint16_t>>* out) {
+  while (true) {
+    const size_t comma = hosts.find(',');
+    std::pair<std::string, uint16_t> one;
+    RETURN_IF_ERROR(ParseHostPort(hosts.substr(0, comma), default_port, &one.first, &one.second));
+    out->push_back(std::move(one));
+    if (comma == std::string_view::npos) return Status::Ok();
+    hosts = hosts.substr(comma + 1);
+  }
+}
+
 std::string HostPort(const std::string& host, uint16_t port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ':' + std::to_string(port);
 }
@@ -72,33 +84,43 @@ std::string RedisEndpoint::Describe() const {
     }
     return out + '/' + master + '/' + std::to_string(db);
   }
+  if (!cluster_nodes.empty()) {
+    out = tls ? "rediss-cluster://" : "redis-cluster://";
+    for (size_t i = 0; i < cluster_nodes.size(); ++i) {
+      out += (i == 0 ? "" : ",") + HostPort(cluster_nodes[i].first, cluster_nodes[i].second);
+    }
+    return out;
+  }
   return out + HostPort(host, port) + '/' + std::to_string(db);
 }
 
 Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
+  enum class Kind { kServer, kSentinel, kCluster };
   struct Scheme {
     std::string_view prefix;
     bool tls;
-    bool sentinel;
+    Kind kind;
   };
-  static constexpr Scheme kSchemes[] = {{"redis://", false, false},
-                                        {"rediss://", true, false},
-                                        {"redis-sentinel://", false, true},
-                                        {"rediss-sentinel://", true, true}};
+  static constexpr Scheme kSchemes[] = {
+      {"redis://", false, Kind::kServer},           {"rediss://", true, Kind::kServer},
+      {"redis-sentinel://", false, Kind::kSentinel}, {"rediss-sentinel://", true, Kind::kSentinel},
+      {"redis-cluster://", false, Kind::kCluster},   {"rediss-cluster://", true, Kind::kCluster}};
   RedisEndpoint ep;
   std::string_view rest;
-  bool sentinel = false;
+  Kind kind = Kind::kServer;
   bool known = false;
   for (const Scheme& s : kSchemes) {
     if (url.substr(0, s.prefix.size()) != s.prefix) continue;
     rest = url.substr(s.prefix.size());
     ep.tls = s.tls;
-    sentinel = s.sentinel;
+    kind = s.kind;
     known = true;
     break;
   }
   if (!known) {
-    return InvalidArgument("the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
+    return InvalidArgument(
+        "the scheme must be redis://, rediss:// (TLS), redis-sentinel://, rediss-sentinel://, redis-cluster:// or "
+        "rediss-cluster://");
   }
   // Host, port and db never hold '@', so the last one ends the password,
   // which may itself hold '@', ':' or '/'.
@@ -122,17 +144,17 @@ Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  if (sentinel) {
-    // host[:port],host[:port].../MASTER[/db]
-    std::string_view hosts = authority;
-    while (true) {
-      const size_t comma = hosts.find(',');
-      std::pair<std::string, uint16_t> one;
-      RETURN_IF_ERROR(ParseHostPort(hosts.substr(0, comma), kSentinelPort, &one.first, &one.second));
-      ep.sentinels.push_back(std::move(one));
-      if (comma == std::string_view::npos) break;
-      hosts = hosts.substr(comma + 1);
+  if (kind == Kind::kCluster) {
+    // host[:port],host[:port]...[/0]
+    RETURN_IF_ERROR(ParseHostList(authority, 6379, &ep.cluster_nodes));
+    if (slash != std::string_view::npos && path != "0") {
+      return InvalidArgument("a Redis Cluster has database 0 only: end the url with the nodes or with /0");
     }
+    return ep;
+  }
+  if (kind == Kind::kSentinel) {
+    // host[:port],host[:port].../MASTER[/db]
+    RETURN_IF_ERROR(ParseHostList(authority, kSentinelPort, &ep.sentinels));
     const size_t master_end = path.find('/');
     ep.master = std::string(path.substr(0, master_end));
     if (slash == std::string_view::npos || ep.master.empty()) {

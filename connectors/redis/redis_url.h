@@ -17,6 +17,9 @@
 //    (rediss-sentinel:// over TLS) lists Redis Sentinels (port 26379 by
 //    default) and the name of the master they watch, as Lettuce and
 //    go-redis name them; the user and password are the master's;
+//  - redis-cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+//    (rediss-cluster:// over TLS) lists nodes of a Redis Cluster to learn
+//    its slots from (CLUSTER SLOTS); a cluster has database 0 only;
 //  - no unix sockets, query or fragment.
 #pragma once
 
@@ -32,7 +35,8 @@ namespace sluice::connectors::redis {
 
 // How the grammar is shown in messages.
 inline constexpr std::string_view kRedisUrlForm =
-    "redis[s]://[[user]:password@]host[:port][/db] or redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db]";
+    "redis[s]://[[user]:password@]host[:port][/db], redis[s]-sentinel://[[user]:password@]host[:port][,...]/MASTER[/db] "
+    "or redis[s]-cluster://[[user]:password@]host[:port][,...]";
 inline constexpr uint16_t kSentinelPort = 26379;
 
 // Where and how to connect, taken apart from a URL.
@@ -47,9 +51,12 @@ struct RedisEndpoint {
   // then unused); empty: host and port are the server.
   std::vector<std::pair<std::string, uint16_t>> sentinels;
   std::string master;  // the master's name among the sentinels
+  // Cluster: nodes to learn the slots from (host, port and db unused).
+  std::vector<std::pair<std::string, uint16_t>> cluster_nodes;
 
   // "host:port/db" for messages ("rediss://host:port/db" over TLS,
-  // "redis-sentinel://s1:26379,s2:26379/MASTER/db" with sentinels): never
+  // "redis-sentinel://s1:26379,s2:26379/MASTER/db" with sentinels,
+  // "redis-cluster://n1:7000,n2:7001" for a cluster): never
   // includes the user or the password.
   std::string Describe() const;
 };

@@ -125,8 +125,31 @@ TEST(ParseRedisUrl, SentinelsAndTheirMaster) {
   EXPECT_FALSE(ParseRedisUrl("redis-sentinel://s1/m%20x").ok());
 }
 
+TEST(ParseRedisUrl, ClusterNodes) {
+  auto ep = ParseRedisUrl("redis-cluster://app:pw@n1:7000,n2,[::1]:7002");
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_FALSE(ep->tls);
+  ASSERT_EQ(ep->cluster_nodes.size(), 3u);
+  EXPECT_EQ(ep->cluster_nodes[0], (std::pair<std::string, uint16_t>{"n1", 7000}));
+  EXPECT_EQ(ep->cluster_nodes[1], (std::pair<std::string, uint16_t>{"n2", 6379}));
+  EXPECT_EQ(ep->cluster_nodes[2], (std::pair<std::string, uint16_t>{"::1", 7002}));
+  EXPECT_EQ(ep->username, "app");
+  EXPECT_EQ(ep->password, "pw");
+  EXPECT_TRUE(ep->sentinels.empty());
+  EXPECT_EQ(ep->Describe(), "redis-cluster://n1:7000,n2:6379,[::1]:7002");
+  auto tls = ParseRedisUrl("rediss-cluster://n1/0");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->Describe(), "rediss-cluster://n1:6379");
+  EXPECT_EQ(ParseRedisUrl("redis-cluster://n1/1").status().message(),
+            "a Redis Cluster has database 0 only: end the url with the nodes or with /0");
+  EXPECT_EQ(ParseRedisUrl("redis-cluster://n1,/0").status().message(), "the host is empty");
+}
+
 TEST(ParseRedisUrl, SaysWhatIsWrong) {
-  EXPECT_EQ(ParseRedisUrl("http://h").status().message(), "the scheme must be redis://, rediss:// (TLS), redis-sentinel:// or rediss-sentinel://");
+  EXPECT_EQ(ParseRedisUrl("http://h").status().message(),
+            "the scheme must be redis://, rediss:// (TLS), redis-sentinel://, rediss-sentinel://, redis-cluster:// or "
+            "rediss-cluster://");
   EXPECT_EQ(ParseRedisUrl("redis://h:0").status().message(), "the port must be between 1 and 65535");
   EXPECT_EQ(ParseRedisUrl("redis://:6379/0").status().message(), "the host is empty");
   EXPECT_EQ(ParseRedisUrl("redis://[::1:6379").status().message(), "the IPv6 host has no closing ]");

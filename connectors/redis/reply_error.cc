@@ -36,7 +36,8 @@ std::string MisconfigurationAdvice(std::string_view error) {
            "SCAN on the sink's keys, or use another user";
   }
   if (code == "MOVED" || code == "ASK" || code == "CROSSSLOT") {
-    return "the url points at a Redis Cluster, which the redis sink does not support: use a standalone server";
+    return "the url points at a node of a Redis Cluster: write it as redis-cluster://host:port[,host:port...] "
+           "(rediss-cluster:// over TLS)";
   }
   return "check the redis server and the sink url";
 }

@@ -7,6 +7,8 @@
 --   ARGV[5] the guard: '>' writes a newer version only (Apply), '=' also the
 --           same version (Repair kNotOlder), '!' any version (Repair kAny,
 --           where a delete of version 0 removes the value and the tombstone)
+--   ARGV[1] 'J' is json with KEYS as for hash (a Redis Cluster: every key a
+--           call touches is declared, all in one hash slot)
 --   json: KEYS = one value key per event; then per event in ARGV its version,
 --         or minus its version for a delete, and the value unless a delete.
 --         The fewer arguments the cheaper the call: Redis turns each into a
@@ -41,9 +43,22 @@ local function kept(v, cur)
   if guard == '=' then return v < cur end
   return false
 end
-if fmt == 'j' then
+if fmt == 'j' or fmt == 'J' then
   local n = #KEYS
   local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}  -- vkeys: the value keys, one per event
+  local tkeys = nil
+  if fmt == 'J' then
+    n = #KEYS / 2
+    vkeys, tkeys = {}, {}
+    for e = 1, n do
+      vkeys[e] = KEYS[2 * e - 1]
+      tkeys[vkeys[e]] = KEYS[2 * e]
+    end
+  end
+  local function tombkey(k)
+    if tkeys then return tkeys[k] end
+    return k .. suffix
+  end
   for e = 1, n do
     local v = ARGV[a]
     if string.byte(v, 1) == 45 then
@@ -71,7 +86,7 @@ if fmt == 'j' then
       else
         cur[k] = 0
         mkeys[#mkeys + 1] = k
-        mtombs[#mtombs + 1] = k .. suffix
+        mtombs[#mtombs + 1] = tombkey(k)
       end
     end
   end
@@ -116,7 +131,7 @@ if fmt == 'j' then
   for i = 1, #order do
     local k = order[i]
     local e = last[k]
-    local tomb = k .. suffix
+    local tomb = tombkey(k)
     if del[e] then
       if hasval[k] then dels[#dels + 1] = k end
       if ver[e] == 0 and guard == '!' then
