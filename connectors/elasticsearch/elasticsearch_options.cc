@@ -18,10 +18,10 @@ using config::Field;
 class ElasticsearchKeys : public config::SinkOptionsRead {
  public:
   ElasticsearchKeys(config::SinkOptionReader& reader, config::SinkConfig& sink)
-      : r_(reader), sink_(sink) {}
+      : r_(reader), sink_(sink), tls_(reader, [this] { return &o().tls; }) {}
 
   std::vector<config::SinkOptionKey> Keys() override {
-    return {
+    std::vector<config::SinkOptionKey> keys = {
         {"url", true, [this](const Field& f) { ReadUrl(f); }},
         {"index", false, [this](const Field& f) { ReadIndex(f); }},
         {"mapping", false, [this](const Field& f) { r_.ReadJsonObjectFile(f, &o().mapping_path, &o().mapping_json); }},
@@ -34,10 +34,14 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
         {"connect_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().connect_timeout); }},
         {"request_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().request_timeout); }},
     };
+    tls_.Add(keys);
+    return keys;
   }
 
-  // An elasticsearch sink authenticates one way at most.
+  // TLS keys only with https://; an elasticsearch sink authenticates one
+  // way at most.
   void Check(const Field& at) override {
+    tls_.Check(url_https_, "an https:// url");
     if (sink_.type != "elasticsearch") return;
     const ElasticsearchSinkOptions& o = sink_.Options<ElasticsearchSinkOptions>();
     if (o.username.empty() != o.password.empty()) {
@@ -78,6 +82,7 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
       return;
     }
     while (!url.empty() && url.back() == '/') url.pop_back();
+    url_https_ = name == "https";
     o().url = std::move(url);
   }
 
@@ -114,6 +119,8 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
 
   config::SinkOptionReader& r_;
   config::SinkConfig& sink_;
+  config::TlsKeysRead tls_;
+  bool url_https_ = false;  // the url is https://
 };
 
 void PrintElasticsearchSink(const config::SinkConfig& sink, config::SinkOptionPrinter& out) {
@@ -130,6 +137,7 @@ void PrintElasticsearchSink(const config::SinkConfig& sink, config::SinkOptionPr
   if (!es.api_key.empty()) out.Secret("api_key", es.api_key);
   out.Duration("connect_timeout", es.connect_timeout);
   out.Duration("request_timeout", es.request_timeout);
+  config::PrintTls(es.tls, out);
 }
 
 }  // namespace
@@ -141,6 +149,14 @@ BuiltinSinkType ElasticsearchSinkType() {
     return std::make_unique<ElasticsearchKeys>(reader, *sink);
   };
   t.print = PrintElasticsearchSink;
+  t.warnings = [](const config::SinkConfig& sink) {
+    std::vector<std::string> out;
+    if (auto w = config::TlsWarning("sink '" + sink.name + "'", sink.Options<ElasticsearchSinkOptions>().tls);
+        !w.empty()) {
+      out.push_back(std::move(w));
+    }
+    return out;
+  };
   t.routes_to = "index";
   t.destination = [](const config::SinkConfig& sink) { return IndexName(sink); };
   t.route_to = [](config::SinkConfig* sink, const std::string& index) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <string>
 
+#include "config/tls_options.h"
 #include "connectors/builtin_sink_types.h"
 
 namespace sluice::connectors::elasticsearch {
@@ -38,6 +39,9 @@ struct ElasticsearchSinkOptions {
   std::string api_key;
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds request_timeout{30000};  // one _bulk request, end to end
+  // tls_ca, tls_cert, tls_key, tls_verify: only with an https:// url
+  // (docs/security.md).
+  config::TlsClientOptions tls;
 };
 
 BuiltinSinkType ElasticsearchSinkType();

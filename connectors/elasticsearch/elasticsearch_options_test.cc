@@ -129,5 +129,67 @@ TEST(ElasticsearchConfigErrors, OneLinePerProblem) {
             "t.yaml:10:5: sinks[0].table: only for mysql sinks (this sink is type elasticsearch)");
 }
 
+// TLS keys: only with https://, a certificate with its key, PEM files that
+// can be read, tls_verify identity or ca; printed back, handed to the REST
+// client, and tls_verify: ca warned of.
+TEST(ElasticsearchConfig, TlsKeys) {
+  const std::string dir = ::testing::TempDir();  // ends with /
+  const std::string ca = dir + "es_tls_ca.pem", cert = dir + "es_tls_cert.pem", key = dir + "es_tls.key";
+  for (const std::string& f : {ca, cert, key}) {
+    std::ofstream(f) << "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  }
+  const std::string https = "    url: https://search.example.com:9200\n";
+  EXPECT_EQ(Errors(https + "    tls_ca: " + ca + "\n    tls_cert: " + cert + "\n    tls_key: " + key +
+                   "\n    tls_verify: identity\n"),
+            "");
+  EXPECT_EQ(Errors("    url: http://search.example.com:9200\n    tls_ca: " + ca + "\n    tls_verify: ca\n"),
+            "t.yaml:10:5: sinks[0].tls_ca: only with an https:// url\n"
+            "t.yaml:11:5: sinks[0].tls_verify: only with an https:// url");
+  EXPECT_EQ(Errors(https + "    tls_cert: " + cert + "\n"),
+            "t.yaml:10:5: sinks[0].tls_cert: needs tls_key, the certificate's private key");
+  EXPECT_EQ(Errors(https + "    tls_key: " + key + "\n"),
+            "t.yaml:10:5: sinks[0].tls_key: needs tls_cert, the certificate of this key");
+  EXPECT_EQ(Errors(https + "    tls_verify: none\n"),
+            "t.yaml:10:17: sinks[0].tls_verify: must be identity or ca, got \"none\"");
+  EXPECT_EQ(Errors(https + "    tls_ca: " + dir + "no-such.pem\n").find("t.yaml:10:13: sinks[0].tls_ca: cannot read CA file "),
+            0u);
+  const std::string unreadable = Errors(https + "    tls_key: " + dir + "no-such.key\n    tls_cert: " + cert + "\n");
+  EXPECT_EQ(unreadable.find("t.yaml:10:14: sinks[0].tls_key: cannot read private key file "), 0u) << unreadable;
+  std::ofstream(dir + "es-not-pem.txt") << "hello";
+  EXPECT_NE(Errors(https + "    tls_ca: " + dir + "es-not-pem.txt\n").find("is not a PEM file"), std::string::npos);
+
+  Result<Config> r = Load(https + "    tls_ca: " + ca + "\n    tls_cert: " + cert + "\n    tls_key: " + key +
+                          "\n    tls_verify: ca\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SinkConfig& sink = r->sinks.at(0);
+  const TlsClientOptions& tls = sink.Options<ElasticsearchSinkOptions>().tls;
+  EXPECT_EQ(tls.ca, ca);
+  EXPECT_EQ(tls.cert, cert);
+  EXPECT_EQ(tls.key, key);
+  EXPECT_EQ(tls.verify, TlsClientOptions::Verify::kCa);
+  EXPECT_NE(r->Redacted().find("    tls_ca: " + ca + "\n    tls_cert: " + cert + "\n    tls_key: " + key +
+                               "\n    tls_verify: ca\n"),
+            std::string::npos)
+      << r->Redacted();
+  const connectors::elasticsearch::RestClientOptions client = connectors::elasticsearch::ClientOptions(sink);
+  EXPECT_EQ(client.tls_ca, ca);
+  EXPECT_EQ(client.tls_cert, cert);
+  EXPECT_EQ(client.tls_key, key);
+  EXPECT_FALSE(client.verify_host);
+  const SinkType& type = connectors::elasticsearch::ElasticsearchSinkType().config;
+  ASSERT_TRUE(type.warnings);
+  const auto warnings = type.warnings(sink);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "WARNING: sink 'search' has tls_verify: ca: any server with a certificate from " + ca +
+                             " is accepted, whatever host it was issued to; remove tls_verify to check the host name too");
+
+  // Defaults: the machine's CAs, the host name checked, nothing printed, no warning.
+  r = Load(https);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(connectors::elasticsearch::ClientOptions(r->sinks.at(0)).verify_host);
+  EXPECT_EQ(r->Redacted().find("tls_"), std::string::npos) << r->Redacted();
+  EXPECT_TRUE(type.warnings(r->sinks.at(0)).empty());
+}
+
 }  // namespace
 }  // namespace sluice::config

@@ -471,6 +471,10 @@ RestClientOptions ClientOptions(const config::SinkConfig& sink) {
   options.api_key = es.api_key;
   options.connect_timeout = es.connect_timeout;
   options.request_timeout = es.request_timeout;
+  options.tls_ca = es.tls.ca;
+  options.tls_cert = es.tls.cert;
+  options.tls_key = es.tls.key;
+  options.verify_host = es.tls.verify == config::TlsClientOptions::Verify::kIdentity;
   return options;
 }
 

@@ -30,7 +30,7 @@ Result<std::unique_ptr<Sink>> MakeElasticsearchSink(const config::SinkConfig& si
 // The index name of a sink: its template with {type} replaced.
 std::string IndexName(const config::SinkConfig& sink);
 
-// The REST client settings of a sink: url, credentials, timeouts.
+// The REST client settings of a sink: url, credentials, timeouts, TLS.
 RestClientOptions ClientOptions(const config::SinkConfig& sink);
 
 }  // namespace sluice::connectors::elasticsearch

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace sluice::connectors::elasticsearch {
@@ -24,6 +25,25 @@ bool GlobalInit() {
   return ok;
 }
 
+// What went wrong, for a message: libcurl's detail (for TLS, OpenSSL's
+// reason) when it has one, under a heading that says what the reader should
+// look at.
+std::string FailureText(CURLcode rc, const char* detail) {
+  const std::string more = detail[0] != '\0' ? detail : curl_easy_strerror(rc);
+  switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return "TLS: the server's certificate is refused: " + more;
+    case CURLE_SSL_CONNECT_ERROR:
+      return "TLS handshake failed: " + more;
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CRL_BADFILE:
+      return "TLS: " + more;
+    default:
+      return more;
+  }
+}
+
 }  // namespace
 
 struct RestClient::Handle {
@@ -31,6 +51,7 @@ struct RestClient::Handle {
   std::unique_ptr<curl_slist, SlistFree> json_headers;
   std::unique_ptr<curl_slist, SlistFree> ndjson_headers;
   std::string body;
+  char error[CURL_ERROR_SIZE] = {};  // libcurl's detail of the last failure (CURLOPT_ERRORBUFFER)
   ~Handle() {
     if (curl != nullptr) curl_easy_cleanup(curl);
   }
@@ -68,10 +89,23 @@ Result<std::unique_ptr<RestClient>> RestClient::Make(RestClientOptions options) 
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(client->options_.request_timeout.count()));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &AppendBody);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &h->body);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
   if (!client->options_.username.empty()) {
     curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
     curl_easy_setopt(c, CURLOPT_USERNAME, client->options_.username.c_str());
     curl_easy_setopt(c, CURLOPT_PASSWORD, client->options_.password.c_str());
+  }
+  // libcurl checks the chain and the host name by default; set both anyway,
+  // so that nothing but verify_host can turn either off.
+  const RestClientOptions& o = client->options_;
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, o.verify_host ? 2L : 0L);
+  if (!o.tls_ca.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.tls_ca.c_str());
+  if (!o.tls_cert.empty()) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT, o.tls_cert.c_str());
+    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(c, CURLOPT_SSLKEY, o.tls_key.c_str());
+    curl_easy_setopt(c, CURLOPT_SSLKEYTYPE, "PEM");
   }
   client->handle_ = std::move(h);
   return client;
@@ -95,10 +129,11 @@ Result<HttpResponse> RestClient::Send(std::string_view method, std::string_view 
   }
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, content_type == "application/x-ndjson" ? handle_->ndjson_headers.get()
                                                                                  : handle_->json_headers.get());
+  handle_->error[0] = '\0';
   const CURLcode rc = curl_easy_perform(c);
   if (rc != CURLE_OK) {
     return Unavailable(verb + " " + options_.base_url + std::string(path.substr(0, path.find('?'))) + ": " +
-                       curl_easy_strerror(rc));
+                       FailureText(rc, handle_->error));
   }
   HttpResponse r;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);

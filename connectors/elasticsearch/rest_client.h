@@ -3,9 +3,11 @@
 // until the server or a failure closes it, and libcurl reconnects on the
 // next request.
 //
-// Transport failures (connection refused or reset, timeouts, DNS) come back
-// as kUnavailable; every HTTP status, including 4xx and 5xx, comes back as a
-// response for the caller to classify.
+// Transport failures (connection refused or reset, timeouts, DNS, a TLS
+// handshake that fails or a server certificate that is refused) come back
+// as kUnavailable, with the request's URL and libcurl's and OpenSSL's reason
+// (e.g. "certificate has expired"); every HTTP status, including 4xx and
+// 5xx, comes back as a response for the caller to classify.
 //
 // Threads: one thread at a time per instance (a sink's applier thread).
 #pragma once
@@ -28,6 +30,14 @@ struct RestClientOptions {
   std::string api_key;
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds request_timeout{30000};  // the whole request, end to end
+  // TLS, for an https:// base_url. The server's certificate must chain to
+  // the PEM CAs in tls_ca (empty: the CAs this machine trusts) and, with
+  // verify_host, name the url's host; tls_cert and tls_key (PEM files, both
+  // or neither) are presented when the server asks for a client certificate.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  bool verify_host = true;
 };
 
 struct HttpResponse {
