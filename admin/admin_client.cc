@@ -6,9 +6,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "core/json.h"
+#include "http/tls_peer.h"
 
 namespace sluice::admin {
 
@@ -105,20 +105,11 @@ Result<AdminReply> AdminClient::Call(const std::string& method, const std::strin
     }
     ctx.set_verify_mode(ssl::verify_peer);
     beast::ssl_stream<beast::tcp_stream> tls(std::move(stream), ctx);
-    boost::system::error_code not_ip;
-    net::ip::make_address(host, not_ip);
-    if (not_ip) {
-      SSL_set_tlsext_host_name(tls.native_handle(), host.c_str());  // SNI
-      SSL_set1_host(tls.native_handle(), host.c_str());
-    } else {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls.native_handle()), host.c_str());
-    }
+    sluice::http::ExpectPeer(tls.native_handle(), host, true);
     tls.handshake(ssl::stream_base::client, ec);
     if (ec) {
-      const long verified = SSL_get_verify_result(tls.native_handle());
-      const std::string why = verified != X509_V_OK ? std::string("its certificate is refused: ") +
-                                                          X509_verify_cert_error_string(verified)
-                                                    : ec.message();
+      const std::string refused = sluice::http::PeerRefusal(tls.native_handle());
+      const std::string why = refused.empty() ? ec.message() : "its certificate is refused: " + refused;
       return Unavailable("TLS with the admin endpoint " + where + " failed: " + why +
                          (t.ca.empty() ? " (admin.tls.ca names the CA that signed its certificate)" : ""));
     }

@@ -7,7 +7,6 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +16,8 @@
 #include <cstring>
 #include <string>
 #include <utility>
+
+#include "http/tls_peer.h"
 
 namespace sluice::connectors::redis {
 namespace {
@@ -93,11 +94,6 @@ int ConnectTcp(const RedisTransport& t, std::string* why) {
   return fd;
 }
 
-bool IsIpAddress(const std::string& host) {
-  in6_addr any{};
-  return inet_pton(AF_INET, host.c_str(), &any) == 1 || inet_pton(AF_INET6, host.c_str(), &any) == 1;
-}
-
 void AppendDecimal(std::string& out, size_t n) {
   char digits[24];
   const auto r = std::to_chars(digits, digits + sizeof digits, n);
@@ -149,21 +145,15 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisTransp
     SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_PEER, nullptr);
     tls->ssl = SSL_new(tls->ctx);
     if (tls->ssl == nullptr) return Unavailable("TLS: " + SslError("cannot make a TLS session"));
-    const bool ip = IsIpAddress(t.host);
-    if (!ip) SSL_set_tlsext_host_name(tls->ssl, t.host.c_str());  // SNI
-    if (o.verify == config::TlsClientOptions::Verify::kIdentity) {
-      const int named = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls->ssl), t.host.c_str())
-                           : SSL_set1_host(tls->ssl, t.host.c_str());
-      if (named != 1) return Unavailable("TLS: cannot check the host name " + t.host);
+    if (!http::ExpectPeer(tls->ssl, t.host, o.verify == config::TlsClientOptions::Verify::kIdentity)) {
+      return Unavailable("TLS: cannot check the host name " + t.host);
     }
     SSL_set_fd(tls->ssl, c->fd_);
     SetTimeouts(c->fd_, t.connect_timeout);
     if (SSL_connect(tls->ssl) != 1) {
-      const long verified = SSL_get_verify_result(tls->ssl);
-      if (verified != X509_V_OK) {
+      if (const std::string refused = http::PeerRefusal(tls->ssl); !refused.empty()) {
         ERR_clear_error();
-        return Unavailable(std::string("TLS: the server's certificate is refused: ") +
-                           X509_verify_cert_error_string(verified));
+        return Unavailable("TLS: the server's certificate is refused: " + refused);
       }
       const int saved = errno;
       return Unavailable("TLS handshake failed: " +

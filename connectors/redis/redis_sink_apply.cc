@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <thread>
 #include <exception>
 #include <span>
 #include <string>
@@ -189,7 +188,8 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
 
   // Later rounds redo calls that met NOSCRIPT (a server's script cache was
   // flushed: load it again, once per batch), a cluster's redirections (MOVED:
-  // learn the slots again; ASK; TRYAGAIN: after a pause) and, one event per
+  // learn the slots again; ASK; TRYAGAIN: a slot half moved; the engine
+  // retries the batch later if it is still moving) and, one event per
   // call, the events of a call that failed as a whole, to find the one to
   // reject. A redone event that had been applied before comes back stale.
   bool reloaded = false;
@@ -218,7 +218,6 @@ ApplyResult RedisSink::ApplyBatch(std::span<const ChangeEvent> events) {
     if (redo.moved) {
       if (s = cluster_->Refresh(); !s.ok()) return ApplyResult{ConnectionLost(s), {}};
     }
-    if (redo.try_again) std::this_thread::sleep_for(std::chrono::milliseconds(20 * (round + 1)));
     calls_.swap(redo_);
   }
   if (Status replicated = WaitForReplicas(); !replicated.ok()) return ApplyResult{replicated, {}};
@@ -342,7 +341,6 @@ Status RedisSink::ReadReplies(std::vector<EventResult>& results, Redo& redo) {
       }
       if (IsNonLocalKeyError(err) || ReplyErrorCode(err) == "TRYAGAIN") {
         redo.moved = redo.moved || IsNonLocalKeyError(err);
-        redo.try_again = true;
         redo_.push_back(std::move(again));
         continue;
       }

@@ -196,7 +196,6 @@ class RedisSink final : public Sink {
   struct Redo {
     std::vector<RedisConnection*> reload;  // servers that lost the script (NOSCRIPT)
     bool moved = false;                    // a cluster's slots moved: learn them again
-    bool try_again = false;                // TRYAGAIN: pause first
   };
   Status ReadReplies(std::vector<EventResult>& results, Redo& redo);
   void AssembleCall(const Call& call);
