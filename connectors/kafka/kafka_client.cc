@@ -81,6 +81,20 @@ Status WithBrokerError(Status st, const rd_kafka_t* rk) {
   return Status(st.code(), st.message() + " (last broker error: " + why + ")");
 }
 
+// Whether `rk` met a refusal that waiting will not cure: a broker
+// certificate refused, a failed TLS handshake or SASL login, the broker
+// refusing our certificate (or its absence).
+bool Refused(const rd_kafka_t* rk) {
+  std::lock_guard lock(ErrorsMutex());
+  if (LastRefusals().contains(rk)) return true;
+  const auto it = LastErrors().find(rk);
+  if (it == LastErrors().end()) return false;
+  const std::string& e = it->second;
+  return e.find("SSL handshake failed") != std::string::npos || e.find("Authentication failed") != std::string::npos ||
+         e.find("alert bad certificate") != std::string::npos ||  // the broker wants a client certificate
+         e.find("alert certificate required") != std::string::npos;
+}
+
 Status Set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
   char errstr[512];
   if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
@@ -209,7 +223,16 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
   if (rkt == nullptr) return InvalidArgument("topic " + topic + ": " + rd_kafka_err2str(rd_kafka_last_error()));
   const rd_kafka_metadata_t* md = nullptr;
-  const rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, static_cast<int>(timeout.count()));
+  // Asked in slices, so that a refusal no wait will cure (a certificate
+  // refused, a failed login) ends the wait at once.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    err = rd_kafka_metadata(rk, 0, rkt, &md, static_cast<int>(std::min<int64_t>(left.count(), 500)));
+    if ((err != RD_KAFKA_RESP_ERR__TIMED_OUT && err != RD_KAFKA_RESP_ERR__TRANSPORT) || Refused(rk)) break;
+  }
   rd_kafka_topic_destroy(rkt);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return WithBrokerError(FromErr(err, "metadata of topic " + topic), rk);
   Result<int32_t> out = Unavailable("metadata of topic " + topic + ": not in the broker's answer");
