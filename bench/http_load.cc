@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using TlsStream = asio::ssl::stream<tcp::socket>;
 
 namespace {
 
@@ -39,6 +41,9 @@ struct HttpLoad::Impl {
   HttpLoadOptions o;
   std::vector<tcp::endpoint> endpoints;  // one per writer
   std::string host_header;
+  // HTTPS only; shared by every thread's connections (OpenSSL makes a
+  // session from it on any thread).
+  std::unique_ptr<asio::ssl::context> tls;
   std::vector<std::string> entity_ids;
   WorkQueue queue;
   uint32_t phase = 0;
@@ -100,21 +105,44 @@ class Connection {
 
   void Connect() {
     ++attempts_;
-    socket_.async_connect(endpoint_, [this](beast::error_code ec) {
+    if (load_.tls) {
+      // A TLS session per connection. The previous stream may be the one
+      // whose handler is running now, so it is kept until the next connect.
+      retired_ = std::move(tls_);
+      tls_ = std::make_unique<TlsStream>(worker_.io, *load_.tls);
+      tls_->set_verify_mode(asio::ssl::verify_peer);
+      tls_->set_verify_callback(asio::ssl::host_name_verification(load_.o.host));
+    }
+    Socket().async_connect(endpoint_, [this](beast::error_code ec) {
       if (ec) return OnBroken(ec, "connect");
-      socket_.set_option(tcp::no_delay(true), ec);
-      open_ = true;
-      connect_failures_ = 0;
-      SendAgain();
+      Socket().set_option(tcp::no_delay(true), ec);
+      if (!tls_) return OnOpen();
+      tls_->async_handshake(asio::ssl::stream_base::client, [this](beast::error_code ec) {
+        if (ec) return OnBroken(ec, "TLS handshake");
+        OnOpen();
+      });
     });
   }
 
+  void OnOpen() {
+    open_ = true;
+    connect_failures_ = 0;
+    SendAgain();
+  }
+
+  tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
+
   // Sends the pending request without counting an attempt (Connect() did).
   void SendAgain() {
-    asio::async_write(socket_, asio::buffer(request_), [this](beast::error_code ec, size_t) {
+    auto done = [this](beast::error_code ec, size_t) {
       if (ec) return OnBroken(ec, "write");
       Read();
-    });
+    };
+    if (tls_) {
+      asio::async_write(*tls_, asio::buffer(request_), done);
+    } else {
+      asio::async_write(socket_, asio::buffer(request_), done);
+    }
   }
 
   void Send() {
@@ -125,10 +153,15 @@ class Connection {
   void Read() {
     parser_.emplace();
     parser_->body_limit(1 << 20);
-    http::async_read(socket_, buffer_, *parser_, [this](beast::error_code ec, size_t) {
+    auto done = [this](beast::error_code ec, size_t) {
       if (ec) return OnBroken(ec, "read");
       OnResponse();
-    });
+    };
+    if (tls_) {
+      http::async_read(*tls_, buffer_, *parser_, done);
+    } else {
+      http::async_read(socket_, buffer_, *parser_, done);
+    }
   }
 
   void OnResponse() {
@@ -174,10 +207,12 @@ class Connection {
     timer_.async_wait([this](beast::error_code) { Connect(); });
   }
 
+  // Over TLS without a close_notify: the writer sees the TCP connection end,
+  // as when a client goes away.
   void Close() {
     beast::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    Socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Socket().close(ignored);
     buffer_.consume(buffer_.size());
     open_ = false;
   }
@@ -221,7 +256,9 @@ class Connection {
   Worker& worker_;
   HttpLoad::Impl& load_;
   const tcp::endpoint endpoint_;  // the writer this connection talks to
-  tcp::socket socket_;
+  tcp::socket socket_;                // plain HTTP
+  std::unique_ptr<TlsStream> tls_;    // HTTPS: the current connection's
+  std::unique_ptr<TlsStream> retired_;
   asio::steady_timer timer_;
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::string_body>> parser_;
@@ -256,6 +293,16 @@ Result<std::unique_ptr<HttpLoad>> HttpLoad::Create(HttpLoadOptions options) {
     }
   }
   impl->host_header = o.host + ":" + std::to_string(o.port);
+  if (o.tls) {
+    impl->tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+    beast::error_code ec;
+    if (o.tls_ca.empty()) {
+      impl->tls->set_default_verify_paths(ec);
+    } else {
+      impl->tls->load_verify_file(o.tls_ca, ec);
+    }
+    if (ec) return InvalidArgument("cannot load the CAs " + (o.tls_ca.empty() ? "of this machine" : o.tls_ca) + ": " + ec.message());
+  }
   impl->entity_ids.reserve(o.entities);
   for (uint64_t e = 0; e < o.entities; ++e) impl->entity_ids.push_back(EntityId(o.run_id, e, o.entities));
   const uint32_t threads = std::min(o.threads, o.connections);

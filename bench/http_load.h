@@ -1,6 +1,7 @@
 // HttpLoad: the writer benchmark's load generator. It keeps `connections`
 // keep-alive HTTP/1.1 connections to the writer (Boost.Beast over Asio, one
-// io_context per thread), each with one command in flight at a time, and
+// io_context per thread; HTTPS with HttpLoadOptions::tls, one TLS session per
+// connection, made when it connects), each with one command in flight at a time, and
 // sends `patch` (or HttpLoadOptions::command) commands with unique Idempotency-Keys:
 //
 //   POST /v1/entities/<type>/<entity>/commands/patch   {"n":<i>,"note":"..."}
@@ -44,6 +45,11 @@ struct HttpLoadOptions {
   std::string run_id;
   std::string note;           // see MakeNote()
   uint32_t max_attempts = 20;  // tries per command (503s, broken connections)
+  // HTTPS: the writer's certificate must chain to tls_ca (PEM; empty: this
+  // machine's CAs) and name `host`. A failed handshake counts as a broken
+  // connection.
+  bool tls = false;
+  std::string tls_ca;
 };
 
 // One verified 200 reply.

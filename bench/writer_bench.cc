@@ -53,6 +53,7 @@ struct Flags {
   uint64_t note_bytes = 0;
   uint64_t seed = 0;
   std::string url;
+  std::string ca;
   uint32_t connections = 0;
   uint32_t threads = 0;
   uint32_t max_attempts = 0;
@@ -72,15 +73,16 @@ void RaiseFileLimit() {
   }
 }
 
-// "http://host:port[/]" -> host, port.
-void ParseUrl(const std::string& url, std::string& host, uint16_t& port) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) throw Usage{"--url must start with http:// (got '" + url + "')"};
+// "http[s]://host:port[/]" -> host, port, whether https.
+void ParseUrl(const std::string& url, std::string& host, uint16_t& port, bool& tls) {
+  tls = url.rfind("https://", 0) == 0;
+  const std::string scheme = tls ? "https://" : "http://";
+  if (url.rfind(scheme, 0) != 0) throw Usage{"--url must start with http:// or https:// (got '" + url + "')"};
   std::string rest = url.substr(scheme.size());
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   const size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0 || rest.find('/') != std::string::npos) {
-    throw Usage{"--url must look like http://HOST:PORT (got '" + url + "')"};
+    throw Usage{"--url must look like http[s]://HOST:PORT (got '" + url + "')"};
   }
   host = rest.substr(0, colon);
   const std::string p = rest.substr(colon + 1);
@@ -189,12 +191,15 @@ int RunHttp(const Flags& f) {
       rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
       std::string host;
       uint16_t port = 0;
-      ParseUrl(one, host, port);
+      bool tls = false;
+      ParseUrl(one, host, port, tls);
       if (first) {
         o.host = host;
         o.port = port;
+        o.tls = tls;
         first = false;
       } else {
+        if (tls != o.tls) throw Usage{"--url: every writer http:// or every writer https://"};
         o.more_ports.push_back(port);
       }
     }
@@ -208,6 +213,8 @@ int RunHttp(const Flags& f) {
   o.run_id = f.run_id;
   o.note = MakeNote(f.run_id, f.note_bytes);
   o.max_attempts = f.max_attempts;
+  o.tls_ca = f.ca;
+  if (!o.tls && !f.ca.empty()) throw Usage{"--ca is for an https:// --url"};
   const uint64_t commands = f.commands ? f.commands : 200000;
   CpuWatch cpu = MakeCpuWatch(f);
 
@@ -218,6 +225,7 @@ int RunHttp(const Flags& f) {
   report.Add("entities", f.entities);
   report.Add("command", f.command);
   report.Add("connections", static_cast<uint64_t>(f.connections));
+  report.Add("tls", o.tls ? "yes" : "no");
   report.Add("threads", static_cast<uint64_t>(f.threads));
 
   // With a database, the replies are also compared with what was stored.
@@ -423,7 +431,10 @@ int Main(int argc, char** argv) {
       "measure even when MySQL does not fsync every commit (innodb_flush_log_at_trx_commit != 1)");
   po::options_description http("http mode");
   http.add_options()("url", po::value(&f.url)->default_value("http://127.0.0.1:8080"),
-                     "the writer's address, http://HOST:PORT; several writers (on one host): a comma list, connections spread over them")(
+                     "the writer's address, http://HOST:PORT or https://HOST:PORT; several writers (on one host): a comma list, connections spread over them")(
+      "ca", po::value(&f.ca),
+      "https: PEM file of the CAs the writer's certificate must chain to (it must also name HOST); default: "
+      "this machine's CAs")(
       "connections", po::value(&f.connections)->default_value(256),
       "keep-alive connections, each with one command in flight")(
       "threads", po::value(&f.threads)->default_value(1), "event-loop threads of the load generator")(
