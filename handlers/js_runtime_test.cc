@@ -329,9 +329,14 @@ TEST(JsRuntime, MadeCalledAndDestroyedOnDifferentThreads) {
 }
 
 TEST(JsRuntime, ManyRuntimesOnOneThreadAndLimitsPerRuntime) {
+  // The memory limit is what stops the hog: its time limit is far off, so
+  // that a machine short of CPU cannot stop it by time first.
+  JsLimits limits = SmallLimits();
+  limits.timeout = std::chrono::seconds(10);
   std::vector<std::unique_ptr<JsRuntime>> runtimes;
   for (int i = 0; i < 40; ++i) {
-    runtimes.push_back(MustCreate(std::string(kAccount) + "function hog() { var a = []; for (;;) a.push({i: a.length}); }\n"));
+    runtimes.push_back(
+        MustCreate(std::string(kAccount) + "function hog() { var a = []; for (;;) a.push({i: a.length}); }\n", limits));
     ASSERT_NE(runtimes.back(), nullptr) << i;
   }
   for (size_t i = 0; i < runtimes.size(); ++i) {
