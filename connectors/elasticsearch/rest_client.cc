@@ -30,6 +30,13 @@ bool GlobalInit() {
 // look at.
 std::string FailureText(CURLcode rc, const char* detail) {
   const std::string more = detail[0] != '\0' ? detail : curl_easy_strerror(rc);
+  // Under TLS 1.3 a server that refuses the client's certificate (or its
+  // absence) says so with an alert the client reads after the handshake.
+  if (more.find("alert bad certificate") != std::string::npos ||
+      more.find("alert certificate required") != std::string::npos ||
+      more.find("alert unknown ca") != std::string::npos) {
+    return "TLS: the server refused the client certificate or its absence (tls_cert, tls_key): " + more;
+  }
   switch (rc) {
     case CURLE_PEER_FAILED_VERIFICATION:
       return "TLS: the server's certificate is refused: " + more;
