@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/partitioner.h"
+#include "sql/delta_states.h"
 #include "sql/schema.h"
 
 namespace sluice::sql {
@@ -79,7 +80,7 @@ std::string Table(const std::string& type, uint32_t partition) {
 // The pull loop's columns, in the order EventFromRow reads them.
 constexpr const char* kReadColumns =
     "event_id, entity_id, version, deleted, state, command_name, command_id, "
-    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED)";
+    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED), delta";
 
 EventRow EventFromRow(Row& r, size_t first) {
   EventRow e;
@@ -87,7 +88,9 @@ EventRow EventFromRow(Row& r, size_t first) {
   e.entity_id = std::move(r[first + 1]).value_or("");
   e.version = U64(r[first + 2]);
   e.deleted = r[first + 3].value_or("0") != "0";
-  e.state = e.deleted ? std::string() : std::move(r[first + 4]).value_or("null");
+  e.delta = e.deleted ? std::string() : std::move(r[first + 8]).value_or("");
+  // A row with a delta has no state: DeltaStates fills it in.
+  e.state = e.deleted || !e.delta.empty() ? std::string() : std::move(r[first + 4]).value_or("null");
   e.command_name = std::move(r[first + 5]).value_or("");
   e.command_id = std::move(r[first + 6]).value_or("");
   e.committed_at_us = static_cast<int64_t>(U64(r[first + 7]));
@@ -124,8 +127,8 @@ std::string ReadQuery(const std::string& type, uint32_t partition, uint64_t afte
 EventRow EventWithBodiesFromRow(Row& r, size_t first, EventLog::Columns columns) {
   EventRow e = EventFromRow(r, first);
   if (columns == EventLog::Columns::kFull) {
-    e.request = std::move(r.at(first + 8)).value_or("null");
-    e.response = std::move(r.at(first + 9)).value_or("null");
+    e.request = std::move(r.at(first + 9)).value_or("null");
+    e.response = std::move(r.at(first + 10)).value_or("null");
   }
   return e;
 }
@@ -157,6 +160,10 @@ class MariaDbAppend : public EventAppend {
     row_ += ',';
     if (e.deleted) {
       row_ += "NULL,NULL,1)";
+    } else if (!e.delta.empty()) {
+      row_ += "NULL,";
+      Quote(row_, e.delta);
+      row_ += ",0)";
     } else {
       Quote(row_, e.state);
       row_ += ",NULL,0)";
@@ -221,6 +228,7 @@ class MariaDbEventLog : public EventLog {
       auto& events = out[from[0].first];
       events.reserve(rows.size());
       for (auto& r : rows) events.push_back(EventWithBodiesFromRow(r, 0, columns));
+      RETURN_IF_ERROR(Resolve(*c, type, from[0].first, events));
       return out;
     }
     // One ordered, limited SELECT per partition in a UNION ALL: one round trip.
@@ -241,6 +249,7 @@ class MariaDbEventLog : public EventLog {
     // Each part is ordered; a UNION ALL does not promise to keep that order.
     for (auto& [partition, list] : out) {
       if (!std::is_sorted(list.begin(), list.end(), by_event_id)) std::sort(list.begin(), list.end(), by_event_id);
+      RETURN_IF_ERROR(Resolve(*c, type, partition, list));
     }
     return out;
   }
@@ -250,7 +259,7 @@ class MariaDbEventLog : public EventLog {
     if (ids.empty()) return std::vector<EventRow>{};
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     ASSIGN_OR_RETURN(auto rows, c->Query(LatestQuery(type, partition, "entity_id IN (" + InList(*c, ids) + ")", "")));
-    return EventsFromRows(rows);
+    return Resolved(*c, type, partition, EventsFromRows(rows));
   }
 
   Result<std::vector<EventRow>> LatestAfter(const std::string& type, uint32_t partition, const std::string& after_id,
@@ -263,7 +272,7 @@ class MariaDbEventLog : public EventLog {
     }
     const std::string tail = limit == 0 ? "" : " ORDER BY entity_id LIMIT " + std::to_string(limit);
     ASSIGN_OR_RETURN(auto rows, c->Query(LatestQuery(type, partition, where, tail)));
-    return EventsFromRows(rows);
+    return Resolved(*c, type, partition, EventsFromRows(rows));
   }
 
   Result<std::map<std::string, uint64_t>> LatestVersions(const std::string& type, uint32_t partition,
@@ -324,14 +333,14 @@ class MariaDbEventLog : public EventLog {
     std::vector<EventRow> out;
     out.reserve(rows.size());
     for (auto& r : rows) out.push_back(EventWithBodiesFromRow(r, 0, Columns::kFull));
-    return out;
+    return Resolved(*c, type, partition, std::move(out));
   }
 
   Result<std::vector<EventRow>> AtVersions(const std::string& type, uint32_t partition,
                                            const std::vector<std::pair<std::string, uint64_t>>& keys) override {
     if (keys.empty()) return std::vector<EventRow>{};
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
-    std::string q = "SELECT entity_id, version, deleted, state FROM " + Table(type, partition) +
+    std::string q = "SELECT entity_id, version, deleted, state, delta FROM " + Table(type, partition) +
                     " WHERE (entity_id, version) IN (";
     for (size_t i = 0; i < keys.size(); ++i) {
       q += i == 0 ? "(" : ",(";
@@ -342,15 +351,8 @@ class MariaDbEventLog : public EventLog {
     ASSIGN_OR_RETURN(auto rows, c->Query(q));
     std::vector<EventRow> out;
     out.reserve(rows.size());
-    for (auto& r : rows) {
-      EventRow e;
-      e.entity_id = std::move(r[0]).value_or("");
-      e.version = U64(r[1]);
-      e.deleted = r[2].value_or("0") != "0";
-      e.state = e.deleted ? std::string() : std::move(r[3]).value_or("null");
-      out.push_back(std::move(e));
-    }
-    return out;
+    for (auto& r : rows) out.push_back(ChainRowFrom(r));
+    return Resolved(*c, type, partition, std::move(out));
   }
 
   Result<std::vector<EventRow>> History(const std::string& type, uint32_t partition, const std::string& entity_id,
@@ -364,7 +366,7 @@ class MariaDbEventLog : public EventLog {
     std::vector<EventRow> out;
     out.reserve(rows.size());
     for (auto& r : rows) out.push_back(EventWithBodiesFromRow(r, 0, Columns::kFull));
-    return out;
+    return Resolved(*c, type, partition, std::move(out));
   }
 
   std::unique_ptr<EventAppend> NewAppend(const std::string& type, uint32_t partition) override {
@@ -391,7 +393,50 @@ class MariaDbEventLog : public EventLog {
     return in;
   }
 
+  // A row of `entity_id, version, deleted, state, delta`.
+  static EventRow ChainRowFrom(Row& r) {
+    EventRow e;
+    e.entity_id = std::move(r[0]).value_or("");
+    e.version = U64(r[1]);
+    e.deleted = r[2].value_or("0") != "0";
+    e.delta = e.deleted ? std::string() : std::move(r[4]).value_or("");
+    e.state = e.deleted || !e.delta.empty() ? std::string() : std::move(r[3]).value_or("null");
+    return e;
+  }
+
+  // The full state of every row of a read that stored a delta (DeltaStates):
+  // the chains it needs come in one query, a part per entity, each from the
+  // entity's nearest snapshot (a row without a delta) at or below the
+  // version wanted: an index range on uk_entity_version.
+  Status Resolve(Connection& c, const std::string& type, uint32_t partition, std::vector<EventRow>& rows) {
+    return deltas_.Resolve(type, partition, rows, [&](const std::vector<std::pair<std::string, uint64_t>>& want)
+                                                      -> Result<std::vector<EventRow>> {
+      const std::string t = Table(type, partition);
+      std::string q;
+      for (const auto& [id, version] : want) {
+        std::string quoted;
+        c.AppendQuoted(quoted, id);
+        const std::string v = std::to_string(version);
+        if (!q.empty()) q += " UNION ALL ";
+        q += "(SELECT entity_id, version, deleted, state, delta FROM " + t + " WHERE entity_id=" + quoted +
+             " AND version <= " + v + " AND version >= (SELECT COALESCE(MAX(version), 0) FROM " + t +
+             " WHERE entity_id=" + quoted + " AND version <= " + v + " AND delta IS NULL))";
+      }
+      ASSIGN_OR_RETURN(auto found, c.Query(q));
+      std::vector<EventRow> out;
+      out.reserve(found.size());
+      for (auto& r : found) out.push_back(ChainRowFrom(r));
+      return out;
+    });
+  }
+  Result<std::vector<EventRow>> Resolved(Connection& c, const std::string& type, uint32_t partition,
+                                         std::vector<EventRow> rows) {
+    RETURN_IF_ERROR(Resolve(c, type, partition, rows));
+    return rows;
+  }
+
   Session session_;
+  DeltaStates deltas_;
 };
 
 class MariaDbOffsetTable : public OffsetTable {

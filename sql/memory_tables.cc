@@ -6,6 +6,8 @@
 #include <tuple>
 #include <utility>
 
+#include "sql/delta_states.h"
+
 namespace sluice::sql {
 
 struct MemoryStorage::Tables {
@@ -54,7 +56,8 @@ class MemoryAppend : public EventAppend {
   bool TryAdd(const NewEvent& e, size_t max_bytes) override {
     // About what the INSERT's row would take.
     const size_t row_bytes = 64 + e.entity_id.size() + e.command_id.size() + e.command_name.size() +
-                             e.request.size() + e.response.size() + (e.deleted ? 0 : e.state.size());
+                             e.request.size() + e.response.size() +
+                             (e.deleted ? 0 : e.delta.empty() ? e.state.size() : e.delta.size());
     if (!rows_.empty() && bytes_ + row_bytes > max_bytes) return false;
     bytes_ += row_bytes;
     EventRow r;
@@ -67,7 +70,11 @@ class MemoryAppend : public EventAppend {
     r.request = e.request;
     r.response = e.response;
     r.deleted = e.deleted;
-    if (!e.deleted) r.state = e.state;
+    if (!e.deleted && !e.delta.empty()) {
+      r.delta = e.delta;  // the state is made again on every read, as from MariaDB
+    } else if (!e.deleted) {
+      r.state = e.state;
+    }
     rows_.push_back(std::move(r));
     return true;
   }
@@ -118,6 +125,7 @@ class MemoryEventLog : public EventLog {
       for (auto it = t.upper_bound(after); it != t.end() && list.size() < limit; ++it) {
         list.push_back(columns == Columns::kFull ? WithBodies(it->second) : Read(it->second));
       }
+      RETURN_IF_ERROR(ResolveLocked(type, partition, list));
     }
     return out;
   }
@@ -135,8 +143,10 @@ class MemoryEventLog : public EventLog {
       e.version = row.version;
       e.deleted = row.deleted;
       e.state = row.state;
+      e.delta = row.delta;
       out.push_back(std::move(e));
     }
+    RETURN_IF_ERROR(ResolveLocked(type, partition, out));
     return out;
   }
 
@@ -149,6 +159,7 @@ class MemoryEventLog : public EventLog {
     for (auto& [id, row] : Latest(type, partition)) {
       if (wanted.count(id)) out.push_back(Read(std::move(row)));
     }
+    RETURN_IF_ERROR(ResolveLocked(type, partition, out));
     return out;
   }
 
@@ -162,6 +173,7 @@ class MemoryEventLog : public EventLog {
     for (auto it = latest.upper_bound(after_id); it != latest.end() && (limit == 0 || out.size() < limit); ++it) {
       out.push_back(Read(std::move(it->second)));
     }
+    RETURN_IF_ERROR(ResolveLocked(type, partition, out));
     return out;
   }
 
@@ -187,6 +199,7 @@ class MemoryEventLog : public EventLog {
     for (uint64_t id : wanted) {
       if (const auto it = t.find(id); it != t.end()) out.push_back(WithBodies(it->second));
     }
+    RETURN_IF_ERROR(ResolveLocked(type, partition, out));
     return out;
   }
 
@@ -205,6 +218,7 @@ class MemoryEventLog : public EventLog {
       r.expected_version.reset();
       out.push_back(std::move(r));
     }
+    RETURN_IF_ERROR(ResolveLocked(type, partition, out));
     return out;
   }
 
@@ -237,6 +251,27 @@ class MemoryEventLog : public EventLog {
     RETURN_IF_ERROR(Open());
     return s_->Enter(op, &open_);
   }
+  // Under the mutex: the full state of the rows of a read that stored a
+  // delta, from each entity's chain (its rows from the nearest snapshot).
+  Status ResolveLocked(const std::string& type, uint32_t partition, std::vector<EventRow>& rows) {
+    return deltas_.Resolve(type, partition, rows, [&](const std::vector<std::pair<std::string, uint64_t>>& want) {
+      std::vector<EventRow> chain;
+      for (const auto& [id, version] : want) {
+        std::map<uint64_t, const EventRow*> versions;
+        for (const auto& [event_id, row] : s_->tables().events[{type, partition}]) {
+          if (row.entity_id == id && row.version <= version) versions[row.version] = &row;
+        }
+        uint64_t snapshot = 0;
+        for (const auto& [v, row] : versions) {
+          if (row->delta.empty()) snapshot = v;
+        }
+        for (const auto& [v, row] : versions) {
+          if (v >= snapshot) chain.push_back(*row);
+        }
+      }
+      return Result<std::vector<EventRow>>(std::move(chain));
+    });
+  }
   // Under the mutex: the latest row of each entity of (type, partition), by entity_id.
   std::map<std::string, EventRow> Latest(const std::string& type, uint32_t partition) {
     std::map<std::string, EventRow> out;
@@ -261,6 +296,7 @@ class MemoryEventLog : public EventLog {
 
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
+  DeltaStates deltas_;
 };
 
 class MemoryOffsetTable : public OffsetTable {

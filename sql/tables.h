@@ -51,6 +51,8 @@ struct EventRow {
   std::string request;                       // canonical JSON
   std::string response;                      // canonical JSON
   std::string state;                         // JSON of the state after the event; empty when deleted
+  std::string delta;                         // what the event stored instead of the state (docs/delta.md), or
+                                             // empty; a read fills `state` all the same
   bool deleted = false;
   int64_t committed_at_us = 0;               // microseconds since the Unix epoch (UTC)
 };
@@ -67,6 +69,10 @@ struct NewEvent {
   std::string_view request;
   std::string_view response;
   std::string_view state;  // ignored when deleted
+  // Non-empty: the event stores this delta from the previous version
+  // (which must exist and not be a delete) instead of `state`; reads still
+  // return the full state, `state`.
+  std::string_view delta;
   bool deleted = false;
 };
 

@@ -194,6 +194,119 @@ TEST_P(TablesContractTest, HistoryPagesOneEntitysEventsByVersion) {
   EXPECT_TRUE(none->empty());
 }
 
+// Events that stored deltas (docs/delta.md) among full states, in one
+// table, as a writer with deltas on leaves it (and a table from before
+// deltas, upgraded, holds the full states): every read gives full states.
+// x: full 1, delta 2, delta 3, deleted 4, full 5 (re-created), delta 6.
+// y: full 1, delta 2.
+struct DeltaEvent {
+  uint64_t event_id;
+  std::string entity_id;
+  uint64_t version;
+  std::string state;  // for a full state
+  std::string delta;  // for a delta
+  bool deleted = false;
+};
+const std::vector<DeltaEvent>& MixedEvents() {
+  static const std::vector<DeltaEvent> events = {
+      {1, "x", 1, R"({"a":1,"keep":null})", ""},
+      {2, "y", 1, R"({"list":[1]})", ""},
+      {3, "x", 2, "", R"([["s",["a"],2],["s",["b"],{"c":true}]])"},
+      {4, "y", 2, "", R"([["a",["list"],[2,3]]])"},
+      {5, "x", 3, "", R"([["r",["a"]],["s",["b","c"],1.0]])"},
+      {6, "x", 4, "", "", true},
+      {7, "x", 5, R"({"again":1})", ""},
+      {8, "x", 6, "", R"([["s",["again"],-0.0]])"},
+  };
+  return events;
+}
+// The full state after each (entity, version) of MixedEvents.
+const std::map<std::string, std::string>& MixedStates() {
+  static const std::map<std::string, std::string> states = {
+      {"x@1", R"({"a":1,"keep":null})"},          {"x@2", R"({"a":2,"b":{"c":true},"keep":null})"},
+      {"x@3", R"({"b":{"c":1.0},"keep":null})"}, {"x@4", ""},
+      {"x@5", R"({"again":1})"},                  {"x@6", R"({"again":-0.0})"},
+      {"y@1", R"({"list":[1]})"},                 {"y@2", R"({"list":[1,2,3]})"},
+  };
+  return states;
+}
+void AppendMixed(EventLog& log, size_t first, size_t end) {
+  auto append = log.NewAppend("account", 1);
+  for (size_t i = first; i < end; ++i) {
+    const DeltaEvent& d = MixedEvents()[i];
+    NewEvent e;
+    e.event_id = d.event_id;
+    e.entity_id = d.entity_id;
+    e.version = d.version;
+    static const std::vector<std::string> ids = {"c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"};
+    e.command_id = ids[i];
+    e.command_name = d.deleted ? "delete" : "patch";
+    e.request = "{}";
+    e.response = "{}";
+    e.state = d.state;
+    e.delta = d.delta;
+    e.deleted = d.deleted;
+    ASSERT_TRUE(append->TryAdd(e, 1 << 20));
+  }
+  ASSERT_TRUE(log.Append(*append).ok());
+}
+void ExpectMixedStates(const std::vector<EventRow>& rows) {
+  for (const EventRow& r : rows) {
+    const std::string key = r.entity_id + "@" + std::to_string(r.version);
+    EXPECT_EQ(r.state, MixedStates().at(key)) << key;
+  }
+}
+
+TEST_P(TablesContractTest, EventsThatStoredDeltasAreReadAsFullStates) {
+  auto writer = storage_->OpenEventLog();
+  AppendMixed(*writer, 0, MixedEvents().size());
+  // Each read from a fresh log (nothing remembered), and again from the same one.
+  for (int fresh = 1; fresh >= 0; --fresh) {
+    std::unique_ptr<EventLog> made = storage_->OpenEventLog();
+    EventLog& log = fresh ? *made : *writer;
+    auto all = log.ReadAfter("account", {{1, 0}}, 100, EventLog::Columns::kView);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    ASSERT_EQ(all->at(1).size(), 8u);
+    ExpectMixedStates(all->at(1));
+    EXPECT_EQ(all->at(1)[2].delta, MixedEvents()[2].delta);  // the delta itself comes along
+    // Reads that start after the snapshots: the chains come from storage.
+    for (uint64_t after = 0; after < 8; ++after) {
+      auto part = storage_->OpenEventLog()->ReadAfter("account", {{1, after}}, 2, EventLog::Columns::kFull);
+      ASSERT_TRUE(part.ok()) << after << ": " << part.status().ToString();
+      ExpectMixedStates(part->at(1));
+    }
+    auto latest = log.LatestOf("account", 1, {"x", "y"});
+    ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+    EXPECT_EQ(Ids(*latest), (std::vector<std::string>{"x@6", "y@2"}));
+    ExpectMixedStates(*latest);
+    auto walk = storage_->OpenEventLog()->LatestAfter("account", 1, "", 0);
+    ASSERT_TRUE(walk.ok()) << walk.status().ToString();
+    ExpectMixedStates(*walk);
+    auto at = storage_->OpenEventLog()->AtVersions("account", 1, {{"x", 3}, {"x", 2}, {"y", 2}, {"x", 6}});
+    ASSERT_TRUE(at.ok()) << at.status().ToString();
+    EXPECT_EQ(at->size(), 4u);
+    ExpectMixedStates(*at);
+    auto by_ids = storage_->OpenEventLog()->ByIds("account", 1, {5, 8});
+    ASSERT_TRUE(by_ids.ok()) << by_ids.status().ToString();
+    ExpectMixedStates(*by_ids);
+    auto history = storage_->OpenEventLog()->History("account", 1, "x", 2, 10);
+    ASSERT_TRUE(history.ok()) << history.status().ToString();
+    EXPECT_EQ(history->size(), 4u);
+    ExpectMixedStates(*history);
+  }
+}
+
+// A delta whose chain has no snapshot (storage lost rows) is an error that
+// names the entity and version, never a made-up state.
+TEST_P(TablesContractTest, ADeltaWithoutItsSnapshotIsAnErrorNotAState) {
+  auto log = storage_->OpenEventLog();
+  AppendMixed(*log, 3, 4);  // y@2 alone: a delta with no y@1 before it
+  auto rows = storage_->OpenEventLog()->ReadAfter("account", {{1, 0}}, 10, EventLog::Columns::kView);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("entity 'y'"), std::string::npos) << rows.status().message();
+  EXPECT_NE(rows.status().message().find("version 2"), std::string::npos) << rows.status().message();
+}
+
 DeadLetter Letter(const std::string& sink, uint32_t partition, uint64_t event_id, std::string error = "refused") {
   return DeadLetter{sink, "account", partition, event_id, "e" + std::to_string(event_id), 7, std::move(error)};
 }
