@@ -107,10 +107,20 @@ bool PrivateOpenSearch::Start(std::string* why) {
     return false;
   }
   const std::string cp = Classpath();
-  std::string out;
-  if (RunCommand("javac -nowarn -d " + dir_ + "/classes -cp " + cp + " " + SLUICE_OPENSEARCH_LAUNCHER, &out) != 0) {
-    if (why) *why = "the launcher does not compile:\n" + out;
-    return false;
+  // scripts/services compiles the launcher into classes/ beside the
+  // classpath file; those classes serve when they are newer than the source
+  // (and have HTTPS), else the launcher is compiled here (3 s).
+  namespace fs = std::filesystem;
+  std::string classes = (fs::path(ClasspathFile()).parent_path() / "classes").string();
+  std::error_code ec;
+  const auto built = fs::last_write_time(fs::path(classes) / "sluice" / "OpenSearchLauncher$HttpsPlugin.class", ec);
+  if (ec || built < fs::last_write_time(SLUICE_OPENSEARCH_LAUNCHER, ec) || ec) {
+    classes = dir_ + "/classes";
+    std::string out;
+    if (RunCommand("javac -nowarn -d " + classes + " -cp " + cp + " " + SLUICE_OPENSEARCH_LAUNCHER, &out) != 0) {
+      if (why) *why = "the launcher does not compile:\n" + out;
+      return false;
+    }
   }
   // No modules (the sink needs none of them), a small heap and the client
   // compiler only: the node is up in a few seconds.
@@ -118,7 +128,7 @@ bool PrivateOpenSearch::Start(std::string* why) {
       "java -Xms256m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true"
       " -Dsluice.https.cert=" + dir_ + "/https.pem -Dsluice.https.key=" + dir_ + "/https.pem" +
       " -Dsluice.https.client_ca=" + dir_ + "/client_ca.pem -Dsluice.modules=org.opensearch.transport.Netty4Plugin" +
-      " -cp " + dir_ + "/classes:" + cp + " sluice.OpenSearchLauncher " + dir_ + "/node " + std::to_string(port_) +
+      " -cp " + classes + ":" + cp + " sluice.OpenSearchLauncher " + dir_ + "/node " + std::to_string(port_) +
       " " + std::to_string(transport_port_);
   pid_ = ::fork();
   if (pid_ == 0) {

@@ -1,7 +1,8 @@
 // PrivateOpenSearch: an OpenSearch node of the test's own that serves HTTPS
 // with certificates the test chooses (issue 22: TLS to the elasticsearch
-// sink). It runs scripts/jvm/opensearch's launcher, compiled by Start() into
-// the node's directory, on the jars scripts/services resolved
+// sink). It runs scripts/jvm/opensearch's launcher (as scripts/services
+// compiled it when that is up to date, else compiled by Start() into the
+// node's directory) on the jars scripts/services resolved
 // (SLUICE_TEST_OPENSEARCH_CLASSPATH_FILE in .local/env), with no modules, a
 // small heap and OpenSearch's secure HTTP transport on a free port below
 // 32768 (the shared node on 19200 stays plain HTTP).
@@ -39,7 +40,7 @@ class PrivateOpenSearch {
   // the PEM CAs of `ca_file`; with "" they need none.
   void DemandClientCertificates(const std::string& ca_file);
 
-  // Compiles the launcher and starts the node; true once it has reported
+  // Compiles the launcher if needed and starts the node; true once it has reported
   // that the cluster is ready. False with *why.
   bool Start(std::string* why);
   void Kill();
