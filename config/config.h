@@ -76,9 +76,22 @@ struct PartitionRange {
   std::string server;  // kMainServer or the name of an entry of Config::servers
 };
 
+// When an event stores what changed instead of the whole state
+// (docs/delta.md, docs/storage.md): the key `deltas` of an entity type.
+struct DeltaPolicy {
+  // A whole state at least every this many versions; 1: every event stores
+  // its whole state (no deltas).
+  uint32_t snapshot_every = 50;
+  // Or as soon as the deltas since the last whole state would reach this
+  // percentage of the state's size (so that reading a state back never
+  // costs much more than reading it whole).
+  uint32_t snapshot_percent = 50;
+};
+
 struct EntityTypeConfig {
   std::string name;          // [a-z][a-z0-9_]*, the map key in YAML
   uint32_t partitions = 0;   // 1..1024, fixed once the tables exist
+  DeltaPolicy deltas;
   // JavaScript command handlers (docs/handlers.md): the file's path, resolved
   // against the config file's folder; empty when the type has none.
   std::string handlers;

@@ -207,6 +207,10 @@ std::string Config::Redacted() const {
     out << YAML::Key << name << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "partitions" << YAML::Value << static_cast<unsigned>(entity.partitions);
     if (!entity.handlers.empty()) out << YAML::Key << "handlers" << YAML::Value << entity.handlers;
+    out << YAML::Key << "deltas" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "snapshot_every" << YAML::Value << entity.deltas.snapshot_every;
+    out << YAML::Key << "snapshot_percent" << YAML::Value << entity.deltas.snapshot_percent;
+    out << YAML::EndMap;
     EmitPlacement(out, entity);
     out << YAML::EndMap;
   }

@@ -205,6 +205,15 @@ void ConfigReader::ReadEntities(const Field& at, std::map<std::string, EntityTyp
     ExpectKeys(f, {
         {"partitions", Presence::kRequired, [&](const Field& p) { ReadUint(p, 1, 1024, &entity.partitions); }},
         {"handlers", Presence::kOptional, [&](const Field& h) { ReadHandlersFile(h, &entity); }},
+        {"deltas", Presence::kOptional,
+         [&](const Field& d) {
+           ExpectKeys(d, {
+               {"snapshot_every", Presence::kOptional,
+                [&](const Field& v) { ReadUint(v, 1, 1000000, &entity.deltas.snapshot_every); }},
+               {"snapshot_percent", Presence::kOptional,
+                [&](const Field& v) { ReadUint(v, 1, 1000, &entity.deltas.snapshot_percent); }},
+           });
+         }},
         {"server", Presence::kOptional, [&](const Field& s) { server = s; }},
         {"servers", Presence::kOptional, [&](const Field& s) { servers = s; }},
     });

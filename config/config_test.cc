@@ -226,8 +226,8 @@ TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
             "t.yaml:10:1: telemetry: unknown key (expected one of: storage, entities, writer, "
             "engine, metrics, sinks, admin, plugins)");
   EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, replicas: 2}")),
-            "t.yaml:9:28: entities.account.replicas: unknown key (expected one of: partitions, handlers, server, "
-            "servers)");
+            "t.yaml:9:28: entities.account.replicas: unknown key (expected one of: partitions, handlers, deltas, "
+            "server, servers)");
 }
 
 TEST(LoadConfigErrors, WrongTypeIsReportedNotThrown) {
@@ -245,6 +245,24 @@ TEST(LoadConfigErrors, WrongTypeIsReportedNotThrown) {
   EXPECT_EQ(Errors("- storage\n- entities\n"),
             "t.yaml:1:1: the configuration must be a mapping with storage and entities sections, "
             "got a sequence");
+}
+
+// An entity type's deltas: defaults, both keys, and their bounds.
+TEST(LoadConfig, DeltasPerEntityType) {
+  Result<Config> d = LoadConfigFromString(std::string(kValid), kFile);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->entities.at("account").deltas.snapshot_every, 50u);
+  EXPECT_EQ(d->entities.at("account").deltas.snapshot_percent, 50u);
+  Result<Config> r = LoadConfigFromString(
+      ValidWith("{partitions: 4}", "{partitions: 4, deltas: {snapshot_every: 1000, snapshot_percent: 200}}"), kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->entities.at("account").deltas.snapshot_every, 1000u);
+  EXPECT_EQ(r->entities.at("account").deltas.snapshot_percent, 200u);
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, deltas: {snapshot_every: 0}}")),
+            "t.yaml:9:53: entities.account.deltas.snapshot_every: must be an integer between 1 and 1000000, got \"0\"");
+  EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, deltas: {every: 5}}")),
+            "t.yaml:9:37: entities.account.deltas.every: unknown key (expected one of: snapshot_every, "
+            "snapshot_percent)");
 }
 
 TEST(LoadConfigErrors, OutOfRange) {
@@ -572,8 +590,10 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  account:\n"
             "    partitions: 4\n"
             "    handlers: " SLUICE_CONFIG_EXAMPLES_DIR "/handlers/account.js\n"
+            "    deltas: {snapshot_every: 50, snapshot_percent: 50}\n"
             "  order:\n"
             "    partitions: 2\n"
+            "    deltas: {snapshot_every: 50, snapshot_percent: 50}\n"
             "writer:\n"
             "  listen: 127.0.0.1:8080\n"
             "  batch_max: 1000\n"

@@ -127,6 +127,8 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unor
     EntityState s;
     s.version = row.version;
     s.exists = !row.deleted;
+    s.deltas = row.deltas_since_snapshot;
+    s.delta_bytes = row.delta_bytes_since_snapshot;
     if (s.exists) {
       auto parsed = ParseJson(row.state);
       if (!parsed.ok()) return Internal("stored state of '" + row.entity_id + "' is not JSON: " + parsed.status().message());

@@ -72,6 +72,12 @@ struct PartitionWorkerOptions {
   uint32_t conflict_retries = 16;
   size_t max_queue = 200000;                   // Submit() refuses beyond this
   size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
+  // Deltas (config::DeltaPolicy): an event stores what changed unless the
+  // entity is new, deleted, or due a whole state: every snapshot_every
+  // versions, or when the deltas since the last whole state would reach
+  // snapshot_percent of its size. 1: always the whole state.
+  uint32_t snapshot_every = 1;
+  uint32_t snapshot_percent = 50;
   // Called on the worker thread after each commit (e.g. to wake the sync
   // engine of the same process); must be cheap and must not block.
   std::function<void()> on_commit;
@@ -117,6 +123,8 @@ class PartitionWorker {
     bool exists = false;
     uint64_t version = 0;
     Json state;
+    uint32_t deltas = 0;       // stored since its last whole state
+    uint64_t delta_bytes = 0;  // their size
   };
   struct RecentCommand {
     std::string fingerprint;
@@ -126,6 +134,7 @@ class PartitionWorker {
   struct Planned;
   struct BatchState;
   struct Attempt;
+  bool DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const;
 
   // partition_worker.cc: the queue, the thread, and the loop of attempts.
   void Run();

@@ -40,6 +40,7 @@ struct PartitionWorker::Planned {
   bool deleted = false;
   std::string response_text;
   std::string state_text;  // canonical JSON of the new state; empty when deleted
+  std::string delta_text;  // canonical JSON of what changed, when the event stores that instead (docs/delta.md)
   // Canonical JSON of the state before the command, for push sinks with view
   // code (Pusher::full_events); empty when the entity did not exist or none needs it.
   std::string before_text;

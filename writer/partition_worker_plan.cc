@@ -1,7 +1,23 @@
+#include "core/json_delta.h"
 #include "writer/command_request.h"
 #include "writer/partition_worker_batch.h"
 
 namespace sluice::writer {
+
+// Whether the event of `p` stores a delta from `entity` (the state before,
+// which exists) to `after` instead of the whole state (options_.snapshot_*):
+// true with p.delta_text set.
+bool PartitionWorker::DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const {
+  if (options_.snapshot_every <= 1 || entity.deltas + 1 >= options_.snapshot_every) return false;
+  std::optional<Json> delta = JsonDelta(entity.state, after);
+  if (!delta) return false;  // not objects
+  std::string text = CanonicalJson(*delta);
+  // Within the share of the state's size that the deltas since the last
+  // whole state may take (bytes * 100 <= percent * size, in integers).
+  if ((entity.delta_bytes + text.size()) * 100 > uint64_t{options_.snapshot_percent} * p.state_text.size()) return false;
+  p.delta_text = std::move(text);
+  return true;
+}
 
 // Runs every pending command against the state the earlier ones leave and
 // adds a row to the append for each that writes. A row that would make the
@@ -65,6 +81,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
     p.response_text = CanonicalJson(out.response);
     p.deleted = out.deleted;
     if (!out.deleted) p.state_text = CanonicalJson(out.new_state);
+    const bool delta = was && !out.deleted && DeltaInstead(entity, out.new_state, p);
     sql::NewEvent row;
     row.event_id = p.event_id;
     row.entity_id = c.entity_id;
@@ -75,6 +92,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
     row.request = c.request_text;
     row.response = p.response_text;
     row.state = p.state_text;
+    row.delta = p.delta_text;
     row.deleted = out.deleted;
     if (!a.insert->TryAdd(row, options_.max_statement_bytes)) {
       // Cut the batch here; commands from i on are requeued by Run().
@@ -87,6 +105,8 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
     entity.version = p.version;
     entity.exists = !out.deleted;
     entity.state = std::move(out.new_state);
+    entity.deltas = delta ? entity.deltas + 1 : 0;
+    entity.delta_bytes = delta ? entity.delta_bytes + p.delta_text.size() : 0;
   }
   std::erase_if(a.rejected, [&](size_t i) { return i >= b.n; });
 }

@@ -94,6 +94,8 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       o.batch_max = config_.writer.batch_max;
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
+      o.snapshot_every = entity.deltas.snapshot_every;
+      o.snapshot_percent = entity.deltas.snapshot_percent;
       o.on_commit = on_commit;
       o.metrics = t.metrics;
       o.handlers = t.handlers;
