@@ -14,6 +14,8 @@ namespace {
 struct Cursor {
   uint64_t version = 0;
   std::optional<std::string> state;  // nullopt: deleted (or never created)
+  uint32_t deltas = 0;               // since the last snapshot
+  uint64_t delta_bytes = 0;
 };
 
 // `base` with `delta` applied, or why not.
@@ -36,6 +38,8 @@ Status Step(Cursor& at, EventRow& row, const std::string& type) {
   }
   if (row.delta.empty()) {
     at = Cursor{row.version, row.state};
+    row.deltas_since_snapshot = 0;
+    row.delta_bytes_since_snapshot = 0;
     return Status::Ok();
   }
   const std::string what = "entity '" + row.entity_id + "' of type '" + type + "' at version " +
@@ -45,7 +49,9 @@ Status Step(Cursor& at, EventRow& row, const std::string& type) {
                     " precedes it");
   }
   ASSIGN_OR_RETURN(row.state, Applied(*at.state, row.delta, what));
-  at = Cursor{row.version, row.state};
+  at = Cursor{row.version, row.state, at.deltas + 1, at.delta_bytes + row.delta.size()};
+  row.deltas_since_snapshot = at.deltas;
+  row.delta_bytes_since_snapshot = at.delta_bytes;
   return Status::Ok();
 }
 
@@ -74,7 +80,10 @@ Status DeltaStates::Resolve(const std::string& type, uint32_t partition, std::ve
       Cursor& c = at[id];
       if (i == 0 && c.version == 0) {
         const Known* k = cache_.Find(type + "/" + std::to_string(partition) + "/" + id);
-        if (k != nullptr) c = Cursor{k->version, k->state.empty() ? std::nullopt : std::optional<std::string>(k->state)};
+        if (k != nullptr) {
+          c = Cursor{k->version, k->state.empty() ? std::nullopt : std::optional<std::string>(k->state), k->deltas,
+                     k->delta_bytes};
+        }
       }
       for (; i < list.size(); ++i) {
         EventRow& r = *list[i];
@@ -109,7 +118,8 @@ Status DeltaStates::Resolve(const std::string& type, uint32_t partition, std::ve
   }
   for (auto& [id, c] : at) {
     if (c.version == 0) continue;
-    cache_.Put(type + "/" + std::to_string(partition) + "/" + id, Known{c.version, c.state.value_or("")});
+    cache_.Put(type + "/" + std::to_string(partition) + "/" + id,
+               Known{c.version, c.state.value_or(""), c.deltas, c.delta_bytes});
   }
   return Status::Ok();
 }

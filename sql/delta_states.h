@@ -38,8 +38,8 @@ class DeltaStates {
  public:
   explicit DeltaStates(size_t cached_entities = 10000) : capacity_(cached_entities), cache_(cached_entities) {}
 
-  // Fills `state` of every row of `rows` (of one partition of `type`) that
-  // has a delta. Internal (storage is inconsistent) when an entity's chain
+  // Fills `state` (and the counts since the snapshot) of every row of
+  // `rows` (of one partition of `type`) that has a delta. Internal (storage is inconsistent) when an entity's chain
   // does not lead to the version wanted (a delta without its snapshot);
   // InvalidArgument when a stored delta does not apply. Messages name the
   // entity and the version.
@@ -52,6 +52,8 @@ class DeltaStates {
   struct Known {
     uint64_t version = 0;
     std::string state;  // canonical JSON; empty: deleted
+    uint32_t deltas = 0;  // since the last snapshot
+    uint64_t delta_bytes = 0;
   };
   size_t capacity_;
   LruCache<std::string, Known> cache_;  // "type/partition/entity" -> its last resolved state

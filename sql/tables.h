@@ -53,6 +53,11 @@ struct EventRow {
   std::string state;                         // JSON of the state after the event; empty when deleted
   std::string delta;                         // what the event stored instead of the state (docs/delta.md), or
                                              // empty; a read fills `state` all the same
+  // The deltas stored since the entity's last snapshot (a row with its whole
+  // state), this row's included, and their bytes: 0 for a snapshot. Filled
+  // by the reads that return `state`.
+  uint32_t deltas_since_snapshot = 0;
+  uint64_t delta_bytes_since_snapshot = 0;
   bool deleted = false;
   int64_t committed_at_us = 0;               // microseconds since the Unix epoch (UTC)
 };

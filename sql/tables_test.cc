@@ -279,6 +279,12 @@ TEST_P(TablesContractTest, EventsThatStoredDeltasAreReadAsFullStates) {
     ASSERT_TRUE(latest.ok()) << latest.status().ToString();
     EXPECT_EQ(Ids(*latest), (std::vector<std::string>{"x@6", "y@2"}));
     ExpectMixedStates(*latest);
+    // How far each is from its snapshot (the writer's rule for the next one).
+    EXPECT_EQ(latest->at(0).deltas_since_snapshot, 1u);
+    EXPECT_EQ(latest->at(0).delta_bytes_since_snapshot, MixedEvents()[7].delta.size());
+    EXPECT_EQ(all->at(1)[4].deltas_since_snapshot, 2u);  // x@3
+    EXPECT_EQ(all->at(1)[4].delta_bytes_since_snapshot, MixedEvents()[2].delta.size() + MixedEvents()[4].delta.size());
+    EXPECT_EQ(all->at(1)[6].deltas_since_snapshot, 0u);  // x@5, a snapshot
     auto walk = storage_->OpenEventLog()->LatestAfter("account", 1, "", 0);
     ASSERT_TRUE(walk.ok()) << walk.status().ToString();
     ExpectMixedStates(*walk);
