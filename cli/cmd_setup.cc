@@ -17,6 +17,7 @@
 #include "sql/layout.h"
 #include "sql/layout_schema.h"
 #include "sql/params.h"
+#include "sql/schema.h"
 
 namespace sluice::cli {
 namespace {
@@ -96,7 +97,11 @@ Status RunInit(const config::Config& cfg, bool verbose, bool accept_moves) {
     std::cout << (layout.single() ? "" : "storage server " + s.name + ", ") << "database " << s.database << ": "
               << s.report.tables_created << " event tables created, " << s.report.types_registered
               << " entity types registered";
-    if (s.report.tables_created == 0 && s.report.types_registered == 0) std::cout << " (already up to date)";
+    if (s.report.upgraded_from != 0) {
+      std::cout << ", schema upgraded from version " << s.report.upgraded_from << " to " << sql::kSchemaVersion;
+    } else if (s.report.tables_created == 0 && s.report.types_registered == 0) {
+      std::cout << " (already up to date)";
+    }
     std::cout << "\n";
   }
   for (const std::string& m : done.moved) std::cout << "moved " << m << "\n";

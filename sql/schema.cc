@@ -133,6 +133,15 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
     return FailedPrecondition("database '" + database + "' has a newer sluice schema than this binary (" +
                               std::to_string(kSchemaVersion) + "); upgrade sluice");
   }
+  // Upgrade steps. 1 -> 2: nothing to change in the tables (deltas use the
+  // delta column every event table has); recording 2 keeps binaries of
+  // version 1 from reading rows they would misread.
+  if (const int found = std::stoi(*version_rows[0][0]); found < kSchemaVersion) {
+    RETURN_IF_ERROR(conn.Execute("UPDATE sluice_schema SET version=" + std::to_string(kSchemaVersion) +
+                                 " WHERE id=1 AND version < " + std::to_string(kSchemaVersion))
+                        .status());
+    report.upgraded_from = found;
+  }
   // Check every type before creating anything, so a refused config changes nothing.
   for (const auto& t : types) {
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
@@ -160,6 +169,16 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
 Status CheckSchema(Connection& conn, const std::vector<EntityTypeSpec>& types) {
   ASSIGN_OR_RETURN(bool meta, TableExists(conn, "sluice_entity_types"));
   if (!meta) return FailedPrecondition("the database has no sluice schema; run `sluice init --config FILE`");
+  ASSIGN_OR_RETURN(auto version_rows, conn.Query("SELECT version FROM sluice_schema WHERE id=1"));
+  const int version = version_rows.empty() || !version_rows[0][0] ? 0 : std::stoi(*version_rows[0][0]);
+  if (version > kSchemaVersion) {
+    return FailedPrecondition("the database has sluice schema version " + std::to_string(version) +
+                              ", newer than this binary's " + std::to_string(kSchemaVersion) + "; upgrade sluice");
+  }
+  if (version < kSchemaVersion) {
+    return FailedPrecondition("the database has sluice schema version " + std::to_string(version) +
+                              "; run `sluice init --config FILE` to upgrade it to " + std::to_string(kSchemaVersion));
+  }
   for (const auto& t : types) {
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
     if (recorded == 0) {

@@ -25,7 +25,11 @@
 
 namespace sluice::sql {
 
-inline constexpr int kSchemaVersion = 1;
+// 1: every event row holds its whole state. 2: a row may hold a delta
+// instead (docs/delta.md), which a binary of version 1 would misread; the
+// tables are the same (the delta column was there from the start), so
+// `sluice init` upgrades a database of version 1 by recording 2.
+inline constexpr int kSchemaVersion = 2;
 
 // sluice_leases, sluice_lease_log and sluice_members (tables.h LeaseTable): made by init, and
 // by the lease table at its first use in a database made before them.
@@ -97,6 +101,7 @@ Status PartitionCountMismatch(const EntityTypeSpec& t, uint32_t recorded);
 struct InitReport {
   int tables_created = 0;     // event tables that did not exist before
   int types_registered = 0;   // entity types recorded for the first time
+  int upgraded_from = 0;      // the schema version it had before, when init upgraded it; else 0
 };
 
 // Creates the database when missing (the connection must not have selected

@@ -57,6 +57,59 @@ TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
   EXPECT_NE(why.find("created with 4 partitions"), std::string::npos) << why;
 }
 
+// A database of schema version 1 (whole states only, from a sluice before
+// deltas) with events in it: the writer refuses it until `sluice init`
+// upgrades it; then the old events read as before and new ones may be deltas.
+TEST(Init, UpgradesASchemaOfVersionOneInPlace) {
+  SLUICE_REQUIRE_MYSQL();
+  TestDatabase db("initupgrade");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"doc", 1}};
+  cfg.entity_yaml["doc"] = "deltas: {snapshot_every: 10, snapshot_percent: 100}";
+  cfg.port = FreePort();
+  const std::string path = cfg.Write();
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  // What a version-1 writer left: whole states, and version 1 recorded.
+  const std::string body = std::string(R"({"body":")") + std::string(2000, 'a') + "\"";
+  auto row = [&](int v) {
+    return "(" + std::to_string(v) + ", 'd', " + std::to_string(v) + ", 'c" + std::to_string(v) +
+           "', 'patch', '{}', '{}', '" + body + ",\"n\":" + std::to_string(v) + "}')";
+  };
+  auto inserted = db.conn().Execute("INSERT INTO ev_doc_p000 (event_id, entity_id, version, command_id, command_name, "
+                                    "request, response, state) VALUES " + row(1) + "," + row(2));
+  ASSERT_TRUE(inserted.ok()) << inserted.status().ToString();
+  ASSERT_TRUE(db.conn().Execute("UPDATE sluice_schema SET version=1").ok());
+  std::string why;
+  {
+    SluiceProcess writer({"writer", "--config", path}, cfg.port);
+    EXPECT_FALSE(writer.Start(&why, std::chrono::seconds(10)));
+    EXPECT_NE(why.find("schema version 1; run `sluice init --config FILE` to upgrade it to 2"), std::string::npos)
+        << why;
+  }
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  EXPECT_NE(out.find("schema upgraded from version 1 to 2"), std::string::npos) << out;
+  EXPECT_EQ(db.Scalar("SELECT version FROM sluice_schema"), 2);
+  ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
+  EXPECT_NE(out.find("already up to date"), std::string::npos) << out;
+
+  SluiceProcess writer({"writer", "--config", path}, cfg.port);
+  ASSERT_TRUE(writer.Start(&why)) << why;
+  HttpClient http(cfg.port);
+  const auto patched = http.Post("/v1/entities/doc/d/commands/patch", R"({"n":3})");
+  ASSERT_EQ(patched.status, 200) << patched.body << writer.Log();
+  // The new event is a delta after the old whole states, and reads whole.
+  EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM ev_doc_p000 WHERE version=3 AND delta IS NOT NULL AND state IS NULL"), 1);
+  const std::string got = http.Get("/v1/entities/doc/d").body;
+  EXPECT_NE(got.find(R"("n":3)"), std::string::npos) << got.substr(0, 200);
+  EXPECT_NE(got.find(std::string(2000, 'a')), std::string::npos);
+  const std::string events = http.Get("/v1/entities/doc/d/events").body;
+  EXPECT_NE(events.find(R"("n":1})"), std::string::npos);
+  EXPECT_NE(events.find(R"("n":2})"), std::string::npos);
+  EXPECT_EQ(writer.Terminate(), 0);
+}
+
 TEST(Init, ReportsAnUnreachableServerClearly) {
   SluiceConfig cfg;
   cfg.database = "unreachable";
