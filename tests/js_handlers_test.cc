@@ -44,7 +44,10 @@ std::string WriteConfig(const SluiceConfig& cfg, const std::map<std::string, std
     const size_t at = yaml.find(from);
     EXPECT_NE(at, std::string::npos) << yaml;
     if (at == std::string::npos) continue;
-    yaml.replace(at, from.size(), from.substr(0, from.size() - 1) + ", handlers: " + file + "}");
+    // Whole states in every event: StoredStates reads them back with SQL, an
+    // oracle independent of sluice's own reads (which rebuild deltas).
+    yaml.replace(at, from.size(),
+                 from.substr(0, from.size() - 1) + ", handlers: " + file + ", deltas: {snapshot_every: 1}}");
   }
   std::ofstream(path, std::ios::trunc) << yaml;
   return path;
