@@ -45,6 +45,10 @@ struct HttpLoad::Impl {
   // session from it on any thread).
   std::unique_ptr<asio::ssl::context> tls;
   std::vector<std::string> entity_ids;
+  // During CreateEntities(): command create_begin + k creates entity k, with a "pad" member.
+  bool creating = false;
+  uint64_t create_begin = 0;
+  std::string pad;
   WorkQueue queue;
   uint32_t phase = 0;
   uint64_t next_index = 0;
@@ -74,7 +78,7 @@ class Connection {
     if (dead_ || !load_.queue.Claim(index_)) return;  // idle until the next phase
     pending_ = true;
     attempts_ = 0;
-    entity_ = EntityOf(index_, load_.o.entities, load_.o.seed);
+    entity_ = load_.creating ? index_ - load_.create_begin : EntityOf(index_, load_.o.entities, load_.o.seed);
     BuildRequest();
     start_ = Clock::now();
     if (open_) {
@@ -85,14 +89,20 @@ class Connection {
   }
 
   void BuildRequest() {
-    const std::string body = CommandBody(index_, load_.o.note);
+    std::string body = CommandBody(index_, load_.o.note);
+    if (load_.creating) {
+      body.pop_back();
+      body += R"(,"pad":")";
+      body += load_.pad;
+      body += "\"}";
+    }
     request_.clear();
     request_ += "POST /v1/entities/";
     request_ += load_.o.type;
     request_ += '/';
     request_ += load_.entity_ids[entity_];
     request_ += "/commands/";
-    request_ += load_.o.command;
+    request_ += load_.creating ? std::string_view("create") : std::string_view(load_.o.command);
     request_ += " HTTP/1.1\r\nHost: ";
     request_ += load_.host_header;
     request_ += "\r\nContent-Type: application/json\r\nIdempotency-Key: ";
@@ -324,6 +334,19 @@ HttpLoad::~HttpLoad() {
 uint64_t HttpLoad::next_index() const { return impl_->next_index; }
 
 const std::string& HttpLoad::entity_id(uint64_t entity) const { return impl_->entity_ids.at(entity); }
+
+HttpPhaseResult HttpLoad::CreateEntities(const std::string& label) {
+  Impl& im = *impl_;
+  // The body without the pad, then the pad's own framing: ,"pad":"".
+  const size_t framing = CommandBody(0, im.o.note).size() + 9;
+  im.pad.clear();
+  for (size_t i = framing; i < im.o.state_bytes; ++i) im.pad += static_cast<char>('a' + i % 26);
+  im.creating = true;
+  im.create_begin = im.next_index;
+  HttpPhaseResult r = RunPhase(im.next_index, im.o.entities, 0, label);
+  im.creating = false;
+  return r;
+}
 
 HttpPhaseResult HttpLoad::RunPhase(uint64_t begin, uint64_t count, double min_seconds, const std::string& label) {
   Impl& im = *impl_;

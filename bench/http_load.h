@@ -8,7 +8,8 @@
 //
 // Every reply is checked as it arrives (200, JSON, type and id echoed,
 // version > 0, event_id > 0); a 503 or a broken connection is retried with
-// the same key, which the writer's idempotency makes safe. After the run,
+// the same key, which the writer's idempotency makes safe. CreateEntities()
+// first gives every entity a state of a chosen size. After the run,
 // VerifyReplies() checks what the replies say together: per entity the
 // versions are exactly 1..k, event ids grow with versions, and no two
 // replies share a (partition, event_id).
@@ -45,6 +46,9 @@ struct HttpLoadOptions {
   std::string run_id;
   std::string note;           // see MakeNote()
   uint32_t max_attempts = 20;  // tries per command (503s, broken connections)
+  // CreateEntities(): the created state's canonical text is about this many
+  // bytes, a "pad" string beside the body's members (at least the body).
+  uint64_t state_bytes = 0;
   // HTTPS: the writer's certificate must chain to tls_ca (PEM; empty: this
   // machine's CAs) and name `host`. A failed handshake counts as a broken
   // connection.
@@ -85,6 +89,12 @@ class HttpLoad {
   // and, when min_seconds > 0, for at least that long. Returns when every
   // sent command has its final reply.
   HttpPhaseResult RunPhase(uint64_t begin, uint64_t count, double min_seconds, const std::string& label);
+
+  // A phase of one `create` per entity, before the phases that write to
+  // them: its k-th command creates entity k with the usual body plus a
+  // "pad" string, {"n":<i>,"note":"...","pad":"..."}, of about state_bytes
+  // in all; the `patch` commands after it then change n of a state that size.
+  HttpPhaseResult CreateEntities(const std::string& label);
 
   // The first command index the next phase may use.
   uint64_t next_index() const;

@@ -454,4 +454,36 @@ Result<CommitStats> ReadCommitStats(sql::Connection& conn, const std::string& ty
   return s;
 }
 
+Result<StoredBytes> ReadStoredBytes(sql::Connection& conn, const std::string& type, uint32_t partitions,
+                                    const std::string& entity_prefix) {
+  auto number = [](const std::optional<std::string>& v) -> uint64_t { return v ? std::stoull(*v) : 0; };
+  std::string like;
+  conn.AppendQuoted(like, entity_prefix + "%");
+  StoredBytes b;
+  for (uint32_t p = 0; p < partitions; ++p) {
+    const std::string name = sql::EventTableName(type, p);
+    const std::string table = sql::QuoteIdent(name);
+    ASSIGN_OR_RETURN(auto rows, conn.Query("SELECT COUNT(*), SUM(LENGTH(delta) > 0), SUM(LENGTH(state)), "
+                                           "SUM(LENGTH(delta)), SUM(LENGTH(request)), SUM(LENGTH(response)) FROM " +
+                                           table + " WHERE entity_id LIKE " + like));
+    const auto& r = rows.at(0);
+    b.events += number(r.at(0));
+    b.delta_events += number(r.at(1));
+    b.state += number(r.at(2));
+    b.delta += number(r.at(3));
+    b.request += number(r.at(4));
+    b.response += number(r.at(5));
+    ASSIGN_OR_RETURN(auto count, conn.Query("SELECT COUNT(*) FROM " + table));
+    b.table_rows += number(count.at(0).at(0));
+    RETURN_IF_ERROR(conn.Query("ANALYZE TABLE " + table).status());
+    std::string q = "SELECT data_length + index_length FROM information_schema.TABLES "
+                    "WHERE table_schema = DATABASE() AND table_name = ";
+    conn.AppendQuoted(q, name);
+    ASSIGN_OR_RETURN(auto size, conn.Query(q));
+    if (size.empty()) return NotFound("no information_schema.TABLES row for " + name);
+    b.table_bytes += number(size.at(0).at(0));
+  }
+  return b;
+}
+
 }  // namespace sluice::bench

@@ -86,6 +86,21 @@ Result<CommitStats> ReadCommitStats(sql::Connection& conn, const std::string& ty
                                     const std::string& entity_prefix, const std::vector<HttpReply>& replies,
                                     uint32_t phase);
 
+// What the events of a run take in storage, over a type's event tables.
+// The column bytes are of the rows whose entity id starts with the prefix;
+// the table bytes are InnoDB's data_length + index_length of the whole
+// tables (after ANALYZE TABLE, so that they are current: pages allocated,
+// off-page text included), with the rows they hold.
+struct StoredBytes {
+  uint64_t events = 0;        // rows of the run
+  uint64_t delta_events = 0;  // of them, those that store a delta
+  uint64_t state = 0, delta = 0, request = 0, response = 0;  // LENGTH() sums
+  uint64_t table_rows = 0;    // COUNT(*) of the whole tables
+  uint64_t table_bytes = 0;   // data_length + index_length
+};
+Result<StoredBytes> ReadStoredBytes(sql::Connection& conn, const std::string& type, uint32_t partitions,
+                                    const std::string& entity_prefix);
+
 // A few of MySQL's global status counters (SHOW GLOBAL STATUS): statements
 // run and fsyncs done, server-wide (other clients of the server count too).
 struct ServerCounters {

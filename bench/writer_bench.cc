@@ -51,6 +51,8 @@ struct Flags {
   std::string command;
   std::string run_id;
   uint64_t note_bytes = 0;
+  uint64_t state_bytes = 0;
+  bool stored_bytes = false;
   uint64_t seed = 0;
   std::string url;
   std::string ca;
@@ -213,6 +215,7 @@ int RunHttp(const Flags& f) {
   o.run_id = f.run_id;
   o.note = MakeNote(f.run_id, f.note_bytes);
   o.max_attempts = f.max_attempts;
+  o.state_bytes = f.state_bytes;
   o.tls_ca = f.ca;
   if (!o.tls && !f.ca.empty()) throw Usage{"--ca is for an https:// --url"};
   const uint64_t commands = f.commands ? f.commands : 200000;
@@ -224,6 +227,7 @@ int RunHttp(const Flags& f) {
   report.Add("run_id", f.run_id);
   report.Add("entities", f.entities);
   report.Add("command", f.command);
+  report.Add("state_bytes", f.state_bytes);
   report.Add("connections", static_cast<uint64_t>(f.connections));
   report.Add("tls", o.tls ? "yes" : "no");
   report.Add("threads", static_cast<uint64_t>(f.threads));
@@ -256,8 +260,18 @@ int RunHttp(const Flags& f) {
   const std::string label = "http " + (f.entities == 1 ? std::string("hot") : std::to_string(f.entities) + " entities") +
                             " c=" + std::to_string(f.connections);
   const uint64_t warmup = WarmupCount(f.warmup, commands);
+  // Phases in order: the creates (with --state-bytes), the warm-up, the timed part.
+  uint32_t timed_phase = 0;
+  HttpPhaseResult created;
+  if (f.state_bytes > 0) {
+    created = (*load)->CreateEntities(label + " create");
+    ++timed_phase;
+  }
   HttpPhaseResult warm;
-  if (warmup > 0) warm = (*load)->RunPhase(0, warmup, 0, label + " warm-up");
+  if (warmup > 0) {
+    warm = (*load)->RunPhase((*load)->next_index(), warmup, 0, label + " warm-up");
+    ++timed_phase;
+  }
   ServerWatch server(conn.get());
   server.Before();
   const auto before = cpu.Take();
@@ -269,6 +283,7 @@ int RunHttp(const Flags& f) {
   const uint64_t verify_problems = (*load)->VerifyReplies(verify_samples);
   uint64_t storage_problems = 0;
   std::optional<CommitStats> commits;
+  std::optional<StoredBytes> stored;
   if (conn) {
     const std::vector<HttpReply> replies = (*load)->AllReplies();
     std::vector<std::string> ids;
@@ -291,23 +306,33 @@ int RunHttp(const Flags& f) {
       add(CheckEventTable(*conn, sql::EventTableName(f.type, p), f.run_id + "-", per_partition[p]));
     }
     PrintSamples("storage check", storage_samples);
-    auto stats = ReadCommitStats(*conn, f.type, partitions, f.run_id + "-", replies, 1);
+    auto stats = ReadCommitStats(*conn, f.type, partitions, f.run_id + "-", replies, timed_phase);
     if (stats.ok()) {
       commits = *stats;
     } else {
       std::cerr << "writer_bench: cannot read commit sizes: " << stats.status().message() << "\n";
     }
+    if (f.stored_bytes) {
+      auto bytes = ReadStoredBytes(*conn, f.type, partitions, f.run_id + "-");
+      if (bytes.ok()) {
+        stored = *bytes;
+      } else {
+        ++storage_problems;
+        std::cerr << "writer_bench: cannot read the stored bytes: " << bytes.status().message() << "\n";
+      }
+    }
   }
 
   report.Add("commands", r.ok + r.failures);
+  report.Add("created", created.ok + created.failures);
   report.Add("warmup", warm.ok + warm.failures);
   report.Add("seconds", r.seconds, 2);
   report.Add("rate", r.seconds > 0 ? static_cast<double>(r.ok) / r.seconds : 0, 0);
   AddLatency(report, Summarize(std::move(r.latencies_ns)));
-  const uint64_t failures = r.failures + warm.failures;
+  const uint64_t failures = r.failures + warm.failures + created.failures;
   report.Add("failures", failures);
-  report.Add("retries_503", r.retries + warm.retries);
-  report.Add("reconnects", r.reconnects + warm.reconnects);
+  report.Add("retries_503", r.retries + warm.retries + created.retries);
+  report.Add("reconnects", r.reconnects + warm.reconnects + created.reconnects);
   report.Add("verify_problems", verify_problems);
   report.Add("storage_checked", conn ? "yes" : "no");
   report.Add("storage_problems", storage_problems);
@@ -318,8 +343,23 @@ int RunHttp(const Flags& f) {
     report.Add("rows_per_commit_median", commits->median_rows_weighted);
     report.Add("rows_per_commit_max", commits->max_rows);
   }
+  if (stored && stored->events > 0) {
+    // Every event of the run (creates and warm-up too) and the tables as a whole.
+    const auto per_event = [&](uint64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(stored->events); };
+    report.Add("events_stored", stored->events);
+    report.Add("delta_events", stored->delta_events);
+    report.Add("event_bytes", per_event(stored->state + stored->delta + stored->request + stored->response), 1);
+    report.Add("state_bytes_per_event", per_event(stored->state), 1);
+    report.Add("delta_bytes_per_event", per_event(stored->delta), 1);
+    report.Add("table_bytes_per_event",
+               stored->table_rows > 0
+                   ? static_cast<double>(stored->table_bytes) / static_cast<double>(stored->table_rows)
+                   : 0,
+               1);
+  }
   server.AddTo(report, std::chrono::duration<double>(after.at - before.at).count());
   AddCpu(report, cpu, before, after, r.ok);
+  PrintSamples("failure", created.failure_samples);
   PrintSamples("failure", warm.failure_samples);
   PrintSamples("failure", r.failure_samples);
   PrintSamples("verify", verify_samples);
@@ -420,6 +460,15 @@ int Main(int argc, char** argv) {
       "prefix of every entity id and Idempotency-Key (default: a fresh id, so that runs never collide)")(
       "note-bytes", po::value(&f.note_bytes)->default_value(24),
       "length of the \"note\" string in each body {\"n\":<i>,\"note\":\"...\"}")(
+      "state-bytes", po::value(&f.state_bytes)->default_value(0),
+      "http: before the warm-up, `create` each entity with a state of about this many bytes (the body "
+      "plus a \"pad\" string), so that each command then changes one small member of a large state; 0: no "
+      "creates, the first command makes the entity")(
+      "stored-bytes", po::bool_switch(&f.stored_bytes),
+      "http with --mysql-database: after the run, report the bytes the run's events take in storage, per "
+      "event: event_bytes (LENGTH of state + delta + request + response), state/delta_bytes_per_event, "
+      "table_bytes_per_event (the event tables' data_length + index_length after ANALYZE TABLE, over "
+      "their rows), and delta_events")(
       "seed", po::value(&f.seed)->default_value(1), "seed of the command -> entity hash")(
       "label", po::value(&f.label), "scenario name in the report (default: hot/spread or the mode)")(
       "format", po::value(&f.format)->default_value("text"),
@@ -482,6 +531,9 @@ int Main(int argc, char** argv) {
   if (f.batch_rows == 0) throw Usage{"--batch-rows must be at least 1"};
   if (f.warmup < 0 || f.warmup > 1) throw Usage{"--warmup is a fraction between 0 and 1"};
   if (f.max_attempts == 0) throw Usage{"--max-attempts must be at least 1"};
+  if (f.stored_bytes && (f.mode != "http" || f.mysql.database.empty())) {
+    throw Usage{"--stored-bytes is for --mode http with --mysql-database (the writer's database)"};
+  }
   if (!vm.count("mysql-password") && env_password != nullptr) f.mysql.password = env_password;
   if (f.run_id.empty()) f.run_id = NewRunId();
   if (f.run_id.size() > 40 || f.run_id.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
