@@ -1,5 +1,6 @@
 #include "admin/view_rebuild.h"
 
+#include "archive/from_config.h"
 #include "connectors/sink.h"
 #include "core/failpoint.h"
 #include "core/log.h"
@@ -49,7 +50,8 @@ Status ViewRebuild::Start() {
   // The live sink's anti-entropy goes on; the shadow is replaced before long.
   o.engine.anti_entropy.enabled = false;
   const sql::StorageLayout layout = sql::LayoutFrom(config_);
-  o.storage = storage_ = sql::OpenStorage(layout);
+  ASSIGN_OR_RETURN(storage_, archive::WithArchive(config_, sql::OpenStorage(layout)));  // replays archived events too
+  o.storage = storage_;
   o.barrier = engine::ServerBarriers(layout, config_.engine.durability_barrier).ForType(sink_.entity, o.partitions);
   offsets::OffsetStore store(storage_->OpenOffsets());
   RETURN_IF_ERROR(store.Delete(shadow_name_, sink_.entity).WithContext("clearing an earlier rebuild's progress"));

@@ -81,6 +81,9 @@ Subcommand StatusCommand();
 Subcommand VerifyCommand();
 Subcommand DeadLettersCommand();
 
+// cmd_archive.cc
+Subcommand ArchiveCommand();
+
 // cmd_admin.cc: commands that reach a running process
 Subcommand PauseResumeCommand();
 Subcommand RewindCommand();

@@ -25,6 +25,7 @@ const std::vector<Subcommand>& Subcommands() {
       StatusCommand(),
       VerifyCommand(),
       DeadLettersCommand(),
+      ArchiveCommand(),
       PauseResumeCommand(),
       RewindCommand(),
       RebuildCommand(),

@@ -4,7 +4,8 @@
 // "FILE:LINE:COLUMN: message" (1-based line and column). Secrets are written
 // inline or as "${env:NAME}" / "${file:/path}", which are accepted only in
 // fields marked secret: storage.mysql.password, each
-// storage.servers.NAME.password, admin.token, every sink's url, an
+// storage.servers.NAME.password, admin.token, archive.s3.access_key and
+// secret_key, every sink's url, an
 // elasticsearch sink's password and api_key, a kafka sink's properties, and
 // a plugin sink's options whose names look secret (config/redact.h). Their
 // values never appear in an error message or in
@@ -88,10 +89,43 @@ struct DeltaPolicy {
   uint32_t snapshot_percent = 50;
 };
 
+// Which events of an entity type leave the hot event tables for the archive
+// (docs/archive.md): the key `archive` of an entity type.
+struct ArchivePolicyConfig {
+  bool enabled = false;  // the key is there
+  // Only events older than this; 0: as soon as every sink applied them.
+  std::chrono::milliseconds after{0};
+  // Each entity's last this many versions stay whole in the hot table.
+  uint64_t keep_versions = 1;
+};
+
+// Where archived events go and how the archiver runs: the section `archive`.
+struct ArchiveConfig {
+  bool enabled = false;  // the section is there
+  std::string store;     // "file:///absolute/dir" or "s3://bucket[/prefix]"
+  // s3 only (the key `s3`):
+  std::string endpoint;  // empty: https://s3.<region>.amazonaws.com
+  std::string region = "us-east-1";
+  std::string access_key;  // secret
+  std::string secret_key;  // secret
+  bool path_style = true;
+  std::string tls_ca;
+  bool tls_verify = true;
+  // Rows younger than this stay whole in the hot tables, whatever the policy:
+  // a retry within it is answered from the hot table.
+  std::chrono::milliseconds idempotency_window{std::chrono::hours(24)};
+  // How often serve and sync archive; 0: only `sluice archive run`.
+  std::chrono::milliseconds interval{std::chrono::minutes(1)};
+  uint64_t segment_events = 100000;
+  uint64_t segment_bytes = uint64_t{256} << 20;
+  uint64_t cache_bytes = uint64_t{256} << 20;  // decoded segments kept by each process
+};
+
 struct EntityTypeConfig {
   std::string name;          // [a-z][a-z0-9_]*, the map key in YAML
   uint32_t partitions = 0;   // 1..1024, fixed once the tables exist
   DeltaPolicy deltas;
+  ArchivePolicyConfig archive;
   // JavaScript command handlers (docs/handlers.md): the file's path, resolved
   // against the config file's folder; empty when the type has none.
   std::string handlers;
@@ -393,6 +427,7 @@ struct Config {
   std::vector<SinkConfig> sinks;  // in file order
   std::vector<PluginConfig> plugins;  // in file order, existing regular files
   AdminConfig admin;
+  ArchiveConfig archive;
   // How each secret field that was given as a reference was written, by its
   // path in messages ("storage.mysql.password",
   // "storage.servers.orders_b.password", "sinks[2].url",

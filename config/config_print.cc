@@ -211,6 +211,12 @@ std::string Config::Redacted() const {
     out << YAML::Key << "snapshot_every" << YAML::Value << entity.deltas.snapshot_every;
     out << YAML::Key << "snapshot_percent" << YAML::Value << entity.deltas.snapshot_percent;
     out << YAML::EndMap;
+    if (entity.archive.enabled) {
+      out << YAML::Key << "archive" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "after" << YAML::Value << FormatDuration(entity.archive.after);
+      out << YAML::Key << "keep_versions" << YAML::Value << entity.archive.keep_versions;
+      out << YAML::EndMap;
+    }
     EmitPlacement(out, entity);
     out << YAML::EndMap;
   }
@@ -239,6 +245,34 @@ std::string Config::Redacted() const {
   EmitLimits(out, writer.limits);
   EmitListenerTls(out, writer.tls);
   out << YAML::EndMap;
+
+  if (archive.enabled) {
+    out << YAML::Key << "archive" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "store" << YAML::Value << archive.store;
+    if (archive.store.rfind("s3://", 0) == 0) {
+      out << YAML::Key << "s3" << YAML::Value << YAML::BeginMap;
+      if (!archive.endpoint.empty()) out << YAML::Key << "endpoint" << YAML::Value << archive.endpoint;
+      out << YAML::Key << "region" << YAML::Value << archive.region;
+      if (!archive.access_key.empty()) {
+        out << YAML::Key << "access_key" << YAML::Value << YAML::DoubleQuoted
+            << secret("archive.s3.access_key", archive.access_key);
+      }
+      if (!archive.secret_key.empty()) {
+        out << YAML::Key << "secret_key" << YAML::Value << YAML::DoubleQuoted
+            << secret("archive.s3.secret_key", archive.secret_key);
+      }
+      out << YAML::Key << "path_style" << YAML::Value << archive.path_style;
+      if (!archive.tls_ca.empty()) out << YAML::Key << "tls_ca" << YAML::Value << archive.tls_ca;
+      out << YAML::Key << "tls_verify" << YAML::Value << archive.tls_verify;
+      out << YAML::EndMap;
+    }
+    out << YAML::Key << "idempotency_window" << YAML::Value << FormatDuration(archive.idempotency_window);
+    out << YAML::Key << "interval" << YAML::Value << FormatDuration(archive.interval);
+    out << YAML::Key << "segment_events" << YAML::Value << static_cast<unsigned long long>(archive.segment_events);
+    out << YAML::Key << "segment_size" << YAML::Value << static_cast<unsigned long long>(archive.segment_bytes);
+    out << YAML::Key << "cache_size" << YAML::Value << static_cast<unsigned long long>(archive.cache_bytes);
+    out << YAML::EndMap;
+  }
 
   if (admin.enabled) {
     out << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;

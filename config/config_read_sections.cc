@@ -214,6 +214,19 @@ void ConfigReader::ReadEntities(const Field& at, std::map<std::string, EntityTyp
                 [&](const Field& v) { ReadUint(v, 1, 1000, &entity.deltas.snapshot_percent); }},
            });
          }},
+        {"archive", Presence::kOptional,
+         [&](const Field& a) {
+           entity.archive.enabled = true;
+           archive_policies_.push_back(a);
+           ExpectKeys(a, {
+               {"after", Presence::kOptional,
+                [&](const Field& v) {
+                  ReadDuration(v, std::chrono::milliseconds(0), std::chrono::hours(24 * 36500), &entity.archive.after);
+                }},
+               {"keep_versions", Presence::kOptional,
+                [&](const Field& v) { ReadUint(v, 1, 1000000, &entity.archive.keep_versions); }},
+           });
+         }},
         {"server", Presence::kOptional, [&](const Field& s) { server = s; }},
         {"servers", Presence::kOptional, [&](const Field& s) { servers = s; }},
     });
@@ -426,6 +439,47 @@ void ConfigReader::ReadThreadSlice(const Field& f, std::chrono::microseconds* ou
                     d->text);
   }
   *out = microseconds(static_cast<int64_t>(*us));
+}
+
+// archive: where archived events go (docs/archive.md).
+void ConfigReader::ReadArchive(const Field& at, ArchiveConfig* a) {
+  a->enabled = true;
+  constexpr auto kOptional = Presence::kOptional;
+  ExpectKeys(at, {
+      {"store", Presence::kRequired,
+       [&](const Field& f) {
+         if (!ReadString(f, kNotEmpty, &a->store)) return;
+         if (a->store.rfind("file:///", 0) != 0 && a->store.rfind("s3://", 0) != 0) {
+           Expected(f, "file:///absolute/dir or s3://bucket[/prefix]", a->store);
+         }
+       }},
+      {"s3", kOptional,
+       [&](const Field& s3) {
+         ExpectKeys(s3, {
+             {"endpoint", kOptional, [&](const Field& f) { ReadString(f, kNotEmpty, &a->endpoint); }},
+             {"region", kOptional, [&](const Field& f) { ReadString(f, kNotEmpty, &a->region); }},
+             {"access_key", kOptional, [&](const Field& f) { ReadSecret(f, &a->access_key); }},
+             {"secret_key", kOptional, [&](const Field& f) { ReadSecret(f, &a->secret_key); }},
+             {"path_style", kOptional, [&](const Field& f) { ReadBool(f, &a->path_style); }},
+             {"tls_ca", kOptional,
+              [&](const Field& f) {
+                if (ReadString(f, kNotEmpty, &a->tls_ca)) a->tls_ca = ResolvePath(a->tls_ca).string();
+              }},
+             {"tls_verify", kOptional, [&](const Field& f) { ReadBool(f, &a->tls_verify); }},
+         });
+       }},
+      {"idempotency_window", kOptional,
+       [&](const Field& f) {
+         ReadDuration(f, std::chrono::milliseconds(0), std::chrono::hours(24 * 36500), &a->idempotency_window);
+       }},
+      {"interval", kOptional,
+       [&](const Field& f) { ReadDuration(f, std::chrono::milliseconds(0), std::chrono::hours(24), &a->interval); }},
+      {"segment_events", kOptional, [&](const Field& f) { ReadUint(f, 1, 10000000, &a->segment_events); }},
+      {"segment_size", kOptional,
+       [&](const Field& f) { ReadByteSize(f, 1 << 10, uint64_t{4} << 30, &a->segment_bytes); }},
+      {"cache_size", kOptional,
+       [&](const Field& f) { ReadByteSize(f, 1 << 20, uint64_t{64} << 30, &a->cache_bytes); }},
+  });
 }
 
 void ConfigReader::ReadAdmin(const Field& at, AdminConfig* a) {

@@ -19,7 +19,7 @@ constexpr std::chrono::milliseconds kMaxTimeout{60 * 60 * 1000};
 // Every field whose value may be a ${env:...} / ${file:...} reference.
 constexpr std::string_view kSecretFields =
     "storage.mysql.password, storage.servers.*.password, admin.token, sinks[*].url, sinks[*].password, "
-    "sinks[*].api_key, sinks[*].properties.*, secret-named plugin options";
+    "sinks[*].api_key, sinks[*].properties.*, secret-named plugin options, archive.s3.access_key, archive.s3.secret_key";
 }  // namespace
 
 const std::string& FieldPath(const Field& f) { return f.path; }
@@ -91,7 +91,13 @@ void ConfigReader::ReadRoot(const YAML::Node& doc, Config* config) {
       {"sinks", kOptional, [&](const Field& f) { ReadSinks(f, &config->sinks); }},
       {"admin", kOptional, [&](const Field& f) { ReadAdmin(f, &config->admin); }},
       {"plugins", kOptional, [&](const Field& f) { ReadPlugins(f, &config->plugins); }},
+      {"archive", kOptional, [&](const Field& f) { ReadArchive(f, &config->archive); }},
   });
+  if (!config->archive.enabled) {
+    for (const Field& policy : archive_policies_) {
+      KeyProblem(policy, "an entity type's archive policy needs the top-level archive section (where segments go)");
+    }
+  }
   // Sinks refer to other sections, which may come later in the file.
   CheckSinkReferences(*config);
   CheckServerReferences();

@@ -227,6 +227,9 @@ class ConfigReader final : public SinkOptionReader {
   void ReadWriter(const Field& at, WriterConfig* w);
   void ReadThreadSlice(const Field& f, std::chrono::microseconds* out);
   void ReadAdmin(const Field& at, AdminConfig* a);
+  void ReadArchive(const Field& at, ArchiveConfig* a);
+  // Each entity type's `archive` key, checked against the archive section at the end.
+  std::vector<Field> archive_policies_;
   void ReadMetrics(const Field& at, Config* config);
   // The limit keys every HTTP listener section accepts.
   std::vector<KeySpec> LimitKeys(ListenerLimits* l);

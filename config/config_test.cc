@@ -224,10 +224,10 @@ TEST(LoadConfigErrors, UnknownKeySuggestsTheClosestName) {
 TEST(LoadConfigErrors, UnknownKeyListsTheAcceptedNames) {
   EXPECT_EQ(Errors(std::string(kValid) + "telemetry: {}\n"),
             "t.yaml:10:1: telemetry: unknown key (expected one of: storage, entities, writer, "
-            "engine, metrics, sinks, admin, plugins)");
+            "engine, metrics, sinks, admin, plugins, archive)");
   EXPECT_EQ(Errors(ValidWith("{partitions: 4}", "{partitions: 4, replicas: 2}")),
             "t.yaml:9:28: entities.account.replicas: unknown key (expected one of: partitions, handlers, deltas, "
-            "server, servers)");
+            "archive, server, servers)");
 }
 
 TEST(LoadConfigErrors, WrongTypeIsReportedNotThrown) {
@@ -319,9 +319,9 @@ TEST(LoadConfigErrors, BadDuration) {
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 10")),
             "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s, 1m or "
             "24h, got \"10\"");
-  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2d")),
+  EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2w")),
             "t.yaml:5:17: storage.mysql.io_timeout: must be a duration such as 500ms, 2s, 1m or "
-            "24h, got \"2d\"");
+            "24h, got \"2w\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 2h")),
             "t.yaml:5:17: storage.mysql.io_timeout: must be between 1ms and 1h, got \"2h\"");
   EXPECT_EQ(Errors(ValidWith("user: sluice", "io_timeout: 61m")),
@@ -388,11 +388,13 @@ TEST(LoadConfigErrors, SecretInFieldNotMarkedSecret) {
   EXPECT_EQ(Errors(ValidWith("host: 127.0.0.1", "host: ${env:SLUICE_TEST_HOST}")),
             "t.yaml:3:11: storage.mysql.host: secrets are only accepted in fields marked secret: "
             "storage.mysql.password, storage.servers.*.password, admin.token, sinks[*].url, "
-            "sinks[*].password, sinks[*].api_key, sinks[*].properties.*, secret-named plugin options");
+            "sinks[*].password, sinks[*].api_key, sinks[*].properties.*, secret-named plugin options, "
+            "archive.s3.access_key, archive.s3.secret_key");
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_max: \"${file:/etc/n}\"}\n"),
             "t.yaml:10:21: writer.batch_max: secrets are only accepted in fields marked secret: "
             "storage.mysql.password, storage.servers.*.password, admin.token, sinks[*].url, "
-            "sinks[*].password, sinks[*].api_key, sinks[*].properties.*, secret-named plugin options");
+            "sinks[*].password, sinks[*].api_key, sinks[*].properties.*, secret-named plugin options, "
+            "archive.s3.access_key, archive.s3.secret_key");
 }
 
 TEST(LoadConfigErrors, MalformedSecretReference) {

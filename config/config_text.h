@@ -55,9 +55,10 @@ struct UnitScale {
 };
 // Microseconds per unit: the durations every duration key takes, and those
 // with "us" for the keys finer than a millisecond.
-inline constexpr UnitScale kDurationUnits[] = {{"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000}};
+inline constexpr UnitScale kDurationUnits[] = {
+    {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000}, {"d", 86400000000}};
 inline constexpr UnitScale kFineDurationUnits[] = {
-    {"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000}};
+    {"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000}, {"d", 86400000000}};
 // Bytes per unit: a plain byte count, B, KiB, MiB and GiB.
 inline constexpr UnitScale kByteUnits[] = {
     {"", 1}, {"B", 1}, {"KiB", uint64_t{1} << 10}, {"MiB", uint64_t{1} << 20}, {"GiB", uint64_t{1} << 30}};

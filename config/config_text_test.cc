@@ -110,7 +110,8 @@ TEST(ConfigText, SplitNumberUnit) {
   EXPECT_FALSE(SplitNumberUnit("500", kDurationUnits));  // a duration needs a unit
   EXPECT_FALSE(SplitNumberUnit("ms", kDurationUnits));   // and a number
   EXPECT_FALSE(SplitNumberUnit("", kDurationUnits));
-  EXPECT_FALSE(SplitNumberUnit("1d", kDurationUnits));
+  EXPECT_FALSE(SplitNumberUnit("1w", kDurationUnits));
+  EXPECT_EQ(SplitNumberUnit("7d", kDurationUnits)->scale, 86400000000u);
   n = SplitNumberUnit("1048576", kByteUnits);  // a byte count needs none
   ASSERT_TRUE(n);
   EXPECT_EQ(n->count, 1048576u);

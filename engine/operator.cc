@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "archive/from_config.h"
 #include "config/sink_type.h"
 
 #include "connectors/sink.h"
@@ -38,9 +39,9 @@ Status NotInitialised(const config::Config& config, const std::string& what) {
                             "` first (`sluice serve` also does it when it starts)");
 }
 
-// The configured database once it holds sluice's tables; otherwise why
-// not, saying to run `sluice init` when that is the fix.
-Result<std::shared_ptr<sql::Storage>> OpenStorage(const config::Config& config) {
+// The configured database once it holds sluice's tables (its hot tables
+// only); otherwise why not, saying to run `sluice init` when that is the fix.
+Result<std::shared_ptr<sql::Storage>> OpenHotStorage(const config::Config& config) {
   const sql::ConnectParams params = sql::ParamsFrom(config.mysql);
   auto conn = sql::Connection::Open(params);
   if (!conn.ok()) {
@@ -71,6 +72,12 @@ Result<std::shared_ptr<sql::Storage>> OpenStorage(const config::Config& config) 
                                       why + ")");
   }
   return sql::OpenStorage(layout);
+}
+
+// OpenHotStorage, whose history reads (verify, dead-letter retries) find archived events too.
+Result<std::shared_ptr<sql::Storage>> OpenStorage(const config::Config& config) {
+  ASSIGN_OR_RETURN(auto hot, OpenHotStorage(config));
+  return archive::WithArchive(config, std::move(hot));
 }
 
 // The dead letter `id` that a retry or a discard is asked for: an error
@@ -350,6 +357,37 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     remaining += report.remaining;
   }
   return remaining;
+}
+
+Result<std::vector<archive::PartitionArchiveStatus>> ReadArchiveStatus(const config::Config& config) {
+  if (!config.archive.enabled) return FailedPrecondition(config.path + " has no archive section");
+  ASSIGN_OR_RETURN(auto hot, OpenHotStorage(config));
+  return archive::ReadArchiveStatus(config, std::move(hot));
+}
+
+Result<std::vector<archive::StepReport>> RunArchive(const config::Config& config, const std::optional<std::string>& type,
+                                                    uint64_t max_steps,
+                                                    const std::function<void(const archive::StepReport&)>& progress) {
+  if (!config.archive.enabled) return FailedPrecondition(config.path + " has no archive section");
+  if (type) {
+    const auto it = config.entities.find(*type);
+    if (it == config.entities.end()) return InvalidArgument("no entity type '" + *type + "' in " + config.path);
+    if (!it->second.archive.enabled) {
+      return InvalidArgument("entity type '" + *type + "' has no archive policy (entities." + *type + ".archive)");
+    }
+  }
+  ASSIGN_OR_RETURN(auto hot, OpenHotStorage(config));
+  ASSIGN_OR_RETURN(auto store, archive::OpenStore(config));
+  RETURN_IF_ERROR(objectstore::CheckObjectStore(*store).WithContext("the archive's store " + store->Describe()));
+  archive::Archiver archiver(hot, store, archive::ArchiverOptionsFrom(config.archive));
+  std::vector<archive::StepReport> all;
+  for (const auto& [name, entity] : config.entities) {
+    if (!entity.archive.enabled || (type && name != *type)) continue;
+    ASSIGN_OR_RETURN(auto reports, archiver.Run(name, entity.partitions, archive::PolicyFrom(entity.archive),
+                                                archive::SinksOf(config, name), max_steps, progress));
+    for (auto& r : reports) all.push_back(std::move(r));
+  }
+  return all;
 }
 
 }  // namespace sluice::engine

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "archive/from_config.h"
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
@@ -115,6 +116,17 @@ struct DeadLetter {
   std::string resolution;                  // applied | stale | discarded, or empty
   std::string error;
 };
+
+// The archive (docs/archive.md), per entity type with a policy and
+// partition: watermark, segments and their size, the hot table's rows,
+// stubs and size, its oldest event that is not a stub, and the slowest sink.
+Result<std::vector<archive::PartitionArchiveStatus>> ReadArchiveStatus(const config::Config& config);
+// `sluice archive run`: archives what may leave the hot tables now, for
+// every entity type with a policy (or `type`), at most `max_steps` segments
+// per type; `progress` hears each step.
+Result<std::vector<archive::StepReport>> RunArchive(const config::Config& config, const std::optional<std::string>& type,
+                                                    uint64_t max_steps,
+                                                    const std::function<void(const archive::StepReport&)>& progress);
 
 // Dead letters (unresolved only unless `all`), optionally of one sink, by id.
 Result<std::vector<DeadLetter>> ListDeadLetters(const config::Config& config, const std::optional<std::string>& sink,

@@ -1,5 +1,6 @@
 #include "engine/sync_engine.h"
 
+#include "archive/from_config.h"
 #include "core/log.h"
 #include "core/names.h"
 #include "sql/layout.h"
@@ -20,7 +21,13 @@ Status SyncEngine::Start() {
   const sql::StorageLayout layout = sql::LayoutFrom(config_);
   const ServerBarriers barriers(layout, config_.engine.durability_barrier,
                                 std::make_shared<metrics::DurabilityBarrierMetrics>(registry_));
-  const std::shared_ptr<sql::Storage> storage = sql::OpenStorage(layout);
+  const std::shared_ptr<sql::Storage> hot = sql::OpenStorage(layout);
+  // A sink that starts from the first event, or is rewound, reads archived events too.
+  ASSIGN_OR_RETURN(const std::shared_ptr<sql::Storage> storage, archive::WithArchive(config_, hot));
+  if (config_.archive.enabled) {
+    ASSIGN_OR_RETURN(auto store, archive::OpenStore(config_));
+    archiver_ = std::make_unique<archive::ArchiveLoop>(config_, hot, std::move(store), &registry_);
+  }
   for (const auto& sink_cfg : config_.sinks) {
     ASSIGN_OR_RETURN(auto sink, connectors::MakeSink(sink_cfg, config_));
     SinkRunnerOptions o;
@@ -45,6 +52,7 @@ Status SyncEngine::Start() {
                            .on_failure = on_failure_},
       std::move(leased));
   keeper_->Start();  // the first round gives the runners their partitions
+  if (archiver_) archiver_->Start();
   started_ = true;
   return Status::Ok();
 }
@@ -52,6 +60,7 @@ Status SyncEngine::Start() {
 void SyncEngine::Stop() {
   if (!started_) return;
   started_ = false;
+  if (archiver_) archiver_->Stop();
   keeper_->Stop();
   for (auto& r : runners_) r->Stop();  // each saves its offsets (fenced)
   keeper_->Leave();  // the others take over at their next round

@@ -19,6 +19,10 @@
 #include "engine/sink_runner.h"
 #include "metrics/metrics.h"
 
+namespace sluice::archive {
+class ArchiveLoop;
+}
+
 namespace sluice::engine {
 
 class SyncEngine {
@@ -49,6 +53,7 @@ class SyncEngine {
   std::string member_;
   std::vector<std::unique_ptr<SinkRunner>> runners_;
   std::unique_ptr<LeaseKeeper> keeper_;
+  std::unique_ptr<archive::ArchiveLoop> archiver_;  // archive.interval's rounds, when the config has an archive
   std::function<void(const std::string&)> on_failure_;
   bool started_ = false;
 };

@@ -50,6 +50,14 @@ constexpr std::string_view kEnginePartitionsOwned = "sluice_engine_partitions_ow
 constexpr std::string_view kStorageUp = "sluice_storage_up";
 constexpr std::string_view kEngineBarrierDuration = "sluice_engine_durability_barrier_duration_seconds";
 constexpr std::string_view kEngineBarrierFailures = "sluice_engine_durability_barrier_failures_total";
+constexpr std::string_view kArchiveSegments = "sluice_archive_segments_total";
+constexpr std::string_view kArchiveEvents = "sluice_archive_events_total";
+constexpr std::string_view kArchiveStubbed = "sluice_archive_stubbed_rows_total";
+constexpr std::string_view kArchiveWritten = "sluice_archive_written_bytes_total";
+constexpr std::string_view kArchiveWatermark = "sluice_archive_watermark";
+constexpr std::string_view kArchiveBytes = "sluice_archive_bytes";
+constexpr std::string_view kArchiveUnarchivedAge = "sluice_archive_unarchived_age_seconds";
+constexpr std::string_view kStorageTableBytes = "sluice_storage_table_bytes";
 constexpr std::string_view kHttpConnections = "sluice_http_connections_total";
 constexpr std::string_view kHttpConnectionsClosed = "sluice_http_connections_closed_total";
 
@@ -123,6 +131,20 @@ const std::vector<MetricInfo> kMetricList = {
      "log was flushed past them; one round covers every read of the process that arrived before it."},
     {kEngineBarrierFailures, "counter",
      "Durability barrier rounds that failed (the server went away); the events read are read again."},
+    {kArchiveSegments, "counter", "Segments the archiver wrote and recorded, by entity type."},
+    {kArchiveEvents, "counter", "Events the archiver wrote into segments, by entity type."},
+    {kArchiveStubbed, "counter",
+     "Hot event rows the archiver turned into stubs (bodies cleared, keys kept), by entity type."},
+    {kArchiveWritten, "counter", "Bytes of segment objects the archiver wrote to its store, by entity type."},
+    {kArchiveWatermark, "gauge",
+     "The last archived event_id of each partition: every event at or below it is in a segment."},
+    {kArchiveBytes, "gauge", "The size of each partition's segments in the archive's store, in bytes."},
+    {kArchiveUnarchivedAge, "gauge",
+     "Seconds since the oldest event above each partition's watermark committed (0: none); grows when "
+     "archiving is held back (a slow sink) or fails."},
+    {kStorageTableBytes, "gauge",
+     "The size of each partition's event table (data and indexes) as the storage server estimates it, in bytes; "
+     "set by the archiver."},
     {kHttpConnections, "counter", "Connections an HTTP listener accepted, by listener (writer, admin, metrics)."},
     {kHttpConnectionsClosed, "counter",
      "Connections an HTTP listener closed (or its client did), by listener and reason: client, server, "
@@ -385,6 +407,21 @@ StorageMetrics::StorageMetrics(Registry& r) { up_ = &r.Gauge(kStorageUp).Add({})
 DurabilityBarrierMetrics::DurabilityBarrierMetrics(Registry& r) {
   duration_ = &r.Histogram(kEngineBarrierDuration).Add({}, kLatencyBuckets);
   failures_ = &r.Counter(kEngineBarrierFailures).Add({});
+}
+
+ArchiveMetrics::ArchiveMetrics(Registry& r, const std::string& type, uint32_t partitions) {
+  const prometheus::Labels labels{{"entity_type", type}};
+  segments_ = &r.Counter(kArchiveSegments).Add(labels);
+  events_ = &r.Counter(kArchiveEvents).Add(labels);
+  stubbed_ = &r.Counter(kArchiveStubbed).Add(labels);
+  written_ = &r.Counter(kArchiveWritten).Add(labels);
+  for (uint32_t p = 0; p < partitions; ++p) {
+    const prometheus::Labels at{{"entity_type", type}, {"partition", std::to_string(p)}};
+    watermark_.push_back(&r.Gauge(kArchiveWatermark).Add(at));
+    archive_bytes_.push_back(&r.Gauge(kArchiveBytes).Add(at));
+    unarchived_age_.push_back(&r.Gauge(kArchiveUnarchivedAge).Add(at));
+    table_bytes_.push_back(&r.Gauge(kStorageTableBytes).Add(at));
+  }
 }
 
 HttpListenerMetrics::HttpListenerMetrics(Registry& r, const std::string& listener) {

@@ -331,4 +331,39 @@ class DurabilityBarrierMetrics {
   prometheus::Counter* failures_;
 };
 
+// Handles of the archiver of serve and sync (archive/from_config.h), for one
+// entity type with an archive policy, by partition (docs/archive.md).
+class ArchiveMetrics {
+ public:
+  ArchiveMetrics(Registry& r, const std::string& type, uint32_t partitions);
+  // A segment written and recorded.
+  void Segment(uint64_t events, uint64_t stubbed, uint64_t bytes) {
+    segments_->Increment();
+    events_->Increment(static_cast<double>(events));
+    stubbed_->Increment(static_cast<double>(stubbed));
+    written_->Increment(static_cast<double>(bytes));
+  }
+  // Where a partition stands after a round: its watermark, its segments'
+  // size, how old its oldest event above the watermark is (0: none) and its
+  // hot table's size.
+  void Partition(uint32_t p, uint64_t watermark, uint64_t archive_bytes, double unarchived_age_seconds,
+                 uint64_t table_bytes) {
+    if (p >= watermark_.size()) return;
+    watermark_[p]->Set(static_cast<double>(watermark));
+    archive_bytes_[p]->Set(static_cast<double>(archive_bytes));
+    unarchived_age_[p]->Set(unarchived_age_seconds);
+    table_bytes_[p]->Set(static_cast<double>(table_bytes));
+  }
+
+ private:
+  prometheus::Counter* segments_;
+  prometheus::Counter* events_;
+  prometheus::Counter* stubbed_;
+  prometheus::Counter* written_;
+  std::vector<prometheus::Gauge*> watermark_;
+  std::vector<prometheus::Gauge*> archive_bytes_;
+  std::vector<prometheus::Gauge*> unarchived_age_;
+  std::vector<prometheus::Gauge*> table_bytes_;
+};
+
 }  // namespace sluice::metrics

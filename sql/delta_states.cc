@@ -32,6 +32,10 @@ Result<std::string> Applied(const std::string& base, const std::string& delta, c
 // Moves `at` over one row of its entity (the row's version is at.version + 1
 // for a delta): a snapshot sets it, a delete clears it, a delta applies.
 Status Step(Cursor& at, EventRow& row, const std::string& type) {
+  if (row.archived) {  // a stub: its state is in the archive, unknown here
+    at = Cursor{row.version, std::nullopt};
+    return Status::Ok();
+  }
   if (row.deleted) {
     at = Cursor{row.version, std::nullopt};
     return Status::Ok();
@@ -60,7 +64,7 @@ Status Step(Cursor& at, EventRow& row, const std::string& type) {
 Status DeltaStates::Resolve(const std::string& type, uint32_t partition, std::vector<EventRow>& rows,
                             const ChainReader& chain) {
   bool any = false;
-  for (const EventRow& r : rows) any = any || (!r.delta.empty() && !r.deleted);
+  for (const EventRow& r : rows) any = any || (!r.delta.empty() && !r.deleted && !r.archived);
   if (!any) return Status::Ok();  // no delta: nothing to do, and nothing to remember
   // Each entity's rows in version order.
   std::map<std::string, std::vector<EventRow*>> by_entity;

@@ -6,46 +6,11 @@
 
 #include "core/partitioner.h"
 #include "sql/delta_states.h"
+#include "sql/mariadb_session.h"
 #include "sql/schema.h"
 
 namespace sluice::sql {
 namespace {
-
-// A lazily opened session, reopened after it broke.
-class Session {
- public:
-  explicit Session(ConnectParams params) : params_(std::move(params)) {}
-  // Over a connection the caller owns (never reopened here).
-  explicit Session(Connection& borrowed) : borrowed_(&borrowed) {}
-  bool healthy() const { return borrowed_ != nullptr ? borrowed_->healthy() : conn_ && conn_->healthy(); }
-  Result<Connection*> Get() {
-    if (borrowed_ != nullptr) return borrowed_;
-    if (!healthy()) {
-      conn_.reset();
-      ASSIGN_OR_RETURN(conn_, Connection::Open(params_));
-    }
-    return conn_.get();
-  }
-
- private:
-  const ConnectParams params_;
-  std::unique_ptr<Connection> conn_;
-  Connection* borrowed_ = nullptr;
-};
-
-uint64_t U64(const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); }
-int64_t I64(const std::optional<std::string>& v) { return std::stoll(v.value_or("0")); }
-
-// Runs `body` in a transaction on c: committed when it returns ok, rolled
-// back otherwise (a failed rollback leaves the session to be reopened).
-template <typename F>
-Status InTransaction(Connection& c, F&& body) {
-  RETURN_IF_ERROR(c.Execute("BEGIN").status());
-  Status st = body();
-  if (st.ok()) st = c.Execute("COMMIT").status();
-  if (!st.ok()) (void)c.Execute("ROLLBACK");
-  return st;
-}
 
 std::string PartitionList(const std::vector<uint32_t>& partitions) {
   std::string in;
@@ -80,7 +45,7 @@ std::string Table(const std::string& type, uint32_t partition) {
 // The pull loop's columns, in the order EventFromRow reads them.
 constexpr const char* kReadColumns =
     "event_id, entity_id, version, deleted, state, command_name, command_id, "
-    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED), delta";
+    "CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED), delta, archived";
 
 EventRow EventFromRow(Row& r, size_t first) {
   EventRow e;
@@ -88,9 +53,10 @@ EventRow EventFromRow(Row& r, size_t first) {
   e.entity_id = std::move(r[first + 1]).value_or("");
   e.version = U64(r[first + 2]);
   e.deleted = r[first + 3].value_or("0") != "0";
-  e.delta = e.deleted ? std::string() : std::move(r[first + 8]).value_or("");
-  // A row with a delta has no state: DeltaStates fills it in.
-  e.state = e.deleted || !e.delta.empty() ? std::string() : std::move(r[first + 4]).value_or("null");
+  e.archived = r[first + 9].value_or("0") != "0";
+  e.delta = e.deleted || e.archived ? std::string() : std::move(r[first + 8]).value_or("");
+  // A row with a delta has no state: DeltaStates fills it in. A stub has neither.
+  e.state = e.deleted || e.archived || !e.delta.empty() ? std::string() : std::move(r[first + 4]).value_or("null");
   e.command_name = std::move(r[first + 5]).value_or("");
   e.command_id = std::move(r[first + 6]).value_or("");
   e.committed_at_us = static_cast<int64_t>(U64(r[first + 7]));
@@ -127,8 +93,8 @@ std::string ReadQuery(const std::string& type, uint32_t partition, uint64_t afte
 EventRow EventWithBodiesFromRow(Row& r, size_t first, EventLog::Columns columns) {
   EventRow e = EventFromRow(r, first);
   if (columns == EventLog::Columns::kFull) {
-    e.request = std::move(r.at(first + 9)).value_or("null");
-    e.response = std::move(r.at(first + 10)).value_or("null");
+    e.request = std::move(r.at(first + 10)).value_or(e.archived ? "" : "null");
+    e.response = std::move(r.at(first + 11)).value_or(e.archived ? "" : "null");
   }
   return e;
 }
@@ -292,8 +258,8 @@ class MariaDbEventLog : public EventLog {
     if (commands.empty()) return out;
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     std::string q =
-        "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response FROM " +
-        Table(type, partition) + " WHERE ";
+        "SELECT entity_id, command_id, version, event_id, command_name, expected_version, request, response, archived "
+        "FROM " + Table(type, partition) + " WHERE ";
     for (size_t k = 0; k < commands.size(); ++k) {
       if (k > 0) q += " OR ";
       q += "(entity_id=";
@@ -314,6 +280,7 @@ class MariaDbEventLog : public EventLog {
       if (r.at(5)) e.expected_version = std::stoull(*r[5]);
       e.request = std::move(r.at(6)).value_or("");
       e.response = std::move(r.at(7)).value_or("null");
+      e.archived = r.at(8).value_or("0") != "0";
       out.push_back(std::move(e));
     }
     return out;
@@ -340,7 +307,7 @@ class MariaDbEventLog : public EventLog {
                                            const std::vector<std::pair<std::string, uint64_t>>& keys) override {
     if (keys.empty()) return std::vector<EventRow>{};
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
-    std::string q = "SELECT entity_id, version, deleted, state, delta FROM " + Table(type, partition) +
+    std::string q = "SELECT entity_id, version, deleted, state, delta, archived, event_id FROM " + Table(type, partition) +
                     " WHERE (entity_id, version) IN (";
     for (size_t i = 0; i < keys.size(); ++i) {
       q += i == 0 ? "(" : ",(";
@@ -393,14 +360,16 @@ class MariaDbEventLog : public EventLog {
     return in;
   }
 
-  // A row of `entity_id, version, deleted, state, delta`.
+  // A row of `entity_id, version, deleted, state, delta[, archived, event_id]`.
   static EventRow ChainRowFrom(Row& r) {
     EventRow e;
     e.entity_id = std::move(r[0]).value_or("");
     e.version = U64(r[1]);
     e.deleted = r[2].value_or("0") != "0";
-    e.delta = e.deleted ? std::string() : std::move(r[4]).value_or("");
-    e.state = e.deleted || !e.delta.empty() ? std::string() : std::move(r[3]).value_or("null");
+    e.archived = r.size() > 5 && r[5].value_or("0") != "0";
+    if (r.size() > 6) e.event_id = U64(r[6]);
+    e.delta = e.deleted || e.archived ? std::string() : std::move(r[4]).value_or("");
+    e.state = e.deleted || e.archived || !e.delta.empty() ? std::string() : std::move(r[3]).value_or("null");
     return e;
   }
 
@@ -420,7 +389,7 @@ class MariaDbEventLog : public EventLog {
         if (!q.empty()) q += " UNION ALL ";
         q += "(SELECT entity_id, version, deleted, state, delta FROM " + t + " WHERE entity_id=" + quoted +
              " AND version <= " + v + " AND version >= (SELECT COALESCE(MAX(version), 0) FROM " + t +
-             " WHERE entity_id=" + quoted + " AND version <= " + v + " AND delta IS NULL))";
+             " WHERE entity_id=" + quoted + " AND version <= " + v + " AND delta IS NULL AND archived=0))";
       }
       ASSIGN_OR_RETURN(auto found, c.Query(q));
       std::vector<EventRow> out;

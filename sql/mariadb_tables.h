@@ -21,6 +21,7 @@ class MariaDbStorage : public Storage {
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
   std::unique_ptr<LeaseTable> OpenLeases() override;
+  std::unique_ptr<ArchiveTable> OpenArchive() override;  // mariadb_archive.cc
 
  private:
   const ConnectParams params_;

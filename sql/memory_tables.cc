@@ -34,6 +34,10 @@ struct MemoryStorage::Tables {
   std::map<std::string, std::map<std::string, Member>> members;
   // (group, member) -> the LeaseTable whose session claimed it (LeaseTable::Claim)
   std::map<std::pair<std::string, std::string>, const void*> claims;
+  // sluice_archive_segments: (type, partition) -> first_event_id -> segment
+  std::map<std::pair<std::string, uint32_t>, std::map<uint64_t, SegmentRecord>> segments;
+  // (type, partition) -> the ArchiveTable whose session holds its archiving lock
+  std::map<std::pair<std::string, uint32_t>, const void*> archive_locks;
 };
 
 namespace {
@@ -144,6 +148,8 @@ class MemoryEventLog : public EventLog {
       e.deleted = row.deleted;
       e.state = row.state;
       e.delta = row.delta;
+      e.archived = row.archived;
+      e.event_id = event_id;
       out.push_back(std::move(e));
     }
     RETURN_IF_ERROR(ResolveLocked(type, partition, out));
@@ -263,7 +269,7 @@ class MemoryEventLog : public EventLog {
         }
         uint64_t snapshot = 0;
         for (const auto& [v, row] : versions) {
-          if (row->delta.empty()) snapshot = v;
+          if (row->delta.empty() && !row->archived) snapshot = v;
         }
         for (const auto& [v, row] : versions) {
           if (v >= snapshot) chain.push_back(*row);
@@ -581,6 +587,176 @@ class MemoryDeadLetterTable : public DeadLetterTable {
   bool open_ = false;
 };
 
+
+class MemoryArchiveTable : public ArchiveTable {
+  using Guard = std::lock_guard<std::mutex>;  // Lock is a method here
+
+ public:
+  explicit MemoryArchiveTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
+  // Its session ends: its locks go.
+  ~MemoryArchiveTable() override {
+    Guard lock(s_->mu());
+    std::erase_if(s_->tables().archive_locks, [this](const auto& l) { return l.second == this; });
+  }
+
+  Result<bool> Lock(const std::string& type, uint32_t partition) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    auto [it, taken] = s_->tables().archive_locks.emplace(std::make_pair(type, partition), this);
+    return taken || it->second == this;
+  }
+  Status Unlock(const std::string& type, uint32_t partition) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    auto& locks = s_->tables().archive_locks;
+    if (auto it = locks.find({type, partition}); it != locks.end() && it->second == this) locks.erase(it);
+    return Status::Ok();
+  }
+
+  Result<std::vector<SegmentRecord>> Segments(const std::string& type, uint32_t partition) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    std::vector<SegmentRecord> out;
+    for (const auto& [first, seg] : s_->tables().segments[{type, partition}]) out.push_back(seg);
+    return out;
+  }
+
+  Result<std::map<uint32_t, uint64_t>> Watermarks(const std::string& type,
+                                                  const std::vector<uint32_t>& partitions) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    std::map<uint32_t, uint64_t> out;
+    for (const uint32_t p : partitions) out[p] = WatermarkLocked(type, p);
+    return out;
+  }
+
+  Result<std::vector<HotRow>> PlanRows(const std::string& type, uint32_t partition, uint64_t after, uint64_t upto,
+                                       uint64_t lookback) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    const auto& table = s_->tables().events[{type, partition}];
+    std::map<std::string, uint64_t> lowest;  // entity -> its lowest version in (after, upto]
+    for (const auto& [id, row] : table) {
+      if (id <= after || id > upto) continue;
+      auto [it, fresh] = lowest.emplace(row.entity_id, row.version);
+      if (!fresh) it->second = std::min(it->second, row.version);
+    }
+    std::map<std::pair<std::string, uint64_t>, HotRow> sorted;
+    for (const auto& [id, row] : table) {
+      const auto low = lowest.find(row.entity_id);
+      if (row.archived || id > upto || low == lowest.end() || row.version + lookback < low->second) continue;
+      HotRow h;
+      h.event_id = id;
+      h.entity_id = row.entity_id;
+      h.version = row.version;
+      h.command_id = row.command_id;
+      h.snapshot = row.delta.empty();
+      h.committed_at_us = row.committed_at_us;
+      sorted[{row.entity_id, row.version}] = std::move(h);
+    }
+    std::vector<HotRow> out;
+    out.reserve(sorted.size());
+    for (auto& [key, h] : sorted) out.push_back(std::move(h));
+    return out;
+  }
+
+  Result<std::vector<EventRow>> RowsBetween(const std::string& type, uint32_t partition, uint64_t after,
+                                            uint64_t upto, uint64_t max_bytes) override {
+    RETURN_IF_ERROR(Begin());
+    std::vector<EventRow> out;
+    std::vector<std::pair<std::string, uint64_t>> deltas;
+    {
+      Guard lock(s_->mu());
+      const auto& table = s_->tables().events[{type, partition}];
+      uint64_t bytes = 0;
+      for (auto it = table.upper_bound(after); it != table.end() && it->first <= upto && bytes < max_bytes; ++it) {
+        if (it->second.archived) return FailedPrecondition("event " + std::to_string(it->first) + " is archived already");
+        const EventRow& r = it->second;
+        bytes += r.request.size() + r.response.size() + (r.delta.empty() ? r.state.size() : r.delta.size());
+        out.push_back(it->second);
+        if (!it->second.delta.empty()) deltas.emplace_back(it->second.entity_id, it->second.version);
+      }
+    }
+    ASSIGN_OR_RETURN(auto states, s_->OpenEventLog()->AtVersions(type, partition, deltas));
+    std::map<std::pair<std::string, uint64_t>, std::string> by_key;
+    for (auto& r : states) by_key[{r.entity_id, r.version}] = std::move(r.state);
+    for (auto& r : out) {
+      if (r.delta.empty()) continue;
+      auto it = by_key.find({r.entity_id, r.version});
+      if (it == by_key.end()) return Internal("a delta of event " + std::to_string(r.event_id) + " could not be rebuilt");
+      r.state = it->second;
+    }
+    return out;
+  }
+
+  Status Commit(const SegmentRecord& segment, const std::vector<uint64_t>& leaving) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    const std::pair<std::string, uint32_t> key{segment.entity_type, segment.partition};
+    const uint64_t watermark = WatermarkLocked(segment.entity_type, segment.partition);
+    if (watermark + 1 != segment.first_event_id) {
+      return Aborted("the archive moved to event " + std::to_string(watermark) + " meanwhile");
+    }
+    auto& table = s_->tables().events[key];
+    for (const uint64_t id : leaving) {
+      const auto it = table.find(id);
+      if (id > segment.last_event_id) return InvalidArgument("event " + std::to_string(id) + " is above the segment");
+      if (it == table.end() || it->second.archived) {
+        return Aborted("event " + std::to_string(id) + " is not there or archived already");
+      }
+    }
+    for (const uint64_t id : leaving) {
+      EventRow& row = table[id];
+      row.archived = true;
+      row.request.clear();
+      row.response.clear();
+      row.state.clear();
+      row.delta.clear();
+    }
+    SegmentRecord stored = segment;
+    stored.created_at_us = NowUs();
+    s_->tables().segments[key][segment.first_event_id] = std::move(stored);
+    return Status::Ok();
+  }
+
+  Result<HotTableSize> Size(const std::string& type, uint32_t partition) override {
+    RETURN_IF_ERROR(Begin());
+    Guard lock(s_->mu());
+    HotTableSize size;
+    const auto& table = s_->tables().events[{type, partition}];
+    size.rows = table.size();
+    for (const auto& [id, row] : table) {
+      size.bytes += 64 + row.request.size() + row.response.size() + row.state.size() + row.delta.size();
+      if (row.archived) {
+        ++size.stubs;
+      } else if (size.oldest_event_id == 0) {
+        size.oldest_event_id = id;
+        size.oldest_committed_at_us = row.committed_at_us;
+      }
+    }
+    return size;
+  }
+
+  Result<uint64_t> TableBytes(const std::string& type, uint32_t partition) override {
+    ASSIGN_OR_RETURN(HotTableSize size, Size(type, partition));
+    return size.bytes;
+  }
+
+ private:
+  Status Begin() {
+    if (!open_) {
+      RETURN_IF_ERROR(s_->Enter(MemoryStorage::Op::kOpen, &open_));
+    }
+    return s_->Enter(MemoryStorage::Op::kArchive, &open_);
+  }
+  uint64_t WatermarkLocked(const std::string& type, uint32_t partition) {
+    const auto& segs = s_->tables().segments[{type, partition}];
+    return segs.empty() ? 0 : segs.rbegin()->second.last_event_id;
+  }
+
+  std::shared_ptr<MemoryStorage> s_;
+  bool open_ = false;
+};
 }  // namespace
 
 MemoryStorage::MemoryStorage() : tables_(std::make_unique<Tables>()) {}
@@ -597,6 +773,9 @@ std::unique_ptr<DeadLetterTable> MemoryStorage::OpenDeadLetters() {
   return std::make_unique<MemoryDeadLetterTable>(shared_from_this());
 }
 std::unique_ptr<LeaseTable> MemoryStorage::OpenLeases() { return std::make_unique<MemoryLeaseTable>(shared_from_this()); }
+std::unique_ptr<ArchiveTable> MemoryStorage::OpenArchive() {
+  return std::make_unique<MemoryArchiveTable>(shared_from_this());
+}
 
 void MemoryStorage::ExpireLeases(const std::string& scope, const std::string& type) {
   Lock lock(mu_);

@@ -49,6 +49,7 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kDeadLetterResolve,
     kDeadLetterSetError,
     kLeases,  // every LeaseTable call
+    kArchive,  // every ArchiveTable call
   };
 
   // Made through Create(): the objects it opens keep it alive.
@@ -58,6 +59,7 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
   std::unique_ptr<LeaseTable> OpenLeases() override;
+  std::unique_ptr<ArchiveTable> OpenArchive() override;
 
   // The next `times` calls of `op` fail with `status` (and write nothing). A
   // kUnavailable failure also breaks the calling object's session.

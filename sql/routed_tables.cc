@@ -299,6 +299,53 @@ class RoutedLeaseTable : public LeaseTable {
   PerServer<LeaseTable> tables_;
 };
 
+
+class RoutedArchiveTable : public ArchiveTable {
+ public:
+  RoutedArchiveTable(Layout layout, const std::vector<std::shared_ptr<Storage>>& servers)
+      : layout_(std::move(layout)), tables_(servers, &Storage::OpenArchive) {}
+
+  Result<bool> Lock(const std::string& type, uint32_t partition) override { return Of(type, partition).Lock(type, partition); }
+  Status Unlock(const std::string& type, uint32_t partition) override { return Of(type, partition).Unlock(type, partition); }
+  Result<std::vector<SegmentRecord>> Segments(const std::string& type, uint32_t partition) override {
+    return Of(type, partition).Segments(type, partition);
+  }
+  Result<std::map<uint32_t, uint64_t>> Watermarks(const std::string& type,
+                                                  const std::vector<uint32_t>& partitions) override {
+    std::map<uint32_t, uint64_t> out;
+    for (const auto& [server, part] : ByServer(*layout_, type, partitions, [](uint32_t p) { return p; })) {
+      ASSIGN_OR_RETURN(auto got, tables_.At(server).Watermarks(type, part));
+      out.merge(got);
+    }
+    return out;
+  }
+  Result<std::vector<HotRow>> PlanRows(const std::string& type, uint32_t partition, uint64_t after, uint64_t upto,
+                                       uint64_t lookback) override {
+    return Of(type, partition).PlanRows(type, partition, after, upto, lookback);
+  }
+  Result<std::vector<EventRow>> RowsBetween(const std::string& type, uint32_t partition, uint64_t after,
+                                            uint64_t upto, uint64_t max_bytes) override {
+    return Of(type, partition).RowsBetween(type, partition, after, upto, max_bytes);
+  }
+  Status Commit(const SegmentRecord& segment, const std::vector<uint64_t>& leaving) override {
+    return Of(segment.entity_type, segment.partition).Commit(segment, leaving);
+  }
+  Result<HotTableSize> Size(const std::string& type, uint32_t partition) override {
+    return Of(type, partition).Size(type, partition);
+  }
+  Result<uint64_t> TableBytes(const std::string& type, uint32_t partition) override {
+    return Of(type, partition).TableBytes(type, partition);
+  }
+
+ private:
+  ArchiveTable& Of(const std::string& type, uint32_t partition) {
+    return tables_.At(layout_->ServerOf(type, partition));
+  }
+
+  const Layout layout_;
+  PerServer<ArchiveTable> tables_;
+};
+
 }  // namespace
 
 RoutedStorage::RoutedStorage(StorageLayout layout, std::vector<std::shared_ptr<Storage>> servers)
@@ -310,6 +357,9 @@ std::unique_ptr<OffsetTable> RoutedStorage::OpenOffsets() {
 }
 std::unique_ptr<DeadLetterTable> RoutedStorage::OpenDeadLetters() { return servers_.front()->OpenDeadLetters(); }
 std::unique_ptr<LeaseTable> RoutedStorage::OpenLeases() { return std::make_unique<RoutedLeaseTable>(layout_, servers_); }
+std::unique_ptr<ArchiveTable> RoutedStorage::OpenArchive() {
+  return std::make_unique<RoutedArchiveTable>(layout_, servers_);
+}
 
 std::shared_ptr<Storage> OpenStorage(const StorageLayout& layout) {
   if (layout.single()) return std::make_shared<MariaDbStorage>(layout.main());

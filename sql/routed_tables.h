@@ -22,6 +22,8 @@
 //                 List and History merge every server, each partition's
 //                 rows from the server that holds it.
 //   DeadLetters   on main.
+//   ArchiveTable  by partition: a partition's archive records live beside its
+//                 event table, so an archive step commits on one server.
 //
 // Threads: as Storage (tables.h).
 #pragma once
@@ -43,6 +45,7 @@ class RoutedStorage : public Storage {
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
   std::unique_ptr<LeaseTable> OpenLeases() override;
+  std::unique_ptr<ArchiveTable> OpenArchive() override;
 
  private:
   const std::shared_ptr<const StorageLayout> layout_;

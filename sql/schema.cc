@@ -28,6 +28,7 @@ std::string EventTableDdl(const std::string& type, uint32_t partition) {
          "delta LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,"
          "deleted TINYINT(1) NOT NULL DEFAULT 0,"
          "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+         "archived TINYINT(1) NOT NULL DEFAULT 0,"
          "PRIMARY KEY (event_id),"
          "UNIQUE KEY uk_entity_version (entity_id, version),"
          "UNIQUE KEY uk_entity_command (entity_id, command_id)"
@@ -72,6 +73,7 @@ constexpr const char* kMetaDdl[] = {
     kLeasesDdl,
     kLeaseLogDdl,
     kMembersDdl,
+    kArchiveSegmentsDdl,
     "CREATE TABLE IF NOT EXISTS sluice_entity_types ("
     "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
     "partitions INT UNSIGNED NOT NULL,"
@@ -133,15 +135,7 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
     return FailedPrecondition("database '" + database + "' has a newer sluice schema than this binary (" +
                               std::to_string(kSchemaVersion) + "); upgrade sluice");
   }
-  // Upgrade steps. 1 -> 2: nothing to change in the tables (deltas use the
-  // delta column every event table has); recording 2 keeps binaries of
-  // version 1 from reading rows they would misread.
-  if (const int found = std::stoi(*version_rows[0][0]); found < kSchemaVersion) {
-    RETURN_IF_ERROR(conn.Execute("UPDATE sluice_schema SET version=" + std::to_string(kSchemaVersion) +
-                                 " WHERE id=1 AND version < " + std::to_string(kSchemaVersion))
-                        .status());
-    report.upgraded_from = found;
-  }
+  const int found = std::stoi(*version_rows[0][0]);
   // Check every type before creating anything, so a refused config changes nothing.
   for (const auto& t : types) {
     ASSIGN_OR_RETURN(uint32_t recorded, RecordedPartitions(conn, t.name));
@@ -162,6 +156,29 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
       RETURN_IF_ERROR(conn.Execute(EventTableDdl(t.name, p)).status());
       ++report.tables_created;
     }
+  }
+  // Upgrade steps, each safe to run again; the version is recorded after
+  // all of them. 1 -> 2: nothing to change in the tables (deltas use the
+  // delta column every event table has); recording 2 keeps binaries of
+  // version 1 from reading rows they would misread. 2 -> 3: the archive's
+  // manifest (made above with the other metadata tables) and each event
+  // table's `archived` column, added in place (InnoDB adds a column with a
+  // default instantly, whatever the table's size).
+  ASSIGN_OR_RETURN(auto lacking,
+                   conn.Query("SELECT t.table_name FROM information_schema.tables t WHERE t.table_schema=DATABASE() "
+                              "AND t.table_name LIKE 'ev\\_%' AND NOT EXISTS (SELECT 1 FROM information_schema.columns c "
+                              "WHERE c.table_schema=t.table_schema AND c.table_name=t.table_name AND "
+                              "c.column_name='archived')"));
+  for (const auto& row : lacking) {
+    RETURN_IF_ERROR(conn.Execute("ALTER TABLE " + QuoteIdent(row.at(0).value_or("")) +
+                                 " ADD COLUMN archived TINYINT(1) NOT NULL DEFAULT 0")
+                        .status());
+  }
+  if (found < kSchemaVersion) {
+    RETURN_IF_ERROR(conn.Execute("UPDATE sluice_schema SET version=" + std::to_string(kSchemaVersion) +
+                                 " WHERE id=1 AND version < " + std::to_string(kSchemaVersion))
+                        .status());
+    report.upgraded_from = found;
   }
   return report;
 }

@@ -29,7 +29,28 @@ namespace sluice::sql {
 // instead (docs/delta.md), which a binary of version 1 would misread; the
 // tables are the same (the delta column was there from the start), so
 // `sluice init` upgrades a database of version 1 by recording 2.
-inline constexpr int kSchemaVersion = 2;
+// 3: the archive (docs/archive.md): sluice_archive_segments, which every
+// server's init creates, and the event tables' `archived` column (added by
+// init to the tables of version 2, instantly); a row may be an archived
+// event's stub, which a binary of version 2 would misread.
+inline constexpr int kSchemaVersion = 3;
+
+// The archive's manifest (tables.h ArchiveTable), beside the partitions' event tables.
+inline constexpr const char* kArchiveSegmentsDdl =
+    "CREATE TABLE IF NOT EXISTS sluice_archive_segments ("
+    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "partition_id INT UNSIGNED NOT NULL,"
+    "first_event_id BIGINT UNSIGNED NOT NULL,"
+    "last_event_id BIGINT UNSIGNED NOT NULL,"
+    "events BIGINT UNSIGNED NOT NULL,"
+    "bytes BIGINT UNSIGNED NOT NULL,"
+    "state_bytes BIGINT UNSIGNED NOT NULL,"
+    "sha256 CHAR(64) CHARACTER SET ascii NOT NULL,"
+    "object_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,"
+    "created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),"
+    "PRIMARY KEY (entity_type, partition_id, first_event_id),"
+    "UNIQUE KEY uk_last (entity_type, partition_id, last_event_id)"
+    ") ENGINE=InnoDB";
 
 // sluice_leases, sluice_lease_log and sluice_members (tables.h LeaseTable): made by init, and
 // by the lease table at its first use in a database made before them.
@@ -90,7 +111,8 @@ std::string EventTableDdl(const std::string& type, uint32_t partition);
 
 // The columns of an event row in the order EventTableDdl declares them and
 // every INSERT lists them (event_id, entity_id, version, command_id,
-// command_name, expected_version, request, response, state, delta, deleted).
+// command_name, expected_version, request, response, state, delta, deleted;
+// committed_at and archived take their defaults).
 inline constexpr const char* kEventInsertColumns =
     "(event_id,entity_id,version,command_id,command_name,expected_version,request,response,state,delta,deleted)";
 

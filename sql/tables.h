@@ -60,6 +60,13 @@ struct EventRow {
   uint64_t delta_bytes_since_snapshot = 0;
   bool deleted = false;
   int64_t committed_at_us = 0;               // microseconds since the Unix epoch (UTC)
+  // The row is an archived event's stub (docs/archive.md): its keys
+  // (event_id, entity_id, version, command_id), command_name,
+  // expected_version, deleted and committed_at stay in the hot table, its
+  // bodies (request, response, state, delta) are in a segment of the archive.
+  // The access layer returns stubs as they are (state, request and response
+  // empty); archive::ArchivedStorage fills them in from the archive.
+  bool archived = false;
 };
 
 // A new event as the writer appends it; the views point into the caller's
@@ -124,7 +131,8 @@ class EventLog {
       Columns columns) = 0;
   // The events at the given (entity_id, version) keys of one partition that
   // exist, in one indexed read (the uk_entity_version key): the states
-  // before events view code sees. Columns: entity_id, version, deleted, state.
+  // before events view code sees. Columns: entity_id, version, deleted,
+  // state, event_id (and `archived`).
   virtual Result<std::vector<EventRow>> AtVersions(const std::string& type, uint32_t partition,
                                                    const std::vector<std::pair<std::string, uint64_t>>& keys) = 0;
 
@@ -160,7 +168,7 @@ class EventLog {
   // ---- the writer's partition workers ----
   // The stored events of the given (entity_id, command_id) pairs. Columns:
   // entity_id, command_id, version, event_id, command_name,
-  // expected_version, request, response.
+  // expected_version, request, response (empty for a stub: `archived`).
   virtual Result<std::vector<EventRow>> FindCommands(
       const std::string& type, uint32_t partition,
       const std::vector<std::pair<std::string, std::string>>& commands) = 0;
@@ -345,6 +353,87 @@ class DeadLetterTable {
   virtual Status SetError(uint64_t id, std::string_view error) = 0;
 };
 
+// ---- the archive's records in main storage (docs/archive.md) ----
+
+// One segment of the archive as sluice_archive_segments records it: every
+// event of (type, partition) with first_event_id <= event_id <= last_event_id
+// is in the object `key`. A partition's segments follow each other without
+// gaps or overlaps; the last one's last_event_id is the partition's
+// watermark: every event at or below it can be read from the archive.
+struct SegmentRecord {
+  std::string entity_type;
+  uint32_t partition = 0;
+  uint64_t first_event_id = 0;
+  uint64_t last_event_id = 0;
+  uint64_t events = 0;        // events in the segment
+  uint64_t bytes = 0;         // the object's size
+  uint64_t state_bytes = 0;   // what the events' state and delta columns held in the hot table
+  std::string sha256;         // hex, of the object
+  std::string key;            // the object's key in the store
+  int64_t created_at_us = 0;  // filled by reads
+};
+
+// What the archiver knows of a hot row when it decides whether the row may
+// leave the hot table.
+struct HotRow {
+  uint64_t event_id = 0;
+  std::string entity_id;
+  uint64_t version = 0;
+  std::string command_id;
+  bool snapshot = false;      // the row holds the whole state (or is a delete): a chain starts here
+  int64_t committed_at_us = 0;
+};
+
+// Sizes for `sluice archive status` and the metrics.
+struct HotTableSize {
+  uint64_t rows = 0;         // exact
+  uint64_t bytes = 0;        // data and indexes, as the server estimates them
+  uint64_t oldest_event_id = 0;  // the oldest row that is not a stub; 0: none
+  int64_t oldest_committed_at_us = 0;
+  uint64_t stubs = 0;        // rows that are archived events' stubs (exact)
+};
+
+// sluice_archive_segments, beside its partition's event table (a
+// partition's archive step commits on one server), and the archive step's
+// change to the event table.
+class ArchiveTable {
+ public:
+  virtual ~ArchiveTable() = default;
+  // Takes the archiving lock of (type, partition) for this table's session
+  // (a named lock: it goes with the session, so a killed archiver holds
+  // nothing): false when another session holds it.
+  virtual Result<bool> Lock(const std::string& type, uint32_t partition) = 0;
+  virtual Status Unlock(const std::string& type, uint32_t partition) = 0;
+  // The segments of (type, partition), by first_event_id.
+  virtual Result<std::vector<SegmentRecord>> Segments(const std::string& type, uint32_t partition) = 0;
+  // The watermark (last archived event_id, 0: none) of each partition asked for, in one query per server.
+  virtual Result<std::map<uint32_t, uint64_t>> Watermarks(const std::string& type,
+                                                          const std::vector<uint32_t>& partitions) = 0;
+  // For each entity with rows in after < event_id <= upto: its rows that are
+  // not stubs, with event_id <= upto and version >= (its lowest version in
+  // that range) - lookback, by entity_id and version. (Its rows above upto
+  // are not read: they stay, and LatestVersions says how far it goes.)
+  virtual Result<std::vector<HotRow>> PlanRows(const std::string& type, uint32_t partition, uint64_t after,
+                                               uint64_t upto, uint64_t lookback) = 0;
+  // The rows with after < event_id <= upto, every column, whole states
+  // resolved (what a segment stores), in event_id order, stopping after the
+  // row that brings their bodies (request, response, and state or delta as
+  // stored) to max_bytes; kFailedPrecondition when one is a stub.
+  virtual Result<std::vector<EventRow>> RowsBetween(const std::string& type, uint32_t partition, uint64_t after,
+                                                    uint64_t upto, uint64_t max_bytes) = 0;
+  // One archive step, in one transaction: records `segment` (refused with
+  // kAborted when the partition's watermark is not segment.first_event_id - 1
+  // any more) and turns the hot rows `leaving` (event_ids at or below
+  // segment.last_event_id, not stubs yet) into stubs: their bodies go, their
+  // keys stay, so the unique keys keep refusing a stale writer's reuse of an
+  // event_id, a version or a command id (docs/storage.md I4).
+  virtual Status Commit(const SegmentRecord& segment, const std::vector<uint64_t>& leaving) = 0;
+  // Exact counts (a scan of the table): for `sluice archive status`.
+  virtual Result<HotTableSize> Size(const std::string& type, uint32_t partition) = 0;
+  // The event table's size as the server estimates it, data and indexes (cheap): for the metrics.
+  virtual Result<uint64_t> TableBytes(const std::string& type, uint32_t partition) = 0;
+};
+
 // The text MariaDB gives a TIMESTAMP(6) in sluice's UTC sessions, e.g.
 // "2026-11-21 12:00:00.123456", of `us` microseconds since the Unix epoch.
 std::string TimestampText(int64_t us);
@@ -357,6 +446,7 @@ class Storage {
   virtual std::unique_ptr<OffsetTable> OpenOffsets() = 0;
   virtual std::unique_ptr<DeadLetterTable> OpenDeadLetters() = 0;
   virtual std::unique_ptr<LeaseTable> OpenLeases() = 0;
+  virtual std::unique_ptr<ArchiveTable> OpenArchive() = 0;
 };
 
 }  // namespace sluice::sql

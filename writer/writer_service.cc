@@ -3,6 +3,7 @@
 #include <array>
 #include <random>
 
+#include "archive/from_config.h"
 #include "connectors/sink.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -73,7 +74,14 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       metrics_(registry ? *registry : metrics::UnexportedRegistry()),
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
   const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
-  storage_ = sql::OpenStorage(sql::LayoutFrom(config_));
+  // GET .../events and retried commands read archived events too (docs/archive.md).
+  auto storage = archive::WithArchive(config_, sql::OpenStorage(sql::LayoutFrom(config_)));
+  if (storage.ok()) {
+    storage_ = *storage;
+  } else {
+    archive_status_ = storage.status();
+    storage_ = sql::OpenStorage(sql::LayoutFrom(config_));
+  }
   member_ = config_.writer.id.empty() ? MemberHostName("writer") : config_.writer.id;
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
@@ -135,6 +143,7 @@ WriterService::~WriterService() { Stop(); }
 
 Status WriterService::Start() {
   if (!handlers_status_.ok()) return handlers_status_;
+  if (!archive_status_.ok()) return archive_status_;
   for (auto& [name, t] : types_) {
     for (auto& w : t.workers) w->Start();
   }

@@ -100,6 +100,7 @@ class WriterService {
   std::unique_ptr<http::Forwarder> forwarder_;
   bool started_ = false;
   Status handlers_status_;  // why the handler files did not load; Start() returns it
+  Status archive_status_;   // why the archive's store could not be opened; Start() returns it
 };
 
 }  // namespace sluice::writer
