@@ -19,6 +19,7 @@
 
 #include "bench/bench_common.h"
 #include "connectors/builtin_sink_types.h"
+#include "bench/engine_bench_archive.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_drain.h"
 #include "bench/engine_bench_es.h"
@@ -69,6 +70,17 @@ modes:
               the redis --sink; lag = first seen in Redis - committed_at; verifies.
               With --source storage: the same schedule of events inserted straight into
               the event tables (no writer; run `sluice sync` on FILE beside it)
+  archive     run `sluice archive run --config FILE` (FILE has an archive and a policy) to
+              completion: events archived per second and the CPU per event, the event
+              tables' size before, after (ANALYZE TABLE) and after OPTIMIZE TABLE, the
+              segments' bytes (from `sluice archive status --json`)
+  rebuild     run `sluice rebuild --config FILE --sink NAME` against the process already
+              running FILE (its admin endpoint), timed until it exits; events = every
+              partition's head; CPU of --watch processes (give the running sluice)
+  history     GET /v1/entities/<type>/<id>/events (pages followed) of --sample entities of
+              the backlog (--run-id, --entities, --versions as loaded) from the writer at
+              --url, one keep-alive connection; every history must be the backlog's, whole
+              and in order; events/s, CPU of --watch processes
   cleanup     delete the keys of every redis sink in FILE
 
 The backlog modes (load, direct, redis_raw, mysql_raw) regenerate the same events from
@@ -123,7 +135,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | es_raw | lag | takeover | cleanup")
+    ("mode", po::value(&a.mode), "load | drain | direct | redis_raw | mysql_raw | es_raw | lag | takeover | archive | rebuild | history | cleanup")
     ("config", po::value(&a.config_path), "the sluice config: main storage, the entity type, the sinks")
     ("sink", po::value(&a.sink), "the sink (by name in --config) a mode writes or reads")
     ("run-id", po::value(&a.run_id), "prefix of entity and command ids (load, direct, *_raw, lag)")
@@ -147,7 +159,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("seconds", po::value(&a.lag.seconds)->default_value(20), "lag: measured window")
     ("warmup", po::value(&a.lag.warmup_seconds)->default_value(3), "lag: seconds at the same rate before it")
     ("connections", po::value(&a.lag.connections)->default_value(64), "lag: keep-alive HTTP connections")
-    ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls")
+    ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls; history: entities read")
     ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
     ("source", po::value(&a.lag.source)->default_value("http"), "lag: http (commands to --url) | storage (rows into the event tables)")
     ("storage-writers", po::value(&a.lag.storage_writers)->default_value(4), "lag, source storage: inserting threads, one transaction each per round")
@@ -168,18 +180,20 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   const std::string format = vm["format"].as<std::string>();
   if (format != "text" && format != "kv") throw Usage{"--format is text or kv"};
   a.one_line = format == "kv";
-  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "es_raw", "lag", "takeover", "cleanup"};
+  static const std::vector<std::string> kModes = {"load", "drain", "direct", "redis_raw", "mysql_raw", "es_raw", "lag", "takeover", "archive", "rebuild", "history", "cleanup"};
   if (std::find(kModes.begin(), kModes.end(), a.mode) == kModes.end()) throw Usage{"--mode: unknown mode '" + a.mode + "'"};
   if (a.config_path.empty()) throw Usage{"--config is required"};
   const bool backlog =
       a.mode == "load" || a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "es_raw";
-  if ((backlog || a.mode == "lag") && a.run_id.empty()) throw Usage{"--mode " + a.mode + " needs --run-id"};
+  if ((backlog || a.mode == "lag" || a.mode == "history") && a.run_id.empty()) throw Usage{"--mode " + a.mode + " needs --run-id"};
   if ((a.mode == "direct" || a.mode == "redis_raw" || a.mode == "mysql_raw" || a.mode == "es_raw" ||
-       a.mode == "lag") &&
+       a.mode == "lag" || a.mode == "rebuild") &&
       a.sink.empty()) {
     throw Usage{"--mode " + a.mode + " needs --sink"};
   }
-  if ((a.mode == "drain" || a.mode == "takeover") && a.sluice.empty()) throw Usage{"--mode " + a.mode + " needs --sluice"};
+  if ((a.mode == "drain" || a.mode == "takeover" || a.mode == "archive" || a.mode == "rebuild") && a.sluice.empty()) {
+    throw Usage{"--mode " + a.mode + " needs --sluice"};
+  }
   if (a.engines < 1 || a.engines > 16) throw Usage{"--engines must be 1-16, got " + std::to_string(a.engines)};
   if (a.mode == "lag") {
     if (a.lag.source != "http" && a.lag.source != "storage") throw Usage{"--source must be http or storage"};
@@ -188,6 +202,10 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
       ParseUrl(a.url, a.lag);
     }
     a.lag.entities = vm["entities"].defaulted() ? 10000 : a.entities;
+  }
+  if (a.mode == "history") {
+    if (a.url.empty()) throw Usage{"--mode history needs --url (the writer)"};
+    ParseUrl(a.url, a.lag);
   }
   if (a.entities == 0 || a.versions == 0) throw Usage{"--entities and --versions must be positive"};
   if (std::string error; !ParseWatch(watch, &a.watch, &error)) throw Usage{error};
@@ -461,6 +479,72 @@ int Run(const Args& a) {
       AddCpu(report, r->cpu);
       problems = r->problems;
       verified = VerifySink(a, sink->name, report, problems, /*settle_seconds=*/30);
+    }
+  } else if (a.mode == "archive" || a.mode == "rebuild") {
+    ArchiveBenchOptions o;
+    o.sluice_binary = a.sluice;
+    o.config_path = a.config_path;
+    o.log_path = a.log_path;
+    o.sink = a.sink;
+    o.watch = a.watch;
+    auto per_event = [](uint64_t bytes, uint64_t events) {
+      return events > 0 ? static_cast<double>(bytes) / static_cast<double>(events) : 0.0;
+    };
+    if (a.mode == "archive") {
+      auto r = RunArchive(*cfg, o);
+      if (!r.ok()) {
+        failed = r.status();
+      } else {
+        report.Add("events", r->events);
+        report.Add("segments", r->segments);
+        report.Add("seconds", r->seconds, 2);
+        report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+        report.Add("sluice_us_per_op", r->events > 0 ? r->sluice_cpu_seconds * 1e6 / r->events : 0.0, 1);
+        report.Add("hot_rows", r->before.rows);
+        report.Add("stubs", r->stubs);
+        report.Add("hot_bytes_before", r->before.bytes);
+        report.Add("hot_bytes_after", r->after.bytes);
+        report.Add("hot_bytes_optimized", r->optimized.bytes);
+        report.Add("hot_bytes_per_row_before", per_event(r->before.bytes, r->before.rows), 1);
+        report.Add("hot_bytes_per_row_optimized", per_event(r->optimized.bytes, r->optimized.rows), 1);
+        report.Add("hot_shrink", r->optimized.bytes > 0 ? static_cast<double>(r->before.bytes) / r->optimized.bytes : 0.0,
+                   2);
+        report.Add("optimize_s", r->optimize_seconds, 2);
+        report.Add("archive_bytes", r->archive_bytes);
+        report.Add("archive_bytes_per_event", per_event(r->archive_bytes, r->events), 1);
+        report.Add("state_bytes_per_event", per_event(r->archived_state_bytes, r->events), 1);
+        AddCpu(report, r->cpu);
+        problems = r->problems;
+      }
+    } else {
+      auto r = RunRebuild(*cfg, o);
+      if (!r.ok()) {
+        failed = r.status();
+      } else {
+        report.Add("sink", sink->name + "(" + sink->type + ")");
+        report.Add("events", r->events);
+        report.Add("seconds", r->seconds, 2);
+        report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+        AddCpu(report, r->cpu);
+        verified = VerifySink(a, sink->name, report, problems);
+      }
+    }
+  } else if (a.mode == "history") {
+    ArchiveBenchOptions o;
+    o.watch = a.watch;
+    Backlog backlog(spec);
+    auto r = RunHistory(backlog, Endpoint{a.lag.host, a.lag.port}, a.lag.sample, o);
+    if (!r.ok()) {
+      failed = r.status();
+    } else {
+      report.Add("entities", r->entities);
+      report.Add("requests", r->requests);
+      report.Add("events", r->events);
+      report.Add("seconds", r->seconds, 2);
+      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+      report.Add("requests_per_s", r->seconds > 0 ? static_cast<double>(r->requests) / r->seconds : 0.0, 0);
+      AddCpu(report, r->cpu);
+      problems = r->problems;
     }
   } else if (a.mode == "cleanup") {
     uint64_t removed = 0;
