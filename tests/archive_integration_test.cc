@@ -23,6 +23,7 @@
 #include "core/json_delta.h"
 #include "objectstore/object_store.h"
 #include "sql/mariadb_tables.h"
+#include "tests/support/s3_settings.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::testing {
@@ -304,18 +305,8 @@ TEST(Archive, KilledAtAnyPointLosesNothingAndDuplicatesNothing) {
 // an orphan removed, and a wrong secret refused without showing either key.
 TEST(Archive, AnS3StoreThroughSluiceAndItsKeysNeverShow) {
   SLUICE_REQUIRE_MYSQL();
-  const auto env = [](const char* name, const char* fallback) {
-    const char* v = std::getenv(name);
-    return std::string(v != nullptr && *v != '\0' ? v : fallback);
-  };
-  objectstore::ObjectStoreOptions so;
   const std::string prefix = UniquePrefix("archive");
-  so.url = "s3://" + env("SLUICE_TEST_S3_BUCKET", "sluice-test") + "/" + prefix;
-  so.endpoint = env("SLUICE_TEST_S3_ENDPOINT", "http://127.0.0.1:18333");
-  so.region = env("SLUICE_TEST_S3_REGION", "us-east-1");
-  so.access_key = env("SLUICE_TEST_S3_ACCESS_KEY", "SLUICETESTACCESSKEY01");
-  so.secret_key = env("SLUICE_TEST_S3_SECRET_KEY", "sluice-test-secret-key-0123456789");
-  so.timeout_ms = 10000;
+  const objectstore::ObjectStoreOptions so = S3TestOptions(prefix);
   auto opened = objectstore::OpenObjectStore(so);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::shared_ptr<objectstore::ObjectStore> store = std::move(*opened);

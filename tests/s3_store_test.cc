@@ -20,6 +20,7 @@
 
 #include "objectstore/object_store.h"
 #include "objectstore/object_store_test.h"
+#include "tests/support/s3_settings.h"
 
 namespace sluice::objectstore {
 namespace {
@@ -56,17 +57,8 @@ uint16_t ClosedPort() {
   return port;
 }
 
-// The test server's settings; the fallbacks are scripts/services' defaults.
-ObjectStoreOptions ServerOptions(const std::string& prefix = "") {
-  ObjectStoreOptions o;
-  o.url = "s3://" + Env("SLUICE_TEST_S3_BUCKET", "sluice-test") + (prefix.empty() ? "" : "/" + prefix);
-  o.endpoint = Env("SLUICE_TEST_S3_ENDPOINT", "http://127.0.0.1:18333");
-  o.region = Env("SLUICE_TEST_S3_REGION", "us-east-1");
-  o.access_key = Env("SLUICE_TEST_S3_ACCESS_KEY", "SLUICETESTACCESSKEY01");
-  o.secret_key = Env("SLUICE_TEST_S3_SECRET_KEY", "sluice-test-secret-key-0123456789");
-  o.timeout_ms = 10000;
-  return o;
-}
+// The test server's settings.
+ObjectStoreOptions ServerOptions(const std::string& prefix = "") { return testing::S3TestOptions(prefix); }
 
 std::unique_ptr<ObjectStore> Open(const ObjectStoreOptions& o) {
   auto store = OpenObjectStore(o);
