@@ -140,7 +140,23 @@ class DurabilityFault : public ::testing::Test {
     std::atomic<bool> stop{false};
     std::atomic<int> committed{0};
     std::atomic<int> gave_up{0};
+    std::atomic<bool> abandon{false};  // only when an assertion ends the test early
     std::vector<std::thread> clients;
+    // An assertion that returns early must still end and join the clients: a
+    // joinable std::thread destroyed aborts the process, and its private
+    // servers would outlive it.
+    struct JoinClients {
+      std::atomic<bool>& stop;
+      std::atomic<bool>& abandon;
+      std::vector<std::thread>& threads;
+      ~JoinClients() {
+        stop = true;
+        abandon = true;
+        for (auto& t : threads) {
+          if (t.joinable()) t.join();
+        }
+      }
+    } join_clients{stop, abandon, clients};
     constexpr int kClients = 6;
     constexpr int kEntities = 300;
     for (int t = 0; t < kClients; ++t) {
@@ -152,7 +168,7 @@ class DurabilityFault : public ::testing::Test {
           const std::string key = "c" + std::to_string(t) + "-" + std::to_string(i);
           const std::string body = R"({"n":)" + std::to_string(i) + R"(,"by":)" + std::to_string(t) + "}";
           bool done = false;
-          for (int attempt = 0; attempt < 600 && !done; ++attempt) {
+          for (int attempt = 0; attempt < 600 && !done && !abandon; ++attempt) {
             auto r = c.Post("/v1/entities/account/" + id + "/commands/patch", body, {{"Idempotency-Key", key}});
             if (r.status == 200) {
               done = true;

@@ -128,8 +128,10 @@ bool PrivateKafka::Start(std::string* why) {
     return false;
   }
   const std::string command = java + " kafka.Kafka " + props;
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    DieWithParent(parent);
     const int fd = ::open((dir_ + "/stdout.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);

@@ -66,8 +66,10 @@ bool PrivateMariaDb::Start(std::string* why) {
     }
     initialised_ = true;
   }
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    DieWithParent(parent);
     const int fd = ::open("/dev/null", O_RDWR);
     ::dup2(fd, 0);
     ::dup2(fd, 1);

@@ -130,8 +130,10 @@ bool PrivateOpenSearch::Start(std::string* why) {
       " -Dsluice.https.client_ca=" + dir_ + "/client_ca.pem -Dsluice.modules=org.opensearch.transport.Netty4Plugin" +
       " -cp " + classes + ":" + cp + " sluice.OpenSearchLauncher " + dir_ + "/node " + std::to_string(port_) +
       " " + std::to_string(transport_port_);
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    DieWithParent(parent);
     const int fd = ::open((dir_ + "/stdout.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);

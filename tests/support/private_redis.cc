@@ -46,8 +46,10 @@ bool PrivateRedis::Start(std::string* why) {
                         << (sentinel_ ? "" : "save \"\"\nappendonly no\n") << extra_config_;
     written_ = true;
   }
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {
+    DieWithParent(parent);
     const int fd = ::open("/dev/null", O_RDWR);
     ::dup2(fd, 0);
     ::dup2(fd, 1);

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,6 +284,11 @@ bool WaitCaughtUp(const std::string& config_path, std::chrono::seconds timeout, 
 std::string MakeScratchDir(const std::string& prefix) {
   std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
   return ::mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
+}
+
+void DieWithParent(pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);  // the parent was gone before the line above
 }
 
 void RemoveScratchDir(const std::string& dir) {

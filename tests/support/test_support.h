@@ -124,6 +124,12 @@ uint16_t FreePort();
 // (empty when it cannot be made), and its removal with everything in it.
 std::string MakeScratchDir(const std::string& prefix);
 void RemoveScratchDir(const std::string& dir);
+
+// In a child just forked to run a test's private server: have the kernel
+// SIGKILL it when the thread that forked it ends, so that a test process
+// that dies without its destructors (an abort, a CTest timeout) leaves no
+// server behind. Call it only in children forked by a test's own thread.
+void DieWithParent(pid_t parent);
 // SIGKILL to a child process (as a power cut would end it), then reaps it;
 // *pid becomes -1. Nothing when *pid <= 0.
 void KillAndReap(pid_t* pid);
