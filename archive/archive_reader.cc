@@ -10,12 +10,28 @@ namespace sluice::archive {
 
 // ---- SegmentSource ----
 
+uint64_t DecodedRowBytes(const sql::EventRow& row) {
+  static const size_t kInline = std::string().capacity();  // held in the string itself
+  constexpr uint64_t kAllocatorHeader = 16;
+  uint64_t bytes = sizeof(sql::EventRow);
+  for (const std::string* s :
+       {&row.entity_id, &row.command_id, &row.command_name, &row.request, &row.response, &row.state, &row.delta}) {
+    if (s->capacity() > kInline) bytes += s->capacity() + 1 + kAllocatorHeader;
+  }
+  return bytes;
+}
+
 SegmentSource::SegmentSource(std::shared_ptr<objectstore::ObjectStore> store, uint64_t cache_bytes)
     : store_(std::move(store)), cache_bytes_(cache_bytes) {}
 
 uint64_t SegmentSource::fetches() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fetches_;
+}
+
+uint64_t SegmentSource::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_bytes_;
 }
 
 Result<std::shared_ptr<const Segment>> SegmentSource::Get(const sql::SegmentRecord& record) {
@@ -43,8 +59,8 @@ Result<std::shared_ptr<const Segment>> SegmentSource::Get(const sql::SegmentReco
       decoded.header.first_event_id != record.first_event_id || decoded.header.last_event_id != record.last_event_id) {
     return Internal(where + " holds another range than the manifest says");
   }
-  uint64_t cost = 256;
-  for (const auto& r : decoded.rows) cost += 128 + r.state.size() + r.request.size() + r.response.size() + r.delta.size();
+  uint64_t cost = sizeof(Segment);
+  for (const auto& r : decoded.rows) cost += DecodedRowBytes(r);
   auto segment = std::make_shared<const Segment>(std::move(decoded));
   std::lock_guard<std::mutex> lock(mu_);
   ++fetches_;

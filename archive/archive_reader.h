@@ -36,8 +36,12 @@
 
 namespace sluice::archive {
 
+// What a decoded event takes in memory: the row and the heap blocks of its
+// strings (what a segment in the cache costs, row by row).
+uint64_t DecodedRowBytes(const sql::EventRow& row);
+
 // Fetches segments and keeps the decoded ones most recently used, up to
-// about cache_bytes of states and bodies.
+// about cache_bytes of memory (DecodedRowBytes per event).
 class SegmentSource {
  public:
   SegmentSource(std::shared_ptr<objectstore::ObjectStore> store, uint64_t cache_bytes);
@@ -46,6 +50,7 @@ class SegmentSource {
   Result<std::shared_ptr<const Segment>> Get(const sql::SegmentRecord& record);
   objectstore::ObjectStore& store() { return *store_; }
   uint64_t fetches() const;  // objects fetched so far (cache misses)
+  uint64_t cached_bytes() const;  // of the segments kept now
 
  private:
   const std::shared_ptr<objectstore::ObjectStore> store_;

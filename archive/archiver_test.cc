@@ -343,5 +343,35 @@ TEST_F(ArchiverTest, ADamagedSegmentIsAnErrorNeverAMadeUpEvent) {
   EXPECT_NE(got.status().message().find("missing"), std::string::npos) << got.status().ToString();
 }
 
+// The cache counts what decoded events take in memory (each row and its
+// strings' heap blocks, not only the bodies' bytes), and keeps to its size.
+TEST_F(ArchiverTest, TheSegmentCacheCountsDecodedEventsAsTheyLieInMemoryAndKeepsToItsSize) {
+  Write(8, 40);
+  SaveOffset("s", head_);
+  ASSERT_TRUE(Archive(ArchivePolicy{}).ok());
+  auto segments = hot_->OpenArchive()->Segments(kType, 0);
+  ASSERT_TRUE(segments.ok()) << segments.status().ToString();
+  ASSERT_GE(segments->size(), 10u);
+
+  SegmentSource one(store_, 64 << 20);
+  auto first = one.Get(segments->front());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  uint64_t floor = 0;
+  for (const auto& r : (*first)->rows) floor += sizeof(EventRow) + r.state.size() + r.delta.size() + r.request.size();
+  EXPECT_GE(one.cached_bytes(), floor);
+  const uint64_t cost = one.cached_bytes();
+
+  SegmentSource three(store_, 3 * cost + cost / 2);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& record : *segments) {
+      ASSERT_TRUE(three.Get(record).ok());
+      EXPECT_LE(three.cached_bytes(), 3 * cost + cost / 2);
+    }
+  }
+  EXPECT_EQ(three.fetches(), 2 * segments->size());  // LRU over more segments than fit: every read fetches
+  ASSERT_TRUE(three.Get(segments->back()).ok());
+  EXPECT_EQ(three.fetches(), 2 * segments->size());  // the last one read is kept
+}
+
 }  // namespace
 }  // namespace sluice::archive
