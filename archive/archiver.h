@@ -53,8 +53,8 @@ struct ArchivePolicy {
 struct ArchiverOptions {
   // Rows younger than this stay whole in the hot table, whatever the policy.
   std::chrono::seconds idempotency_window{std::chrono::hours(24)};
-  uint64_t segment_events = 100000;          // at most this many events per segment
-  uint64_t segment_bytes = 256ull << 20;     // and about this many bytes of bodies
+  uint64_t segment_events = 10000;           // at most this many events per segment
+  uint64_t segment_bytes = 16ull << 20;      // and about this many bytes of bodies
 };
 
 // What one step did on one partition.

@@ -116,8 +116,8 @@ struct ArchiveConfig {
   std::chrono::milliseconds idempotency_window{std::chrono::hours(24)};
   // How often serve and sync archive; 0: only `sluice archive run`.
   std::chrono::milliseconds interval{std::chrono::minutes(1)};
-  uint64_t segment_events = 100000;
-  uint64_t segment_bytes = uint64_t{256} << 20;
+  uint64_t segment_events = 10000;
+  uint64_t segment_bytes = uint64_t{16} << 20;
   uint64_t cache_bytes = uint64_t{256} << 20;  // decoded segments kept by each process
 };
 
