@@ -121,7 +121,7 @@ TEST(Push, FailedPushesOfAThirdOfTheBatchesAreRepairedByThePullPath) {
   auto writer = StartMode(s, "writer");
   ::unsetenv("SLUICE_FAILPOINTS");
   auto engine = StartMode(s, "sync");
-  EXPECT_EQ(MixedLoad(s.cfg.port, 100000, 10000, 32, 41), 100000);
+  EXPECT_EQ(MixedLoad(s.cfg.port, 20000, 10000, 32, 41), 20000);
   ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
   EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
   const int64_t events = ExpectDenseEventIds(*s.db);
