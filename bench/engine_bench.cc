@@ -270,6 +270,13 @@ const config::SinkConfig* FindSink(const config::Config& cfg, const std::string&
   return nullptr;
 }
 
+// events, seconds and rate (events/s) of a timed run.
+void AddRate(Report& report, uint64_t events, double seconds) {
+  report.Add("events", events);
+  report.Add("seconds", seconds, 2);
+  report.Add("rate", seconds > 0 ? static_cast<double>(events) / seconds : 0.0, 0);
+}
+
 void AddCpu(Report& report, const std::vector<std::pair<std::string, std::string>>& cpu) {
   for (const auto& [k, v] : cpu) report.Add(k, v);
 }
@@ -315,9 +322,7 @@ int Run(const Args& a) {
   const CpuWatch::Sample cpu_start = cpu.Take();
   auto add_write = [&](const WriteResult& w) {
     AddCpu(report, cpu.Compare(cpu_start, cpu.Take(), w.events));
-    report.Add("events", w.events);
-    report.Add("seconds", w.seconds, 2);
-    report.Add("rate", w.seconds > 0 ? static_cast<double>(w.events) / w.seconds : 0.0, 0);
+    AddRate(report, w.events, w.seconds);
     if (w.redis_us_per_event >= 0) report.Add("redis_us_per_event", w.redis_us_per_event, 2);
     problems.insert(problems.end(), w.problems.begin(), w.problems.end());
   };
@@ -328,12 +333,10 @@ int Run(const Args& a) {
     if (!r.ok()) {
       failed = r.status();
     } else {
-      report.Add("events", r->rows);
+      AddRate(report, r->rows, r->seconds);
       report.Add("entities", a.entities);
       report.Add("partitions", static_cast<uint64_t>(spec.partitions));
       report.Add("statements", r->statements);
-      report.Add("seconds", r->seconds, 2);
-      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->rows) / r->seconds : 0.0, 0);
       report.Add("state_bytes", static_cast<uint64_t>(backlog.State(a.entities - 1, a.versions).size()));
       problems = r->problems;
     }
@@ -352,9 +355,7 @@ int Run(const Args& a) {
     } else {
       const auto& s = cfg->sinks.at(0);
       report.Add("sink", s.name + "(" + s.type + ")");
-      report.Add("events", r->events);
-      report.Add("seconds", r->seconds, 2);
-      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+      AddRate(report, r->events, r->seconds);
       report.Add("first_visible_s", r->first_visible_seconds, 2);
       report.Add("offsets_s", r->offsets_seconds, 2);
       report.Add("rss_peak_mib", static_cast<double>(r->rss_peak_kib) / 1024.0, 1);
@@ -495,10 +496,8 @@ int Run(const Args& a) {
       if (!r.ok()) {
         failed = r.status();
       } else {
-        report.Add("events", r->events);
+        AddRate(report, r->events, r->seconds);
         report.Add("segments", r->segments);
-        report.Add("seconds", r->seconds, 2);
-        report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
         report.Add("sluice_us_per_op", r->events > 0 ? r->sluice_cpu_seconds * 1e6 / r->events : 0.0, 1);
         report.Add("hot_rows", r->before.rows);
         report.Add("stubs", r->stubs);
@@ -522,9 +521,7 @@ int Run(const Args& a) {
         failed = r.status();
       } else {
         report.Add("sink", sink->name + "(" + sink->type + ")");
-        report.Add("events", r->events);
-        report.Add("seconds", r->seconds, 2);
-        report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+        AddRate(report, r->events, r->seconds);
         AddCpu(report, r->cpu);
         verified = VerifySink(a, sink->name, report, problems);
       }
@@ -539,9 +536,7 @@ int Run(const Args& a) {
     } else {
       report.Add("entities", r->entities);
       report.Add("requests", r->requests);
-      report.Add("events", r->events);
-      report.Add("seconds", r->seconds, 2);
-      report.Add("rate", r->seconds > 0 ? static_cast<double>(r->events) / r->seconds : 0.0, 0);
+      AddRate(report, r->events, r->seconds);
       report.Add("requests_per_s", r->seconds > 0 ? static_cast<double>(r->requests) / r->seconds : 0.0, 0);
       AddCpu(report, r->cpu);
       problems = r->problems;
