@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -20,8 +21,6 @@
 namespace sluice::bench {
 
 namespace {
-
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 double ChildrenCpuSeconds() {
   struct rusage u {};
@@ -46,9 +45,9 @@ Result<HotTables> MeasureTables(sql::Connection& conn, const config::Config& con
   HotTables t;
   for (const auto& table : EventTables(config)) {
     RETURN_IF_ERROR(conn.Query(std::string(statement) + " TABLE `" + table + "`").status());
-    ASSIGN_OR_RETURN(auto size, conn.Query("SELECT COALESCE(data_length + index_length, 0) FROM information_schema.tables "
-                                           "WHERE table_schema = DATABASE() AND table_name = '" +
-                                           table + "'"));
+    ASSIGN_OR_RETURN(auto size, conn.Query("SELECT COALESCE(data_length + index_length, 0) "
+                                           "FROM information_schema.tables WHERE table_schema = DATABASE() "
+                                           "AND table_name = '" + table + "'"));
     ASSIGN_OR_RETURN(auto rows, conn.Query("SELECT COUNT(*) FROM `" + table + "`"));
     if (size.empty() || rows.empty()) return Internal("no table " + table);
     t.bytes += ToU64(size[0], 0);
@@ -65,7 +64,8 @@ struct ArchiveTotals {
 Result<ArchiveTotals> ReadStatus(const ArchiveBenchOptions& o) {
   const std::string out = o.log_path + ".status.json";
   std::remove(out.c_str());
-  ASSIGN_OR_RETURN(int code, RunProgram({o.sluice_binary, "archive", "status", "--config", o.config_path, "--json"}, out));
+  ASSIGN_OR_RETURN(int code,
+                   RunProgram({o.sluice_binary, "archive", "status", "--config", o.config_path, "--json"}, out));
   std::ifstream in(out);
   std::stringstream text;
   text << in.rdbuf();
@@ -117,7 +117,7 @@ Result<ArchiveBenchResult> RunArchive(const config::Config& config, const Archiv
     ASSIGN_OR_RETURN(int code, RunProgram({o.sluice_binary, "archive", "run", "--config", o.config_path}, o.log_path));
     if (code != 0) return Internal("sluice archive run exited " + std::to_string(code) + " (log: " + o.log_path + ")");
   }
-  r.seconds = Seconds(started);
+  r.seconds = SecondsSince(started);
   r.sluice_cpu_seconds = ChildrenCpuSeconds() - child_cpu;
   const CpuWatch::Sample cpu_end = cpu.Take();
 
@@ -133,7 +133,7 @@ Result<ArchiveBenchResult> RunArchive(const config::Config& config, const Archiv
   ASSIGN_OR_RETURN(r.after, MeasureTables(*conn, config, "ANALYZE"));
   const auto optimize = Clock::now();
   ASSIGN_OR_RETURN(r.optimized, MeasureTables(*conn, config, "OPTIMIZE"));
-  r.optimize_seconds = Seconds(optimize);
+  r.optimize_seconds = SecondsSince(optimize);
   if (r.after.rows != r.before.rows) {
     r.problems.push_back("the event tables' rows went from " + std::to_string(r.before.rows) + " to " +
                          std::to_string(r.after.rows) + ": archiving must keep every row (stubs)");
@@ -158,7 +158,7 @@ Result<RebuildBenchResult> RunRebuild(const config::Config& config, const Archiv
                                           o.log_path));
     if (code != 0) return Internal("sluice rebuild exited " + std::to_string(code) + " (log: " + o.log_path + ")");
   }
-  r.seconds = Seconds(started);
+  r.seconds = SecondsSince(started);
   r.cpu = cpu.Compare(cpu_start, cpu.Take(), r.events);
   return r;
 }
@@ -175,20 +175,24 @@ Result<HistoryBenchResult> RunHistory(const Backlog& backlog, const Endpoint& wr
   CpuWatch cpu = Watching(o);
   const CpuWatch::Sample cpu_start = cpu.Take();
   const auto started = Clock::now();
+  std::atomic<uint64_t> done{0};  // read by the progress line's thread
   uint64_t last_done = 0;
   double last_t = 0;
   ProgressLine progress("GET .../events", [&](double elapsed) {
-    return RateText(r.entities, sample, elapsed, last_done, last_t, "histories");
+    return RateText(done.load(), sample, elapsed, last_done, last_t, "histories");
   });
   for (uint64_t i = 0; i < sample; ++i) {
     const uint64_t k = i * spec.entities / sample;
     const std::string& id = backlog.EntityId(k);
     uint32_t expect = 1;  // the next version
     for (;;) {
-      ASSIGN_OR_RETURN(auto reply, http.Send("GET", "/v1/entities/" + spec.type + "/" + id + "/events?limit=1000&after_version=" +
-                                                        std::to_string(expect - 1)));
+      const std::string target = "/v1/entities/" + spec.type + "/" + id +
+                                 "/events?limit=1000&after_version=" + std::to_string(expect - 1);
+      ASSIGN_OR_RETURN(auto reply, http.Send("GET", target));
       ++r.requests;
-      if (reply.status != 200) return Internal("GET events of " + id + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 300));
+      if (reply.status != 200) {
+        return Internal("GET " + target + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 300));
+      }
       Json doc;
       try {
         doc = Json::parse(reply.body);
@@ -211,11 +215,13 @@ Result<HistoryBenchResult> RunHistory(const Backlog& backlog, const Endpoint& wr
       if (events.size() < 1000) break;
     }
     if (expect != spec.versions + 1) {
-      problem(id + ": " + std::to_string(expect - 1) + " versions where " + std::to_string(spec.versions) + " were loaded");
+      problem(id + ": " + std::to_string(expect - 1) + " versions where " + std::to_string(spec.versions) +
+              " were loaded");
     }
     ++r.entities;
+    done.store(r.entities);
   }
-  r.seconds = Seconds(started);
+  r.seconds = SecondsSince(started);
   r.cpu = cpu.Compare(cpu_start, cpu.Take(), r.events);
   return r;
 }
