@@ -1,5 +1,7 @@
 #include "admin/view_rebuild.h"
 
+#include <algorithm>
+
 #include "archive/from_config.h"
 #include "connectors/sink.h"
 #include "core/failpoint.h"
@@ -62,6 +64,9 @@ Status ViewRebuild::Start() {
     std::lock_guard lock(mu_);
     progress_.total = Sum(start_heads_);
   }
+  // The shadow runner is not woken per partition: it polls, at most 50 ms
+  // apart, to follow the commits made while it replays.
+  o.engine.idle_poll_max = std::min(o.engine.idle_poll_max, std::chrono::milliseconds(50));
   shadow_ = std::make_unique<engine::SinkRunner>(std::move(o), std::move(shadow_sink));
   started_ = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(shadow_->Start());

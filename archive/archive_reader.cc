@@ -93,6 +93,10 @@ class ArchivedEventLog : public EventLog {
   Status Open() override { return hot_->Open(); }
 
   Result<uint64_t> Head(const std::string& type, uint32_t partition) override { return hot_->Head(type, partition); }
+  Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
+                                             const std::vector<uint32_t>& partitions) override {
+    return hot_->Heads(type, partitions);
+  }
   Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
                                                    uint64_t event_id) override {
     return hot_->SecondsSinceCommit(type, partition, event_id);  // a stub keeps committed_at

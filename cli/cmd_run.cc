@@ -235,9 +235,13 @@ int Run(const Invocation& call) {
   std::unique_ptr<writer::WriterService> service;
   if (with_writer) {
     engine::SyncEngine* wake = sync.get();
-    service = std::make_unique<writer::WriterService>(*cfg, wake ? std::function<void()>([wake] { wake->Wake(); })
-                                                                 : std::function<void()>(),
-                                                 &registry);
+    writer::CommitHook announce;
+    if (wake) {
+      announce = [wake](const std::string& type, uint32_t partition, uint64_t head) {
+        wake->Announce(type, partition, head);
+      };
+    }
+    service = std::make_unique<writer::WriterService>(*cfg, std::move(announce), &registry);
     // The writer's listener is ready when it can serve commands, whatever its views' state.
     service->SetReadiness([&monitor] { return monitor->WriterReadiness(); });
     if (Status s = service->Start(); !s.ok()) {

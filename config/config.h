@@ -261,14 +261,27 @@ struct AntiEntropyConfig {
   uint32_t batch = 100;  // entities per step (one storage read, one view read), 1..5000
 };
 
+// engine.notices: where the engine takes the writers' commit notices
+// (engine/notice_listener.h), UDP.
+struct NoticesConfig {
+  bool enabled = true;  // false: no listener, and writers of this config announce nothing
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: any free port (published in sluice_members)
+  // HOST:PORT writers send to, when the listen address is not one they can
+  // reach (0.0.0.0, NAT); empty: the bound address.
+  std::string advertise_host;
+  uint16_t advertise_port = 0;
+};
+
 struct EngineConfig {
   std::chrono::milliseconds offset_flush_interval{1000};  // offsets written this often (and on clean stop)
   uint32_t batch_max = 5000;                   // events read per query, 1..100000
-  std::chrono::milliseconds idle_poll_max{50};  // longest sleep of an idle partition reader, 1ms..10s
+  std::chrono::milliseconds idle_poll_max{5000};  // longest time between two head looks (engine/head_watcher.h), 1ms..10s
   std::chrono::milliseconds retry_backoff_max{5000};  // cap of the backoff while a sink is unavailable
   uint32_t inflight_batches = 4;               // read-ahead batches per sink (memory bound), 1..64
   DurabilityBarrier durability_barrier = DurabilityBarrier::kAuto;
   AntiEntropyConfig anti_entropy;
+  NoticesConfig notices;
   // This engine's name among the engines sharing the sinks (DESIGN 10),
   // [A-Za-z0-9._:-]{1,128}; unique per process. Empty: the host name, which
   // suits one engine per host.

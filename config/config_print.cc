@@ -302,6 +302,15 @@ std::string Config::Redacted() const {
   out << YAML::Key << "rate" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.rate);
   out << YAML::Key << "batch" << YAML::Value << static_cast<unsigned>(engine.anti_entropy.batch);
   out << YAML::EndMap;
+  out << YAML::Key << "notices" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << engine.notices.enabled;
+  out << YAML::Key << "listen" << YAML::Value
+      << FormatListenAddress(engine.notices.listen_host, engine.notices.listen_port);
+  if (!engine.notices.advertise_host.empty()) {
+    out << YAML::Key << "advertise" << YAML::Value
+        << FormatListenAddress(engine.notices.advertise_host, engine.notices.advertise_port);
+  }
+  out << YAML::EndMap;
   out << YAML::EndMap;
 
   if (metrics.enabled) {

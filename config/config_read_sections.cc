@@ -607,9 +607,19 @@ void ConfigReader::ReadEngine(const Field& at, EngineConfig* e) {
                     &e->durability_barrier);
        }},
       {"anti_entropy", kOptional, [&](const Field& f) { ReadAntiEntropy(f, &e->anti_entropy); }},
+      {"notices", kOptional, [&](const Field& f) { ReadNotices(f, &e->notices); }},
       {"id", kOptional,
        [&](const Field& f) { ReadMatching(f, "a name of 1-128 letters, digits, '.', '_', ':' or '-'", IsValidMemberName, &e->id); }},
       {"lease_ttl", kOptional, [&](const Field& f) { ReadDuration(f, seconds(1), minutes(10), &e->lease_ttl); }},
+  });
+}
+
+void ConfigReader::ReadNotices(const Field& at, NoticesConfig* n) {
+  constexpr auto kOptional = Presence::kOptional;
+  ExpectKeys(at, {
+      {"enabled", kOptional, [&](const Field& f) { ReadBool(f, &n->enabled); }},
+      {"listen", kOptional, [&](const Field& f) { ReadListenKey(f, &n->listen_host, &n->listen_port); }},
+      {"advertise", kOptional, [&](const Field& f) { ReadListenKey(f, &n->advertise_host, &n->advertise_port); }},
   });
 }
 

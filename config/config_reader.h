@@ -237,6 +237,7 @@ class ConfigReader final : public SinkOptionReader {
   void CheckListenAddresses(const Config& config);
   void ReadEngine(const Field& at, EngineConfig* e);
   void ReadAntiEntropy(const Field& at, AntiEntropyConfig* a);
+  void ReadNotices(const Field& at, NoticesConfig* n);
 
   // ---- sinks (config_read_sinks.cc) ----
 

@@ -163,6 +163,28 @@ TEST(Sinks, ReadsEngineKeys) {
   EXPECT_EQ(r->engine.inflight_batches, 64u);
 }
 
+TEST(Sinks, ReadsTheEnginesNoticeAddresses) {
+  Result<Config> r = LoadConfigFromString(
+      std::string(kValid) + "engine:\n  notices: {listen: 0.0.0.0:7400, advertise: sync-a.example:7400}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->engine.notices.enabled);
+  EXPECT_EQ(r->engine.notices.listen_host, "0.0.0.0");
+  EXPECT_EQ(r->engine.notices.listen_port, 7400);
+  EXPECT_EQ(r->engine.notices.advertise_host, "sync-a.example");
+  EXPECT_EQ(r->engine.notices.advertise_port, 7400);
+  auto again = LoadConfigFromString(r->Redacted(), kFile);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->engine.notices.advertise_host, "sync-a.example");
+  r = LoadConfigFromString(std::string(kValid) + "engine:\n  notices: {enabled: false}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->engine.notices.enabled);
+  EXPECT_EQ(Errors(std::string(kValid) + "engine:\n  notices: {listen: nowhere, enabled: maybe, port: 1}\n"),
+            "t.yaml:11:21: engine.notices.listen: must be host:port with a port between 0 and 65535, got "
+            "\"nowhere\"\n"
+            "t.yaml:11:39: engine.notices.enabled: must be true or false, got \"maybe\"\n"
+            "t.yaml:11:46: engine.notices.port: unknown key (expected one of: enabled, listen, advertise)");
+}
+
 TEST(Sinks, ReadsTheEnginesNameAndLeaseTtl) {
   Result<Config> r = LoadConfigFromString(std::string(kValid) + "engine:\n  id: sync-a.host_1:2\n  lease_ttl: 3s\n", kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();

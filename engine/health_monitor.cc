@@ -85,15 +85,6 @@ void HealthMonitor::Run() {
   }
 }
 
-Result<std::vector<uint64_t>> HealthMonitor::Heads(const std::string& type, uint32_t partitions) {
-  std::vector<uint64_t> heads;
-  for (uint32_t p = 0; p < partitions; ++p) {
-    ASSIGN_OR_RETURN(const uint64_t head, sql::EventLogOn(*conns_[layout_.ServerOf(type, p)])->Head(type, p));
-    heads.push_back(head);
-  }
-  return heads;
-}
-
 std::vector<Status> HealthMonitor::Ping() {
   std::vector<Status> up(conns_.size(), Status::Ok());
   for (size_t i = 0; i < conns_.size(); ++i) {
@@ -118,18 +109,14 @@ void HealthMonitor::Check() {
   for (const Status& st : up) {
     if (storage.ok() && !st.ok()) storage = st;
   }
-  std::map<std::string, std::vector<uint64_t>> heads;
-  if (storage.ok()) {
-    if (engine_ != nullptr && !engine_->runners().empty()) {
-      for (const auto& sink : config_.sinks) {
-        if (heads.count(sink.entity)) continue;
-        auto h = Heads(sink.entity, config_.entities.at(sink.entity).partitions);
-        if (!h.ok()) {
-          storage = h.status();
-          break;
-        }
-        heads[sink.entity] = std::move(h).value();
-      }
+  // The heads the engine knows (its writers' commit notices and its own
+  // looks, engine/head_watcher.h): no statement per partition here.
+  std::map<std::string, std::map<uint32_t, uint64_t>> heads;
+  if (storage.ok() && engine_ != nullptr) {
+    for (const auto& sink : config_.sinks) {
+      if (heads.count(sink.entity)) continue;
+      auto h = engine_->Heads(sink.entity);
+      if (!h.empty()) heads[sink.entity] = std::move(h);
     }
   }
   storage_metrics_.SetUp(storage.ok());
@@ -178,9 +165,9 @@ void HealthMonitor::Check() {
         if (s.name == runner->name()) cfg = &s;
       }
       if (storage.ok() && cfg != nullptr && heads.count(cfg->entity)) {
-        const std::vector<uint64_t>& h = heads[cfg->entity];
+        const std::map<uint32_t, uint64_t>& h = heads[cfg->entity];
         uint64_t total_lag = 0;
-        for (uint32_t p = 0; p < h.size(); ++p) {
+        for (const auto& [p, head] : h) {
           const auto it = t.offsets.find(p);
           if (it == t.offsets.end() && runner->leased()) {
             // Another engine's: it reports the lag (a sum over engines adds up).
@@ -188,7 +175,7 @@ void HealthMonitor::Check() {
             continue;
           }
           const uint64_t offset = it == t.offsets.end() ? 0 : it->second;
-          const uint64_t lag = h[p] > offset ? h[p] - offset : 0;
+          const uint64_t lag = head > offset ? head - offset : 0;
           double lag_seconds = 0;
           if (lag > 0) {
             auto since = sql::EventLogOn(*conns_[layout_.ServerOf(cfg->entity, p)])

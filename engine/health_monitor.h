@@ -84,8 +84,6 @@ class HealthMonitor {
   // FailedPrecondition naming the first event table the configured types
   // need that its server lacks, among the servers that are `up`.
   Status CheckEventTables(const std::vector<Status>& up);
-  // Heads of every partition of `type`, or the failure.
-  Result<std::vector<uint64_t>> Heads(const std::string& type, uint32_t partitions);
 
   // The last report with `ready` set to `ready`.
   metrics::Readiness Report(bool ready) const;

@@ -11,7 +11,7 @@ namespace sluice::engine {
 
 namespace {
 
-constexpr const char* kGroup = "engine";
+constexpr const char* kGroup = sql::kEngineMembers;
 
 std::string PartitionsText(const std::map<uint32_t, uint64_t>& m) {
   std::string out;

@@ -125,6 +125,18 @@ void SinkRunner::Stop() {
 void SinkRunner::Wake() {
   {
     std::lock_guard lock(mu_);
+    wake_all_ = true;
+    ++wake_seq_;
+  }
+  wake_cv_.notify_all();
+}
+
+void SinkRunner::Wake(uint32_t partition, uint64_t head) {
+  {
+    std::lock_guard lock(mu_);
+    const auto at = read_to_.find(partition);
+    if (head != 0 && at != read_to_.end() && head <= at->second) return;  // read already
+    woken_.insert(partition);
     ++wake_seq_;
   }
   wake_cv_.notify_all();
@@ -234,7 +246,10 @@ void SinkRunner::MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets) 
     progress_[p].event_id = off;
     ++epoch_[p];
     reread_from_[p] = off;
+    read_to_.erase(p);
+    woken_.insert(p);  // the reader reads it from there, woken per partition or not
   }
+  ++wake_seq_;
   std::erase_if(queue_, [this](const Batch& b) { return Outdated(b); });
   std::erase_if(unprepared_, [this](const Batch& b) { return Outdated(b); });
   dirty_ = true;
@@ -308,14 +323,24 @@ void SinkRunner::ReadLoop() {
   // Per partition: its last read filled a batch (at the start every partition
   // may hold a backlog, so each is read alone until a read comes back short).
   std::map<uint32_t, bool> backlogged;
+  // Which partitions that keep up a pass reads: all of them (the first pass,
+  // after a failed read, after Wake(), and every pass of a runner not woken
+  // per partition), else those woken since the last pass and those to look
+  // at again after an idle sleep (`retry`: their read was cut at a gap).
+  bool read_all = true;
+  std::set<uint32_t> retry;
   for (;;) {
     bool any = false;
     uint64_t seen_wake = 0;
     std::vector<uint32_t> owned;
+    std::set<uint32_t> woken;
     {
       std::lock_guard lock(mu_);
       seen_wake = wake_seq_;
       for (const auto& [p, token] : owned_) owned.push_back(p);
+      if (wake_all_ || !options_.woken_per_partition) read_all = true;
+      wake_all_ = false;
+      woken.swap(woken_);
     }
     // A partition given again may hold a backlog.
     std::erase_if(backlogged, [&](const auto& b) { return !std::binary_search(owned.begin(), owned.end(), b.first); });
@@ -329,11 +354,13 @@ void SinkRunner::ReadLoop() {
     for (const uint32_t p : owned) {
       if (backlogged[p]) {
         groups.push_back({p});
-      } else {
+      } else if (read_all || woken.count(p) || retry.count(p)) {
         together.push_back(p);
       }
     }
     if (!together.empty()) groups.push_back(std::move(together));
+    read_all = false;
+    retry.clear();
     for (const std::vector<uint32_t>& group : groups) {
       std::vector<std::pair<uint32_t, uint64_t>> from;
       {
@@ -345,6 +372,7 @@ void SinkRunner::ReadLoop() {
           if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition, or it was given again
             seen_epoch[p] = epoch_[p];
             position[p] = reread_from_[p];
+            read_to_[p] = position[p];
           }
           from.emplace_back(p, position[p]);
         }
@@ -356,6 +384,7 @@ void SinkRunner::ReadLoop() {
                          "engine: sink " + options_.sink.name + ": cannot read events: " + opened.message());
           metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
           if (!SleepUnlessStopping(backoff.Next())) return;
+          read_all = true;
           break;
         }
       }
@@ -381,6 +410,7 @@ void SinkRunner::ReadLoop() {
                            which + " failed: " + r.status().message());
         metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
         if (!SleepUnlessStopping(backoff.Next())) return;
+        read_all = true;
         break;
       }
       // Nothing read goes on before the log is durable past it (DESIGN I5):
@@ -395,12 +425,14 @@ void SinkRunner::ReadLoop() {
                          "engine: sink " + options_.sink.name + ": events read are held back: " + st.message());
           metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
           if (!SleepUnlessStopping(backoff.Next())) return;
+          read_all = true;
           break;  // read again from the same positions
         }
       }
       backoff.Reset();
       for (auto& [p, read] : *r) {
         if (read.gap) {
+          retry.insert(p);
           std::lock_guard lock(mu_);
           ++gaps_;
           metrics_->Gap();
@@ -411,6 +443,7 @@ void SinkRunner::ReadLoop() {
         std::lock_guard lock(mu_);
         if (epoch_[p] != seen_epoch[p]) continue;  // read from an old position: drop it
         position[p] = read.events.back().event_id;
+        read_to_[p] = position[p];
         read_ += read.events.size();
         metrics_->Read(read.events.size());
         (prepares_ ? unprepared_ : queue_).push_back(Batch{p, seen_epoch[p], std::move(read.events)});
@@ -422,7 +455,12 @@ void SinkRunner::ReadLoop() {
       continue;
     }
     std::unique_lock lock(mu_);
-    wake_cv_.wait_for(lock, idle, [&] { return stopping_ || wake_seq_ != seen_wake; });
+    const auto woken_up = [&] { return stopping_ || wake_seq_ != seen_wake; };
+    if (options_.woken_per_partition && retry.empty()) {
+      wake_cv_.wait(lock, woken_up);  // nothing to look at until a wake-up names it
+    } else {
+      wake_cv_.wait_for(lock, idle, woken_up);
+    }
     if (stopping_) return;
     idle = std::min(idle * 2, options_.engine.idle_poll_max);
   }

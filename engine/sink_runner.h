@@ -11,7 +11,11 @@
 //                   burst); a partition with a backlog is read alone. After a full batch it reads again at
 //                   once; when every partition is idle it sleeps 1 ms,
 //                   doubling up to engine.idle_poll_max, unless Wake() says
-//                   new events were committed.
+//                   new events were committed. With woken_per_partition
+//                   (inside a SyncEngine) an idle reader reads only the
+//                   partitions a wake-up named (a writer's commit notice, or
+//                   the engine's head watcher), and sleeps until the next
+//                   one: no statement while nothing is committed.
 //   preparer thread only for a sink that prepares (Sink::Prepare: view
 //                   code run ahead of the writes): takes each batch the
 //                   reader queued, in order, runs the sink's Prepare on it
@@ -109,6 +113,12 @@ struct SinkRunnerOptions {
   // The event, offset and dead-letter tables; null: MariaDB at mysql. Unit
   // tests pass sql::MemoryStorage.
   std::shared_ptr<sql::Storage> storage;
+  // Whether something outside wakes the runner for each partition that moved
+  // (Wake(partition, head): the SyncEngine's head watcher and the writers'
+  // commit notices, engine/head_watcher.h). Then an idle reader reads only
+  // the partitions it was woken for and sleeps until the next wake-up;
+  // without it, it reads every partition after each idle sleep.
+  bool woken_per_partition = false;
   // This engine's member name when several engines share the sink: the
   // runner owns no partition until SetOwned() gives it some. Empty: it owns
   // every partition, with unfenced offsets (one engine).
@@ -124,8 +134,12 @@ class SinkRunner {
   Status Start();
   // Stops reading, finishes the batch being applied, saves offsets, joins.
   void Stop();
-  // New events may have been committed: cut an idle sleep short.
+  // New events may have been committed: cut an idle sleep short and read
+  // every partition.
   void Wake();
+  // Partition `partition` has events up to `head` (0: unknown): read it
+  // unless the reader is already there.
+  void Wake(uint32_t partition, uint64_t head);
 
   struct Totals {
     uint64_t read = 0, applied = 0, stale = 0, dead_lettered = 0, gaps = 0, retries = 0;
@@ -280,6 +294,9 @@ class SinkRunner {
   bool full_events_ = false;  // the sink's view code needs request, response and the state before
   bool prepares_ = false;     // the reader has the sink Prepare() each batch (its view code)
   uint64_t wake_seq_ = 0;
+  bool wake_all_ = false;                  // Wake(): read every partition
+  std::set<uint32_t> woken_;               // Wake(partition, head): read these
+  std::map<uint32_t, uint64_t> read_to_;   // per partition: the reader's position (for Wake)
   std::map<uint32_t, uint64_t> start_offsets_;
   std::deque<std::shared_ptr<Control>> controls_;
   bool applier_done_ = false;             // the applier has exited: controls fail

@@ -39,14 +39,32 @@ Status SyncEngine::Start() {
     o.storage = storage;
     o.owner = member_;
     o.metrics = std::make_shared<metrics::SinkMetrics>(registry_, sink_cfg.name, o.partitions);
+    o.woken_per_partition = true;  // by heads_
     runners_.push_back(std::make_unique<SinkRunner>(std::move(o), std::move(sink)));
   }
+  HeadWatcher::Options watch{.storage = hot,
+                             .partitions = {},
+                             .slowest = config_.engine.idle_poll_max,
+                             .metrics = std::make_shared<metrics::HeadWatcherMetrics>(registry_)};
+  std::vector<SinkRunner*> woken;
+  for (auto& r : runners_) {
+    watch.partitions[r->entity()] = r->partitions();
+    woken.push_back(r.get());
+  }
+  heads_ = std::make_unique<HeadWatcher>(std::move(watch), std::move(woken));
   for (auto& r : runners_) RETURN_IF_ERROR(r->Start().WithContext("sink " + r->name()));
+  heads_->Start();
+  if (config_.engine.notices.enabled && !runners_.empty()) {
+    notices_ = std::make_unique<NoticeListener>(
+        config_.engine.notices.listen_host, config_.engine.notices.listen_port,
+        [this](const CommitNotice& n) { heads_->Announce(n.type, n.partition, n.head, /*trusted=*/false); });
+    RETURN_IF_ERROR(notices_->Start());
+  }
   std::vector<SinkRunner*> leased;
   for (auto& r : runners_) leased.push_back(r.get());
   keeper_ = std::make_unique<LeaseKeeper>(
       LeaseKeeper::Options{.member = member_,
-                           .address = "",
+                           .address = notice_address(),
                            .ttl = config_.engine.lease_ttl,
                            .storage = storage,
                            .on_failure = on_failure_},
@@ -62,6 +80,8 @@ void SyncEngine::Stop() {
   started_ = false;
   if (archiver_) archiver_->Stop();
   keeper_->Stop();
+  if (notices_) notices_->Stop();
+  heads_->Stop();
   for (auto& r : runners_) r->Stop();  // each saves its offsets (fenced)
   keeper_->Leave();  // the others take over at their next round
   for (auto& r : runners_) {
@@ -75,6 +95,21 @@ void SyncEngine::Stop() {
 
 void SyncEngine::Wake() {
   for (auto& r : runners_) r->Wake();
+}
+
+std::string SyncEngine::notice_address() const {
+  if (!notices_) return "";
+  const config::NoticesConfig& n = config_.engine.notices;
+  if (n.advertise_host.empty()) return notices_->address();
+  return "udp:" + config::FormatListenAddress(n.advertise_host, n.advertise_port);
+}
+
+void SyncEngine::Announce(const std::string& type, uint32_t partition, uint64_t head) {
+  if (heads_) heads_->Announce(type, partition, head);
+}
+
+std::map<uint32_t, uint64_t> SyncEngine::Heads(const std::string& type) const {
+  return heads_ ? heads_->heads(type) : std::map<uint32_t, uint64_t>{};
 }
 
 }  // namespace sluice::engine

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "engine/head_watcher.h"
 #include "engine/lease_keeper.h"
+#include "engine/notice_listener.h"
 #include "engine/sink_runner.h"
 #include "metrics/metrics.h"
 
@@ -39,9 +41,18 @@ class SyncEngine {
   // starts in backoff; only a config the sink cannot use fails Start().
   Status Start();
   void Stop();
+  // Every runner reads every partition (an operator's nudge).
   void Wake();
+  // A writer committed (type, partition) up to event `head`: the runners of
+  // that type read that partition (HeadWatcher::Announce).
+  void Announce(const std::string& type, uint32_t partition, uint64_t head);
+  // The heads the engine knows of `type`'s partitions, announced or looked
+  // at; empty before the first look (the health monitor's lag gauges).
+  std::map<uint32_t, uint64_t> Heads(const std::string& type) const;
 
   const std::vector<std::unique_ptr<SinkRunner>>& runners() const { return runners_; }
+  // Where it takes commit notices ("udp:HOST:PORT"), empty without engine.notices; after Start().
+  std::string notice_address() const;
   // This engine's name among engines (engine.id, or the host name).
   const std::string& member() const { return member_; }
   // Why it stopped applying for good (another process under its name).
@@ -53,6 +64,8 @@ class SyncEngine {
   std::string member_;
   std::vector<std::unique_ptr<SinkRunner>> runners_;
   std::unique_ptr<LeaseKeeper> keeper_;
+  std::unique_ptr<HeadWatcher> heads_;  // wakes the runners per partition
+  std::unique_ptr<NoticeListener> notices_;  // engine.notices: the writers' commit notices
   std::unique_ptr<archive::ArchiveLoop> archiver_;  // archive.interval's rounds, when the config has an archive
   std::function<void(const std::string&)> on_failure_;
   bool started_ = false;

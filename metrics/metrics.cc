@@ -50,6 +50,8 @@ constexpr std::string_view kEnginePartitionsOwned = "sluice_engine_partitions_ow
 constexpr std::string_view kStorageUp = "sluice_storage_up";
 constexpr std::string_view kEngineBarrierDuration = "sluice_engine_durability_barrier_duration_seconds";
 constexpr std::string_view kEngineBarrierFailures = "sluice_engine_durability_barrier_failures_total";
+constexpr std::string_view kEngineHeadLooks = "sluice_engine_head_looks_total";
+constexpr std::string_view kEngineUnannounced = "sluice_engine_unannounced_commits_total";
 constexpr std::string_view kArchiveSegments = "sluice_archive_segments_total";
 constexpr std::string_view kArchiveEvents = "sluice_archive_events_total";
 constexpr std::string_view kArchiveStubbed = "sluice_archive_stubbed_rows_total";
@@ -131,6 +133,12 @@ const std::vector<MetricInfo> kMetricList = {
      "log was flushed past them; one round covers every read of the process that arrived before it."},
     {kEngineBarrierFailures, "counter",
      "Durability barrier rounds that failed (the server went away); the events read are read again."},
+    {kEngineHeadLooks, "counter",
+     "Times the engine read the head of every partition to find commits no writer announced (one statement "
+     "per storage server and entity type)."},
+    {kEngineUnannounced, "counter",
+     "Partitions whose commits a head look found before (or without) any writer's commit notice: writers "
+     "that cannot reach this engine, or notices lost. The engine then looks more often."},
     {kArchiveSegments, "counter", "Segments the archiver wrote and recorded, by entity type."},
     {kArchiveEvents, "counter", "Events the archiver wrote into segments, by entity type."},
     {kArchiveStubbed, "counter",
@@ -407,6 +415,11 @@ StorageMetrics::StorageMetrics(Registry& r) { up_ = &r.Gauge(kStorageUp).Add({})
 DurabilityBarrierMetrics::DurabilityBarrierMetrics(Registry& r) {
   duration_ = &r.Histogram(kEngineBarrierDuration).Add({}, kLatencyBuckets);
   failures_ = &r.Counter(kEngineBarrierFailures).Add({});
+}
+
+HeadWatcherMetrics::HeadWatcherMetrics(Registry& r) {
+  looks_ = &r.Counter(kEngineHeadLooks).Add({});
+  unannounced_ = &r.Counter(kEngineUnannounced).Add({});
 }
 
 ArchiveMetrics::ArchiveMetrics(Registry& r, const std::string& type, uint32_t partitions) {

@@ -331,6 +331,18 @@ class DurabilityBarrierMetrics {
   prometheus::Counter* failures_;
 };
 
+// Handles of the engine's head watcher (engine/head_watcher.h).
+class HeadWatcherMetrics {
+ public:
+  explicit HeadWatcherMetrics(Registry& r);
+  void Look() { looks_->Increment(); }
+  void Unannounced(uint64_t partitions) { unannounced_->Increment(static_cast<double>(partitions)); }
+
+ private:
+  prometheus::Counter* looks_;
+  prometheus::Counter* unannounced_;
+};
+
 // Handles of the archiver of serve and sync (archive/from_config.h), for one
 // entity type with an archive policy, by partition (docs/archive.md).
 class ArchiveMetrics {

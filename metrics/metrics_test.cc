@@ -51,6 +51,8 @@ void BuildAll(Registry& r) {
   HttpListenerMetrics http(r, "metrics");
   DurabilityBarrierMetrics barrier(r);
   barrier.Round(0.001, true);
+  HeadWatcherMetrics heads(r);
+  heads.Look();
   ArchiveMetrics archive(r, "account", 2);
   archive.Segment(10, 8, 1000);
   archive.Partition(1, 10, 1000, 2.5, 65536);

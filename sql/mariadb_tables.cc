@@ -174,6 +174,22 @@ class MariaDbEventLog : public EventLog {
     return U64(rows.at(0).at(0));
   }
 
+  Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
+                                             const std::vector<uint32_t>& partitions) override {
+    std::map<uint32_t, uint64_t> out;
+    if (partitions.empty()) return out;
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    // MAX(event_id) is read off the primary key's last entry: one index dive per table.
+    std::string q;
+    for (const uint32_t p : partitions) {
+      if (!q.empty()) q += " UNION ALL ";
+      q += "SELECT " + std::to_string(p) + ",COALESCE(MAX(event_id),0) FROM " + Table(type, p);
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    for (const auto& r : rows) out[static_cast<uint32_t>(U64(r.at(0)))] = U64(r.at(1));
+    return out;
+  }
+
   Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
                                                    uint64_t event_id) override {
     ASSIGN_OR_RETURN(Connection * c, session_.Get());

@@ -107,6 +107,18 @@ class MemoryEventLog : public EventLog {
     return t.empty() ? uint64_t{0} : t.rbegin()->first;
   }
 
+  Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
+                                             const std::vector<uint32_t>& partitions) override {
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kHead));
+    Lock lock(s_->mu());
+    std::map<uint32_t, uint64_t> out;
+    for (const uint32_t p : partitions) {
+      const auto& t = s_->tables().events[{type, p}];
+      out[p] = t.empty() ? uint64_t{0} : t.rbegin()->first;
+    }
+    return out;
+  }
+
   Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
                                                    uint64_t event_id) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kSecondsSinceCommit));

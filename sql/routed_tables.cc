@@ -113,6 +113,15 @@ class RoutedEventLog : public EventLog {
   Result<uint64_t> Head(const std::string& type, uint32_t partition) override {
     return Of(type, partition).Head(type, partition);
   }
+  Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
+                                             const std::vector<uint32_t>& partitions) override {
+    std::map<uint32_t, uint64_t> out;
+    for (const auto& [server, part] : ByServer(*layout_, type, partitions, [](uint32_t p) { return p; })) {
+      ASSIGN_OR_RETURN(auto heads, logs_.At(server).Heads(type, part));
+      out.merge(heads);
+    }
+    return out;
+  }
   Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
                                                    uint64_t event_id) override {
     return Of(type, partition).SecondsSinceCommit(type, partition, event_id);

@@ -111,6 +111,10 @@ class EventLog {
 
   // The partition head: the highest event_id of (type, partition), 0 when empty.
   virtual Result<uint64_t> Head(const std::string& type, uint32_t partition) = 0;
+  // The heads of the given partitions of a type, in one round trip per
+  // server (the engine's look for commits no writer announced).
+  virtual Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
+                                                     const std::vector<uint32_t>& partitions) = 0;
   // How long ago event `event_id` of (type, partition) committed, in seconds
   // (never negative); nullopt when there is no such event. Lag in seconds
   // is this for the first event a sink has not applied.
@@ -235,6 +239,11 @@ struct LeaseSpan {
   int64_t taken_at_ms = 0;
   int64_t ended_at_ms = 0;  // the expiry its last renewal set, or when it was released or cut
 };
+
+// The member group of the sync engines in sluice_members; each one's
+// address is where it takes commit notices ("udp:HOST:PORT", empty when it
+// takes none).
+inline constexpr const char* kEngineMembers = "engine";
 
 class LeaseTable {
  public:

@@ -137,6 +137,20 @@ TEST_P(TablesContractTest, ReadAfterWithFullColumnsAddsRequestAndResponse) {
   }
 }
 
+TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto heads = log->Heads("account", {0, 1});
+  ASSERT_TRUE(heads.ok()) << heads.status().ToString();
+  EXPECT_EQ(*heads, (std::map<uint32_t, uint64_t>{{0, 6}, {1, 0}}));  // 1 is empty
+  auto one = log->Head("account", 0);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, 6u);
+  auto none = log->Heads("account", {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST_P(TablesContractTest, AtVersionsReadsTheStatesAtTheGivenKeysThatExist) {
   auto log = storage_->OpenEventLog();
   Fill(*log);

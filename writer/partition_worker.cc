@@ -27,7 +27,8 @@ Reply ReuseReply() {
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
     : options_(std::move(options)),
       table_(sql::EventTableName(options_.type, options_.partition)),
-      log_((options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql))->OpenEventLog()),
+      storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
+      log_(storage_->OpenEventLog()),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
@@ -39,7 +40,16 @@ PartitionWorker::~PartitionWorker() { Stop(); }
 
 void PartitionWorker::Start() {
   for (auto& pusher : options_.pushers) pusher->Start();
+  std::lock_guard lock(mu_);
+  started_ = true;
+  if (!queue_.empty()) StartThreadLocked();
+}
+
+void PartitionWorker::StartThreadLocked() {
+  // The thread that ended idle set running_ false under mu_ and only returns after.
+  if (thread_.joinable()) thread_.join();
   thread_ = StartNamedThread("sluice-commit", [this] { Run(); });
+  running_ = true;
 }
 
 void PartitionWorker::Stop() {
@@ -57,7 +67,11 @@ void PartitionWorker::Submit(Command command) {
     std::lock_guard lock(mu_);
     if (!stopping_ && queue_.size() < options_.max_queue) {
       queue_.push_back(std::move(command));
-      if (queue_.size() == 1) cv_.notify_one();
+      if (started_ && !running_) {
+        StartThreadLocked();
+      } else if (queue_.size() == 1) {
+        cv_.notify_one();
+      }
       return;
     }
   }
@@ -71,8 +85,16 @@ void PartitionWorker::Run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      cv_.wait_for(lock, options_.idle_exit, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        if (!stopping_) {
+          // Idle: the session closes with this thread; the next command opens
+          // a new one (which drops the caches, as any new session does).
+          log_ = storage_->OpenEventLog();
+          running_ = false;
+        }
+        return;  // stopping and drained, or idle
+      }
       const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
       for (size_t i = 0; i < n; ++i) {
         batch.push_back(std::move(queue_.front()));

@@ -26,6 +26,7 @@
 // the worker's own thread, which owns the event log's session and the caches.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -50,6 +51,9 @@
 
 namespace sluice::writer {
 
+// A commit's announcement: (entity type, partition, head event_id).
+using CommitHook = std::function<void(const std::string& type, uint32_t partition, uint64_t head)>;
+
 // One command as the HTTP layer validated it.
 struct Command {
   std::string entity_id;
@@ -72,15 +76,20 @@ struct PartitionWorkerOptions {
   uint32_t conflict_retries = 16;
   size_t max_queue = 200000;                   // Submit() refuses beyond this
   size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
+  // With nothing queued for this long, the worker's thread ends and its
+  // MySQL session closes; the next Submit() starts them again. An idle
+  // writer so holds no thread and no session per partition.
+  std::chrono::milliseconds idle_exit{10000};
   // Deltas (config::DeltaPolicy): an event stores what changed unless the
   // entity is new, deleted, or due a whole state: every snapshot_every
   // versions, or when the deltas since the last whole state would reach
   // snapshot_percent of its size. 1: always the whole state.
   uint32_t snapshot_every = 1;
   uint32_t snapshot_percent = 50;
-  // Called on the worker thread after each commit (e.g. to wake the sync
-  // engine of the same process); must be cheap and must not block.
-  std::function<void()> on_commit;
+  // Called on the worker thread after each commit with the type, the
+  // partition and its new head event_id (to announce the commit to the sync
+  // engines); must be cheap and must not block.
+  CommitHook on_commit;
   // Batch sizes and conflicts of this entity type (shared by its workers); may be null.
   metrics::WriterTypeMetrics* metrics = nullptr;
   // The type's JavaScript command handlers (docs/handlers.md); null when it has none.
@@ -190,10 +199,15 @@ class PartitionWorker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Command> queue_;
+  bool started_ = false;
   bool stopping_ = false;
+  bool running_ = false;  // thread_ is serving the queue (not ended after idle_exit)
   std::thread thread_;
+  // Under mu_: starts the worker's thread (joining the one that ended idle).
+  void StartThreadLocked();
 
-  // Worker-thread state.
+  const std::shared_ptr<sql::Storage> storage_;
+  // Worker-thread state (handed from one thread to the next under mu_).
   std::unique_ptr<sql::EventLog> log_;  // its session is the worker's
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;

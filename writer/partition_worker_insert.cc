@@ -16,7 +16,7 @@ Status PartitionWorker::Insert(Attempt& a) {
   ++stats_.batches;
   if (options_.metrics) options_.metrics->BatchCommitted(a.writes.size());
   stats_.events += a.writes.size();
-  if (options_.on_commit) options_.on_commit();
+  if (options_.on_commit) options_.on_commit(options_.type, options_.partition, *head_);
   for (auto& [id, entity] : a.overlay) entities_.Put(id, std::move(entity));
   return Status::Ok();
 }

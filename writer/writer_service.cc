@@ -69,7 +69,7 @@ std::string IsoTime(int64_t us) {
 
 }  // namespace
 
-WriterService::WriterService(config::Config config, std::function<void()> on_commit, metrics::Registry* registry)
+WriterService::WriterService(config::Config config, CommitHook on_commit, metrics::Registry* registry)
     : config_(std::move(config)),
       metrics_(registry ? *registry : metrics::UnexportedRegistry()),
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
@@ -83,6 +83,17 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
     storage_ = sql::OpenStorage(sql::LayoutFrom(config_));
   }
   member_ = config_.writer.id.empty() ? MemberHostName("writer") : config_.writer.id;
+  // Each commit is announced to the engine in this process (on_commit) and
+  // to the engines' notice addresses (engine/notice_listener.h).
+  if (config_.engine.notices.enabled) {
+    notices_ = std::make_unique<NoticeSender>(
+        NoticeSender::Options{.storage = storage_, .member_ttl = config_.engine.lease_ttl});
+  }
+  const CommitHook announce = [on_commit, sender = notices_.get()](const std::string& type, uint32_t partition,
+                                                                   uint64_t head) {
+    if (on_commit) on_commit(type, partition, head);
+    if (sender) sender->Announce(type, partition, head);
+  };
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
   for (const auto& [name, entity] : config_.entities) {
@@ -104,7 +115,7 @@ WriterService::WriterService(config::Config config, std::function<void()> on_com
       o.conflict_retries = config_.writer.conflict_retries;
       o.snapshot_every = entity.deltas.snapshot_every;
       o.snapshot_percent = entity.deltas.snapshot_percent;
-      o.on_commit = on_commit;
+      o.on_commit = announce;
       o.metrics = t.metrics;
       o.handlers = t.handlers;
       for (const config::SinkConfig& sink : config_.sinks) {
@@ -144,6 +155,7 @@ WriterService::~WriterService() { Stop(); }
 Status WriterService::Start() {
   if (!handlers_status_.ok()) return handlers_status_;
   if (!archive_status_.ok()) return archive_status_;
+  if (notices_) notices_->Start();
   for (auto& [name, t] : types_) {
     for (auto& w : t.workers) w->Start();
   }
@@ -199,6 +211,7 @@ void WriterService::Stop() {
       total.unavailable += s.unavailable;
     }
   }
+  if (notices_) notices_->Stop();  // after the workers' last commits
   Log(LogLevel::kInfo, "writer stopped: " + std::to_string(total.events) + " events in " +
                            std::to_string(total.batches) + " batches; duplicate-key conflicts: PRIMARY=" +
                            std::to_string(total.conflicts_primary) + " uk_entity_version=" +

@@ -33,6 +33,7 @@
 #include "http/server.h"
 #include "writer/partition_worker.h"
 #include "writer/reader_pool.h"
+#include "writer/notice_sender.h"
 #include "writer/route_keeper.h"
 
 namespace sluice::writer {
@@ -42,7 +43,7 @@ class WriterService {
   // on_commit: see PartitionWorkerOptions::on_commit.
   // registry: where the writer's metrics go; null: a registry nobody
   // scrapes. It must outlive the service.
-  explicit WriterService(config::Config config, std::function<void()> on_commit = nullptr,
+  explicit WriterService(config::Config config, CommitHook on_commit = nullptr,
                          metrics::Registry* registry = nullptr);
   ~WriterService();  // calls Stop()
   WriterService(const WriterService&) = delete;
@@ -93,6 +94,7 @@ class WriterService {
   std::shared_ptr<sql::Storage> storage_;
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
+  std::unique_ptr<NoticeSender> notices_;  // engine.notices: announces commits to the engines
   std::unique_ptr<http::Server> http_;
   // writer.routing: which writer owns each partition, and the client that forwards to it.
   std::string member_;  // writer.id or the host name

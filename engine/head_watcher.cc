@@ -1,0 +1,122 @@
+#include "engine/head_watcher.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/log.h"
+#include "core/thread_name.h"
+
+namespace sluice::engine {
+
+HeadWatcher::HeadWatcher(Options options, std::vector<SinkRunner*> runners)
+    : options_(std::move(options)), runners_(std::move(runners)) {}
+
+HeadWatcher::~HeadWatcher() { Stop(); }
+
+void HeadWatcher::Start() {
+  thread_ = StartNamedThread("sluice-heads", [this] { Run(); });
+}
+
+void HeadWatcher::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HeadWatcher::Announce(const std::string& type, uint32_t partition, uint64_t head, bool trusted) {
+  // A notice may come from anywhere (a datagram): only what is watched is kept.
+  const auto watched = options_.partitions.find(type);
+  if (watched == options_.partitions.end() || partition >= watched->second) return;
+  {
+    std::lock_guard lock(mu_);
+    uint64_t& announced = announced_[type][partition];
+    if (trusted && head <= announced) return;  // the runners were woken for it already
+    announced = std::max(announced, head);
+    // A datagram's head is not taken as known: a forged one must not hide
+    // what the looks find, nor show in the lag gauges.
+    if (trusted) {
+      uint64_t& known = known_[type][partition];
+      known = std::max(known, head);
+    }
+  }
+  WakeRunners(type, partition, head);  // a runner that read past `head` already ignores it
+}
+
+std::map<uint32_t, uint64_t> HeadWatcher::heads(const std::string& type) const {
+  std::lock_guard lock(mu_);
+  const auto it = known_.find(type);
+  return looked_ && it != known_.end() ? it->second : std::map<uint32_t, uint64_t>{};
+}
+
+bool HeadWatcher::looked() const {
+  std::lock_guard lock(mu_);
+  return looked_;
+}
+
+void HeadWatcher::WakeRunners(const std::string& type, uint32_t partition, uint64_t head) {
+  for (SinkRunner* r : runners_) {
+    if (r->entity() == type) r->Wake(partition, head);
+  }
+}
+
+Result<bool> HeadWatcher::Look(sql::EventLog& log) {
+  uint64_t late = 0;
+  for (const auto& [type, count] : options_.partitions) {
+    std::vector<uint32_t> all(count);
+    std::iota(all.begin(), all.end(), 0u);
+    ASSIGN_OR_RETURN(const auto heads, log.Heads(type, all));
+    std::vector<std::pair<uint32_t, uint64_t>> moved;
+    {
+      std::lock_guard lock(mu_);
+      auto& known = known_[type];
+      auto& announced = announced_[type];
+      auto& pending = unannounced_[type];
+      // What the last look found beyond the notices and no notice announced since.
+      for (const auto& [p, head] : pending) {
+        if (announced[p] < head) {
+          ++late;
+          announced[p] = head;  // counted once
+        }
+      }
+      pending.clear();
+      for (const auto& [p, head] : heads) {
+        // The first look sets the baseline: what was committed before the engine started.
+        if (!looked_) announced[p] = std::max(announced[p], head);
+        if (head > announced[p]) pending[p] = head;
+        if (head > known[p]) {
+          known[p] = head;
+          moved.emplace_back(p, head);
+        }
+      }
+    }
+    for (const auto& [p, head] : moved) WakeRunners(type, p, head);
+  }
+  {
+    std::lock_guard lock(mu_);
+    looked_ = true;
+  }
+  if (options_.metrics) {
+    options_.metrics->Look();
+    if (late > 0) options_.metrics->Unannounced(late);
+  }
+  return late > 0;
+}
+
+void HeadWatcher::Run() {
+  std::unique_ptr<sql::EventLog> log = options_.storage->OpenEventLog();
+  std::chrono::milliseconds interval = options_.fast;
+  for (;;) {
+    Result<bool> late = Look(*log);
+    if (!late.ok()) {
+      LogRateLimited(LogLevel::kWarn, "engine.heads", "engine: cannot read the partitions' heads: " + late.status().message());
+    }
+    interval = late.ok() && *late ? options_.fast : std::min(interval * 2, options_.slowest);
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
+  }
+}
+
+}  // namespace sluice::engine
