@@ -242,6 +242,7 @@ int Run(const Invocation& call) {
       };
     }
     service = std::make_unique<writer::WriterService>(*cfg, std::move(announce), &registry);
+    if (wake) service->SkipNoticeAddress(wake->notice_address());
     // The writer's listener is ready when it can serve commands, whatever its views' state.
     service->SetReadiness([&monitor] { return monitor->WriterReadiness(); });
     if (Status s = service->Start(); !s.ok()) {

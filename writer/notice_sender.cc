@@ -78,6 +78,11 @@ void NoticeSender::Announce(const std::string& type, uint32_t partition, uint64_
   if (first) cv_.notify_one();
 }
 
+void NoticeSender::Skip(std::string address) {
+  std::lock_guard lock(mu_);
+  skip_ = std::move(address);
+}
+
 uint64_t NoticeSender::sent() const {
   std::lock_guard lock(mu_);
   return sent_;
@@ -91,8 +96,14 @@ void NoticeSender::Refresh(sql::LeaseTable& members) {
                        rows.status().message());
     return;  // keep the last list
   }
+  std::string skip;
+  {
+    std::lock_guard lock(mu_);
+    skip = skip_;
+  }
   std::vector<Engine> engines;
   for (const sql::MemberRow& m : *rows) {
+    if (!skip.empty() && m.address == skip) continue;
     const auto known = std::find_if(engines_.begin(), engines_.end(), [&](const Engine& e) { return e.address == m.address; });
     if (known != engines_.end()) {
       engines.push_back(*known);  // resolved already

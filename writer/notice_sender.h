@@ -41,6 +41,9 @@ class NoticeSender {
   void Stop();
   // (type, partition) committed up to `head`: queued for the next send.
   void Announce(const std::string& type, uint32_t partition, uint64_t head);
+  // Sends nothing to the engine at `address` (the engine of this process,
+  // which the writer announces its commits to directly).
+  void Skip(std::string address);
   // Datagrams sent (to each engine counted once) since Start.
   uint64_t sent() const;
 
@@ -56,6 +59,7 @@ class NoticeSender {
   bool stopping_ = false;
   std::map<std::pair<std::string, uint32_t>, uint64_t> pending_;  // (type, partition) -> head
   uint64_t sent_ = 0;
+  std::string skip_;  // Skip()
   // Sender thread.
   std::vector<Engine> engines_;
   int fd4_ = -1, fd6_ = -1;

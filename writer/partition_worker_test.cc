@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <gtest/gtest.h>
 
 #include "sql/memory_tables.h"
@@ -21,8 +24,10 @@ class PartitionWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override { storage_ = MemoryStorage::Create(); }
 
-  std::unique_ptr<PartitionWorker> MakeWorker(size_t max_statement_bytes = 8 << 20) {
+  std::unique_ptr<PartitionWorker> MakeWorker(size_t max_statement_bytes = 8 << 20,
+                                              std::chrono::milliseconds idle_exit = std::chrono::seconds(10)) {
     PartitionWorkerOptions o;
+    o.idle_exit = idle_exit;
     o.type = kType;
     o.partition = 0;
     o.storage = storage_;
@@ -95,6 +100,43 @@ TEST_F(PartitionWorkerTest, QueuedCommandsGoInOneBatchWithDenseEventIdsAndVersio
   EXPECT_EQ(rows[5].entity_id, "b");
   EXPECT_EQ(rows[5].version, 3u);
   EXPECT_EQ(rows[5].state, R"({"n":5})");
+}
+
+// Threads of this process named `name`.
+int ThreadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    n += got == name;
+  }
+  return n;
+}
+
+TEST_F(PartitionWorkerTest, AnIdleWorkerEndsItsThreadAndSessionAndTheNextCommandStartsThem) {
+  auto w = MakeWorker(8 << 20, /*idle_exit=*/std::chrono::milliseconds(30));
+  w->Start();
+  EXPECT_EQ(ThreadsNamed("sluice-commit"), 0) << "a thread before any command";
+  const Reply first = Run(*w, "a", "c1", 1);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const uint64_t opened = storage_->calls(MemoryStorage::Op::kOpen);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ThreadsNamed("sluice-commit") > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(ThreadsNamed("sluice-commit"), 0) << "the idle worker kept its thread";
+  // The next command starts a thread and a new session, on the same head.
+  const Reply second = Run(*w, "a", "c2", 2);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(Body(second)["event_id"], 2);
+  EXPECT_EQ(Body(second)["version"], 2);
+  EXPECT_GT(storage_->calls(MemoryStorage::Op::kOpen), opened) << "no new session after the idle end";
+  // A retry of the first command still gets its first reply.
+  const Reply again = Run(*w, "a", "c1", 1);
+  EXPECT_EQ(again.body, first.body);
+  w->Stop();
+  EXPECT_EQ(storage_->Events(kType, 0).size(), 2u);
 }
 
 TEST_F(PartitionWorkerTest, ABatchIsCutBeforeItsStatementGrowsTooLarge) {
