@@ -32,14 +32,17 @@ void HeadWatcher::Announce(const std::string& type, uint32_t partition, uint64_t
   if (watched == options_.partitions.end() || partition >= watched->second) return;
   {
     std::lock_guard lock(mu_);
-    uint64_t& announced = announced_[type][partition];
-    if (trusted && head <= announced) return;  // the runners were woken for it already
-    announced = std::max(announced, head);
-    // A datagram's head is not taken as known: a forged one must not hide
-    // what the looks find, nor show in the lag gauges.
     if (trusted) {
+      uint64_t& announced = announced_[type][partition];
+      if (head <= announced) return;  // the runners were woken for it already
+      announced = head;
       uint64_t& known = known_[type][partition];
       known = std::max(known, head);
+    } else {
+      // Not taken as a head (nor as the dedup of the trusted notices): it
+      // counts as an announcement only up to what the next look confirms.
+      uint64_t& noticed = noticed_[type][partition];
+      noticed = std::max(noticed, head);
     }
   }
   WakeRunners(type, partition, head);  // a runner that read past `head` already ignores it
@@ -48,12 +51,12 @@ void HeadWatcher::Announce(const std::string& type, uint32_t partition, uint64_t
 std::map<uint32_t, uint64_t> HeadWatcher::heads(const std::string& type) const {
   std::lock_guard lock(mu_);
   const auto it = known_.find(type);
-  return looked_ && it != known_.end() ? it->second : std::map<uint32_t, uint64_t>{};
+  return looked_.count(type) && it != known_.end() ? it->second : std::map<uint32_t, uint64_t>{};
 }
 
 bool HeadWatcher::looked() const {
   std::lock_guard lock(mu_);
-  return looked_;
+  return looked_.size() == options_.partitions.size();
 }
 
 void HeadWatcher::WakeRunners(const std::string& type, uint32_t partition, uint64_t head) {
@@ -64,44 +67,53 @@ void HeadWatcher::WakeRunners(const std::string& type, uint32_t partition, uint6
 
 Result<bool> HeadWatcher::Look(sql::EventLog& log) {
   uint64_t late = 0;
+  Status failed = Status::Ok();
   for (const auto& [type, count] : options_.partitions) {
     std::vector<uint32_t> all(count);
     std::iota(all.begin(), all.end(), 0u);
-    ASSIGN_OR_RETURN(const auto heads, log.Heads(type, all));
+    // One type failing (its server is down) does not keep the others unlooked at.
+    auto heads = log.Heads(type, all);
+    if (!heads.ok()) {
+      if (failed.ok()) failed = heads.status().WithContext(type);
+      continue;
+    }
     std::vector<std::pair<uint32_t, uint64_t>> moved;
     {
       std::lock_guard lock(mu_);
       auto& known = known_[type];
       auto& announced = announced_[type];
+      auto& noticed = noticed_[type];
       auto& pending = unannounced_[type];
+      const bool first = !looked_.count(type);
+      const auto announced_to = [&](uint32_t p) { return std::max(announced[p], noticed[p]); };
       // What the last look found beyond the notices and no notice announced since.
       for (const auto& [p, head] : pending) {
-        if (announced[p] < head) {
+        if (announced_to(p) < head) {
           ++late;
           announced[p] = head;  // counted once
         }
       }
       pending.clear();
-      for (const auto& [p, head] : heads) {
+      for (const auto& [p, head] : *heads) {
         // The first look sets the baseline: what was committed before the engine started.
-        if (!looked_) announced[p] = std::max(announced[p], head);
-        if (head > announced[p]) pending[p] = head;
+        if (first) announced[p] = std::max(announced[p], head);
+        if (head > announced_to(p)) pending[p] = head;
+        // A datagram's notice announces no further than what MySQL holds now.
+        if (noticed[p] > head) noticed[p] = head;
         if (head > known[p]) {
           known[p] = head;
           moved.emplace_back(p, head);
         }
       }
+      looked_.insert(type);
     }
     for (const auto& [p, head] : moved) WakeRunners(type, p, head);
-  }
-  {
-    std::lock_guard lock(mu_);
-    looked_ = true;
   }
   if (options_.metrics) {
     options_.metrics->Look();
     if (late > 0) options_.metrics->Unannounced(late);
   }
+  if (!failed.ok()) return failed;
   return late > 0;
 }
 

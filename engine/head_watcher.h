@@ -15,8 +15,8 @@
 // announced; a move still unannounced one look later (a writer that cannot
 // reach this engine, a lost notice) is counted
 // (sluice_engine_unannounced_commits_total) and brings the looks back to
-// 5 ms apart, so an engine whose writers do not announce keeps its old
-// latency.
+// 5 ms apart: after the first commit it finds (up to idle_poll_max late),
+// an engine whose writers do not announce sees commits within a few ms.
 //
 // Threads: one, `sluice-heads`, with its own event log (MySQL session).
 // Announce() and heads() from any thread.
@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,13 +58,14 @@ class HeadWatcher {
   // A writer committed (type, partition) up to event `head`. Types and
   // partitions not watched are ignored. trusted: from the writer of this
   // process; a datagram's notice (trusted false) only wakes the runners,
-  // whose own read position decides whether there is anything to read, so a
-  // forged one costs a read at most and its head is never taken as known.
+  // whose own read position decides whether there is anything to read: a
+  // forged one costs a read, its head is never taken as known, and it counts
+  // as an announcement only up to the head the next look finds.
   void Announce(const std::string& type, uint32_t partition, uint64_t head, bool trusted = true);
-  // The highest head known per partition of `type` (announced or looked at);
-  // empty before the first look.
+  // The highest head known per partition of `type` (announced by the writer
+  // of this process, or looked at); empty before the type's first look.
   std::map<uint32_t, uint64_t> heads(const std::string& type) const;
-  // Whether a look has read every head since Start (heads() are complete).
+  // Whether looks have read the heads of every type since Start.
   bool looked() const;
 
  private:
@@ -79,9 +81,14 @@ class HeadWatcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  bool looked_ = false;
-  // Per type and partition: the highest head announced, and the highest known.
+  std::set<std::string> looked_;  // the types a look has read every head of
+  // Per type and partition: the highest head announced by the writer of
+  // this process (or found by a look and counted), and the highest known
+  // (looked at, or announced by the writer of this process).
   std::map<std::string, std::map<uint32_t, uint64_t>> announced_, known_;
+  // Per type and partition: the highest head a datagram announced, cut at
+  // each look to the head MySQL gave.
+  std::map<std::string, std::map<uint32_t, uint64_t>> noticed_;
   // Watcher thread: per type and partition, heads a look found beyond what was announced.
   std::map<std::string, std::map<uint32_t, uint64_t>> unannounced_;
   std::thread thread_;

@@ -190,5 +190,38 @@ TEST_F(HeadWatcherTest, AnnouncedCommitsAreReadAtOnceAndNeverCountedAsMissed) {
   EXPECT_EQ(watcher_->heads(kType).at(0), head_[0]);
 }
 
+TEST_F(HeadWatcherTest, AForgedNoticeCostsAReadAndHidesNothing) {
+  StartRunner();
+  StartWatcher(/*slowest=*/40ms);
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (!watcher_->looked() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  // A datagram claims partition 0 is far ahead.
+  watcher_->Announce(kType, 0, uint64_t{1} << 62, /*trusted=*/false);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(sink_->applied(), 0u);
+  // The writer of this process still wakes the runner for its real commits...
+  watcher_->Announce(kType, 0, Append(0, 3));
+  ASSERT_TRUE(WaitApplied(3, 2s)) << "a forged notice suppressed a real one";
+  // ...the forged head shows nowhere...
+  std::this_thread::sleep_for(150ms);  // a few looks
+  EXPECT_EQ(watcher_->heads(kType).at(0), 3u);
+  // ...and commits nobody announces are still found, and counted.
+  Append(0, 2);
+  ASSERT_TRUE(WaitApplied(5, 5s));
+  const auto counted = std::chrono::steady_clock::now() + 5s;
+  while (Counter("sluice_engine_unannounced_commits_total") < 1 && std::chrono::steady_clock::now() < counted) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(Counter("sluice_engine_unannounced_commits_total"), 1);
+}
+
+TEST_F(HeadWatcherTest, AReadThatFailsAfterAWakeUpIsRetriedWithoutAnotherOne) {
+  StartRunner();
+  std::this_thread::sleep_for(50ms);  // the first pass is over; the reader sleeps until woken
+  storage_->FailNext(MemoryStorage::Op::kReadAfter, Unavailable("the session timed out while idle"));
+  runner_->Wake(1, Append(1, 2));
+  ASSERT_TRUE(WaitApplied(2, 5s)) << "the reader went back to sleep after its read failed";
+}
+
 }  // namespace
 }  // namespace sluice::engine

@@ -456,13 +456,18 @@ void SinkRunner::ReadLoop() {
     }
     std::unique_lock lock(mu_);
     const auto woken_up = [&] { return stopping_ || wake_seq_ != seen_wake; };
-    if (options_.woken_per_partition && retry.empty()) {
+    if (options_.woken_per_partition && retry.empty() && !read_all) {
       wake_cv_.wait(lock, woken_up);  // nothing to look at until a wake-up names it
     } else {
+      // A partition cut at a gap, or every partition after a failed read
+      // (woken per partition: both at most 50 ms apart, the gap is filled by
+      // a commit already announced).
       wake_cv_.wait_for(lock, idle, woken_up);
     }
     if (stopping_) return;
-    idle = std::min(idle * 2, options_.engine.idle_poll_max);
+    idle = std::min(idle * 2, options_.woken_per_partition
+                                  ? std::min(options_.engine.idle_poll_max, std::chrono::milliseconds(50))
+                                  : options_.engine.idle_poll_max);
   }
 }
 

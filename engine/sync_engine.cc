@@ -59,6 +59,13 @@ Status SyncEngine::Start() {
         config_.engine.notices.listen_host, config_.engine.notices.listen_port,
         [this](const CommitNotice& n) { heads_->Announce(n.type, n.partition, n.head, /*trusted=*/false); });
     RETURN_IF_ERROR(notices_->Start());
+    const std::string& host = config_.engine.notices.listen_host;
+    const bool local = config_.engine.notices.advertise_host.empty() &&
+                       (host == "127.0.0.1" || host == "::1" || host == "localhost" || host == "0.0.0.0" || host == "::");
+    Log(LogLevel::kInfo, "engine: commit notices on " + notice_address() +
+                             (local ? " (writers on other hosts cannot send there: set engine.notices.listen and "
+                                      "advertise; their commits are found by the head looks meanwhile)"
+                                    : ""));
   }
   std::vector<SinkRunner*> leased;
   for (auto& r : runners_) leased.push_back(r.get());

@@ -89,8 +89,10 @@ void PartitionWorker::Run() {
       if (queue_.empty()) {
         if (!stopping_) {
           // Idle: the session closes with this thread; the next command opens
-          // a new one (which drops the caches, as any new session does).
+          // a new one, and reads the head and the entities again.
           log_ = storage_->OpenEventLog();
+          head_.reset();
+          entities_.Clear();
           running_ = false;
         }
         return;  // stopping and drained, or idle
