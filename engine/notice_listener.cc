@@ -96,12 +96,10 @@ void NoticeListener::Run() {
                          ? DecodeCommitNotices(std::string_view(buf, static_cast<size_t>(n)))
                          : Result<std::vector<CommitNotice>>(InvalidArgument("a commit notice datagram is too long"));
       if (!notices.ok()) {
-        ++refused_;
         LogRateLimited(LogLevel::kWarn, "engine.notices",
                        "engine: dropped a datagram on the commit notice port: " + notices.status().message());
         continue;
       }
-      ++received_;
       for (const CommitNotice& notice : *notices) on_notice_(notice);
     }
   }

@@ -11,7 +11,6 @@
 // Threads: one, `sluice-notices`, blocked in poll() on the socket.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -32,9 +31,6 @@ class NoticeListener {
   void Stop();
   // "udp:HOST:PORT" of the bound socket ("udp:[v6]:PORT" for IPv6).
   std::string address() const;
-  uint16_t port() const { return port_; }
-  uint64_t received() const { return received_.load(); }
-  uint64_t refused() const { return refused_.load(); }
 
  private:
   void Run();
@@ -44,7 +40,6 @@ class NoticeListener {
   const OnNotice on_notice_;
   int fd_ = -1;
   int stop_pipe_[2] = {-1, -1};
-  std::atomic<uint64_t> received_{0}, refused_{0};
   std::thread thread_;
 };
 

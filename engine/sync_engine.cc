@@ -100,10 +100,6 @@ void SyncEngine::Stop() {
   }
 }
 
-void SyncEngine::Wake() {
-  for (auto& r : runners_) r->Wake();
-}
-
 std::string SyncEngine::notice_address() const {
   if (!notices_) return "";
   const config::NoticesConfig& n = config_.engine.notices;

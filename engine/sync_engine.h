@@ -3,9 +3,9 @@
 // share the sinks' partitions through leases (engine/lease_keeper.h): each
 // runner applies only the partitions its engine holds.
 //
-// Lifecycle: construct with a validated Config, Start(), Stop(). Wake() may
-// be called from any thread (the writer calls it after each commit when both
-// run in one process) to cut idle polling short.
+// Lifecycle: construct with a validated Config, Start(), Stop(). Announce()
+// may be called from any thread (the writer of the same process calls it
+// after each commit): the runners of that type read that partition.
 #pragma once
 
 #include <functional>
@@ -41,8 +41,6 @@ class SyncEngine {
   // starts in backoff; only a config the sink cannot use fails Start().
   Status Start();
   void Stop();
-  // Every runner reads every partition (an operator's nudge).
-  void Wake();
   // A writer committed (type, partition) up to event `head`: the runners of
   // that type read that partition (HeadWatcher::Announce).
   void Announce(const std::string& type, uint32_t partition, uint64_t head);

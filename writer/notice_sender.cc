@@ -83,11 +83,6 @@ void NoticeSender::Skip(std::string address) {
   skip_ = std::move(address);
 }
 
-uint64_t NoticeSender::sent() const {
-  std::lock_guard lock(mu_);
-  return sent_;
-}
-
 void NoticeSender::Refresh(sql::LeaseTable& members) {
   auto rows = members.Members(sql::kEngineMembers, options_.member_ttl);
   if (!rows.ok()) {
@@ -117,17 +112,14 @@ void NoticeSender::Refresh(sql::LeaseTable& members) {
 }
 
 void NoticeSender::Send(const std::vector<std::string>& datagrams) {
-  uint64_t sent = 0;
   for (const Engine& e : engines_) {
     const int fd = e.to.ss_family == AF_INET6 ? fd6_ : fd4_;
     if (fd < 0) continue;
     for (const std::string& d : datagrams) {
       // Non-blocking: a full socket buffer drops the notice, as a network would.
-      if (sendto(fd, d.data(), d.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&e.to), e.len) >= 0) ++sent;
+      (void)sendto(fd, d.data(), d.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&e.to), e.len);
     }
   }
-  std::lock_guard lock(mu_);
-  sent_ += sent;
 }
 
 void NoticeSender::Run() {

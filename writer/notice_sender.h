@@ -44,8 +44,6 @@ class NoticeSender {
   // Sends nothing to the engine at `address` (the engine of this process,
   // which the writer announces its commits to directly).
   void Skip(std::string address);
-  // Datagrams sent (to each engine counted once) since Start.
-  uint64_t sent() const;
 
  private:
   struct Engine;
@@ -58,7 +56,6 @@ class NoticeSender {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::pair<std::string, uint32_t>, uint64_t> pending_;  // (type, partition) -> head
-  uint64_t sent_ = 0;
   std::string skip_;  // Skip()
   // Sender thread.
   std::vector<Engine> engines_;
