@@ -23,6 +23,7 @@ function(sluice_cc_test)
   endif()
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_options(${A_NAME} PRIVATE ${SLUICE_TEST_COMPILE_OPTIONS})
   gtest_discover_tests(${A_NAME}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
