@@ -16,6 +16,16 @@ namespace sluice::engine {
 
 using connectors::Outcome;
 
+namespace {
+
+// The most partitions that may hold a backlog one read statement takes
+// (ReadLoop): a UNION ALL of 16 ordered, limited SELECTs costs MariaDB little
+// more than one, and each partition's share of batch_max stays large enough
+// that most partitions of a modest backlog are read to the end in one pass.
+constexpr size_t kBacklogGroupMax = 16;
+
+}  // namespace
+
 SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Sink> sink)
     : options_(std::move(options)),
       sink_(std::move(sink)),
@@ -255,6 +265,13 @@ void SinkRunner::MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets) 
   dirty_ = true;
 }
 
+size_t SinkRunner::InFlightLocked() const {
+  size_t n = preparing_;
+  for (const Batch& b : queue_) n += b.events.size();
+  for (const Batch& b : unprepared_) n += b.events.size();
+  return n;
+}
+
 bool SinkRunner::Outdated(uint32_t partition, uint64_t epoch) const {
   const auto it = epoch_.find(partition);
   return epoch != (it == epoch_.end() ? 0 : it->second);
@@ -320,8 +337,8 @@ void SinkRunner::ReadLoop() {
   BeforeStates before;  // used when full_events_
   Backoff backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto idle = std::chrono::milliseconds(1);
-  // Per partition: its last read filled a batch (at the start every partition
-  // may hold a backlog, so each is read alone until a read comes back short).
+  // Per partition: its last read filled its limit (at the start every
+  // partition may hold a backlog, until a read of it comes back short).
   std::map<uint32_t, bool> backlogged;
   // Which partitions that keep up a pass reads: all of them (the first pass,
   // after a failed read, after Wake(), and every pass of a runner not woken
@@ -345,29 +362,43 @@ void SinkRunner::ReadLoop() {
     // A partition given again may hold a backlog.
     std::erase_if(backlogged, [&](const auto& b) { return !std::binary_search(owned.begin(), owned.end(), b.first); });
     for (const uint32_t p : owned) backlogged.try_emplace(p, true);
-    // A partition whose last read filled a batch is read alone, when the
-    // queue has room for it: a drain keeps its memory bound. The others are
-    // read together in one statement, one round trip per pass instead of one
-    // per partition, which is what a pass costs once the engine keeps up.
-    std::vector<std::vector<uint32_t>> groups;
-    std::vector<uint32_t> together;
+    // Partitions that may hold a backlog share statements of at most
+    // batch_max events: up to kBacklogGroupMax of them, each limited to its
+    // share, read when the queue has room for a batch (a drain keeps its
+    // memory bound; over many partitions with a little backlog each, a pass
+    // costs a statement per 16 partitions, not one per partition). The others
+    // are read together in one statement, one round trip per pass, which is
+    // what a pass costs once the engine keeps up.
+    struct Group {
+      std::vector<uint32_t> partitions;
+      uint32_t limit;  // per partition
+    };
+    std::vector<Group> groups;
+    std::vector<uint32_t> backlog, together;
     for (const uint32_t p : owned) {
       if (backlogged[p]) {
-        groups.push_back({p});
+        backlog.push_back(p);
       } else if (read_all || woken.count(p) || retry.count(p)) {
         together.push_back(p);
       }
     }
-    if (!together.empty()) groups.push_back(std::move(together));
+    const uint32_t batch_max = options_.engine.batch_max;
+    for (size_t n = (backlog.size() + kBacklogGroupMax - 1) / kBacklogGroupMax, i = 0; i < n; ++i) {
+      const auto first = backlog.begin() + i * backlog.size() / n, last = backlog.begin() + (i + 1) * backlog.size() / n;
+      const auto size = static_cast<uint32_t>(last - first);
+      groups.push_back(Group{{first, last}, std::max<uint32_t>(1, batch_max / size)});
+    }
+    if (!together.empty()) groups.push_back(Group{std::move(together), batch_max});
     read_all = false;
     retry.clear();
-    for (const std::vector<uint32_t>& group : groups) {
+    const size_t read_ahead = size_t{options_.engine.inflight_batches - 1} * batch_max;
+    for (const Group& group : groups) {
       std::vector<std::pair<uint32_t, uint64_t>> from;
       {
         std::unique_lock lock(mu_);
-        queue_cv_.wait(lock, [this] { return stopping_ || InFlightLocked() < options_.engine.inflight_batches; });
+        queue_cv_.wait(lock, [&] { return stopping_ || InFlightLocked() <= read_ahead; });
         if (stopping_) return;
-        for (const uint32_t p : group) {
+        for (const uint32_t p : group.partitions) {
           if (!owned_.count(p)) continue;  // taken away since the pass began
           if (epoch_[p] != seen_epoch[p]) {  // SetOffsets moved this partition, or it was given again
             seen_epoch[p] = epoch_[p];
@@ -388,7 +419,7 @@ void SinkRunner::ReadLoop() {
           break;
         }
       }
-      auto rows = log->ReadAfter(options_.sink.entity, from, options_.engine.batch_max, columns);
+      auto rows = log->ReadAfter(options_.sink.entity, from, group.limit, columns);
       Result<std::map<uint32_t, ReadResult>> r = rows.status();
       if (rows.ok()) {
         std::map<uint32_t, ReadResult> cut;
@@ -404,9 +435,10 @@ void SinkRunner::ReadLoop() {
       }
       if (!r.ok()) {
         std::string which;
-        for (const uint32_t p : group) which += (which.empty() ? "" : ",") + std::to_string(p);
+        for (const uint32_t p : group.partitions) which += (which.empty() ? "" : ",") + std::to_string(p);
         LogRateLimited(LogLevel::kWarn, "engine.read." + options_.sink.name,
-                       "engine: sink " + options_.sink.name + ": reading partition" + (group.size() > 1 ? "s " : " ") +
+                       "engine: sink " + options_.sink.name + ": reading partition" +
+                           (group.partitions.size() > 1 ? "s " : " ") +
                            which + " failed: " + r.status().message());
         metrics_->Retry(metrics::RetryClass::kStorageUnavailable);
         if (!SleepUnlessStopping(backoff.Next())) return;
@@ -437,7 +469,7 @@ void SinkRunner::ReadLoop() {
           ++gaps_;
           metrics_->Gap();
         }
-        backlogged[p] = read.events.size() >= options_.engine.batch_max;
+        backlogged[p] = read.events.size() >= group.limit;
         if (read.events.empty()) continue;
         any = true;
         std::lock_guard lock(mu_);
@@ -480,13 +512,13 @@ void SinkRunner::PrepareLoop() {
       if (stopping_) return;
       batch = std::move(unprepared_.front());
       unprepared_.pop_front();
-      preparing_ = true;
+      preparing_ = batch.events.size();
     }
     // Beside the applier's writes of earlier batches and the reader's next read.
     sink_->Prepare(batch.events);
     {
       std::lock_guard lock(mu_);
-      preparing_ = false;
+      preparing_ = 0;
       // An offset move while it was prepared drops it, as it drops the queued ones.
       if (!Outdated(batch)) queue_.push_back(std::move(batch));
     }

@@ -224,8 +224,8 @@ class SinkRunner {
   void ReadLoop();
   void PrepareLoop();
   void ApplyLoop();
-  // Under mu_: the batches read and not yet taken by the applier.
-  size_t InFlightLocked() const { return queue_.size() + unprepared_.size() + (preparing_ ? 1 : 0); }
+  // Under mu_: the events read and not yet taken by the applier.
+  size_t InFlightLocked() const;
   // The anti-entropy's Compare: runs CompareAndRepair on the applier thread
   // with the offsets of the moment; a skipped report while the sink is not
   // running (paused, backing off, stopped).
@@ -289,7 +289,7 @@ class SinkRunner {
   std::condition_variable wake_cv_;    // Wake() or stopping_
   std::deque<Batch> queue_;       // read (and prepared): for the applier
   std::deque<Batch> unprepared_;  // read, for the preparer (prepares_ only)
-  bool preparing_ = false;        // the preparer holds a batch
+  size_t preparing_ = 0;          // events of the batch the preparer holds
   bool stopping_ = false;
   bool full_events_ = false;  // the sink's view code needs request, response and the state before
   bool prepares_ = false;     // the reader has the sink Prepare() each batch (its view code)

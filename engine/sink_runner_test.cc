@@ -317,6 +317,63 @@ TEST_F(SinkRunnerUnitTest, AGapIsCountedAndNeverSkipped) {
   ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 4; }));
 }
 
+// A runner woken per partition (as in a SyncEngine) over many partitions
+// with a few events each: every partition may hold a backlog at the start,
+// and they are read 16 to a statement, each limited to its share of
+// batch_max, not one statement per partition.
+TEST_F(SinkRunnerUnitTest, ManyPartitionsWithAFewEventsEachAreReadSixteenToAStatement) {
+  constexpr uint32_t kMany = 64;
+  for (uint32_t p = 0; p < kMany; ++p) Append(p, 6);  // batch_max 100 / 16 partitions = 6 each
+  SinkRunnerOptions o = Options(/*chunk=*/1000, /*read_max=*/100);
+  o.partitions = kMany;
+  o.woken_per_partition = true;
+  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
+  ASSERT_TRUE(runner_->Start().ok());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (runner_->totals().applied < kMany * 6 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(runner_->totals().applied, kMany * 6);
+  // Each partition filled its share of 6: one more pass reads what is left
+  // of each (nothing), again 16 to a statement.
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kReadAfter), 2u * kMany / 16);
+  runner_->Stop();
+  std::map<uint32_t, uint64_t> last;
+  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+}
+
+// One partition with a long backlog among partitions with a few events: the
+// backlog is read to the end in order while the others are applied, and
+// events read ahead stay within inflight_batches batches of batch_max.
+TEST_F(SinkRunnerUnitTest, ALongBacklogBesideShortOnesIsReadToTheEndInOrder) {
+  constexpr uint32_t kMany = 20;
+  Append(0, 1000);
+  for (uint32_t p = 1; p < kMany; ++p) Append(p, 3);
+  SinkRunnerOptions o = Options(/*chunk=*/40, /*read_max=*/50);
+  o.partitions = kMany;
+  o.woken_per_partition = true;
+  o.engine.inflight_batches = 2;
+  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
+  ASSERT_TRUE(runner_->Start().ok());
+  const uint64_t total = 1000 + (kMany - 1) * 3;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  uint64_t most_ahead = 0;
+  while (runner_->totals().applied < total && std::chrono::steady_clock::now() < until) {
+    const auto t = runner_->totals();
+    most_ahead = std::max(most_ahead, t.read - t.applied);
+    std::this_thread::sleep_for(100us);
+  }
+  ASSERT_EQ(runner_->totals().applied, total);
+  runner_->Stop();
+  // Read ahead: what the reader may queue (2 batches of 50) plus the batch
+  // the applier holds (it takes a whole batch, and applies it in chunks).
+  EXPECT_LE(most_ahead, 3u * 50);
+  std::map<uint32_t, uint64_t> last;
+  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+  EXPECT_EQ(last[0], 1000u);
+}
+
 TEST_F(SinkRunnerUnitTest, AFailedOffsetSaveIsRetriedAtTheNextFlush) {
   Append(0, 3);
   storage_->FailNext(MemoryStorage::Op::kOffsetsSave, Unavailable("storage went away"), 2);
