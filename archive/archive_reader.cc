@@ -97,9 +97,9 @@ class ArchivedEventLog : public EventLog {
                                              const std::vector<uint32_t>& partitions) override {
     return hot_->Heads(type, partitions);
   }
-  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
-                                                   uint64_t event_id) override {
-    return hot_->SecondsSinceCommit(type, partition, event_id);  // a stub keeps committed_at
+  Result<std::map<uint32_t, double>> SecondsSinceCommit(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
+    return hot_->SecondsSinceCommit(type, events);  // a stub keeps committed_at
   }
 
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,

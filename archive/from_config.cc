@@ -131,8 +131,8 @@ void ArchiveLoop::Measure(const std::string& type, uint32_t partitions, metrics:
       archive_bytes += s.bytes;
     }
     // event_ids are dense: the oldest event above the watermark is the next one.
-    auto age = log->SecondsSinceCommit(type, p, watermark + 1);
-    m.Partition(p, watermark, archive_bytes, age.ok() && *age ? **age : 0.0, *bytes);
+    auto age = log->SecondsSinceCommit(type, {{p, watermark + 1}});
+    m.Partition(p, watermark, archive_bytes, age.ok() && age->count(p) ? age->at(p) : 0.0, *bytes);
   }
 }
 

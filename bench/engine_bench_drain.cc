@@ -38,23 +38,27 @@ struct LastEvent {
   uint64_t version = 0;
 };
 
-// Whether the view shows each partition's last event yet.
+// Whether the view shows each partition's last event yet. The drain asks
+// only about the partitions not seen done, so that the probe's own load on
+// the server shrinks as the drain goes on and does not grow with the
+// partition count more than the drain's does.
 class ViewProbe {
  public:
   virtual ~ViewProbe() = default;
-  // Per partition, the version the view holds for its last event's entity.
-  virtual Result<std::vector<uint64_t>> Versions() = 0;
+  // For each of `partitions`, the version the view holds for its last
+  // event's entity (0: none).
+  virtual Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) = 0;
 };
 
 class RedisProbe final : public ViewProbe {
  public:
   RedisProbe(std::unique_ptr<RedisConn> conn, std::vector<std::string> keys)
       : conn_(std::move(conn)), keys_(std::move(keys)) {}
-  Result<std::vector<uint64_t>> Versions() override {
+  Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
     std::vector<std::string_view> args = {"MGET"};
-    for (const auto& k : keys_) args.push_back(k);
+    for (const uint32_t p : partitions) args.push_back(keys_[p]);
     ASSIGN_OR_RETURN(auto reply, conn_->Run(args));
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys_.size()) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != partitions.size()) {
       return Internal("redis: unexpected reply to MGET");
     }
     std::vector<uint64_t> out;
@@ -75,20 +79,24 @@ class MysqlProbe final : public ViewProbe {
   MysqlProbe(std::unique_ptr<sql::Connection> conn, const std::string& table, std::vector<std::string> ids)
       : conn_(std::move(conn)), ids_(std::move(ids)) {
     query_ = "SELECT `id`, `_version` FROM " + sql::QuoteIdent(table) + " WHERE `id` IN (";
-    for (size_t i = 0; i < ids_.size(); ++i) {
-      if (i > 0) query_ += ',';
-      conn_->AppendQuoted(query_, ids_[i]);
-    }
-    query_ += ')';
   }
-  Result<std::vector<uint64_t>> Versions() override {
-    std::vector<uint64_t> out(ids_.size(), 0);
-    auto rows = conn_->Query(query_);
+  Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
+    std::vector<uint64_t> out(partitions.size(), 0);
+    std::string q = query_;
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      if (i > 0) q += ',';
+      conn_->AppendQuoted(q, ids_[partitions[i]]);
+    }
+    q += ')';
+    auto rows = conn_->Query(q);
     // The sink creates its table when it opens: until then, nothing is visible.
     if (!rows.ok()) return out;
     std::map<std::string, uint64_t> got;
     for (const auto& r : *rows) got[r.at(0).value_or("")] = std::stoull(r.at(1).value_or("0"));
-    for (size_t i = 0; i < ids_.size(); ++i) out[i] = got.count(ids_[i]) ? got[ids_[i]] : 0;
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      const std::string& id = ids_[partitions[i]];
+      out[i] = got.count(id) ? got[id] : 0;
+    }
     return out;
   }
 
@@ -110,14 +118,16 @@ class AggregateProbe final : public ViewProbe {
              " WHERE entity_type=";
     conn_->AppendQuoted(query_, entity);
   }
-  Result<std::vector<uint64_t>> Versions() override {
-    std::vector<uint64_t> out(heads_.size(), 0);
+  Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
+    std::vector<uint64_t> all(heads_.size(), 0), out;
     auto rows = conn_->Query(query_);
-    if (!rows.ok()) return out;  // the sink creates its tables when it opens
-    for (const auto& r : *rows) {
-      const size_t p = std::stoul(r.at(0).value_or("0"));
-      if (p < heads_.size() && std::stoull(r.at(1).value_or("0")) >= heads_[p]) out[p] = last_versions_[p];
+    if (rows.ok()) {  // the sink creates its tables when it opens
+      for (const auto& r : *rows) {
+        const size_t p = std::stoul(r.at(0).value_or("0"));
+        if (p < heads_.size() && std::stoull(r.at(1).value_or("0")) >= heads_[p]) all[p] = last_versions_[p];
+      }
     }
+    for (const uint32_t p : partitions) out.push_back(all[p]);
     return out;
   }
 
@@ -135,20 +145,25 @@ class EsProbe final : public ViewProbe {
   // At most one _mget per 50 ms: the probe must not load the 2-core
   // machine's search server the way a 5 ms loop would (the result is then up
   // to 50 ms late on a drain of tens of seconds).
-  Result<std::vector<uint64_t>> Versions() override {
+  Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
     const auto now = Clock::now();
     if (last_.empty() || now - fetched_ >= std::chrono::milliseconds(50)) {
-      ASSIGN_OR_RETURN(last_, EsVersions(*client_, index_, ids_));
+      std::vector<std::string> ids;
+      for (const uint32_t p : partitions) ids.push_back(ids_[p]);
+      ASSIGN_OR_RETURN(auto versions, EsVersions(*client_, index_, ids));
+      for (size_t i = 0; i < partitions.size() && i < versions.size(); ++i) last_[partitions[i]] = versions[i];
       fetched_ = now;
     }
-    return last_;
+    std::vector<uint64_t> out;
+    for (const uint32_t p : partitions) out.push_back(last_.count(p) ? last_[p] : 0);
+    return out;
   }
 
  private:
   std::unique_ptr<HttpConnection> client_;
   std::string index_;
   std::vector<std::string> ids_;
-  std::vector<uint64_t> last_;
+  std::map<uint32_t, uint64_t> last_;  // as of the last _mget
   Clock::time_point fetched_;
 };
 
@@ -286,6 +301,9 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
     auto next_rss = Clock::now();
     auto next_offsets = Clock::now() + std::chrono::seconds(1);
     bool seen_any = false;
+    std::vector<uint32_t> pending;  // partitions whose last event the view does not show yet
+    for (uint32_t p = 0; p < partitions; ++p) pending.push_back(p);
+    uint32_t done = 0;
     for (;;) {
       for (auto& c : children) {
         if (!c->Running()) {
@@ -307,14 +325,21 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
         if (o.ok()) offsets_sum = o->event_sum;
         next_offsets += std::chrono::seconds(1);
       }
-      auto versions = probe->Versions();
+      // A partition that shows its last event is done for good: nothing
+      // older overwrites a view's row.
+      auto versions = probe->Versions(pending);
       if (!versions.ok()) return fail(versions.status());
-      uint32_t done = 0;
-      bool any = false;
-      for (uint32_t p = 0; p < partitions; ++p) {
-        if ((*versions)[p] > 0) any = true;
-        if ((*versions)[p] >= last[p].version) ++done;
+      bool any = done > 0;
+      std::vector<uint32_t> still;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if ((*versions)[i] > 0) any = true;
+        if ((*versions)[i] >= last[pending[i]].version) {
+          ++done;
+        } else {
+          still.push_back(pending[i]);
+        }
       }
+      pending.swap(still);
       partitions_done = done;
       if (any && !seen_any) {
         seen_any = true;

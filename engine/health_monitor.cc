@@ -167,6 +167,10 @@ void HealthMonitor::Check() {
       if (storage.ok() && cfg != nullptr && heads.count(cfg->entity)) {
         const std::map<uint32_t, uint64_t>& h = heads[cfg->entity];
         uint64_t total_lag = 0;
+        // Per server, the first unapplied event of each lagging partition:
+        // its age is the lag in seconds, one statement per server.
+        std::map<size_t, std::vector<std::pair<uint32_t, uint64_t>>> behind;
+        std::map<uint32_t, uint64_t> lags;
         for (const auto& [p, head] : h) {
           const auto it = t.offsets.find(p);
           if (it == t.offsets.end() && runner->leased()) {
@@ -176,15 +180,16 @@ void HealthMonitor::Check() {
           }
           const uint64_t offset = it == t.offsets.end() ? 0 : it->second;
           const uint64_t lag = head > offset ? head - offset : 0;
-          double lag_seconds = 0;
-          if (lag > 0) {
-            auto since = sql::EventLogOn(*conns_[layout_.ServerOf(cfg->entity, p)])
-                             ->SecondsSinceCommit(cfg->entity, p, offset + 1);
-            if (since.ok() && *since) lag_seconds = **since;
-          }
-          runner->metrics().SetLag(p, lag, lag_seconds);
+          lags[p] = lag;
           total_lag += lag;
+          if (lag > 0) behind[layout_.ServerOf(cfg->entity, p)].emplace_back(p, offset + 1);
         }
+        std::map<uint32_t, double> since;
+        for (const auto& [server, events] : behind) {
+          auto s = sql::EventLogOn(*conns_[server])->SecondsSinceCommit(cfg->entity, events);
+          if (s.ok()) since.merge(*s);
+        }
+        for (const auto& [p, lag] : lags) runner->metrics().SetLag(p, lag, since.count(p) ? since[p] : 0.0);
         js["lag_events"] = total_lag;
       }
       doc["sinks"].push_back(std::move(js));

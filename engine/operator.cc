@@ -132,15 +132,21 @@ Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::ve
       if (l.entity_type == s.entity && l.expires_in_ms > 0 && !l.owner.empty()) lease_of[l.partition] = &l;
     }
     SinkStatus sink{s.name, s.type, s.entity, {}, false, {}};
+    // Heads and the ages of the first unapplied events: a statement each per server.
+    std::vector<uint32_t> all(partitions);
+    for (uint32_t p = 0; p < partitions; ++p) all[p] = p;
+    ASSIGN_OR_RETURN(const auto heads, events->Heads(s.entity, all));
+    std::vector<std::pair<uint32_t, uint64_t>> behind;
+    for (uint32_t p = 0; p < partitions; ++p) {
+      const uint64_t at = progress.count(p) ? progress[p].event_id : 0;
+      if (heads.count(p) && heads.at(p) > at) behind.emplace_back(p, at + 1);
+    }
+    ASSIGN_OR_RETURN(const auto since, events->SecondsSinceCommit(s.entity, behind));
     for (uint32_t p = 0; p < partitions; ++p) {
       const offsets::PartitionProgress pp = progress.count(p) ? progress[p] : offsets::PartitionProgress{};
-      ASSIGN_OR_RETURN(const uint64_t head, events->Head(s.entity, p));
+      const uint64_t head = heads.count(p) ? heads.at(p) : 0;
       const uint64_t lag = head > pp.event_id ? head - pp.event_id : 0;
-      double lag_s = 0.0;
-      if (lag > 0) {
-        ASSIGN_OR_RETURN(const auto since, events->SecondsSinceCommit(s.entity, p, pp.event_id + 1));
-        lag_s = since.value_or(0.0);
-      }
+      const double lag_s = lag > 0 && since.count(p) ? since.at(p) : 0.0;
       if (!pp.last_error.empty()) sink.last_error = pp.last_error;
       const std::string state = progress.count(p) ? pp.state : "new";
       const auto lease = lease_of.find(p);

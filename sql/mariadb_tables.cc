@@ -190,13 +190,23 @@ class MariaDbEventLog : public EventLog {
     return out;
   }
 
-  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
-                                                   uint64_t event_id) override {
+  Result<std::map<uint32_t, double>> SecondsSinceCommit(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
+    std::map<uint32_t, double> out;
+    if (events.empty()) return out;
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
-    ASSIGN_OR_RETURN(auto rows, c->Query("SELECT TIMESTAMPDIFF(MICROSECOND, committed_at, NOW(6)) FROM " +
-                                         Table(type, partition) + " WHERE event_id=" + std::to_string(event_id)));
-    if (rows.empty() || !rows.front().at(0)) return std::optional<double>();
-    return std::optional<double>(std::max(0.0, std::stod(*rows.front()[0]) / 1e6));
+    // A primary-key lookup per table, all of them in one statement.
+    std::string q;
+    for (const auto& [p, event_id] : events) {
+      if (!q.empty()) q += " UNION ALL ";
+      q += "SELECT " + std::to_string(p) + ",TIMESTAMPDIFF(MICROSECOND, committed_at, NOW(6)) FROM " + Table(type, p) +
+           " WHERE event_id=" + std::to_string(event_id);
+    }
+    ASSIGN_OR_RETURN(auto rows, c->Query(q));
+    for (const auto& r : rows) {
+      if (r.at(1)) out[static_cast<uint32_t>(U64(r.at(0)))] = std::max(0.0, std::stod(*r[1]) / 1e6);
+    }
+    return out;
   }
 
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,

@@ -119,14 +119,17 @@ class MemoryEventLog : public EventLog {
     return out;
   }
 
-  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
-                                                   uint64_t event_id) override {
+  Result<std::map<uint32_t, double>> SecondsSinceCommit(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kSecondsSinceCommit));
     Lock lock(s_->mu());
-    const auto& t = s_->tables().events[{type, partition}];
-    const auto it = t.find(event_id);
-    if (it == t.end()) return std::optional<double>();
-    return std::optional<double>(std::max(0.0, static_cast<double>(NowUs() - it->second.committed_at_us) / 1e6));
+    std::map<uint32_t, double> out;
+    for (const auto& [p, event_id] : events) {
+      const auto& t = s_->tables().events[{type, p}];
+      const auto it = t.find(event_id);
+      if (it != t.end()) out[p] = std::max(0.0, static_cast<double>(NowUs() - it->second.committed_at_us) / 1e6);
+    }
+    return out;
   }
 
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(const std::string& type,

@@ -122,9 +122,14 @@ class RoutedEventLog : public EventLog {
     }
     return out;
   }
-  Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
-                                                   uint64_t event_id) override {
-    return Of(type, partition).SecondsSinceCommit(type, partition, event_id);
+  Result<std::map<uint32_t, double>> SecondsSinceCommit(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& events) override {
+    std::map<uint32_t, double> out;
+    for (const auto& [server, part] : ByServer(*layout_, type, events, [](const auto& e) { return e.first; })) {
+      ASSIGN_OR_RETURN(auto since, logs_.At(server).SecondsSinceCommit(type, part));
+      out.merge(since);
+    }
+    return out;
   }
   Result<std::map<uint32_t, std::vector<EventRow>>> ReadAfter(
       const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& from, uint32_t limit,

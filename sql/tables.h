@@ -115,11 +115,12 @@ class EventLog {
   // server (the engine's look for commits no writer announced).
   virtual Result<std::map<uint32_t, uint64_t>> Heads(const std::string& type,
                                                      const std::vector<uint32_t>& partitions) = 0;
-  // How long ago event `event_id` of (type, partition) committed, in seconds
-  // (never negative); nullopt when there is no such event. Lag in seconds
-  // is this for the first event a sink has not applied.
-  virtual Result<std::optional<double>> SecondsSinceCommit(const std::string& type, uint32_t partition,
-                                                           uint64_t event_id) = 0;
+  // For each (partition, event_id) of a type: how long ago that event
+  // committed, in seconds (never negative), in one round trip per server;
+  // an event that does not exist has no entry. Lag in seconds is this for
+  // the first event a sink has not applied.
+  virtual Result<std::map<uint32_t, double>> SecondsSinceCommit(
+      const std::string& type, const std::vector<std::pair<uint32_t, uint64_t>>& events) = 0;
 
   // ---- the pull loop ----
   // Which columns a pull read returns.

@@ -151,6 +151,20 @@ TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST_P(TablesContractTest, SecondsSinceCommitGivesTheAgeOfEachEventThatExistsInOneCall) {
+  auto log = storage_->OpenEventLog();
+  Fill(*log);
+  auto since = log->SecondsSinceCommit("account", {{0, 1}, {0, 99}, {1, 1}});  // 0/99 and 1/1 do not exist
+  ASSERT_TRUE(since.ok()) << since.status().ToString();
+  ASSERT_EQ(since->size(), 1u);
+  ASSERT_TRUE(since->count(0));
+  EXPECT_GE(since->at(0), 0.0);
+  EXPECT_LT(since->at(0), 3600.0);  // committed by Fill, moments ago
+  auto none = log->SecondsSinceCommit("account", {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST_P(TablesContractTest, AtVersionsReadsTheStatesAtTheGivenKeysThatExist) {
   auto log = storage_->OpenEventLog();
   Fill(*log);
