@@ -2,13 +2,15 @@
 // type (DESIGN 4.1 and 4.3).
 //
 //   reader thread   reads `event_id > read position ORDER BY event_id` from
-//                   each partition in turn into a bounded queue of batches
-//                   (engine.inflight_batches): a slow sink stops its own reads
-//                   and nobody else's. The partitions whose last read came
-//                   back short of engine.batch_max are read together, one
-//                   UNION ALL statement per pass (the queue may then take one
-//                   batch per partition past its bound, each short but for a
-//                   burst); a partition with a backlog is read alone. After a full batch it reads again at
+//                   each partition into a queue of batches bounded in events
+//                   (engine.inflight_batches x engine.batch_max): a slow sink
+//                   stops its own reads and nobody else's. The partitions
+//                   whose last read came back short of its limit are read
+//                   together, one UNION ALL statement per pass (the queue may
+//                   then take one batch per partition past its bound, each
+//                   short but for a burst); those that may hold a backlog (at
+//                   the start, and after a full read) up to 16 to a
+//                   statement, each limited to its share of batch_max. After a full batch it reads again at
 //                   once; when every partition is idle it sleeps 1 ms,
 //                   doubling up to engine.idle_poll_max, unless Wake() says
 //                   new events were committed. With woken_per_partition

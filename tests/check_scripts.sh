@@ -7,7 +7,7 @@
 # Usage: tests/check_scripts.sh REPOSITORY_ROOT
 set -uo pipefail
 root="${1:?usage: check_scripts.sh REPOSITORY_ROOT}"
-scripts=(scripts/bootstrap scripts/demo scripts/services scripts/test .ci/run fuzz/run_fuzzer
+scripts=(scripts/bootstrap scripts/demo scripts/services scripts/test .ci/run fuzz/run_fuzzer fuzz/wait_build
   bench/run bench/thread_cpu bench/machine_stops)
 failed=0
 for s in "${scripts[@]}"; do
