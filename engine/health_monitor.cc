@@ -187,7 +187,13 @@ void HealthMonitor::Check() {
         std::map<uint32_t, double> since;
         for (const auto& [server, events] : behind) {
           auto s = sql::EventLogOn(*conns_[server])->SecondsSinceCommit(cfg->entity, events);
-          if (s.ok()) since.merge(*s);
+          if (s.ok()) {
+            since.merge(*s);
+          } else {
+            LogRateLimited(LogLevel::kWarn, "engine.health.lag",
+                           "health: reading the lag in seconds of sink " + runner->name() +
+                               " failed (the gauges show 0 s until it works): " + s.status().message());
+          }
         }
         for (const auto& [p, lag] : lags) runner->metrics().SetLag(p, lag, since.count(p) ? since[p] : 0.0);
         js["lag_events"] = total_lag;

@@ -383,7 +383,9 @@ void SinkRunner::ReadLoop() {
       }
     }
     const uint32_t batch_max = options_.engine.batch_max;
-    for (size_t n = (backlog.size() + kBacklogGroupMax - 1) / kBacklogGroupMax, i = 0; i < n; ++i) {
+    // At most batch_max partitions share one, so that each reads at least one event.
+    const size_t group_max = std::min<size_t>(kBacklogGroupMax, batch_max);
+    for (size_t n = (backlog.size() + group_max - 1) / group_max, i = 0; i < n; ++i) {
       const auto first = backlog.begin() + i * backlog.size() / n, last = backlog.begin() + (i + 1) * backlog.size() / n;
       const auto size = static_cast<uint32_t>(last - first);
       groups.push_back(Group{{first, last}, std::max<uint32_t>(1, batch_max / size)});

@@ -335,9 +335,37 @@ TEST_F(SinkRunnerUnitTest, ManyPartitionsWithAFewEventsEachAreReadSixteenToAStat
   }
   ASSERT_EQ(runner_->totals().applied, kMany * 6);
   // Each partition filled its share of 6: one more pass reads what is left
-  // of each (nothing), again 16 to a statement.
+  // of each (nothing), again 16 to a statement; then the reader sleeps
+  // until a wake-up.
+  const uint64_t expected = 2u * kMany / 16;
+  const auto settle = std::chrono::steady_clock::now() + 5s;
+  while (storage_->calls(MemoryStorage::Op::kReadAfter) < expected && std::chrono::steady_clock::now() < settle) {
+    std::this_thread::sleep_for(1ms);
+  }
   std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kReadAfter), 2u * kMany / 16);
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kReadAfter), expected);
+  runner_->Stop();
+  std::map<uint32_t, uint64_t> last;
+  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+}
+
+// engine.batch_max below the 16 partitions a statement may take: each
+// partition still reads at least one event per statement, and every event
+// arrives once, in order.
+TEST_F(SinkRunnerUnitTest, ABatchMaxSmallerThanTheGroupStillReadsEveryPartitionToTheEnd) {
+  constexpr uint32_t kMany = 10;
+  for (uint32_t p = 0; p < kMany; ++p) Append(p, 3);
+  SinkRunnerOptions o = Options(/*chunk=*/2, /*read_max=*/4);
+  o.partitions = kMany;
+  o.woken_per_partition = true;
+  o.engine.inflight_batches = 1;
+  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
+  ASSERT_TRUE(runner_->Start().ok());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (runner_->totals().applied < kMany * 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(runner_->totals().applied, kMany * 3);
   runner_->Stop();
   std::map<uint32_t, uint64_t> last;
   for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;

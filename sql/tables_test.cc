@@ -27,14 +27,14 @@ struct Stored {
   bool deleted;
 };
 
-// Appends the events to partition 0 of "account", in one transaction.
-void Append(EventLog& log, const std::vector<Stored>& events) {
-  auto append = log.NewAppend("account", 0);
+// Appends the events to a partition of "account" (0 unless given), in one transaction.
+void Append(EventLog& log, const std::vector<Stored>& events, uint32_t partition = 0) {
+  auto append = log.NewAppend("account", partition);
   std::vector<std::string> texts;
   texts.reserve(events.size() * 3);
   for (const Stored& s : events) {
     const std::string n = std::to_string(s.event_id);
-    texts.push_back("cmd-" + n);
+    texts.push_back("cmd-" + (partition == 0 ? "" : "p" + std::to_string(partition) + "-") + n);
     texts.push_back(R"({"n":)" + n + "}");
     texts.push_back(R"({"ok":)" + n + "}");
     NewEvent e;
@@ -154,12 +154,15 @@ TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {
 TEST_P(TablesContractTest, SecondsSinceCommitGivesTheAgeOfEachEventThatExistsInOneCall) {
   auto log = storage_->OpenEventLog();
   Fill(*log);
-  auto since = log->SecondsSinceCommit("account", {{0, 1}, {0, 99}, {1, 1}});  // 0/99 and 1/1 do not exist
+  Append(*log, {{1, "p1", 1, false}, {2, "p1", 2, false}}, 1);  // on the second server where there are two
+  auto since = log->SecondsSinceCommit("account", {{0, 1}, {0, 99}, {1, 2}});  // 0/99 does not exist
   ASSERT_TRUE(since.ok()) << since.status().ToString();
-  ASSERT_EQ(since->size(), 1u);
-  ASSERT_TRUE(since->count(0));
-  EXPECT_GE(since->at(0), 0.0);
-  EXPECT_LT(since->at(0), 3600.0);  // committed by Fill, moments ago
+  ASSERT_EQ(since->size(), 2u);
+  for (const uint32_t p : {0u, 1u}) {
+    ASSERT_TRUE(since->count(p)) << p;
+    EXPECT_GE(since->at(p), 0.0);
+    EXPECT_LT(since->at(p), 3600.0);  // committed moments ago
+  }
   auto none = log->SecondsSinceCommit("account", {});
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
