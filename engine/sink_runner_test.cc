@@ -177,6 +177,33 @@ class SinkRunnerUnitTest : public ::testing::Test {
     return false;
   }
 
+  // A runner woken per partition (as inside a SyncEngine) over `partitions`.
+  void StartWokenPerPartition(uint32_t partitions, uint32_t chunk, uint32_t read_max, uint32_t inflight) {
+    SinkRunnerOptions o = Options(chunk, read_max);
+    o.partitions = partitions;
+    o.woken_per_partition = true;
+    o.engine.inflight_batches = inflight;
+    runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
+    ASSERT_TRUE(runner_->Start().ok());
+  }
+
+  // Waits (without waking the runner) until `n` events are applied.
+  bool WaitApplied(uint64_t n) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (runner_->totals().applied < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+    return runner_->totals().applied == n;
+  }
+
+  // Checks that each partition's events were applied once, in order, from
+  // the first; the last event_id applied per partition.
+  std::map<uint32_t, uint64_t> EachPartitionInOrder() {
+    std::map<uint32_t, uint64_t> last;
+    for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+    return last;
+  }
+
   uint64_t Saved(uint32_t p) {
     const auto stored = storage_->Offsets("rec", kType);
     return stored.count(p) ? stored.at(p).event_id : 0;
@@ -324,16 +351,8 @@ TEST_F(SinkRunnerUnitTest, AGapIsCountedAndNeverSkipped) {
 TEST_F(SinkRunnerUnitTest, ManyPartitionsWithAFewEventsEachAreReadSixteenToAStatement) {
   constexpr uint32_t kMany = 64;
   for (uint32_t p = 0; p < kMany; ++p) Append(p, 6);  // batch_max 100 / 16 partitions = 6 each
-  SinkRunnerOptions o = Options(/*chunk=*/1000, /*read_max=*/100);
-  o.partitions = kMany;
-  o.woken_per_partition = true;
-  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
-  ASSERT_TRUE(runner_->Start().ok());
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (runner_->totals().applied < kMany * 6 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_EQ(runner_->totals().applied, kMany * 6);
+  StartWokenPerPartition(kMany, /*chunk=*/1000, /*read_max=*/100, /*inflight=*/4);
+  ASSERT_TRUE(WaitApplied(kMany * 6));
   // Each partition filled its share of 6: one more pass reads what is left
   // of each (nothing), again 16 to a statement; then the reader sleeps
   // until a wake-up.
@@ -345,8 +364,7 @@ TEST_F(SinkRunnerUnitTest, ManyPartitionsWithAFewEventsEachAreReadSixteenToAStat
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kReadAfter), expected);
   runner_->Stop();
-  std::map<uint32_t, uint64_t> last;
-  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+  EachPartitionInOrder();
 }
 
 // engine.batch_max below the 16 partitions a statement may take: each
@@ -355,20 +373,10 @@ TEST_F(SinkRunnerUnitTest, ManyPartitionsWithAFewEventsEachAreReadSixteenToAStat
 TEST_F(SinkRunnerUnitTest, ABatchMaxSmallerThanTheGroupStillReadsEveryPartitionToTheEnd) {
   constexpr uint32_t kMany = 10;
   for (uint32_t p = 0; p < kMany; ++p) Append(p, 3);
-  SinkRunnerOptions o = Options(/*chunk=*/2, /*read_max=*/4);
-  o.partitions = kMany;
-  o.woken_per_partition = true;
-  o.engine.inflight_batches = 1;
-  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
-  ASSERT_TRUE(runner_->Start().ok());
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (runner_->totals().applied < kMany * 3 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_EQ(runner_->totals().applied, kMany * 3);
+  StartWokenPerPartition(kMany, /*chunk=*/2, /*read_max=*/4, /*inflight=*/1);
+  ASSERT_TRUE(WaitApplied(kMany * 3));
   runner_->Stop();
-  std::map<uint32_t, uint64_t> last;
-  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
+  EachPartitionInOrder();
 }
 
 // One partition with a long backlog among partitions with a few events: the
@@ -378,12 +386,7 @@ TEST_F(SinkRunnerUnitTest, ALongBacklogBesideShortOnesIsReadToTheEndInOrder) {
   constexpr uint32_t kMany = 20;
   Append(0, 1000);
   for (uint32_t p = 1; p < kMany; ++p) Append(p, 3);
-  SinkRunnerOptions o = Options(/*chunk=*/40, /*read_max=*/50);
-  o.partitions = kMany;
-  o.woken_per_partition = true;
-  o.engine.inflight_batches = 2;
-  runner_ = std::make_unique<SinkRunner>(std::move(o), std::make_unique<ScriptedSink>(&script_));
-  ASSERT_TRUE(runner_->Start().ok());
+  StartWokenPerPartition(kMany, /*chunk=*/40, /*read_max=*/50, /*inflight=*/2);
   const uint64_t total = 1000 + (kMany - 1) * 3;
   const auto until = std::chrono::steady_clock::now() + 10s;
   uint64_t most_ahead = 0;
@@ -397,9 +400,7 @@ TEST_F(SinkRunnerUnitTest, ALongBacklogBesideShortOnesIsReadToTheEndInOrder) {
   // Read ahead: what the reader may queue (2 batches of 50) plus the batch
   // the applier holds (it takes a whole batch, and applies it in chunks).
   EXPECT_LE(most_ahead, 3u * 50);
-  std::map<uint32_t, uint64_t> last;
-  for (const auto& [p, id] : script_.applied) EXPECT_EQ(id, ++last[p]) << "partition " << p;
-  EXPECT_EQ(last[0], 1000u);
+  EXPECT_EQ(EachPartitionInOrder()[0], 1000u);
 }
 
 TEST_F(SinkRunnerUnitTest, AFailedOffsetSaveIsRetriedAtTheNextFlush) {
