@@ -1,10 +1,14 @@
 // sluice status, sluice verify, sluice deadletters: commands that work from
 // MySQL and the views alone (engine/operator.h returns what they found) and
 // the tables and text they print.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -93,28 +97,69 @@ void PrintStatus(const config::Config& cfg, const std::vector<engine::SinkStatus
   }
 }
 
-// A view's count of differences by kind, then the first 50 of them.
+// A view's count of differences by kind, then the first ones.
 void PrintViewCheck(const engine::ViewCheck& check, std::ostream& out) {
   if (!check.not_compared.empty()) {
     out << check.sink << ": not compared: " << check.not_compared << "\n";
     return;
   }
-  const auto& diffs = check.differences;
-  std::map<std::string_view, uint64_t> by_kind;
-  for (const auto& d : diffs) ++by_kind[connectors::DifferenceKindName(d.kind)];
+  const engine::DifferenceTally& diffs = check.differences;
   out << check.sink << ": " << check.checked << (check.history ? " events checked, " : " entities checked, ")
-      << diffs.size() << " differences";
-  for (const auto& [k, n] : by_kind) out << ", " << k << "=" << n;
+      << diffs.total << " differences";
+  for (const auto& [k, n] : diffs.by_kind) out << ", " << k << "=" << n;
   out << "\n";
-  size_t shown = 0;
-  for (const auto& d : diffs) {
-    if (++shown > 50) {
-      out << "  ... and " << diffs.size() - 50 << " more\n";
-      break;
-    }
+  for (const auto& d : diffs.listed) {
     out << "  " << connectors::DifferenceKindName(d.kind) << " " << d.entity_id << ": " << d.detail << "\n";
   }
+  if (diffs.total > diffs.listed.size()) out << "  ... and " << diffs.total - diffs.listed.size() << " more\n";
 }
+
+// verify's progress line on stderr, once a comparison has run 2 s: rewritten
+// in place on a terminal, else a line every 10 s (stdout keeps the report).
+class ProgressLine {
+ public:
+  ProgressLine() : tty_(isatty(STDERR_FILENO) != 0) {}
+  ~ProgressLine() { Done(); }
+
+  // Ends a line left open on the terminal, before a report is printed.
+  void Done() {
+    if (tty_ && shown_) std::cerr << "\n" << std::flush;
+    shown_ = false;
+  }
+
+  void operator()(const std::string& sink, const engine::CompareProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (sink != sink_) {
+      sink_ = sink;
+      start_ = now;
+      last_ = now;
+    }
+    if (now - start_ < std::chrono::seconds(2) || now - last_ < (tty_ ? std::chrono::milliseconds(250) : std::chrono::seconds(10))) {
+      return;
+    }
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    char line[256];
+    if (!p.scanning_view) {
+      std::snprintf(line, sizeof line, "verify %s: %llu entities compared, partition %u of %u, %.0f entities/s",
+                    sink.c_str(), static_cast<unsigned long long>(p.entities),
+                    std::min(p.partitions_done + 1, p.partitions), p.partitions,
+                    static_cast<double>(p.entities) / seconds);
+    } else {
+      std::snprintf(line, sizeof line, "verify %s: %llu entities compared; looking for rows storage does not know: %llu read",
+                    sink.c_str(), static_cast<unsigned long long>(p.entities),
+                    static_cast<unsigned long long>(p.view_ids));
+    }
+    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "   " : "\n") << std::flush;
+    shown_ = true;
+  }
+
+ private:
+  const bool tty_;
+  bool shown_ = false;
+  std::string sink_;
+  std::chrono::steady_clock::time_point start_, last_;
+};
 
 // verify --repair's lines for one view: what the first comparison found,
 // then (if the repair ran to its end) what now matches and what remains.
@@ -216,7 +261,12 @@ po::options_description VerifyOptions(const std::string&) {
   po::options_description desc(
       "usage: sluice verify --config FILE [--sink NAME] [--repair]\n\n"
       "Compares every view (or one) with main storage: missing, extra, version\n"
-      "mismatch and content mismatch. Exit 0 when every view matches, 1 otherwise.\n\n"
+      "mismatch and content mismatch; prints each view's count by kind and the first\n"
+      "50 differences. Exit 0 when every view matches, 1 otherwise.\n"
+      "Views of redis, mysql and elasticsearch sinks are compared 5,000 entities at a\n"
+      "time, in memory that does not grow with the view; the others (kafka, plugins,\n"
+      "views with code) hold the latest state of every entity. A comparison running\n"
+      "longer than 2 s shows a progress line on stderr.\n\n"
       "--repair then rewrites, in the views of redis, mysql and elasticsearch sinks,\n"
       "only the entities that differ, from their latest event in main storage\n"
       "(without a running process, or beside one), compares them again, and says\n"
@@ -238,8 +288,10 @@ int Verify(const Invocation& call) {
   std::optional<std::string> sink;
   if (vm.count("sink")) sink = vm["sink"].as<std::string>();
   Result<uint64_t> diffs = uint64_t{0};
+  ProgressLine progress;
   if (vm.count("repair")) {
-    const auto not_repairable = [&cfg](const engine::ViewCheck& check) {
+    const auto not_repairable = [&cfg, &progress](const engine::ViewCheck& check) {
+      progress.Done();
       PrintViewCheck(check, std::cout);
       if (!check.not_compared.empty()) return;
       const bool code = std::any_of(cfg->sinks.begin(), cfg->sinks.end(), [&](const config::SinkConfig& s) {
@@ -250,11 +302,17 @@ int Verify(const Invocation& call) {
                          : "a " + check.type + " sink cannot rewrite single entities")
                 << " (sluice verify reports its differences only)\n";
     };
-    diffs = engine::VerifyAndRepair(*cfg, sink, not_repairable,
-                                    [](const engine::RepairReport& r) { PrintRepairReport(r, std::cout); });
+    diffs = engine::VerifyAndRepair(
+        *cfg, sink, not_repairable,
+        [&progress](const engine::RepairReport& r) {
+          progress.Done();
+          PrintRepairReport(r, std::cout);
+        },
+        std::ref(progress));
   } else {
     std::vector<engine::ViewCheck> checks;
-    diffs = engine::Verify(*cfg, sink, checks);
+    diffs = engine::Verify(*cfg, sink, checks, std::ref(progress));
+    progress.Done();
     for (const engine::ViewCheck& check : checks) PrintViewCheck(check, std::cout);
   }
   if (!diffs.ok()) {

@@ -32,6 +32,11 @@ Status Sink::VerifyEntities(std::span<const EntitySnapshot>, std::vector<Differe
                             "`sluice verify --sink " + name() + "` compares the whole view");
 }
 
+Status Sink::ScanViewIds(size_t, const std::function<Status(std::span<const std::string>)>&) {
+  return FailedPrecondition("sink " + name() + " cannot list its entities (its type has no entity checks); "
+                            "`sluice verify --sink " + name() + "` compares the whole view");
+}
+
 ApplyResult Sink::Repair(std::span<const ChangeEvent>, RepairGuard guard) {
   return ApplyResult{FailedPrecondition("sink " + name() + " cannot " +
                                         (guard == RepairGuard::kAny ? "overwrite rows whatever their version"

@@ -236,6 +236,14 @@ class Sink {
   // an entity storage has no events for: any live row of it is extra. The
   // default refuses (FailedPrecondition).
   virtual Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences);
+  // Calls `each` with the entity ids of the view's live rows (keys,
+  // documents; not tombstones), at most `page` at a time, until the view is
+  // read or `each` fails: how a view is compared page by page without
+  // holding all of it (engine/view_compare.h). In no set order, and an id
+  // may come twice (Redis SCAN) or be missed if its row is written or
+  // removed meanwhile; rows present throughout are all given. The default
+  // refuses (FailedPrecondition); every sink with entity checks implements it.
+  virtual Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each);
   // Writes each event (the latest of its entity, from storage) under
   // `guard` instead of Apply()'s strictly-newer rule, with one result per
   // event: applied (written), stale (the guard kept the view's row) or

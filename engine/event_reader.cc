@@ -91,17 +91,18 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& l
 }
 
 Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, const std::string& type,
-                                                          uint32_t partitions) {
+                                                          uint32_t partitions, uint32_t page) {
+  page = std::max<uint32_t>(1, page);
   std::vector<connectors::EntitySnapshot> out;
   for (uint32_t p = 0; p < partitions; ++p) {
-    ASSIGN_OR_RETURN(auto rows, log.LatestAfter(type, p, "", 0));
-    for (auto& r : rows) {
-      connectors::EntitySnapshot s;
-      s.entity_id = std::move(r.entity_id);
-      s.version = r.version;
-      s.deleted = r.deleted;
-      s.state = std::move(r.state);
-      out.push_back(std::move(s));
+    std::string after;
+    for (;;) {
+      ASSIGN_OR_RETURN(auto rows, log.LatestAfter(type, p, after, page));
+      if (rows.empty()) break;
+      after = rows.back().entity_id;
+      const bool full = rows.size() >= page;
+      for (auto& r : rows) out.push_back(connectors::EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
+      if (!full) break;
     }
   }
   return out;

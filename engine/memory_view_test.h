@@ -1,18 +1,26 @@
 // A point view in memory for the engine's unit tests: what VerifyEntities
-// and Verify compare, Repair (and, when allowed, Apply) write. Used by
-// anti_entropy_test.cc and view_repair_test.cc; one thread at a time.
+// and Verify compare, Repair (and, when allowed, Apply) write, ScanViewIds
+// lists. Used by anti_entropy_test.cc, view_compare_test.cc and
+// view_repair_test.cc; one thread at a time. MemoryStorageViewTest adds
+// the event tables in memory it is compared with.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "connectors/sink.h"
+#include "core/partitioner.h"
+#include "sql/memory_tables.h"
 
 namespace sluice::engine {
 
@@ -28,6 +36,8 @@ class MemoryView : public connectors::Sink {
   std::vector<connectors::RepairGuard> repair_guards;  // the guard of each Repair call
   std::map<std::string, std::string> refuse;            // id -> reason
   int verify_calls = 0;
+  int scan_pages = 0;
+  size_t largest_check = 0;  // the most entities one VerifyEntities call was given
   bool overwrite = false;      // capabilities().overwrite: Repair(kAny) allowed
   bool apply_allowed = false;  // the anti-entropy never calls Apply; a repair re-applies with it
 
@@ -67,6 +77,7 @@ class MemoryView : public connectors::Sink {
                         std::vector<connectors::Difference>& out) override {
     using Kind = connectors::Difference::Kind;
     ++verify_calls;
+    largest_check = std::max(largest_check, truth.size());
     for (const connectors::EntitySnapshot& s : truth) {
       const auto it = rows.find(s.entity_id);
       const bool live = it != rows.end() && !it->second.deleted;
@@ -81,6 +92,19 @@ class MemoryView : public connectors::Sink {
       } else if (it->second.state != s.state) {
         out.emplace_back(Kind::kContentMismatch, s.entity_id, "content", view);
       }
+    }
+    return Status::Ok();
+  }
+
+  // The live rows' ids, `page` at a time; scan_pages counts the calls.
+  Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string>)>& each) override {
+    std::vector<std::string> ids;
+    for (const auto& [id, row] : rows) {
+      if (!row.deleted) ids.push_back(id);
+    }
+    for (size_t begin = 0; begin < ids.size(); begin += page) {
+      ++scan_pages;
+      RETURN_IF_ERROR(each(std::span<const std::string>(ids).subspan(begin, std::min(page, ids.size() - begin))));
     }
     return Status::Ok();
   }
@@ -118,6 +142,47 @@ class MemoryView : public connectors::Sink {
   }
 
   std::string name_ = "memory";
+};
+
+// A MemoryView of sink "cache" on entity type "account" and the in-memory
+// event tables it is compared with.
+class MemoryStorageViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sink_.name = "cache";
+    sink_.entity = "account";
+  }
+
+  // Stores the next version of each of `ids` (deleting the entity when
+  // `deleted`), one append per partition.
+  void Store(const std::vector<std::string>& ids, bool deleted = false) {
+    std::map<uint32_t, std::unique_ptr<sql::EventAppend>> appends;
+    std::vector<std::string> texts;
+    texts.reserve(ids.size() * 2);  // NewEvent points into them
+    for (const std::string& id : ids) {
+      const uint32_t p = PartitionOf(id, partitions_);
+      auto& append = appends[p];
+      if (!append) append = log_->NewAppend("account", p);
+      sql::NewEvent e;
+      e.event_id = ++heads_[p];
+      e.entity_id = id;
+      e.version = ++versions_[id];
+      e.command_id = texts.emplace_back("c" + std::to_string(p) + "-" + std::to_string(e.event_id));
+      e.command_name = "put";
+      e.deleted = deleted;
+      if (!deleted) e.state = texts.emplace_back(R"({"v":)" + std::to_string(e.version) + "}");
+      ASSERT_TRUE(append->TryAdd(e, SIZE_MAX));
+    }
+    for (auto& [p, append] : appends) ASSERT_TRUE(log_->Append(*append).ok());
+  }
+
+  uint32_t partitions_ = 2;
+  std::map<uint32_t, uint64_t> heads_;
+  std::map<std::string, uint64_t> versions_;
+  std::shared_ptr<sql::MemoryStorage> storage_ = sql::MemoryStorage::Create();
+  std::unique_ptr<sql::EventLog> log_ = storage_->OpenEventLog();
+  config::SinkConfig sink_;
+  MemoryView view_;
 };
 
 }  // namespace sluice::engine

@@ -164,7 +164,7 @@ Result<std::vector<SinkStatus>> ReadStatus(const config::Config& config, std::ve
 }
 
 Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink,
-                        std::vector<ViewCheck>& checks) {
+                        std::vector<ViewCheck>& checks, const VerifyProgress& progress) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   const auto events = storage->OpenEventLog();
@@ -179,23 +179,45 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
                             "` recomputes it from the events"});
       continue;
     }
+    const uint32_t partitions = config.entities.at(s.entity).partitions;
     ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
-    const bool log = view->capabilities().verifies_history;
-    auto& truth = truth_by_type[s.entity];
-    std::vector<connectors::ChangeEvent> history;
-    if (log) {
-      ASSIGN_OR_RETURN(history, ReadHistory(*events, s.entity, config.entities.at(s.entity).partitions, 10000,
-                                            view->capabilities().full_events));
-    } else if (truth.empty()) {
-      ASSIGN_OR_RETURN(truth, ReadTruth(*events, s.entity, config.entities.at(s.entity).partitions));
-    }
+    const connectors::Capabilities caps = view->capabilities();
+    ViewCheck check{s.name, s.type, caps.verifies_history, 0, {}, {}};
     RETURN_IF_ERROR(view->Open().WithContext("sink " + s.name));
-    std::vector<connectors::Difference> diffs;
-    Status st = log ? view->VerifyHistory(history, diffs) : view->Verify(truth, diffs);
+    Status st = Status::Ok();
+    if (caps.entity_checks) {
+      CompareOptions options;
+      if (progress) options.progress = [&](const CompareProgress& p) { progress(s.name, p); };
+      Result<uint64_t> checked = CompareByPages(*events, *view, s.entity, partitions, options,
+                                                [&check](std::vector<connectors::Difference>& found) {
+                                                  check.differences.Add(found);
+                                                  return Status::Ok();
+                                                });
+      if (checked.ok()) check.checked = *checked;
+      st = checked.status();
+    } else {
+      std::vector<connectors::Difference> found;
+      if (caps.verifies_history) {
+        Result<std::vector<connectors::ChangeEvent>> history =
+            ReadHistory(*events, s.entity, partitions, 10000, caps.full_events);
+        st = history.ok() ? view->VerifyHistory(*history, found) : history.status();
+        if (history.ok()) check.checked = history->size();
+      } else {
+        auto& truth = truth_by_type[s.entity];
+        if (truth.empty()) {
+          Result<std::vector<connectors::EntitySnapshot>> read = ReadTruth(*events, s.entity, partitions);
+          if (read.ok()) truth = std::move(*read);
+          st = read.status();
+        }
+        if (st.ok()) st = view->Verify(truth, found);
+        check.checked = truth.size();
+      }
+      check.differences.Add(found);
+    }
     view->Close();
     RETURN_IF_ERROR(st.WithContext("sink " + s.name));
-    total += diffs.size();
-    checks.push_back({s.name, s.type, log, log ? history.size() : truth.size(), std::move(diffs), {}});
+    total += check.differences.total;
+    checks.push_back(std::move(check));
   }
   return total;
 }
@@ -335,7 +357,8 @@ Result<uint64_t> DiscardDeadLetters(sql::Storage& storage, const config::Config&
 
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
                                  const std::function<void(const ViewCheck&)>& not_repairable,
-                                 const std::function<void(const RepairReport&)>& repaired) {
+                                 const std::function<void(const RepairReport&)>& repaired,
+                                 const VerifyProgress& progress) {
   RETURN_IF_ERROR(CheckSinkName(config, sink));
   ASSIGN_OR_RETURN(auto storage, OpenStorage(config));
   const auto events = storage->OpenEventLog();
@@ -347,7 +370,7 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     ASSIGN_OR_RETURN(auto view, connectors::MakeSink(s, config));
     if (!view->capabilities().entity_checks) {
       std::vector<ViewCheck> checks;
-      ASSIGN_OR_RETURN(const uint64_t diffs, Verify(config, s.name, checks));
+      ASSIGN_OR_RETURN(const uint64_t diffs, Verify(config, s.name, checks, progress));
       for (const ViewCheck& check : checks) not_repairable(check);
       remaining += diffs;
       continue;
@@ -356,7 +379,10 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     RepairReport report;
     const uint32_t partitions = config.entities.at(s.entity).partitions;
     const auto barrier = barriers.ForType(s.entity, partitions);
-    const Status st = RepairView(*events, *view, s, partitions, [&barrier] { return barrier->Wait(); }, report);
+    CompareOptions options;
+    if (progress) options.progress = [&](const CompareProgress& p) { progress(s.name, p); };
+    const Status st =
+        RepairView(*events, *view, s, partitions, [&barrier] { return barrier->Wait(); }, report, options);
     view->Close();
     repaired(report);
     RETURN_IF_ERROR(st.WithContext("sink " + s.name));

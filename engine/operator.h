@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
+#include "engine/view_compare.h"
 #include "engine/view_repair.h"
 #include "sql/tables.h"
 
@@ -72,17 +73,22 @@ struct ViewCheck {
   std::string type;              // the sink's type
   bool history = false;          // a log sink: `checked` counts events, else entities
   uint64_t checked = 0;
-  std::vector<connectors::Difference> differences;
+  DifferenceTally differences;  // counted by kind, the first ones listed
   // Why the view was not compared (an aggregate view has no row per entity:
   // `rebuild` recomputes it); empty when it was.
   std::string not_compared;
 };
 
+// Hears where the comparison of a sink's view stands (a progress line).
+using VerifyProgress = std::function<void(const std::string& sink, const CompareProgress&)>;
+
 // Compares every view (or only `sink`) with main storage, appending one
 // ViewCheck per view to `checks` as each is done (so that on an error the
 // views already compared are there). Returns the number of differences.
+// Views with entity checks are compared page by page, in bounded memory
+// (engine/view_compare.h); `progress` hears each page of those.
 Result<uint64_t> Verify(const config::Config& config, const std::optional<std::string>& sink,
-                        std::vector<ViewCheck>& checks);
+                        std::vector<ViewCheck>& checks, const VerifyProgress& progress = {});
 
 // `sluice verify --repair`: compares like Verify, then rewrites in each view
 // (or only `sink`) the entities that differ from their latest event in main
@@ -93,7 +99,8 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
 // that remain.
 Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::optional<std::string>& sink,
                                  const std::function<void(const ViewCheck&)>& not_repairable,
-                                 const std::function<void(const RepairReport&)>& repaired);
+                                 const std::function<void(const RepairReport&)>& repaired,
+                                 const VerifyProgress& progress = {});
 
 // The dead letters a retry or discard acts on: the one with `id`, else the
 // unresolved ones of `sink`, else (neither) every unresolved one.

@@ -67,27 +67,14 @@ ChangeEvent Removal(const std::string& type, uint32_t partitions, const std::str
   return e;
 }
 
-}  // namespace
-
-Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
-                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& summary) {
+// Steps 2 to 4 of the repair (view_repair.h) for the entities of one page
+// that differ; adds to `summary`.
+Status RepairEntities(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
+                      uint32_t partitions, const std::function<Status()>& barrier, const std::set<std::string>& ids,
+                      RepairReport& summary) {
+  if (ids.empty()) return Status::Ok();
   const std::string& type = sink.entity;
-  summary.sink = sink.name;
-  ASSIGN_OR_RETURN(auto truth, ReadTruth(storage, type, partitions));
-  std::vector<Difference> found;
-  RETURN_IF_ERROR(view.Verify(truth, found));
-  summary.checked = truth.size();
-  summary.found = found.size();
-  for (const auto& d : found) ++summary.found_by_kind[std::string(connectors::DifferenceKindName(d.kind))];
-  summary.compared = true;
-  std::set<std::string> ids;
-  for (const auto& d : found) ids.insert(d.entity_id);
-  summary.differing = ids.size();
-  if (ids.empty()) {
-    summary.finished = true;
-    return Status::Ok();
-  }
-
+  summary.differing += ids.size();
   // Step 2: the differing entities again, as they are now.
   ASSIGN_OR_RETURN(auto latest, LatestOf(storage, type, partitions, ids));
   RETURN_IF_ERROR(barrier().WithContext("durability barrier"));
@@ -171,7 +158,7 @@ Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::
   RETURN_IF_ERROR(view.VerifyEntities(SnapshotsOf(ids, final_latest), remaining));
   std::set<std::string> remaining_ids;
   for (const Difference& d : remaining) remaining_ids.insert(d.entity_id);
-  summary.remaining = remaining_ids.size();
+  summary.remaining += remaining_ids.size();
   std::set<std::string> reported;
   for (const Difference& d : remaining) {
     if (!reported.insert(d.entity_id).second) continue;
@@ -182,6 +169,35 @@ Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::
                                            : "it changed while it was repaired (is an engine applying events to this "
                                              "view?): run `sluice verify --repair` again"});
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
+                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& summary,
+                  const CompareOptions& options) {
+  summary.sink = sink.name;
+  CompareOptions paged = options;
+  paged.progress = [&summary, &options](const CompareProgress& p) {
+    summary.checked = p.entities;
+    if (options.progress) options.progress(p);
+  };
+  // Each page's differences are repaired before the next page is read: the
+  // memory held is a page's, however large the view.
+  ASSIGN_OR_RETURN(summary.checked,
+                   CompareByPages(storage, view, sink.entity, partitions, paged,
+                                  [&](std::vector<Difference>& found) -> Status {
+                                    summary.compared = true;
+                                    summary.found += found.size();
+                                    for (const auto& d : found) {
+                                      ++summary.found_by_kind[std::string(connectors::DifferenceKindName(d.kind))];
+                                    }
+                                    std::set<std::string> ids;
+                                    for (const auto& d : found) ids.insert(d.entity_id);
+                                    return RepairEntities(storage, view, sink, partitions, barrier, ids, summary);
+                                  }));
+  summary.compared = true;
   summary.finished = true;
   return Status::Ok();
 }

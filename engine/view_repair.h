@@ -2,8 +2,9 @@
 // (docs/operations.md, "Repairing a view"). Works without a running engine,
 // and beside one.
 //
-//   1. Compares the whole view with main storage (Sink::Verify), as
-//      `sluice verify` does.
+//   1. Compares the view with main storage a page at a time, as `sluice
+//      verify` does (engine/view_compare.h); steps 2 to 4 run on each page's
+//      differences before the next page is read, so memory stays bounded.
 //   2. For the entities that differ: reads their latest events again, waits
 //      for the durability barrier, and compares them once more one by one
 //      (Sink::VerifyEntities, which also says which version the view holds):
@@ -37,6 +38,7 @@
 #include "config/config.h"
 #include "connectors/sink.h"
 #include "core/status.h"
+#include "engine/view_compare.h"
 #include "sql/tables.h"
 
 namespace sluice::engine {
@@ -69,6 +71,7 @@ struct RepairReport {
 // reading main storage through `storage`; `barrier` is waited for after
 // every read whose events go to the view. Fills `report` as it goes.
 Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::SinkConfig& sink,
-                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& report);
+                  uint32_t partitions, const std::function<Status()>& barrier, RepairReport& report,
+                  const CompareOptions& options = {});
 
 }  // namespace sluice::engine

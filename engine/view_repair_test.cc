@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "core/partitioner.h"
 #include "engine/memory_view_test.h"
 #include "sql/memory_tables.h"
 
@@ -20,42 +19,12 @@ namespace {
 
 using sql::MemoryStorage;
 
-class ViewRepairTest : public ::testing::Test {
+class ViewRepairTest : public MemoryStorageViewTest {
  protected:
-  void SetUp() override { sink_.name = "cache"; sink_.entity = "account"; }
-
-  // Stores the next version of each of `ids`, one append per partition.
-  void Store(const std::vector<std::string>& ids) {
-    std::map<uint32_t, std::unique_ptr<sql::EventAppend>> appends;
-    std::vector<std::string> texts;
-    texts.reserve(ids.size() * 2);  // NewEvent points into them
-    for (const std::string& id : ids) {
-      const uint32_t p = PartitionOf(id, partitions_);
-      auto& append = appends[p];
-      if (!append) append = log_->NewAppend("account", p);
-      sql::NewEvent e;
-      e.event_id = ++heads_[p];
-      e.entity_id = id;
-      e.version = ++versions_[id];
-      e.command_id = texts.emplace_back("c" + std::to_string(p) + "-" + std::to_string(e.event_id));
-      e.command_name = "put";
-      e.state = texts.emplace_back(R"({"v":)" + std::to_string(e.version) + "}");
-      ASSERT_TRUE(append->TryAdd(e, SIZE_MAX));
-    }
-    for (auto& [p, append] : appends) ASSERT_TRUE(log_->Append(*append).ok());
-  }
-
   Status Repair(RepairReport& report) {
     return RepairView(*log_, view_, sink_, partitions_, [this] { ++barriers_; return Status::Ok(); }, report);
   }
 
-  uint32_t partitions_ = 2;
-  std::map<uint32_t, uint64_t> heads_;
-  std::map<std::string, uint64_t> versions_;
-  std::shared_ptr<MemoryStorage> storage_ = MemoryStorage::Create();
-  std::unique_ptr<sql::EventLog> log_ = storage_->OpenEventLog();
-  config::SinkConfig sink_;
-  MemoryView view_;
   int barriers_ = 0;
 };
 
@@ -109,6 +78,33 @@ TEST_F(ViewRepairTest, AViewAheadOfStorageIsOverwrittenOnlyWhenTheSinkCan) {
   EXPECT_EQ(view_.rows.count("x"), 0u);
   EXPECT_EQ(view_.rows["a"].version, 2u);
   EXPECT_EQ(view_.rows["b"].version, 1u);
+}
+
+TEST_F(ViewRepairTest, ARepairRewritesEachPageBeforeReadingTheNext) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back("e" + std::to_string(i));
+  Store(ids);
+  view_.rows["ghost"] = {2, false, "{}"};  // storage has no events for it
+  view_.overwrite = true;
+  view_.apply_allowed = true;
+  RepairReport report;
+  CompareOptions options;
+  options.page = 4;
+  ASSERT_TRUE(
+      RepairView(*log_, view_, sink_, partitions_, [this] { ++barriers_; return Status::Ok(); }, report, options).ok());
+  EXPECT_EQ(report.checked, 30u);
+  EXPECT_EQ(report.found, 31u);
+  EXPECT_EQ(report.differing, 31u);
+  EXPECT_EQ(report.rewritten, 31u);
+  EXPECT_EQ(report.remaining, 0u);
+  EXPECT_TRUE(report.finished);
+  EXPECT_EQ(view_.rows.size(), 30u);
+  EXPECT_EQ(view_.rows.count("ghost"), 0u);
+  // Repaired a page at a time: never more than a page in one write, and a
+  // barrier per page that differed.
+  for (const auto& call : view_.repair_calls) EXPECT_LE(call.size(), 4u);
+  EXPECT_GE(barriers_, 30 / 4);
+  EXPECT_LE(view_.largest_check, 4u);
 }
 
 }  // namespace

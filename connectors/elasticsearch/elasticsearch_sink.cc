@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -160,6 +162,13 @@ class ElasticsearchSink final : public Sink {
   }
 
   void Close() override { client_->Disconnect(); }
+
+  // After a _refresh, so that every document written before the call is seen.
+  Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) override {
+    RETURN_IF_ERROR(Open());
+    RETURN_IF_ERROR(Refresh());
+    return ScrollLiveIds(page, each);
+  }
 
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
     RETURN_IF_ERROR(Open());
@@ -379,8 +388,7 @@ class ElasticsearchSink final : public Sink {
   // with a scroll only when the count says there are some.
   Status FindExtras(const std::unordered_set<std::string_view>& known, size_t live_in_view,
                     std::vector<Difference>& differences) {
-    ASSIGN_OR_RETURN(HttpResponse refreshed, Send("POST", index_path_ + "/_refresh"));
-    if (refreshed.status != 200) return HttpError(refreshed, "_refresh");
+    RETURN_IF_ERROR(Refresh());
     const std::string query = R"({"query":)" + std::string(kLiveQuery) + "}";
     ASSIGN_OR_RETURN(HttpResponse counted, Send("POST", index_path_ + "/_count", query));
     if (counted.status != 200) return HttpError(counted, "_count");
@@ -389,19 +397,37 @@ class ElasticsearchSink final : public Sink {
       return Internal(where_ + ": the _count response has no count");
     }
     if (count["count"].get<uint64_t>() <= live_in_view) return Status::Ok();
+    return ScrollLiveIds(kScrollPage, [&](std::span<const std::string> ids) -> Status {
+      for (const std::string& id : ids) {
+        if (!known.contains(id)) {
+          differences.push_back({Difference::Kind::kExtra, id, "the view has a document of no entity in storage"});
+        }
+      }
+      return Status::Ok();
+    });
+  }
 
-    std::string body = R"({"size":)" + std::to_string(kScrollPage) + R"(,"_source":false,"sort":["_doc"],"query":)" +
-                       std::string(kLiveQuery) + "}";
-    ASSIGN_OR_RETURN(HttpResponse page,
+  Status Refresh() {
+    ASSIGN_OR_RETURN(HttpResponse refreshed, Send("POST", index_path_ + "/_refresh"));
+    if (refreshed.status != 200) return HttpError(refreshed, "_refresh");
+    return Status::Ok();
+  }
+
+  // The ids of the live documents, `page` per scroll page.
+  Status ScrollLiveIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) {
+    std::string body = R"({"size":)" + std::to_string(std::max<size_t>(1, page)) +
+                       R"(,"_source":false,"sort":["_doc"],"query":)" + std::string(kLiveQuery) + "}";
+    ASSIGN_OR_RETURN(HttpResponse reply,
                      Send("POST", index_path_ + "/_search?scroll=1m&filter_path=_scroll_id,hits.hits._id", body));
     std::string scroll_id;
+    std::vector<std::string> ids;
     Status st = Status::Ok();
     for (;;) {
-      if (page.status != 200) {
-        st = HttpError(page, "scrolling the index");
+      if (reply.status != 200) {
+        st = HttpError(reply, "scrolling the index");
         break;
       }
-      const Json doc = ParseJsonOrDiscarded(page.body);
+      const Json doc = ParseJsonOrDiscarded(reply.body);
       if (!doc.is_object()) {
         st = Internal(where_ + ": a scroll response is not JSON");
         break;
@@ -409,19 +435,19 @@ class ElasticsearchSink final : public Sink {
       scroll_id = doc.value("_scroll_id", "");
       const Json* hits = doc.contains("hits") && doc["hits"].contains("hits") ? &doc["hits"]["hits"] : nullptr;
       if (hits == nullptr || !hits->is_array() || hits->empty()) break;
-      for (const Json& hit : *hits) {
-        const std::string id = hit.value("_id", "");
-        if (!known.contains(id)) {
-          differences.push_back({Difference::Kind::kExtra, id, "the view has a document of no entity in storage"});
-        }
-      }
-      if (scroll_id.empty()) break;
+      ids.clear();
+      for (const Json& hit : *hits) ids.push_back(hit.value("_id", ""));
+      st = each(ids);
+      if (!st.ok() || scroll_id.empty()) break;
       std::string next = R"({"scroll":"1m","scroll_id":)";
       AppendJsonString(next, scroll_id);
       next += "}";
       Result<HttpResponse> r = Send("POST", "/_search/scroll?filter_path=_scroll_id,hits.hits._id", next);
-      if (!r.ok()) return r.status();
-      page = std::move(*r);
+      if (!r.ok()) {
+        st = r.status();
+        break;
+      }
+      reply = std::move(*r);
     }
     if (!scroll_id.empty()) {
       std::string clear = R"({"scroll_id":)";

@@ -6,8 +6,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -255,6 +258,30 @@ TEST_F(ElasticsearchSinkTest, VerifyReportsEachKindOfDifference) {
                                                             {"gone", Difference::Kind::kExtra},
                                                             {"absent", Difference::Kind::kMissing},
                                                             {"stray", Difference::Kind::kExtra}}));
+}
+
+// verify's second pass lists the live documents a scroll page at a time,
+// tombstones left out.
+TEST_F(ElasticsearchSinkTest, ScanViewIdsGivesEveryLiveDocumentInBoundedPages) {
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  std::vector<ChangeEvent> events;
+  for (int i = 0; i < 12; ++i) events.push_back(Event("d" + std::to_string(i), 1, R"({"n":1})"));
+  events.push_back(Event("d5", 2, "", true));
+  ApplyResult r = sink->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  std::multiset<std::string> seen;
+  size_t largest = 0;
+  const Status st = sink->ScanViewIds(5, [&](std::span<const std::string> ids) {
+    largest = std::max(largest, ids.size());
+    seen.insert(ids.begin(), ids.end());
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_LE(largest, 5u);
+  EXPECT_EQ(seen.size(), 11u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 11u);
+  EXPECT_EQ(seen.count("d5"), 0u);
 }
 
 // The concrete indices the name resolves to (itself, or an alias's indices).

@@ -115,6 +115,7 @@ class MysqlSink final : public Sink {
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
   Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
+  Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) override;
   ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
   Status PromoteRebuildShadow() override;
@@ -170,6 +171,7 @@ class MysqlSink final : public Sink {
   std::string repair_suffix_not_older_;  // the same, guarded by >= (Repair kNotOlder)
   std::string repair_suffix_any_;        // the same, unguarded (Repair kAny)
   std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
+  std::string live_ids_select_;  // SELECT id FROM t WHERE _deleted=0
   // Lane 0: also the connection of Open, Health, Verify and the rebuild.
   std::unique_ptr<sql::Connection> conn_;
   // Lanes 1..connections-1; null after a failed rollback, reopened by EnsureOpen.

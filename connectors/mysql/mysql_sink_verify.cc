@@ -132,6 +132,30 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   return Status::Ok();
 }
 
+// Keyset pages over the primary key: each statement reads at most `page` rows.
+Status MysqlSink::ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) {
+  RETURN_IF_ERROR(EnsureOpen());
+  page = std::max<size_t>(1, page);
+  std::vector<std::string> ids;
+  for (;;) {
+    std::string q = live_ids_select_;
+    if (!ids.empty()) {
+      q += " AND `id` > ";
+      conn_->AppendQuoted(q, ids.back());
+    }
+    q += " ORDER BY `id` LIMIT " + std::to_string(page);
+    auto rows = conn_->Query(q);
+    if (!rows.ok()) return Fail(rows.status(), "reading the view's ids");
+    if (rows->empty()) return Status::Ok();
+    ids.clear();
+    for (sql::Row& row : *rows) {
+      if (!row.empty() && row[0]) ids.push_back(std::move(*row[0]));
+    }
+    RETURN_IF_ERROR(each(ids));
+    if (rows->size() < page || ids.empty()) return Status::Ok();
+  }
+}
+
 Status MysqlSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
   RETURN_IF_ERROR(EnsureOpen());
   for (size_t begin = 0; begin < truth.size(); begin += kVerifyChunkRows) {

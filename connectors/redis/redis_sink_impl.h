@@ -6,7 +6,7 @@
 //                          reads, the connection and its commands, Health
 //   redis_sink_apply.cc    Apply and Repair: the batch through the version
 //                          check script (version_check.lua)
-//   redis_sink_verify.cc   Verify (the whole view) and VerifyEntities
+//   redis_sink_verify.cc   Verify (the whole view), VerifyEntities and ScanViewIds
 //   redis_sink_rebuild.cc  the rebuild shadow: clearing it, switching it in
 //
 // Threads: as every Sink, one thread at a time per instance (see sink.h).
@@ -114,6 +114,7 @@ class RedisSink final : public Sink {
 
   // redis_sink_verify.cc
   Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
+  Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
 
   // redis_sink_rebuild.cc

@@ -1,5 +1,6 @@
 // Verify (the whole view against storage, then the keys storage does not
-// know) and VerifyEntities (value and tombstone of given entities).
+// know), VerifyEntities (value and tombstone of given entities) and
+// ScanViewIds (the ids of the view's value keys).
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -38,6 +39,33 @@ Status RedisSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vec
   } catch (const std::exception& e) {
     DropConnections();
     return Internal(where_ + ": verify: " + e.what());
+  }
+}
+
+Status RedisSink::ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) {
+  SigpipeGuard guard;
+  page = std::max<size_t>(1, page);
+  std::vector<std::string> ids;
+  const auto give = [&](size_t keep) -> Status {
+    while (ids.size() > keep) {
+      const size_t n = std::min(page, ids.size());
+      RETURN_IF_ERROR(each(std::span<const std::string>(ids).first(n)));
+      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    return Status::Ok();
+  };
+  try {
+    RETURN_IF_ERROR(ScanKeys(keys_.ScanPattern(), [&](const std::vector<std::string>& keys) -> Status {
+      for (const std::string& key : keys) {
+        if (key.ends_with(kTombstoneSuffix)) continue;
+        if (std::optional<std::string_view> id = keys_.IdOf(key)) ids.emplace_back(*id);
+      }
+      return give(page - 1);
+    }));
+    return give(0);
+  } catch (const std::exception& e) {
+    DropConnections();
+    return Internal(where_ + ": scanning the view: " + e.what());
   }
 }
 
@@ -300,13 +328,11 @@ Status RedisSink::FindExtraKeys(const std::vector<EntitySnapshot>& truth, std::v
   known.reserve(truth.size());
   for (const auto& s : truth) known.insert(s.entity_id);
   std::unordered_set<std::string> reported;
-  return ScanKeys(keys_.ScanPattern(), [&](const std::vector<std::string>& page) -> Status {
-    for (const std::string& key : page) {
-      if (key.ends_with(kTombstoneSuffix)) continue;
-      std::optional<std::string_view> id = keys_.IdOf(key);
-      if (!id || known.contains(*id) || !reported.emplace(*id).second) continue;
-      differences.push_back({Difference::Kind::kExtra, std::string(*id),
-                             "the view has key '" + key + "' of an entity storage has no events for"});
+  return ScanViewIds(kVerifyChunk, [&](std::span<const std::string> ids) -> Status {
+    for (const std::string& id : ids) {
+      if (known.contains(id) || !reported.emplace(id).second) continue;
+      differences.push_back({Difference::Kind::kExtra, id,
+                             "the view has key '" + keys_.Key(id) + "' of an entity storage has no events for"});
     }
     return Status::Ok();
   });

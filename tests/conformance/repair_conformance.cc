@@ -1,12 +1,13 @@
 // The conformance tests of entity checks and repairs (connectors/sink.h:
-// VerifyEntities, Repair), which the engine's anti-entropy and
-// `sluice verify --repair` rely on. Every point-view connector runs them;
+// VerifyEntities, ScanViewIds, Repair), which the engine's anti-entropy,
+// `sluice verify` and `sluice verify --repair` rely on. Every point-view connector runs them;
 // one whose capabilities do not claim the feature must refuse it with an
 // error instead (the example plugin: no entity checks; elasticsearch: no
 // overwrite), and that refusal is what the test checks for it.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -82,6 +83,27 @@ TEST_P(PointViewConformance, EntityChecksCompareOnlyTheGivenEntitiesAndSayWhichV
   ASSERT_EQ(diffs.size(), 1u);
   EXPECT_EQ(diffs[0].kind, Difference::Kind::kExtra);
   EXPECT_EQ(diffs[0].view_version, std::optional<uint64_t>(1));
+}
+
+TEST_P(PointViewConformance, ScanViewIdsListsEveryLiveEntityAndNoTombstone) {
+  auto sink = OpenSink();
+  ASSERT_TRUE(sink);
+  const auto collect = [&sink](size_t page, std::set<std::string>& seen) {
+    return sink->ScanViewIds(page, [&seen, page](std::span<const std::string> ids) {
+      EXPECT_LE(ids.size(), page);
+      seen.insert(ids.begin(), ids.end());
+      return Status::Ok();
+    });
+  };
+  std::set<std::string> seen;
+  if (!sink->capabilities().entity_checks) {
+    EXPECT_FALSE(collect(10, seen).ok()) << "a sink without the entity_checks capability must refuse ScanViewIds";
+    return;
+  }
+  ASSERT_EQ(Apply(*sink, {Put("a", 1, 1), Put("b", 2, 2), Put("c", 1, 1), Del("c", 2), Put("d", 1, 1)}), "AAAAA");
+  const Status st = collect(2, seen);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(seen, (std::set<std::string>{"a", "b", "d"}));
 }
 
 TEST_P(PointViewConformance, RepairNotOlderRewritesTheSameVersionButNeverAnOlderOne) {
