@@ -90,10 +90,10 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& l
   return ToChangeEvents(std::move(rows), type, partition);
 }
 
-Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, const std::string& type,
-                                                          uint32_t partitions, uint32_t page) {
+Status ForEachLatestPage(sql::EventLog& log, const std::string& type, uint32_t partitions, uint32_t page,
+                         const std::function<Status(uint32_t, std::vector<connectors::EntitySnapshot>&)>& each) {
   page = std::max<uint32_t>(1, page);
-  std::vector<connectors::EntitySnapshot> out;
+  std::vector<connectors::EntitySnapshot> snapshots;
   for (uint32_t p = 0; p < partitions; ++p) {
     std::string after;
     for (;;) {
@@ -101,10 +101,25 @@ Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, co
       if (rows.empty()) break;
       after = rows.back().entity_id;
       const bool full = rows.size() >= page;
-      for (auto& r : rows) out.push_back(connectors::EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
+      snapshots.clear();
+      for (auto& r : rows) {
+        snapshots.push_back(connectors::EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
+      }
+      RETURN_IF_ERROR(each(p, snapshots));
       if (!full) break;
     }
   }
+  return Status::Ok();
+}
+
+Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, const std::string& type,
+                                                          uint32_t partitions, uint32_t page) {
+  std::vector<connectors::EntitySnapshot> out;
+  RETURN_IF_ERROR(ForEachLatestPage(log, type, partitions, page,
+                                    [&out](uint32_t, std::vector<connectors::EntitySnapshot>& snapshots) {
+                                      std::move(snapshots.begin(), snapshots.end(), std::back_inserter(out));
+                                      return Status::Ok();
+                                    }));
   return out;
 }
 

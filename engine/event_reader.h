@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -63,6 +64,12 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsAfter(sql::EventLog
 // without events has no entry. In entity_id order.
 Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& log, const std::string& type,
                                                                 uint32_t partition, const std::vector<std::string>& ids);
+
+// Walks the latest event of every entity of the type, partition by partition
+// and in entity_id order within one, `page` entities per statement: `each`
+// gets each page's snapshots (it may move from them) and its partition.
+Status ForEachLatestPage(sql::EventLog& log, const std::string& type, uint32_t partitions, uint32_t page,
+                         const std::function<Status(uint32_t partition, std::vector<connectors::EntitySnapshot>& page)>& each);
 
 // The latest event of every entity of the type (all partitions), `page`
 // entities per statement so that each statement stays short however large

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/partitioner.h"
+#include "engine/event_reader.h"
 
 namespace sluice::engine {
 
@@ -27,27 +28,18 @@ namespace {
 Result<uint64_t> CompareStorageSide(sql::EventLog& log, connectors::Sink& view, const std::string& type,
                                     uint32_t partitions, const CompareOptions& options, const PageDifferences& on_page,
                                     CompareProgress& progress) {
-  const uint32_t page = std::max<uint32_t>(1, options.page);
-  std::vector<EntitySnapshot> snapshots;
   std::vector<Difference> found;
-  for (uint32_t p = 0; p < partitions; ++p) {
-    std::string after;
-    for (;;) {
-      ASSIGN_OR_RETURN(auto rows, log.LatestAfter(type, p, after, page));
-      if (rows.empty()) break;
-      after = rows.back().entity_id;
-      const bool full = rows.size() >= page;
-      snapshots.clear();
-      for (auto& r : rows) snapshots.push_back(EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
-      found.clear();
-      RETURN_IF_ERROR(view.VerifyEntities(snapshots, found));
-      RETURN_IF_ERROR(on_page(found));
-      progress.entities += snapshots.size();
-      if (options.progress) options.progress(progress);
-      if (!full) break;
-    }
-    progress.partitions_done = p + 1;
-  }
+  RETURN_IF_ERROR(ForEachLatestPage(log, type, partitions, options.page,
+                                    [&](uint32_t partition, std::vector<EntitySnapshot>& snapshots) -> Status {
+                                      progress.partitions_done = partition;
+                                      found.clear();
+                                      RETURN_IF_ERROR(view.VerifyEntities(snapshots, found));
+                                      RETURN_IF_ERROR(on_page(found));
+                                      progress.entities += snapshots.size();
+                                      if (options.progress) options.progress(progress);
+                                      return Status::Ok();
+                                    }));
+  progress.partitions_done = partitions;
   return progress.entities;
 }
 

@@ -21,8 +21,8 @@ using sql::MemoryStorage;
 
 class ViewRepairTest : public MemoryStorageViewTest {
  protected:
-  Status Repair(RepairReport& report) {
-    return RepairView(*log_, view_, sink_, partitions_, [this] { ++barriers_; return Status::Ok(); }, report);
+  Status Repair(RepairReport& report, const CompareOptions& options = {}) {
+    return RepairView(*log_, view_, sink_, partitions_, [this] { ++barriers_; return Status::Ok(); }, report, options);
   }
 
   int barriers_ = 0;
@@ -90,8 +90,7 @@ TEST_F(ViewRepairTest, ARepairRewritesEachPageBeforeReadingTheNext) {
   RepairReport report;
   CompareOptions options;
   options.page = 4;
-  ASSERT_TRUE(
-      RepairView(*log_, view_, sink_, partitions_, [this] { ++barriers_; return Status::Ok(); }, report, options).ok());
+  ASSERT_TRUE(Repair(report, options).ok());
   EXPECT_EQ(report.checked, 30u);
   EXPECT_EQ(report.found, 31u);
   EXPECT_EQ(report.differing, 31u);
