@@ -4,6 +4,7 @@
 //
 // Exit codes: 0 the run finished and verified its result, 1 it failed or
 // its result did not verify, 2 a bad command line.
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -76,7 +77,8 @@ modes:
               segments' bytes (from `sluice archive status --json`)
   rebuild     run `sluice rebuild --config FILE --sink NAME` against the process already
               running FILE (its admin endpoint), timed until it exits; events = every
-              partition's head; CPU of --watch processes (give the running sluice)
+              partition's head; CPU of --watch processes (give the running sluice), and the
+              memory of the one watched as sluice=PID (VmRSS every 100 ms, peak; VmHWM)
   history     GET /v1/entities/<type>/<id>/events (pages followed) of --sample entities of
               the backlog (--run-id, --entities, --versions as loaded) from the writer at
               --url, one keep-alive connection; every history must be the backlog's, whole
@@ -85,7 +87,8 @@ modes:
 
 The backlog modes (load, direct, redis_raw, mysql_raw) regenerate the same events from
 --run-id, --entities and --versions: give them the same values. Modes that write a view
-finish with `sluice verify --config FILE --sink NAME` (needs --sluice) unless --no-verify.
+finish with `sluice verify --config FILE --sink NAME` (needs --sluice) unless --no-verify;
+its time (verify_s) and its own peak RSS (verify_rss_mib, the child's ru_maxrss) are reported.
 
 options)";
 
@@ -241,11 +244,14 @@ bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vec
   const auto start = Clock::now();
   Result<int> code = 0;
   uint64_t attempts = 0;
+  long max_rss_kib = 0;  // the verify child's own peak RSS (ru_maxrss), the highest of the attempts
   {
     ProgressLine progress("sluice verify " + sink, [](double) { return std::string("running"); });
     for (;;) {
       ++attempts;
-      code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path);
+      rusage usage{};
+      code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink}, a.log_path, &usage);
+      max_rss_kib = std::max(max_rss_kib, usage.ru_maxrss);
       if (!code.ok() || *code == 0 || std::chrono::duration<double>(Clock::now() - start).count() >= settle_seconds) {
         break;
       }
@@ -254,6 +260,7 @@ bool VerifySink(const Args& a, const std::string& sink, Report& report, std::vec
   }
   report.Add("verify_attempts", attempts);
   report.Add("verify_s", std::chrono::duration<double>(Clock::now() - start).count(), 1);
+  report.Add("verify_rss_mib", static_cast<double>(max_rss_kib) / 1024.0, 1);
   if (!code.ok()) {
     problems.push_back("cannot run sluice verify: " + code.status().message());
     return false;
@@ -275,6 +282,14 @@ void AddRate(Report& report, uint64_t events, double seconds) {
   report.Add("events", events);
   report.Add("seconds", seconds, 2);
   report.Add("rate", seconds > 0 ? static_cast<double>(events) / seconds : 0.0, 0);
+}
+
+// The memory of the sluice process(es) a run watched: the highest VmRSS
+// sampled, VmHWM at the end, samples taken.
+void AddMemory(Report& report, uint64_t rss_peak_kib, uint64_t hwm_kib, uint64_t samples) {
+  report.Add("rss_peak_mib", static_cast<double>(rss_peak_kib) / 1024.0, 1);
+  report.Add("hwm_mib", static_cast<double>(hwm_kib) / 1024.0, 1);
+  report.Add("rss_samples", samples);
 }
 
 void AddCpu(Report& report, const std::vector<std::pair<std::string, std::string>>& cpu) {
@@ -358,9 +373,7 @@ int Run(const Args& a) {
       AddRate(report, r->events, r->seconds);
       report.Add("first_visible_s", r->first_visible_seconds, 2);
       report.Add("offsets_s", r->offsets_seconds, 2);
-      report.Add("rss_peak_mib", static_cast<double>(r->rss_peak_kib) / 1024.0, 1);
-      report.Add("hwm_mib", static_cast<double>(r->hwm_kib) / 1024.0, 1);
-      report.Add("rss_samples", r->rss_samples);
+      AddMemory(report, r->rss_peak_kib, r->hwm_kib, r->rss_samples);
       report.Add("applied", r->applied);
       report.Add("stale", r->stale);
       report.Add("dead_lettered", r->dead_lettered);
@@ -522,6 +535,7 @@ int Run(const Args& a) {
       } else {
         report.Add("sink", sink->name + "(" + sink->type + ")");
         AddRate(report, r->events, r->seconds);
+        if (r->rss_samples > 0) AddMemory(report, r->rss_peak_kib, r->hwm_kib, r->rss_samples);
         AddCpu(report, r->cpu);
         verified = VerifySink(a, sink->name, report, problems);
       }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "bench/bench_common.h"
@@ -150,16 +151,30 @@ Result<RebuildBenchResult> RunRebuild(const config::Config& config, const Archiv
   }
   std::cerr << "[engine_bench] sluice rebuild --sink " << o.sink << " (output in " << o.log_path << ")\n";
   CpuWatch cpu = Watching(o);
+  std::vector<pid_t> engines;  // the running sluice, which does the rebuild
+  for (const auto& [name, pid] : o.watch) {
+    if (name == "sluice") engines.push_back(pid);
+  }
+  std::optional<MemorySampler> memory;
+  if (!engines.empty()) memory.emplace(std::move(engines), std::chrono::milliseconds(100));
   const CpuWatch::Sample cpu_start = cpu.Take();
   const auto started = Clock::now();
   {
-    ProgressLine progress("sluice rebuild " + o.sink, [](double) { return std::string("running"); });
+    ProgressLine progress("sluice rebuild " + o.sink, [&](double) {
+      return memory ? "running, RSS " + std::to_string(memory->now_kib() / 1024) + " MiB" : std::string("running");
+    });
     ASSIGN_OR_RETURN(int code, RunProgram({o.sluice_binary, "rebuild", "--config", o.config_path, "--sink", o.sink},
                                           o.log_path));
     if (code != 0) return Internal("sluice rebuild exited " + std::to_string(code) + " (log: " + o.log_path + ")");
   }
   r.seconds = SecondsSince(started);
   r.cpu = cpu.Compare(cpu_start, cpu.Take(), r.events);
+  if (memory) {
+    memory->Stop();
+    r.rss_peak_kib = memory->peak_kib();
+    r.hwm_kib = memory->hwm_kib();
+    r.rss_samples = memory->samples();
+  }
   return r;
 }
 

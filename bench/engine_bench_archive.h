@@ -20,7 +20,8 @@
 // RunRebuild: `sluice rebuild --config F --sink S` against the process
 // already running F (its admin endpoint), timed until it exits 0; the
 // events replayed are every partition's head (the backlog's event_ids are
-// dense); CPU of the --watch processes (the running sluice, the servers).
+// dense); CPU of the --watch processes (the running sluice, the servers);
+// the memory of the --watch processes named "sluice" meanwhile.
 //
 // RunHistory: `GET /v1/entities/<type>/<id>/events?limit=1000` (pages
 // followed) for `sample` entities of the backlog spread evenly over it, on
@@ -77,6 +78,11 @@ Result<ArchiveBenchResult> RunArchive(const config::Config& config, const Archiv
 struct RebuildBenchResult {
   uint64_t events = 0;  // every partition's head
   double seconds = 0;
+  // The --watch processes named "sluice" together (the running process that
+  // does the rebuild), as the drain reports its engines: the highest VmRSS
+  // sampled every 100 ms over the rebuild, VmHWM at its end (since that
+  // process started), samples taken (0: no "sluice" watched).
+  uint64_t rss_peak_kib = 0, hwm_kib = 0, rss_samples = 0;
   std::vector<std::pair<std::string, std::string>> cpu;  // CpuWatch::Compare over the rebuild, per event
 };
 

@@ -21,18 +21,6 @@ namespace sluice::bench {
 
 namespace {
 
-// The engines' memory together (VmRSS and VmHWM summed); nullopt when one cannot be read.
-std::optional<MemoryKib> SumMemory(const std::vector<std::unique_ptr<ChildProcess>>& children) {
-  MemoryKib sum{};
-  for (const auto& c : children) {
-    const auto m = ReadMemory(c->pid());
-    if (!m) return std::nullopt;
-    sum.rss += m->rss;
-    sum.hwm += m->hwm;
-  }
-  return sum;
-}
-
 struct LastEvent {
   std::string entity_id;
   uint64_t version = 0;
@@ -280,8 +268,12 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
   }
   for (const auto& [name, pid] : options.watch) cpu.Watch(name, pid);
   const CpuWatch::Sample cpu_start = cpu.Take();
+  // The engines' memory together.
+  std::vector<pid_t> pids;
+  for (const auto& c : children) pids.push_back(c->pid());
+  MemorySampler memory(std::move(pids), std::chrono::milliseconds(options.rss_interval_ms));
 
-  std::atomic<uint64_t> offsets_sum{0}, rss_now{0}, partitions_done{0};
+  std::atomic<uint64_t> offsets_sum{0}, partitions_done{0};
   auto fail = [&](Status st) -> Result<DrainResult> {
     for (auto& c : children) c->Terminate();
     return st;
@@ -296,9 +288,8 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
       last_t = t;
       return WithCommas(sum) + "/" + WithCommas(total) + " events by the flushed offsets (" +
              WithCommas(static_cast<uint64_t>(rate)) + "/s), " + std::to_string(partitions_done.load()) + "/" +
-             std::to_string(partitions) + " partitions done, RSS " + std::to_string(rss_now.load() / 1024) + " MiB";
+             std::to_string(partitions) + " partitions done, RSS " + std::to_string(memory.now_kib() / 1024) + " MiB";
     });
-    auto next_rss = Clock::now();
     auto next_offsets = Clock::now() + std::chrono::seconds(1);
     bool seen_any = false;
     std::vector<uint32_t> pending;  // partitions whose last event the view does not show yet
@@ -312,14 +303,6 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
         }
       }
       const auto now = Clock::now();
-      if (now >= next_rss) {
-        if (auto m = SumMemory(children)) {
-          r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
-          rss_now = m->rss;
-          ++r.rss_samples;
-        }
-        next_rss += std::chrono::milliseconds(options.rss_interval_ms);
-      }
       if (now >= next_offsets) {
         auto o = ReadOffsets(*conn, sink);
         if (o.ok()) offsets_sum = o->event_sum;
@@ -378,10 +361,10 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
       if (Since(t0) > r.seconds + 30) return fail(Unavailable("the flushed offsets did not reach the heads in 30 s"));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (auto m = SumMemory(children)) {
-      r.hwm_kib = m->hwm;
-      r.rss_peak_kib = std::max(r.rss_peak_kib, m->rss);
-    }
+    memory.Stop();
+    r.rss_peak_kib = memory.peak_kib();
+    r.hwm_kib = memory.hwm_kib();
+    r.rss_samples = memory.samples();
   }
   for (auto& c : children) {
     r.exit_code = c->Terminate();

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -73,7 +74,7 @@ ChildProcess::~ChildProcess() {
 bool ChildProcess::Running() {
   if (exit_code_) return false;
   int status = 0;
-  const pid_t r = waitpid(pid_, &status, WNOHANG);
+  const pid_t r = wait4(pid_, &status, WNOHANG, &usage_);
   if (r == pid_) {
     exit_code_ = ExitCodeOf(status);
     return false;
@@ -84,7 +85,7 @@ bool ChildProcess::Running() {
 int ChildProcess::Wait() {
   if (exit_code_) return *exit_code_;
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0) {
+  while (wait4(pid_, &status, 0, &usage_) < 0) {
     if (errno != EINTR) return 255;
   }
   exit_code_ = ExitCodeOf(status);
@@ -105,9 +106,11 @@ int ChildProcess::Terminate(std::chrono::milliseconds patience) {
   return *exit_code_;
 }
 
-Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path) {
+Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path, rusage* usage) {
   ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(argv, log_path));
-  return child->Wait();
+  const int code = child->Wait();
+  if (usage) *usage = child->usage();
+  return code;
 }
 
 std::optional<MemoryKib> ReadMemory(pid_t pid) {
@@ -129,6 +132,44 @@ std::optional<MemoryKib> ReadMemory(pid_t pid) {
   }
   if (!seen) return std::nullopt;
   return m;
+}
+
+MemorySampler::MemorySampler(std::vector<pid_t> pids, std::chrono::milliseconds interval) : pids_(std::move(pids)) {
+  Sample(false);
+  thread_ = std::thread([this, interval] {
+    std::unique_lock lock(mu_);
+    for (auto next = std::chrono::steady_clock::now() + interval;; next += interval) {
+      if (cv_.wait_until(lock, next, [this] { return stop_; })) return;
+      Sample(false);
+    }
+  });
+}
+
+MemorySampler::~MemorySampler() { Stop(); }
+
+void MemorySampler::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  Sample(true);
+}
+
+void MemorySampler::Sample(bool hwm) {
+  MemoryKib sum{};
+  for (const pid_t pid : pids_) {
+    const auto m = ReadMemory(pid);
+    if (!m) return;
+    sum.rss += m->rss;
+    sum.hwm += m->hwm;
+  }
+  now_kib_ = sum.rss;
+  peak_kib_ = std::max(peak_kib_.load(), sum.rss);
+  ++samples_;
+  if (hwm) hwm_kib_ = sum.hwm;
 }
 
 void RedisConn::ReplyFree::operator()(redisReply* r) const { freeReplyObject(r); }

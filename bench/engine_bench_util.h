@@ -7,8 +7,10 @@
 // are safe from any thread.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -82,16 +84,20 @@ class ChildProcess {
   int Terminate(std::chrono::milliseconds patience = std::chrono::seconds(30));
   // Waits for the child to exit by itself; its exit code (128+signal if killed).
   int Wait();
+  // The resources the child used (wait4), once it has been reaped; zeros before.
+  const rusage& usage() const { return usage_; }
 
  private:
   explicit ChildProcess(pid_t pid) : pid_(pid) {}
   pid_t pid_;
   std::optional<int> exit_code_;
+  rusage usage_{};
 };
 
 // Runs a program to completion with its output appended to log_path; the
-// exit code (or 128+signal), or an error when it cannot be started.
-Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path);
+// exit code (or 128+signal), or an error when it cannot be started. With
+// `usage`, also what that child alone used (ru_maxrss: its peak RSS in KiB).
+Result<int> RunProgram(const std::vector<std::string>& argv, const std::string& log_path, rusage* usage = nullptr);
 
 // VmRSS and VmHWM of a process, in KiB, from /proc/PID/status.
 struct MemoryKib {
@@ -99,6 +105,41 @@ struct MemoryKib {
   uint64_t hwm = 0;
 };
 std::optional<MemoryKib> ReadMemory(pid_t pid);
+
+// The memory of some processes taken together while a benchmark runs: their
+// VmRSS summed, sampled every `interval` on a thread of its own, and their
+// VmHWM summed at Stop(). A sample in which one of them cannot be read (it
+// has exited) is skipped.
+// Threads: construct, Stop() and the accessors other than now_kib() on one
+// thread; now_kib() from any (a progress line).
+class MemorySampler {
+ public:
+  // Takes the first sample before returning.
+  MemorySampler(std::vector<pid_t> pids, std::chrono::milliseconds interval);
+  // Stop().
+  ~MemorySampler();
+  MemorySampler(const MemorySampler&) = delete;
+  MemorySampler& operator=(const MemorySampler&) = delete;
+
+  // Ends the sampling with one last sample of VmRSS and of VmHWM; idempotent.
+  void Stop();
+  uint64_t now_kib() const { return now_kib_.load(); }  // the latest sample
+  uint64_t peak_kib() const { return peak_kib_.load(); }  // the highest sample
+  uint64_t hwm_kib() const { return hwm_kib_; }  // after Stop(): the VmHWM sum (0 when unreadable)
+  uint64_t samples() const { return samples_.load(); }
+
+ private:
+  // One sample; with `hwm`, also the VmHWM sum.
+  void Sample(bool hwm);
+
+  const std::vector<pid_t> pids_;
+  std::atomic<uint64_t> now_kib_{0}, peak_kib_{0}, samples_{0};
+  uint64_t hwm_kib_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 // A blocking hiredis connection (no AUTH beyond a password, db via SELECT).
 class RedisConn {
