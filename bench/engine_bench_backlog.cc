@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -173,13 +174,18 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
   r.seconds = SecondsSince(start);
   r.rows = rows_done.load();
   r.statements = statements.load();
+  // One statement per table reads all of it: at 10,000,000 rows that takes
+  // longer than the configured io_timeout.
+  sql::ConnectParams patient = mysql;
+  patient.io_timeout = std::chrono::minutes(30);
+  ASSIGN_OR_RETURN(auto checker, sql::Connection::Open(patient));
   std::atomic<uint32_t> checked{0};
   ProgressLine progress("load check", [&](double) {
     return std::to_string(checked.load()) + "/" + std::to_string(spec.partitions) +
            " event tables checked (event_ids and versions dense)";
   });
   for (uint32_t p = 0; p < spec.partitions; ++p, ++checked) {
-    ASSIGN_OR_RETURN(auto problems, CheckEventTable(*admin, sql::EventTableName(spec.type, p), spec.run_id + "-",
+    ASSIGN_OR_RETURN(auto problems, CheckEventTable(*checker, sql::EventTableName(spec.type, p), spec.run_id + "-",
                                                     backlog.PartitionEvents(p)));
     r.problems.insert(r.problems.end(), problems.begin(), problems.end());
   }

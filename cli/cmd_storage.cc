@@ -130,9 +130,11 @@ class ProgressLine {
   void operator()(const std::string& sink, const engine::CompareProgress& p) {
     const auto now = std::chrono::steady_clock::now();
     if (sink != sink_) {
+      Done();
       sink_ = sink;
       start_ = now;
       last_ = now;
+      base_ = p.entities;  // the rate counts from here
     }
     if (now - start_ < std::chrono::seconds(2) || now - last_ < (tty_ ? std::chrono::milliseconds(250) : std::chrono::seconds(10))) {
       return;
@@ -144,13 +146,15 @@ class ProgressLine {
       std::snprintf(line, sizeof line, "verify %s: %llu entities compared, partition %u of %u, %.0f entities/s",
                     sink.c_str(), static_cast<unsigned long long>(p.entities),
                     std::min(p.partitions_done + 1, p.partitions), p.partitions,
-                    static_cast<double>(p.entities) / seconds);
+                    static_cast<double>(p.entities - base_) / seconds);
     } else {
       std::snprintf(line, sizeof line, "verify %s: %llu entities compared; looking for rows storage does not know: %llu read",
                     sink.c_str(), static_cast<unsigned long long>(p.entities),
                     static_cast<unsigned long long>(p.view_ids));
     }
-    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "   " : "\n") << std::flush;
+    // On a terminal: back to the line's start, the line, then clear what a
+    // longer line before it left.
+    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\033[K" : "\n") << std::flush;
     shown_ = true;
   }
 
@@ -159,6 +163,7 @@ class ProgressLine {
   bool shown_ = false;
   std::string sink_;
   std::chrono::steady_clock::time_point start_, last_;
+  uint64_t base_ = 0;
 };
 
 // verify --repair's lines for one view: what the first comparison found,
@@ -167,8 +172,8 @@ void PrintRepairReport(const engine::RepairReport& r, std::ostream& out) {
   if (!r.compared) return;
   out << r.sink << ": " << r.checked << " entities checked, " << r.found << " differences";
   for (const auto& [k, n] : r.found_by_kind) out << ", " << k << "=" << n;
-  out << "\n";
-  if (!r.finished || r.differing == 0) return;
+  out << (r.finished ? "" : " (so far: the repair stopped; the error follows)") << "\n";
+  if (r.differing == 0) return;
   out << r.sink << ": " << r.differing - r.remaining << " of " << r.differing << " differing entities now match ("
       << r.rewritten << " rewritten from main storage), " << r.remaining << " remain\n";
   for (const auto& left : r.left) out << "  " << left.kind << " " << left.entity_id << ": " << left.detail << "; " << left.why << "\n";

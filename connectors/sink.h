@@ -112,6 +112,8 @@ struct Capabilities {
   // Repair(kAny) works: the sink can safely overwrite a row whatever version
   // it holds, and remove an entity's row and tombstone.
   bool overwrite = false;
+  // ScanViewIds may give an id more than once (Redis SCAN).
+  bool scan_repeats = false;
   // Apply() needs each event's request, response and state before
   // (ChangeEvent): the sink runs view code, or is a plugin that asked for them.
   bool full_events = false;

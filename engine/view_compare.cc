@@ -48,8 +48,9 @@ Status CompareViewSide(sql::EventLog& log, connectors::Sink& view, const std::st
                        const CompareOptions& options, const PageDifferences& on_page, CompareProgress& progress) {
   progress.scanning_view = true;
   if (options.progress) options.progress(progress);
-  // A scan may give an id twice (Redis SCAN); each extra is reported once.
-  // Only extras are remembered: as many as the differences found.
+  // A scan that may give an id twice (Redis SCAN) reports each extra once
+  // by remembering the extras: as many as the differences found.
+  const bool repeats = view.capabilities().scan_repeats;
   std::unordered_set<std::string> reported;
   const size_t page = std::max<uint32_t>(1, options.page);
   std::vector<Difference> found;
@@ -71,7 +72,9 @@ Status CompareViewSide(sql::EventLog& log, connectors::Sink& view, const std::st
     }
     found.clear();
     if (!unknown.empty()) RETURN_IF_ERROR(view.VerifyEntities(unknown, found));
-    for (const Difference& d : found) reported.insert(d.entity_id);
+    if (repeats) {
+      for (const Difference& d : found) reported.insert(d.entity_id);
+    }
     RETURN_IF_ERROR(on_page(found));
     if (options.progress) options.progress(progress);
     return Status::Ok();

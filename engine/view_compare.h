@@ -16,13 +16,16 @@
 //      deleted snapshot of version 0, which also gives the sink's own words
 //      and confirms the row is still there) and are extra.
 //
-// An entity whose first event commits between the two passes is in neither:
-// lag is not a difference. `on_page` hears each page's differences (maybe
+// An entity whose first event commits between the two passes is in neither
+// (a view that lags behind such an entity is not said to hold an extra). `on_page` hears each page's differences (maybe
 // none) as they are found, so a caller can repair them before the next page.
 //
 // Other sinks (kafka, plugins, views with code) compare the whole truth at
-// once (Sink::Verify, Sink::VerifyHistory): CompareWhole reads it in pages
-// but holds it all.
+// once (Sink::Verify, Sink::VerifyHistory): ReadTruth and ReadHistory read
+// it in bounded statements, but it is all held.
+//
+// Memory: a page, plus, for a sink whose scan may give an id twice
+// (capabilities().scan_repeats: Redis SCAN), the ids of the extras found.
 //
 // Threads: one caller; `view` must be open and is called from it alone.
 #pragma once

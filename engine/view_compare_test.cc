@@ -95,6 +95,11 @@ TEST_F(ViewCompareTest, AMatchingViewHasNoDifferences) {
 // A view whose scan repeats ids (as Redis SCAN may).
 class RepeatingView : public MemoryView {
  public:
+  connectors::Capabilities capabilities() const override {
+    connectors::Capabilities c = MemoryView::capabilities();
+    c.scan_repeats = true;
+    return c;
+  }
   Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string>)>& each) override {
     RETURN_IF_ERROR(MemoryView::ScanViewIds(page, each));
     return MemoryView::ScanViewIds(page, each);
@@ -158,6 +163,20 @@ TEST_F(ViewCompareTest, ProgressCountsEntitiesThenViewIds) {
   EXPECT_EQ(heard.back().partitions_done, 2u);
   EXPECT_TRUE(heard.back().scanning_view);
   EXPECT_EQ(heard.back().view_ids, 10u);
+}
+
+TEST_F(ViewCompareTest, AFailingPageStopsTheComparisonWithItsError) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back("e" + std::to_string(i));
+  Store(ids);
+  int pages = 0;
+  const auto checked = CompareByPages(*log_, view_, "account", partitions_, CompareOptions{.page = 2, .progress = {}},
+                                      [&pages](std::vector<Difference>&) {
+                                        return ++pages == 2 ? Unavailable("the view went away") : Status::Ok();
+                                      });
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.status().message(), "the view went away");
+  EXPECT_EQ(pages, 2);
 }
 
 TEST_F(ViewCompareTest, ASinkWithoutEntityChecksIsRefused) {

@@ -74,7 +74,6 @@ Status RepairEntities(sql::EventLog& storage, connectors::Sink& view, const conf
                       RepairReport& summary) {
   if (ids.empty()) return Status::Ok();
   const std::string& type = sink.entity;
-  summary.differing += ids.size();
   // Step 2: the differing entities again, as they are now.
   ASSIGN_OR_RETURN(auto latest, LatestOf(storage, type, partitions, ids));
   RETURN_IF_ERROR(barrier().WithContext("durability barrier"));
@@ -158,6 +157,7 @@ Status RepairEntities(sql::EventLog& storage, connectors::Sink& view, const conf
   RETURN_IF_ERROR(view.VerifyEntities(SnapshotsOf(ids, final_latest), remaining));
   std::set<std::string> remaining_ids;
   for (const Difference& d : remaining) remaining_ids.insert(d.entity_id);
+  summary.differing += ids.size();
   summary.remaining += remaining_ids.size();
   std::set<std::string> reported;
   for (const Difference& d : remaining) {

@@ -50,8 +50,12 @@ struct RepairReport {
   uint64_t checked = 0;  // entities of the type in storage
   uint64_t found = 0;    // differences the first comparison found
   std::map<std::string, uint64_t> found_by_kind;  // DifferenceKindName -> count
-  bool compared = false;  // the first comparison ran (checked, found, found_by_kind are set)
-  bool finished = false;  // the repair ran to its end (the fields below are set)
+  // A page was compared: checked, found and found_by_kind count what was
+  // compared so far (all of the view once finished).
+  bool compared = false;
+  // The repair ran to its end. Before that (an error), the fields below
+  // count the pages repaired so far, rewritten also a page cut short.
+  bool finished = false;
   uint64_t differing = 0;  // entities the first comparison found different
   uint64_t rewritten = 0;  // entities written by the repair (each at most once, plus re-applies)
   uint64_t remaining = 0;  // entities still different at the end

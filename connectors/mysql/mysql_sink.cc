@@ -92,7 +92,7 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
   verify_select_ = "SELECT `id`, `_version`, `_deleted`";
   for (const auto& c : cols) verify_select_ += ", " + c;
   verify_select_ += " FROM " + table;
-  live_ids_select_ = "SELECT `id` FROM " + table + " WHERE `_deleted`=0";
+  ids_select_ = "SELECT `id`, `_deleted` FROM " + table;
 }
 
 Status MysqlSink::Fail(const Status& status, std::string_view doing) const {

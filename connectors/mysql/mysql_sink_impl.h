@@ -171,7 +171,7 @@ class MysqlSink final : public Sink {
   std::string repair_suffix_not_older_;  // the same, guarded by >= (Repair kNotOlder)
   std::string repair_suffix_any_;        // the same, unguarded (Repair kAny)
   std::string verify_select_;   // SELECT id, _version, _deleted, columns FROM t
-  std::string live_ids_select_;  // SELECT id FROM t WHERE _deleted=0
+  std::string ids_select_;       // SELECT id, _deleted FROM t
   // Lane 0: also the connection of Open, Health, Verify and the rebuild.
   std::unique_ptr<sql::Connection> conn_;
   // Lanes 1..connections-1; null after a failed rollback, reopened by EnsureOpen.

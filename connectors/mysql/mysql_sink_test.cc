@@ -506,7 +506,9 @@ TEST_F(MysqlSinkTest, ScanViewIdsGivesEveryLiveRowOnceInBoundedPages) {
   ASSERT_TRUE(sink);
   std::vector<ChangeEvent> events;
   for (int i = 0; i < 25; ++i) events.push_back(Put("r" + std::to_string(i), 1, R"({"name":"n"})"));
-  events.push_back(Del("r3", 2));
+  // In id order r0 r1 r10 r11 | r12 r13 r14 r15 | ...: the second page of
+  // 4 rows holds tombstones only, and the scan goes on past it.
+  for (const char* id : {"r3", "r10", "r11", "r12", "r13", "r14", "r15"}) events.push_back(Del(id, 2));
   ASSERT_TRUE(sink->Apply(events).status.ok());
   std::vector<std::string> seen;
   size_t largest = 0;
@@ -517,7 +519,7 @@ TEST_F(MysqlSinkTest, ScanViewIdsGivesEveryLiveRowOnceInBoundedPages) {
   });
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_LE(largest, 4u);
-  EXPECT_EQ(seen.size(), 24u);
+  EXPECT_EQ(seen.size(), 18u);
   EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
   EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());
   EXPECT_EQ(std::find(seen.begin(), seen.end(), "r3"), seen.end());

@@ -243,6 +243,13 @@ Result<std::vector<RedisConnection*>> RedisCluster::Masters(std::vector<std::str
   return out;
 }
 
+Result<std::vector<std::pair<std::string, uint16_t>>> RedisCluster::MasterAddresses() {
+  if (!has_map()) RETURN_IF_ERROR(Refresh());
+  std::vector<std::pair<std::string, uint16_t>> out;
+  for (size_t m : masters_) out.emplace_back(nodes_[m].host, nodes_[m].port);
+  return out;
+}
+
 std::string RedisCluster::NameOf(const RedisConnection* c) const {
   for (const Node& n : nodes_) {
     if (n.conn.get() == c) return Name(n.host, n.port);

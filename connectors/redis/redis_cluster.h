@@ -75,6 +75,8 @@ class RedisCluster {
   Result<RedisConnection*> At(const std::string& host, uint16_t port);
   // Every master of the map, connected; their "host:port" in *names.
   Result<std::vector<RedisConnection*>> Masters(std::vector<std::string>* names = nullptr);
+  // The address of every master of the map (learning it first if need be).
+  Result<std::vector<std::pair<std::string, uint16_t>>> MasterAddresses();
   // "host:port" of the node behind a connection this class made.
   std::string NameOf(const RedisConnection* c) const;
 

@@ -49,6 +49,7 @@ Capabilities RedisSink::capabilities() const {
   Capabilities c;
   c.can_push = true;
   c.entity_checks = true;
+  c.scan_repeats = true;
   c.overwrite = true;
   return c;
 }
@@ -326,31 +327,40 @@ Result<RedisConnection*> RedisSink::ServerFor(std::string_view key) {
 // Calls page(keys) for every page of SCAN MATCH pattern, on every server (a key may come
 // twice, as SCAN promises only that a key present throughout comes once).
 Status RedisSink::ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page) {
-  ASSIGN_OR_RETURN(std::vector<RedisConnection*> servers, Servers());
-  for (RedisConnection* server : servers) RETURN_IF_ERROR(ScanServer(*server, pattern, page));
-  return Status::Ok();
-}
-
-Status RedisSink::ScanServer(RedisConnection& server, const std::string& pattern,
-                             const std::function<Status(const std::vector<std::string>&)>& page) {
-  std::string cursor = "0";
+  if (!connected()) RETURN_IF_ERROR(Connect());
+  std::vector<std::pair<std::string, uint16_t>> servers = {{"", 0}};  // a single server: conn_
+  if (cluster_) {
+    Result<std::vector<std::pair<std::string, uint16_t>>> masters = cluster_->MasterAddresses();
+    if (!masters.ok()) return ConnectionLost(masters.status());
+    servers = std::move(*masters);
+  }
   std::vector<std::string> keys;
-  do {
-    Result<ReplyPtr> reply = RunOn(server, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-    if (!reply.ok()) return ConnectionLost(reply.status());
-    const redisReply& r = **reply;
-    if (r.type == REDIS_REPLY_ERROR) return ServerError("SCAN", ReplyText(r));
-    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[0]->type != REDIS_REPLY_STRING ||
-        r.element[1]->type != REDIS_REPLY_ARRAY) {
-      DropConnections();
-      return Internal(where_ + ": unexpected reply to SCAN");
-    }
-    cursor.assign(r.element[0]->str, r.element[0]->len);
-    keys.clear();
-    const redisReply& found = *r.element[1];
-    for (size_t k = 0; k < found.elements; ++k) keys.emplace_back(ReplyText(*found.element[k]));
-    if (!keys.empty()) RETURN_IF_ERROR(page(keys));
-  } while (cursor != "0");
+  for (const auto& [host, port] : servers) {
+    std::string cursor = "0";
+    do {
+      if (!connected()) RETURN_IF_ERROR(Connect());
+      RedisConnection* server = conn_.get();
+      if (cluster_) {
+        Result<RedisConnection*> at = cluster_->At(host, port);
+        if (!at.ok()) return ConnectionLost(at.status());
+        server = *at;
+      }
+      Result<ReplyPtr> reply = RunOn(*server, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (!reply.ok()) return ConnectionLost(reply.status());
+      const redisReply& r = **reply;
+      if (r.type == REDIS_REPLY_ERROR) return ServerError("SCAN", ReplyText(r));
+      if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 || r.element[0]->type != REDIS_REPLY_STRING ||
+          r.element[1]->type != REDIS_REPLY_ARRAY) {
+        DropConnections();
+        return Internal(where_ + ": unexpected reply to SCAN");
+      }
+      cursor.assign(r.element[0]->str, r.element[0]->len);
+      keys.clear();
+      const redisReply& found = *r.element[1];
+      for (size_t k = 0; k < found.elements; ++k) keys.emplace_back(ReplyText(*found.element[k]));
+      if (!keys.empty()) RETURN_IF_ERROR(page(keys));
+    } while (cursor != "0");
+  }
   return Status::Ok();
 }
 

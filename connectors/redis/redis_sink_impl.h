@@ -173,9 +173,12 @@ class RedisSink final : public Sink {
   Status ConnectionLost(const Status& why);
   static Result<ReplyPtr> RunOn(RedisConnection& c, const std::vector<std::string_view>& args);
   Result<ReplyPtr> Command(const std::vector<std::string_view>& args);  // on conn_
+  // SCAN of every server for `pattern`, a reply's keys at a time. `page` may
+  // write through this sink: the server is looked up again before each SCAN
+  // (a write that meets a failover or a broken connection replaces
+  // connections; a SCAN cursor is the server's, so a new connection to the
+  // same server carries on).
   Status ScanKeys(const std::string& pattern, const std::function<Status(const std::vector<std::string>&)>& page);
-  Status ScanServer(RedisConnection& server, const std::string& pattern,
-                    const std::function<Status(const std::vector<std::string>&)>& page);
   Status Route(std::string_view key, int argc, const char* const* argv, const size_t* lens);
   Result<ReplyPtr> NextRouted();
   Result<std::vector<ReplyPtr>> PipelinePerKey(const char* command, const std::vector<std::string>& keys,

@@ -832,6 +832,13 @@ TEST_F(RedisSinkTest, ScanViewIdsGivesTheIdOfEveryValueKeyInBoundedPages) {
   // A failing page stops the scan with its error.
   const Status stopped = sink->ScanViewIds(100, [](std::span<const std::string>) { return Internal("stop"); });
   EXPECT_EQ(stopped.message(), "stop");
+  // A key of another Redis type under the template, of an entity storage
+  // has no events for, is extra (not a content mismatch).
+  raw_.Cmd({"HSET", Key("hashed"), "f", "1"});
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(sink->VerifyEntities(std::vector<EntitySnapshot>{Gone("hashed", 0)}, diffs).ok());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kExtra) << diffs[0].detail;
 }
 
 // Prints the drain rate; no threshold (DESIGN 9: benchmarks, not timed tests).

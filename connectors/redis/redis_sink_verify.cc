@@ -132,8 +132,11 @@ Status RedisSink::CheckEntities(std::span<const EntitySnapshot> truth, std::vect
       if (value.type == REDIS_REPLY_ERROR || tomb.type == REDIS_REPLY_ERROR) {
         std::string_view err = ReplyText(value.type == REDIS_REPLY_ERROR ? value : tomb);
         if (Classify(err) != ErrorClass::kEvent) return ServerError("verify", err);
-        differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                               "reading key '" + key + "' failed: " + std::string(err)});
+        // A key of another Redis type (WRONGTYPE) exists: for an entity
+        // that is deleted or has no events, that is a key too many.
+        differences.push_back({s.deleted && value.type == REDIS_REPLY_ERROR ? Difference::Kind::kExtra
+                                                                            : Difference::Kind::kContentMismatch,
+                               s.entity_id, "reading key '" + key + "' failed: " + std::string(err)});
         continue;
       }
       const bool absent = value.type == REDIS_REPLY_NIL || (value.type == REDIS_REPLY_ARRAY && value.elements == 0);
