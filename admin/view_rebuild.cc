@@ -131,18 +131,22 @@ Status ViewRebuild::Replay() { return WaitShadowReaches(start_heads_, true); }
 
 Status ViewRebuild::SwitchOver() {
   SetPhase("switching");
+  // A step the applier does not start within its patience is withdrawn:
+  // the rebuild then fails and resumes the live view, and a pause or swap
+  // left queued must not run after that.
   if (!live_.totals().paused) {
-    RETURN_IF_ERROR(live_.Pause().WithContext("pausing the live view"));
+    RETURN_IF_ERROR(live_.Pause(engine::LateControl::kWithdrawn).WithContext("pausing the live view"));
     paused_live_ = true;
   }
   // The live offsets no longer move: the shadow must hold at least as much.
   const auto live_offsets = live_.totals().offsets;
   RETURN_IF_ERROR(WaitShadowReaches(live_offsets, true));
-  RETURN_IF_ERROR(shadow_->Pause().WithContext("pausing the shadow view"));
+  RETURN_IF_ERROR(shadow_->Pause(engine::LateControl::kWithdrawn).WithContext("pausing the shadow view"));
   const auto shadow_offsets = shadow_->totals().offsets;
   // `error` here is a swap that fails with both runners paused.
   if (SLUICE_FAILPOINT("admin.rebuild.promote")) return Internal("failpoint admin.rebuild.promote");
-  RETURN_IF_ERROR(shadow_->RunOnApplier([](connectors::Sink& s) { return s.PromoteRebuildShadow(); })
+  RETURN_IF_ERROR(shadow_->RunOnApplier([](connectors::Sink& s) { return s.PromoteRebuildShadow(); },
+                                        engine::LateControl::kWithdrawn)
                       .WithContext("swapping the rebuilt view in"));
   // From here the live runner writes the new view. Its offsets move forward
   // to the shadow's (or stay, and it re-applies a few events as stale).

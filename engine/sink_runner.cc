@@ -170,7 +170,7 @@ SinkRunner::Totals SinkRunner::totals() const {
   return t;
 }
 
-Status SinkRunner::RunOnApplier(std::function<Status(connectors::Sink&)> fn) {
+Status SinkRunner::RunOnApplier(std::function<Status(connectors::Sink&)> fn, LateControl late) {
   auto control = std::make_shared<Control>();
   control->fn = std::move(fn);
   std::future<Status> done = control->done.get_future();
@@ -184,14 +184,27 @@ Status SinkRunner::RunOnApplier(std::function<Status(connectors::Sink&)> fn) {
   }
   queue_cv_.notify_all();
   wake_cv_.notify_all();
-  if (done.wait_for(std::chrono::minutes(1)) != std::future_status::ready) {
-    return Unavailable("sink " + name() + " did not reach a point between two batches within a minute (is its "
-                       "server hanging?); the request stays queued and runs when it does");
+  if (done.wait_for(options_.control_patience) != std::future_status::ready) {
+    std::lock_guard lock(mu_);
+    if (!control->started) {
+      const std::string waited = options_.control_patience == std::chrono::minutes(1)
+                                     ? "a minute"
+                                     : std::to_string(options_.control_patience.count()) + " ms";
+      std::string m = "sink " + name() + " did not reach a point between two batches within " + waited +
+                      " (is its server hanging?); ";
+      if (late == LateControl::kWithdrawn) {
+        control->withdrawn = true;
+        return Unavailable(m + "the request was withdrawn");
+      }
+      return Unavailable(m + "the request stays queued and runs when it does");
+    }
   }
+  // Started: it runs to its end (a rebuild's swap of millions of keys takes
+  // minutes), bounded by the sink's own timeouts.
   return done.get();
 }
 
-Status SinkRunner::Pause() {
+Status SinkRunner::Pause(LateControl late) {
   return RunOnApplier([this](connectors::Sink&) {
     {
       std::lock_guard lock(mu_);
@@ -201,7 +214,7 @@ Status SinkRunner::Pause() {
     // A failed flush is logged and goes back to the last one; the pause holds.
     SaveOffsets().IgnoreError();
     return Status::Ok();
-  });
+  }, late);
 }
 
 Status SinkRunner::Resume() {
@@ -296,6 +309,11 @@ void SinkRunner::RunControls() {
       if (controls_.empty()) return;
       control = std::move(controls_.front());
       controls_.pop_front();
+      if (control->withdrawn) {
+        control->done.set_value(Aborted("withdrawn by its caller"));
+        continue;
+      }
+      control->started = true;
     }
     control->done.set_value(control->fn(*sink_));
   }

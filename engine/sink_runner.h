@@ -125,6 +125,15 @@ struct SinkRunnerOptions {
   // runner owns no partition until SetOwned() gives it some. Empty: it owns
   // every partition, with unfenced offsets (one engine).
   std::string owner;
+  // How long a control (Pause, Resume, SetOffsets, RunOnApplier) waits for
+  // the applier to start it; once started it runs to its end.
+  std::chrono::milliseconds control_patience{std::chrono::minutes(1)};
+};
+
+// What becomes of a control the applier did not start within the patience.
+enum class LateControl : uint8_t {
+  kStaysQueued,  // it runs when the applier gets to it (an operator's pause)
+  kWithdrawn,    // it never runs: the caller gives up and acts on that (a rebuild's switch-over)
 };
 
 class SinkRunner {
@@ -180,12 +189,15 @@ class SinkRunner {
 
   // ---- controls (any thread; each waits until the applier has run it) ----
   // FailedPrecondition once the runner has stopped; Unavailable when the
-  // applier did not get to it within a minute (it still runs it later).
+  // applier did not start it within options.control_patience (a minute):
+  // then `late` says whether it still runs later. One the applier started
+  // is waited for to its end, however long it takes (a swap of millions of
+  // keys).
 
   // Stops applying after the chunk in flight; offsets are kept and saved
   // with state "paused", which a restart keeps. Reading stops once the
   // read-ahead queue is full.
-  Status Pause();
+  Status Pause(LateControl late = LateControl::kStaysQueued);
   // Carries on from the kept offsets.
   Status Resume();
   // Moves the offsets of the given partitions and restarts reading there:
@@ -193,7 +205,7 @@ class SinkRunner {
   Status SetOffsets(const std::map<uint32_t, uint64_t>& offsets);
   // Runs fn on the applier thread between two chunks (paused or not), with
   // the sink; for a rebuild's switch-over.
-  Status RunOnApplier(std::function<Status(connectors::Sink&)> fn);
+  Status RunOnApplier(std::function<Status(connectors::Sink&)> fn, LateControl late = LateControl::kStaysQueued);
   const std::string& name() const { return options_.sink.name; }
   // The runner's metric handles (the health monitor sets lag and state there).
   metrics::SinkMetrics& metrics() const { return *metrics_; }
@@ -221,6 +233,8 @@ class SinkRunner {
   struct Control {
     std::function<Status(connectors::Sink&)> fn;
     std::promise<Status> done;
+    bool started = false;    // under mu_: the applier took it
+    bool withdrawn = false;  // under mu_: its caller gave up before that
   };
 
   void ReadLoop();

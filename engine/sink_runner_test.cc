@@ -5,8 +5,10 @@
 #include "engine/sink_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -156,8 +158,11 @@ class SinkRunnerUnitTest : public ::testing::Test {
     o.engine.anti_entropy.enabled = false;
     o.barrier = std::make_shared<DurabilityBarrier>(sql::ConnectParams{}, config::DurabilityBarrier::kOff);
     o.storage = storage_;
+    o.control_patience = control_patience_;
     return o;
   }
+
+  std::chrono::milliseconds control_patience_ = std::chrono::minutes(1);
 
   void Start(config::OnError on_error = config::OnError::kDeadLetter, uint32_t chunk = 1000) {
     SinkRunnerOptions o = Options(chunk, 100);
@@ -420,6 +425,57 @@ TEST_F(SinkRunnerUnitTest, PauseKeepsOffsetsAndResumeCarriesOn) {
   EXPECT_EQ(runner_->totals().applied, 0u);
   ASSERT_TRUE(runner_->Resume().ok());
   ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 3; }));
+}
+
+// A control the applier has started runs to its end, however long past
+// the patience (a rebuild's swap of millions of keys), and its caller gets
+// its own result rather than a timeout.
+TEST_F(SinkRunnerUnitTest, AStartedControlIsWaitedForToItsEnd) {
+  control_patience_ = 50ms;
+  Start();
+  const Status st = runner_->RunOnApplier([](connectors::Sink&) {
+    std::this_thread::sleep_for(300ms);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
+}
+
+// A control the applier does not start within the patience: withdrawn, it
+// never runs (a rebuild that gave up must not swap or pause later); left
+// queued, it runs once the applier gets to it.
+TEST_F(SinkRunnerUnitTest, AControlNotStartedInTimeIsWithdrawnOrLeftQueued) {
+  control_patience_ = 50ms;
+  Start();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> busy{false};
+  std::thread blocker([&] {
+    runner_->RunOnApplier([&](connectors::Sink&) {
+      busy = true;
+      released.wait();
+      return Status::Ok();
+    }).IgnoreError();
+  });
+  while (!busy) std::this_thread::sleep_for(1ms);
+  std::atomic<int> withdrawn_ran{0}, queued_ran{0};
+  const Status withdrawn = runner_->RunOnApplier([&](connectors::Sink&) {
+    ++withdrawn_ran;
+    return Status::Ok();
+  }, LateControl::kWithdrawn);
+  EXPECT_EQ(withdrawn.code(), StatusCode::kUnavailable);
+  EXPECT_NE(withdrawn.message().find("withdrawn"), std::string::npos) << withdrawn.message();
+  const Status queued = runner_->RunOnApplier([&](connectors::Sink&) {
+    ++queued_ran;
+    return Status::Ok();
+  });
+  EXPECT_EQ(queued.code(), StatusCode::kUnavailable);
+  EXPECT_NE(queued.message().find("stays queued"), std::string::npos) << queued.message();
+  release.set_value();
+  blocker.join();
+  // The applier has passed both by the time a later control returns.
+  ASSERT_TRUE(runner_->RunOnApplier([](connectors::Sink&) { return Status::Ok(); }).ok());
+  EXPECT_EQ(withdrawn_ran, 0);
+  EXPECT_EQ(queued_ran, 1);
 }
 
 // A sink that prepares: every batch goes through Prepare() (on the
