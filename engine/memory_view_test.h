@@ -37,6 +37,7 @@ class MemoryView : public connectors::Sink {
   std::map<std::string, std::string> refuse;            // id -> reason
   int verify_calls = 0;
   int scan_pages = 0;
+  std::vector<char> calls;  // in order: 'v' VerifyEntities, 'r' Repair, 's' a ScanViewIds page
   size_t largest_check = 0;  // the most entities one VerifyEntities call was given
   bool overwrite = false;      // capabilities().overwrite: Repair(kAny) allowed
   bool apply_allowed = false;  // the anti-entropy never calls Apply; a repair re-applies with it
@@ -77,6 +78,7 @@ class MemoryView : public connectors::Sink {
                         std::vector<connectors::Difference>& out) override {
     using Kind = connectors::Difference::Kind;
     ++verify_calls;
+    calls.push_back('v');
     largest_check = std::max(largest_check, truth.size());
     for (const connectors::EntitySnapshot& s : truth) {
       const auto it = rows.find(s.entity_id);
@@ -104,6 +106,7 @@ class MemoryView : public connectors::Sink {
     }
     for (size_t begin = 0; begin < ids.size(); begin += page) {
       ++scan_pages;
+      calls.push_back('s');
       RETURN_IF_ERROR(each(std::span<const std::string>(ids).subspan(begin, std::min(page, ids.size() - begin))));
     }
     return Status::Ok();
@@ -115,6 +118,7 @@ class MemoryView : public connectors::Sink {
       EXPECT_EQ(guard, connectors::RepairGuard::kNotOlder);
     }
     repair_guards.push_back(guard);
+    calls.push_back('r');
     connectors::ApplyResult r;
     auto& ids = repair_calls.emplace_back();
     for (const connectors::ChangeEvent& e : events) {

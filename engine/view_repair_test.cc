@@ -104,6 +104,10 @@ TEST_F(ViewRepairTest, ARepairRewritesEachPageBeforeReadingTheNext) {
   for (const auto& call : view_.repair_calls) EXPECT_LE(call.size(), 4u);
   EXPECT_GE(barriers_, 30 / 4);
   EXPECT_LE(view_.largest_check, 4u);
+  // Interleaved: the first page's differences are repaired right after its
+  // comparison and their second look, before the next page is read.
+  const std::string order(view_.calls.begin(), view_.calls.end());
+  EXPECT_EQ(order.substr(0, 5), "vvrvv") << order;
 }
 
 }  // namespace
