@@ -150,6 +150,11 @@ class MysqlSink final : public Sink {
                                  const std::function<void(const std::string&, std::optional<uint64_t>)>& each);
   // Ends the open transaction; drops the connection when that fails.
   static void Rollback(std::unique_ptr<sql::Connection>& conn);
+  // Runs `select` (a SELECT ... FROM t, no WHERE) in keyset pages of `page`
+  // rows over the primary key, ordered by id, handing each page to `each`;
+  // `doing` names a failed read.
+  Status KeysetPages(const std::string& select, size_t page, std::string_view doing,
+                     const std::function<Status(std::vector<sql::Row>& rows)>& each);
   // Compares one row of verify_select_ with `snap` (null, or deleted at
   // version 0: an entity storage has no events for).
   void CompareRow(const EntitySnapshot* snap, const sql::Row& row, std::vector<Difference>& differences) const;

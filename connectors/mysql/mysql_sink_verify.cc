@@ -100,27 +100,15 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   want.reserve(truth.size());
   for (const EntitySnapshot& s : truth) want[s.entity_id] = Expected{&s, false};
 
-  std::string last;
-  bool first = true;
-  for (;;) {
-    std::string q = verify_select_;
-    if (!first) {
-      q += " WHERE `id` > ";
-      conn_->AppendQuoted(q, last);
-    }
-    q += " ORDER BY `id` LIMIT " + std::to_string(kVerifyChunkRows);
-    auto rows = conn_->Query(q);
-    if (!rows.ok()) return Fail(rows.status(), "reading the view");
-    for (const sql::Row& row : *rows) {
+  RETURN_IF_ERROR(KeysetPages(verify_select_, kVerifyChunkRows, "reading the view", [&](std::vector<sql::Row>& rows) {
+    for (const sql::Row& row : rows) {
       if (row.empty() || !row[0]) continue;
       const auto it = want.find(*row[0]);
       if (it != want.end()) it->second.seen = true;
       CompareRow(it == want.end() ? nullptr : it->second.snapshot, row, differences);
     }
-    if (rows->size() < kVerifyChunkRows) break;
-    last = *rows->back()[0];
-    first = false;
-  }
+    return Status::Ok();
+  }));
   for (const EntitySnapshot& s : truth) {
     if (s.deleted) continue;
     const Expected& e = want[s.entity_id];
@@ -132,32 +120,40 @@ Status MysqlSink::Verify(const std::vector<EntitySnapshot>& truth, std::vector<D
   return Status::Ok();
 }
 
-// Keyset pages over the primary key, `page` rows a statement, tombstones
-// included and left out here: a filter in the statement would let one
-// statement read every tombstone of a view of mostly deleted entities.
-Status MysqlSink::ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) {
-  RETURN_IF_ERROR(EnsureOpen());
+Status MysqlSink::KeysetPages(const std::string& select, size_t page, std::string_view doing,
+                              const std::function<Status(std::vector<sql::Row>& rows)>& each) {
   page = std::max<size_t>(1, page);
   std::string last;
-  std::vector<std::string> ids;
   for (bool first = true;; first = false) {
-    std::string q = ids_select_;
+    std::string q = select;
     if (!first) {
       q += " WHERE `id` > ";
       conn_->AppendQuoted(q, last);
     }
     q += " ORDER BY `id` LIMIT " + std::to_string(page);
     auto rows = conn_->Query(q);
-    if (!rows.ok()) return Fail(rows.status(), "reading the view's ids");
-    ids.clear();
-    for (sql::Row& row : *rows) {
-      if (row.size() < 2 || !row[0]) continue;
-      last = *row[0];
-      if (row[1].value_or("0") == "0") ids.push_back(std::move(*row[0]));
-    }
-    if (!ids.empty()) RETURN_IF_ERROR(each(ids));
-    if (rows->size() < page) return Status::Ok();
+    if (!rows.ok()) return Fail(rows.status(), doing);
+    if (rows->empty()) return Status::Ok();
+    const bool full = rows->size() >= page;
+    if (!rows->back().empty() && rows->back()[0]) last = *rows->back()[0];
+    RETURN_IF_ERROR(each(*rows));
+    if (!full) return Status::Ok();
   }
+}
+
+// Tombstones are read and left out here: a filter in the statement would
+// let one statement read every tombstone of a view of mostly deleted
+// entities.
+Status MysqlSink::ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) {
+  RETURN_IF_ERROR(EnsureOpen());
+  std::vector<std::string> ids;
+  return KeysetPages(ids_select_, page, "reading the view's ids", [&](std::vector<sql::Row>& rows) -> Status {
+    ids.clear();
+    for (sql::Row& row : rows) {
+      if (row.size() >= 2 && row[0] && row[1].value_or("0") == "0") ids.push_back(std::move(*row[0]));
+    }
+    return ids.empty() ? Status::Ok() : each(ids);
+  });
 }
 
 Status MysqlSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) {
