@@ -187,6 +187,9 @@ class ArchivedEventLog : public EventLog {
     return hot_->NewAppend(type, partition);
   }
   Status Append(sql::EventAppend& append) override { return hot_->Append(append); }
+  Status Stage(sql::EventAppend& append) override { return hot_->Stage(append); }
+  Status Commit() override { return hot_->Commit(); }
+  void Rollback() override { hot_->Rollback(); }
 
  private:
   bool Archived(const std::string& type) const { return types_->count(type) != 0; }

@@ -376,6 +376,42 @@ class MariaDbEventLog : public EventLog {
     return c->Execute(a.statement()).status();
   }
 
+  Status Stage(EventAppend& append) override {
+    if (append.rows() == 0) return Status::Ok();
+    auto& a = static_cast<MariaDbAppend&>(append);
+    if (!a.quoted()) return Unavailable("main storage was unreachable when the append was built");
+    if (staged_ && !session_.healthy()) {
+      staged_ = false;
+      return Unavailable("the session of the staged appends was lost");
+    }
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    if (!staged_) RETURN_IF_ERROR(c->Execute("START TRANSACTION").status());
+    if (Status st = c->Execute(a.statement()).status(); !st.ok()) {
+      // A duplicate key leaves the transaction open, a deadlock has ended it.
+      staged_ = false;
+      if (c->healthy()) (void)c->Execute("ROLLBACK");
+      return st;
+    }
+    staged_ = true;
+    return Status::Ok();
+  }
+
+  Status Commit() override {
+    if (!staged_) return Status::Ok();
+    staged_ = false;
+    // Never on a new session: what was staged went with the old one.
+    if (!session_.healthy()) return Unavailable("the session of the staged appends was lost before their COMMIT");
+    ASSIGN_OR_RETURN(Connection * c, session_.Get());
+    return c->Execute("COMMIT").status();
+  }
+
+  void Rollback() override {
+    if (!staged_) return;
+    staged_ = false;
+    if (!session_.healthy()) return;  // the server rolled it back with the session
+    if (auto c = session_.Get(); c.ok()) (void)(*c)->Execute("ROLLBACK");
+  }
+
  private:
   static std::string InList(Connection& c, const std::vector<std::string>& ids) {
     std::string in;
@@ -432,6 +468,7 @@ class MariaDbEventLog : public EventLog {
 
   Session session_;
   DeltaStates deltas_;
+  bool staged_ = false;  // a transaction with a staged append is open
 };
 
 class MariaDbOffsetTable : public OffsetTable {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -268,6 +269,36 @@ class MemoryEventLog : public EventLog {
     return s_->InsertLocked(a.type_, a.partition_, a.rows_);
   }
 
+  // The model of a staged append: its keys are checked against what is
+  // committed when it is staged and again at its commit, where a row
+  // another session committed meanwhile makes it fail (kAborted) as a
+  // conflict found at commit would. Until then no other session sees it.
+  Status Stage(EventAppend& append) override {
+    if (append.rows() == 0) return Status::Ok();
+    auto& a = static_cast<MemoryAppend&>(append);
+    std::optional<MemoryAppend> staged = std::move(staged_);
+    staged_.reset();
+    if (staged && !open_) return Unavailable("the session of the staged appends was lost");
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kAppend));
+    if (!staged) staged = MemoryAppend(a.type_, a.partition_);
+    for (const auto& r : a.rows_) staged->rows_.push_back(r);
+    Lock lock(s_->mu());
+    RETURN_IF_ERROR(s_->CheckLocked(staged->type_, staged->partition_, staged->rows_));
+    staged_ = std::move(staged);
+    return Status::Ok();
+  }
+  Status Commit() override {
+    if (!staged_) return Status::Ok();
+    MemoryAppend a = std::move(*staged_);
+    staged_.reset();
+    // Never on a new session: what was staged went with the old one.
+    if (!open_) return Unavailable("the session of the staged appends was lost before their COMMIT");
+    RETURN_IF_ERROR(Begin(MemoryStorage::Op::kCommit));
+    Lock lock(s_->mu());
+    return s_->InsertLocked(a.type_, a.partition_, a.rows_);
+  }
+  void Rollback() override { staged_.reset(); }
+
  private:
   Status Begin(MemoryStorage::Op op) {
     RETURN_IF_ERROR(Open());
@@ -319,6 +350,7 @@ class MemoryEventLog : public EventLog {
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
   DeltaStates deltas_;
+  std::optional<MemoryAppend> staged_;  // Stage()d, not committed
 };
 
 class MemoryOffsetTable : public OffsetTable {
@@ -814,9 +846,23 @@ uint64_t MemoryStorage::calls(Op op) const {
   return it == calls_.end() ? 0 : it->second;
 }
 
-Status MemoryStorage::Enter(Op op, bool* healthy) {
+void MemoryStorage::Hold(Op op) {
   Lock lock(mu_);
+  held_.insert(op);
+}
+
+void MemoryStorage::Release(Op op) {
+  {
+    Lock lock(mu_);
+    held_.erase(op);
+  }
+  released_.notify_all();
+}
+
+Status MemoryStorage::Enter(Op op, bool* healthy) {
+  std::unique_lock lock(mu_);
   ++calls_[op];
+  released_.wait(lock, [&] { return held_.count(op) == 0; });
   auto& queued = failures_[op];
   if (queued.empty()) {
     if (op == Op::kOpen) *healthy = true;
@@ -829,6 +875,18 @@ Status MemoryStorage::Enter(Op op, bool* healthy) {
 }
 
 Status MemoryStorage::InsertLocked(const std::string& type, uint32_t partition, std::vector<EventRow> rows) {
+  RETURN_IF_ERROR(CheckLocked(type, partition, rows));
+  auto& table = tables_->events[{type, partition}];
+  const int64_t now = NowUs();
+  for (auto& r : rows) {
+    if (r.committed_at_us == 0) r.committed_at_us = now;
+    const uint64_t id = r.event_id;
+    table.emplace(id, std::move(r));
+  }
+  return Status::Ok();
+}
+
+Status MemoryStorage::CheckLocked(const std::string& type, uint32_t partition, const std::vector<EventRow>& rows) {
   auto& table = tables_->events[{type, partition}];
   // All or nothing, checked in the order MariaDB reports: the first row's keys first.
   std::set<uint64_t> ids;
@@ -842,12 +900,6 @@ Status MemoryStorage::InsertLocked(const std::string& type, uint32_t partition, 
     if (table.count(r.event_id) || !ids.insert(r.event_id).second) return Duplicate("PRIMARY");
     if (!versions.emplace(r.entity_id, r.version).second) return Duplicate("uk_entity_version");
     if (!commands.emplace(r.entity_id, r.command_id).second) return Duplicate("uk_entity_command");
-  }
-  const int64_t now = NowUs();
-  for (auto& r : rows) {
-    if (r.committed_at_us == 0) r.committed_at_us = now;
-    const uint64_t id = r.event_id;
-    table.emplace(id, std::move(r));
   }
   return Status::Ok();
 }

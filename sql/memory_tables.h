@@ -12,10 +12,12 @@
 // it opens share its tables.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,8 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
     kByIds,
     kHistory,
     kFindCommands,
-    kAppend,
+    kAppend,          // Append, and Stage (the INSERT of a two-step append)
+    kCommit,          // Commit of a staged append
     kOffsetsLoad,
     kOffsetsSave,
     kOffsetsDelete,
@@ -64,7 +67,11 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   // The next `times` calls of `op` fail with `status` (and write nothing). A
   // kUnavailable failure also breaks the calling object's session.
   void FailNext(Op op, Status status, int times = 1);
-  // How many times `op` was called (failed calls included).
+  // Until Release(op), every call of `op` waits (before it fails or does
+  // anything): a statement that takes as long as the test wants.
+  void Hold(Op op);
+  void Release(Op op);
+  // How many times `op` was called (failed calls included, waiting ones too).
   uint64_t calls(Op op) const;
 
   // Stores a row as another writer would (same keys as Append); committed_at_us
@@ -86,6 +93,8 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   std::mutex& mu() const { return mu_; }
   Tables& tables() { return *tables_; }
   Status InsertLocked(const std::string& type, uint32_t partition, std::vector<EventRow> rows);
+  // InsertLocked's key checks alone (a staged append's INSERT).
+  Status CheckLocked(const std::string& type, uint32_t partition, const std::vector<EventRow>& rows);
 
  private:
   MemoryStorage();
@@ -94,6 +103,8 @@ class MemoryStorage : public Storage, public std::enable_shared_from_this<Memory
   std::unique_ptr<Tables> tables_;
   std::map<Op, std::vector<Status>> failures_;
   std::map<Op, uint64_t> calls_;
+  std::set<Op> held_;
+  std::condition_variable released_;
 };
 
 }  // namespace sluice::sql

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -179,12 +180,35 @@ class RoutedEventLog : public EventLog {
     if (routed == nullptr) return Internal("an append not made by this event log");
     return logs_.At(routed->server()).Append(routed->inner());
   }
+  Status Stage(EventAppend& append) override {
+    auto* routed = dynamic_cast<RoutedAppend*>(&append);
+    if (routed == nullptr) return Internal("an append not made by this event log");
+    if (staged_ && *staged_ != routed->server()) return Internal("appends of two servers staged in one transaction");
+    const size_t server = routed->server();
+    staged_.reset();
+    RETURN_IF_ERROR(logs_.At(server).Stage(routed->inner()));
+    staged_ = server;
+    return Status::Ok();
+  }
+  Status Commit() override {
+    if (!staged_) return Status::Ok();
+    const size_t server = *staged_;
+    staged_.reset();
+    return logs_.At(server).Commit();
+  }
+  void Rollback() override {
+    if (!staged_) return;
+    const size_t server = *staged_;
+    staged_.reset();
+    logs_.At(server).Rollback();
+  }
 
  private:
   EventLog& Of(const std::string& type, uint32_t partition) { return logs_.At(layout_->ServerOf(type, partition)); }
 
   const Layout layout_;
   PerServer<EventLog> logs_;
+  std::optional<size_t> staged_;  // the server of the staged append
 };
 
 class RoutedOffsetTable : public OffsetTable {

@@ -183,6 +183,18 @@ class EventLog {
   // duplicate key is kAborted and names the key: PRIMARY (the event_id is
   // taken), uk_entity_version, uk_entity_command.
   virtual Status Append(EventAppend& append) = 0;
+  // Append in two steps, so that a writer can build and insert its next
+  // batch while the last one commits on another session: Stage runs the
+  // append's INSERT in a transaction it leaves open (or in the one open
+  // already: the appends staged since the last Commit or Rollback are one
+  // transaction, of one table); Commit commits them (kAborted: a conflict
+  // found only at commit, as on Galera), Rollback drops them. A failed
+  // Stage or Commit leaves nothing staged and nothing stored (a duplicate
+  // key is reported as by Append). Reads on a session with appends staged
+  // see them; Commit and Rollback with nothing staged do nothing.
+  virtual Status Stage(EventAppend& append) = 0;
+  virtual Status Commit() = 0;
+  virtual void Rollback() = 0;
 };
 
 // One row of sluice_offsets: a sink's progress on one partition.

@@ -3,12 +3,15 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
 #include <string>
 #include <vector>
+
+#include "sql/connection.h"
 
 namespace sluice::sql {
 
@@ -27,8 +30,8 @@ struct Stored {
   bool deleted;
 };
 
-// Appends the events to a partition of "account" (0 unless given), in one transaction.
-void Append(EventLog& log, const std::vector<Stored>& events, uint32_t partition = 0) {
+// An append of the events to a partition of "account" (0 unless given).
+std::unique_ptr<EventAppend> AppendOf(EventLog& log, const std::vector<Stored>& events, uint32_t partition = 0) {
   auto append = log.NewAppend("account", partition);
   std::vector<std::string> texts;
   texts.reserve(events.size() * 3);
@@ -47,8 +50,14 @@ void Append(EventLog& log, const std::vector<Stored>& events, uint32_t partition
     e.response = texts.back();
     e.state = texts[texts.size() - 2];
     e.deleted = s.deleted;
-    ASSERT_TRUE(append->TryAdd(e, 1 << 20));
+    EXPECT_TRUE(append->TryAdd(e, 1 << 20));
   }
+  return append;
+}
+
+// Appends the events to a partition of "account" (0 unless given), in one transaction.
+void Append(EventLog& log, const std::vector<Stored>& events, uint32_t partition = 0) {
+  auto append = AppendOf(log, events, partition);
   ASSERT_TRUE(log.Append(*append).ok());
 }
 
@@ -135,6 +144,41 @@ TEST_P(TablesContractTest, ReadAfterWithFullColumnsAddsRequestAndResponse) {
     EXPECT_EQ(rows[2].request, R"({"n":6})");
     EXPECT_TRUE(rows[2].deleted);
   }
+}
+
+TEST_P(TablesContractTest, StagedAppendsAreOneTransactionThatOnlyCommitShows) {
+  auto writer = storage_->OpenEventLog();
+  auto reader = storage_->OpenEventLog();
+  auto first = AppendOf(*writer, {{1, "a", 1, false}, {2, "b", 1, false}});
+  auto second = AppendOf(*writer, {{3, "a", 2, false}});
+  ASSERT_TRUE(writer->Stage(*first).ok());
+  ASSERT_TRUE(writer->Stage(*second).ok());  // joins the open transaction
+  EXPECT_EQ(*reader->Head("account", 0), 0u);
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(*reader->Head("account", 0), 3u);
+  EXPECT_EQ(Ids(*reader->LatestOf("account", 0, {"a", "b"})), (std::vector<std::string>{"a@2", "b@1"}));
+
+  // Rolled back: nothing of it is stored, and the session appends again.
+  auto dropped = AppendOf(*writer, {{4, "c", 1, false}});
+  ASSERT_TRUE(writer->Stage(*dropped).ok());
+  writer->Rollback();
+  EXPECT_EQ(*reader->Head("account", 0), 3u);
+
+  // A duplicate key in a later append drops the earlier ones of the transaction too.
+  auto fine = AppendOf(*writer, {{4, "c", 1, false}});
+  auto taken = AppendOf(*writer, {{3, "d", 1, false}});
+  ASSERT_TRUE(writer->Stage(*fine).ok());
+  const Status dup = writer->Stage(*taken);
+  EXPECT_EQ(dup.code(), StatusCode::kAborted) << dup.ToString();
+  EXPECT_EQ(DuplicateKeyName(dup), "PRIMARY") << dup.ToString();
+  EXPECT_TRUE(writer->Commit().ok());  // nothing staged
+  EXPECT_EQ(*reader->Head("account", 0), 3u);
+
+  // Commit and Rollback with nothing staged do nothing; Append works as before.
+  writer->Rollback();
+  EXPECT_TRUE(writer->Commit().ok());
+  Append(*writer, {{4, "c", 1, false}});
+  EXPECT_EQ(*reader->Head("account", 0), 4u);
 }
 
 TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {

@@ -29,6 +29,7 @@ PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
       table_(sql::EventTableName(options_.type, options_.partition)),
       storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
       log_(storage_->OpenEventLog()),
+      spare_(storage_->OpenEventLog()),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
@@ -81,38 +82,90 @@ void PartitionWorker::Submit(Command command) {
 }
 
 void PartitionWorker::Run() {
-  std::deque<Command> batch;
+  stage_ = std::make_unique<CommitStage>([this] {
+    {
+      std::lock_guard lock(mu_);
+      commit_done_ = true;
+    }
+    cv_.notify_all();
+  });
   for (;;) {
+    std::deque<Command> batch;
+    bool land = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, options_.idle_exit, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {
+      cv_.wait_for(lock, options_.idle_exit, [this] { return stopping_ || !queue_.empty() || commit_done_; });
+      if (inflight_ && (commit_done_ || queue_.empty())) {
+        // Its replies first; with nothing queued, nothing to overlap it with.
+        land = true;
+      } else if (queue_.empty()) {
         if (!stopping_) {
-          // Idle: the session closes with this thread; the next command opens
-          // a new one, and reads the head and the entities again.
+          // Idle: the sessions close with this thread; the next command opens
+          // new ones, and reads the head and the entities again.
           log_ = storage_->OpenEventLog();
+          spare_ = storage_->OpenEventLog();
           head_.reset();
           entities_.Clear();
           running_ = false;
         }
-        return;  // stopping and drained, or idle
-      }
-      const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
-      for (size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+        break;  // stopping and drained, or idle
+      } else {
+        const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
+        for (size_t i = 0; i < n; ++i) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
       }
     }
-    ProcessBatch(batch);
-    if (!batch.empty()) {
-      // The batch was cut to keep the INSERT small: the rest goes first next time.
-      std::lock_guard lock(mu_);
-      while (!batch.empty()) {
-        queue_.push_front(std::move(batch.back()));
-        batch.pop_back();
-      }
+    if (land) {
+      (void)Land();
+      continue;
+    }
+    ProcessBatch(std::make_unique<BatchState>(std::move(batch)));
+  }
+  stage_.reset();  // nothing is in flight
+}
+
+PartitionWorker::Growth PartitionWorker::Grow(BatchState& b, Attempt& a) {
+  std::deque<Command> more;
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return stopping_ || commit_done_ || !queue_.empty(); });
+    if (stopping_ || commit_done_ || b.n >= options_.batch_max) return Growth::kStop;
+    const size_t n = std::min<size_t>(queue_.size(), options_.batch_max - b.n);
+    for (size_t i = 0; i < n; ++i) {
+      more.push_back(std::move(queue_.front()));
+      queue_.pop_front();
     }
   }
+  const size_t from = b.n;
+  const size_t rejected = a.rejected.size();
+  std::unordered_set<std::string> loaded;
+  const Status st = LoadEntities(more, &loaded, &a);
+  b.Add(more);
+  if (!st.ok()) return Growth::kReplan;
+  a.loaded.insert(loaded.begin(), loaded.end());
+  Plan(b, a, from);
+  RequeueCut(b);
+  if (a.rejected.size() > rejected) return Growth::kReplan;
+  if (a.insert->rows() == 0) return Growth::kGrew;
+  return log_->Stage(*a.insert).ok() ? Growth::kGrew : Growth::kReplan;
+}
+
+void PartitionWorker::Requeue(std::deque<Command>& commands) {
+  std::lock_guard lock(mu_);
+  while (!commands.empty()) {
+    queue_.push_front(std::move(commands.back()));
+    commands.pop_back();
+  }
+}
+
+void PartitionWorker::RequeueCut(BatchState& b) {
+  if (b.batch.size() <= b.n) return;
+  std::deque<Command> cut;
+  for (size_t i = b.n; i < b.batch.size(); ++i) cut.push_back(std::move(b.batch[i]));
+  b.batch.resize(b.n);
+  Requeue(cut);
 }
 
 std::string PartitionWorker::Fingerprint(const std::string& name, std::optional<uint64_t> expected,
@@ -127,10 +180,12 @@ std::string PartitionWorker::Fingerprint(const std::string& name, std::optional<
 
 Status PartitionWorker::EnsureConnected() {
   if (log_->healthy()) return Status::Ok();
-  // A new session: what the caches say may have changed meanwhile.
+  // A new session: what the caches say may have changed meanwhile. The
+  // spare opens with it, so that taking it later drops nothing.
   head_.reset();
   entities_.Clear();
-  return log_->Open();
+  RETURN_IF_ERROR(log_->Open());
+  return spare_ ? spare_->Open() : Status::Ok();
 }
 
 Status PartitionWorker::LoadHead() {
@@ -138,10 +193,15 @@ Status PartitionWorker::LoadHead() {
   return Status::Ok();
 }
 
-Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded) {
+Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded,
+                                     const Attempt* growing) {
   std::unordered_set<std::string> missing;
   for (const auto& c : batch) {
-    if (entities_.Find(c.entity_id) == nullptr) missing.insert(c.entity_id);
+    if (entities_.Find(c.entity_id) != nullptr) continue;
+    // As the batch in flight, or the staged part of the growing batch, leaves it.
+    if (inflight_ && inflight_->a.overlay.count(c.entity_id)) continue;
+    if (growing != nullptr && growing->overlay.count(c.entity_id)) continue;
+    missing.insert(c.entity_id);
   }
   *loaded = missing;
   if (missing.empty()) return Status::Ok();
@@ -189,50 +249,96 @@ void PartitionWorker::FailAll(BatchState& b, const Status& st) {
   }
 }
 
-void PartitionWorker::ProcessBatch(std::deque<Command>& batch) {
+void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
+  BatchState& b = *owned;
   commands_.BeginBatch();
-  BatchState b(batch);
-  for (uint32_t attempt = 0; attempt <= options_.conflict_retries; ++attempt) {
+  for (uint32_t attempt = 0; attempt <= options_.conflict_retries;) {
     Attempt a;
+    // A new session or an unknown head drops or reloads what the batch in
+    // flight builds on: it lands first.
+    if (!log_->healthy() || !head_) Settle();
     Status st = EnsureConnected();
     if (st.ok() && !head_) st = LoadHead();
-    if (st.ok()) st = LoadEntities(batch, &a.loaded);
-    // A deadlock reported on a read (on Galera, a replicated write can abort
-    // this session's transaction and the next statement says so): the
-    // attempt starts again, as after a conflicting write.
-    if (st.code() == StatusCode::kAborted) {
+    if (st.ok()) st = LoadEntities(b.batch, &a.loaded);
+    if (!st.ok()) {
+      Settle();
+      // A deadlock reported on a read (on Galera, a replicated write can
+      // abort this session's transaction and the next statement says so):
+      // the attempt starts again, as after a conflicting write.
+      if (st.code() != StatusCode::kAborted) return FailAll(b, st);
       DropCaches(b.batch);
+      ++attempt;
       continue;
     }
-    if (!st.ok()) return FailAll(b, st);
     Plan(b, a);
-    auto confirmed = ConfirmRefusals(b, a);
-    if (confirmed.status().code() == StatusCode::kAborted) {
-      DropCaches(b.batch);
-      continue;
-    }
-    if (!confirmed.ok()) return FailAll(b, confirmed.status());
-    if (!*confirmed) continue;  // re-plan on the stored versions
-    // Rejections of commands that may have been applied before (a retry whose
-    // first reply was lost): the stored event answers those instead.
-    st = AnswerFromStorage(b, a.rejected);
-    if (st.code() == StatusCode::kAborted) {
-      DropCaches(b.batch);
-      continue;
-    }
-    if (!st.ok()) return FailAll(b, st);
-    if (!a.writes.empty()) {
-      st = Insert(a);
-      if (!st.ok()) {
-        if (st.code() != StatusCode::kAborted) return FailAll(b, st);
-        st = ResolveConflict(b, st);
-        if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
-        continue;  // re-plan against reloaded state
+    RequeueCut(b);
+    if (!a.rejected.empty()) {
+      // Refusals are confirmed against storage, which must hold the batch
+      // in flight first: it lands, and the batch is planned again on it.
+      if (inflight_) {
+        Settle();
+        continue;
       }
+      auto confirmed = ConfirmRefusals(b, a);
+      if (confirmed.status().code() == StatusCode::kAborted) {
+        DropCaches(b.batch);
+        ++attempt;
+        continue;
+      }
+      if (!confirmed.ok()) return FailAll(b, confirmed.status());
+      if (!*confirmed) {  // re-plan on the stored versions
+        ++attempt;
+        continue;
+      }
+      // Rejections of commands that may have been applied before (a retry
+      // whose first reply was lost): the stored event answers those instead.
+      st = AnswerFromStorage(b, a.rejected);
+      if (st.code() == StatusCode::kAborted) {
+        DropCaches(b.batch);
+        ++attempt;
+        continue;
+      }
+      if (!st.ok()) return FailAll(b, st);
     }
-    Finish(b, a);
-    return;
+    if (a.writes.empty()) return Finish(b, a);
+    st = log_->Stage(*a.insert);
+    if (!st.ok()) {
+      // A retry of a command in flight waits for it and then finds it stored.
+      Settle();
+      if (st.code() != StatusCode::kAborted) return FailAll(b, st);
+      st = ResolveConflict(b, st);
+      if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
+      ++attempt;
+      continue;  // re-plan against reloaded state
+    }
+    if (!inflight_) return BeginCommit(std::move(owned), std::move(a));
+    // While the batch in flight commits, what arrives joins this one. When
+    // that goes wrong (a refusal, a conflict), the batch is planned again
+    // whole with nothing in flight.
+    Growth growth;
+    while ((growth = Grow(b, a)) == Growth::kGrew) {
+    }
+    if (growth == Growth::kReplan) {
+      log_->Rollback();
+      Settle();
+      continue;
+    }
+    // This batch commits only after the one in flight did; when that one
+    // did not, this one was planned on what never was: it is dropped (before
+    // Land reads storage on this session) and planned again.
+    if (!Await().ok()) {
+      log_->Rollback();
+      (void)Land();
+      DropCaches(b.batch);
+      continue;
+    }
+    std::unique_ptr<InFlight> landed = std::move(inflight_);
+    Committed(*landed);
+    BeginCommit(std::move(owned), std::move(a));
+    // Its push and replies while this batch commits.
+    return Finish(*landed->b, landed->a);
   }
+  Settle();
   FailAll(b, Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
                          " conflicting writes by other writers"));
 }

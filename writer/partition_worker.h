@@ -7,8 +7,12 @@
 //      check If-Match; run the handler on the entity's state as left by the
 //      earlier commands of the batch; build the event row with
 //      event_id = partition head + 1 (I3) and version = entity version + 1 (I1);
-//   3. INSERT all rows, COMMIT, and only then advance the cached head and
-//      entity states and reply to every caller;
+//   3. INSERT all rows in a transaction, COMMIT, and only then advance the
+//      cached head and entity states and reply to every caller. The COMMIT
+//      runs on a second thread (CommitStage) while this one plans and
+//      INSERTs the next batch on a second session; that batch commits only
+//      after this one did, and goes back to the queue if this one did not
+//      (docs/storage.md, "Overlapping batches");
 //   4. on a duplicate key, the key's name says what was stale (PRIMARY: the
 //      head, uk_entity_version: an entity, uk_entity_command: a retry already
 //      stored): reload, re-plan, retry, up to conflict_retries times (I4).
@@ -45,6 +49,7 @@
 #include "sql/connection.h"
 #include "sql/tables.h"
 #include "writer/commands.h"
+#include "writer/commit_stage.h"
 #include "core/lru_cache.h"
 #include "writer/pusher.h"
 #include "writer/reply.h"
@@ -60,6 +65,7 @@ struct Command {
   std::string name;
   std::string command_id;
   std::optional<uint64_t> expected_version;  // If-Match
+  uint32_t requeued = 0;  // times its batch conflicted at COMMIT and it went back to the queue
   Json request;
   std::string request_text;  // canonical JSON of request, as stored
   ReplyFn reply;
@@ -143,26 +149,42 @@ class PartitionWorker {
   struct Planned;
   struct BatchState;
   struct Attempt;
+  struct InFlight;  // a batch whose COMMIT runs on the stage
   bool DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const;
 
   // partition_worker.cc: the queue, the thread, and the loop of attempts.
   void Run();
-  // Plans, inserts and answers the front of `batch`; what it cut (to keep
-  // the INSERT small) is left in `batch` for the next round.
-  void ProcessBatch(std::deque<Command>& batch);
+  // Plans and inserts the batch and begins its COMMIT, or answers it when
+  // it writes nothing or fails; what it cut (to keep the INSERT small) goes
+  // back to the front of the queue.
+  void ProcessBatch(std::unique_ptr<BatchState> b);
+  // Puts commands back at the front of the queue, in their order.
+  void Requeue(std::deque<Command>& commands);
+  // Requeues the commands the plan cut from the batch.
+  void RequeueCut(BatchState& b);
+  // Waits for the batch in flight, if any, and answers it (Land).
+  void Settle() {
+    if (inflight_) (void)Land();
+  }
   Status EnsureConnected();
   Status LoadHead();
-  // `loaded` gets the ids read from storage (the others came from the cache).
-  Status LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded);
+  // `loaded` gets the ids read from storage (the others came from the cache,
+  // the batch in flight or the staged part of `growing`).
+  Status LoadEntities(const std::deque<Command>& batch, std::unordered_set<std::string>* loaded,
+                      const Attempt* growing = nullptr);
   void DropCaches(const std::deque<Command>& batch);
   // Replies every command of the batch not answered yet, then drops them from it.
   void ReplyRest(BatchState& b, const std::function<Reply(size_t)>& reply_for);
   // Answers every command not answered yet with the failure (503 or 500).
   void FailAll(BatchState& b, const Status& st);
 
-  // partition_worker_plan.cc: runs the pending commands on the state the
-  // earlier ones leave, building the append.
-  void Plan(BatchState& b, Attempt& a);
+  // partition_worker_plan.cc: runs the pending commands from `from` on,
+  // on the state the earlier ones leave, building the append of their rows.
+  void Plan(BatchState& b, Attempt& a, size_t from = 0);
+  // While the batch in flight commits, commands that arrive join the staged
+  // batch `b`: planned on it and inserted in its transaction.
+  enum class Growth { kGrew, kStop, kReplan };
+  Growth Grow(BatchState& b, Attempt& a);
 
   // partition_worker_conflict.cc.
   // DESIGN I4 for refusals: false when a refusal was decided on a cached
@@ -181,9 +203,21 @@ class PartitionWorker {
   Status AnswerFromStorage(BatchState& b, const std::vector<size_t>& which);
 
   // partition_worker_insert.cc.
-  // Appends the plan's rows in one transaction; on success advances the
-  // head and the entity cache.
-  Status Insert(Attempt& a);
+  // Hands the staged batch to the stage to commit; the next batch is
+  // staged on the spare session meanwhile.
+  void BeginCommit(std::unique_ptr<BatchState> b, Attempt a);
+  // Waits for the COMMIT in flight. Committed: advances the head and the
+  // entity cache, pushes and replies (Finish), true. Not committed: drops
+  // the caches; the batch's commands are answered (503, or from storage
+  // when another writer or a retry stored them) or, after a conflict,
+  // requeued; false.
+  bool Land();
+  // Waits for the COMMIT in flight and returns its outcome (kept for Land);
+  // its session becomes the spare again.
+  Status Await();
+  // The bookkeeping of a committed batch: head, counters, the commit's
+  // announcement, the entity cache.
+  void Committed(InFlight& f);
   // Pushes the committed writes, then replies to every command.
   void Finish(BatchState& b, Attempt& a);
   // Hands the committed `writes` of the batch to the push sinks; for sync
@@ -207,8 +241,12 @@ class PartitionWorker {
   void StartThreadLocked();
 
   const std::shared_ptr<sql::Storage> storage_;
+  bool commit_done_ = false;  // the stage's COMMIT returned and was not landed yet
   // Worker-thread state (handed from one thread to the next under mu_).
-  std::unique_ptr<sql::EventLog> log_;  // its session is the worker's
+  std::unique_ptr<sql::EventLog> log_;  // its session is the worker's: reads, and INSERTs staged
+  std::unique_ptr<sql::EventLog> spare_;  // the other session: commits what log_ staged before
+  std::unique_ptr<CommitStage> stage_;    // runs the COMMITs while the thread runs
+  std::unique_ptr<InFlight> inflight_;    // the batch whose COMMIT the stage runs
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id

@@ -3,7 +3,7 @@
 //
 //   partition_worker.cc           queue, thread, the loop of attempts (ProcessBatch)
 //   partition_worker_plan.cc      Plan: run each command on the state the earlier ones leave
-//   partition_worker_insert.cc    Insert and Finish: the append, the commit's bookkeeping, push, replies
+//   partition_worker_insert.cc    BeginCommit, Land and Finish: the COMMIT in flight, the commit's bookkeeping, push, replies
 //   partition_worker_conflict.cc  refusals confirmed against storage, duplicate keys, retries answered from storage
 //
 // Worker thread only.
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -49,21 +50,38 @@ struct PartitionWorker::Planned {
 // The batch across attempts: commands [0, n) are this batch's (the rest were
 // cut and go back to the queue); done[i]: command i has been answered.
 struct PartitionWorker::BatchState {
-  explicit BatchState(std::deque<Command>& b) : batch(b), n(b.size()), plan(n), done(n, 0) {}
-  std::deque<Command>& batch;
+  explicit BatchState(std::deque<Command> b) : batch(std::move(b)), n(batch.size()), plan(n), done(n, 0) {}
+  std::deque<Command> batch;
   size_t n;
   std::vector<Planned> plan;
   std::vector<char> done;
+  // Commands that join the batch while the one before it commits (Grow);
+  // the batch holds no cut commands then.
+  void Add(std::deque<Command>& more) {
+    for (auto& c : more) batch.push_back(std::move(c));
+    n = batch.size();
+    plan.resize(n);
+    done.resize(n, 0);
+  }
 };
 
 // One attempt's plan.
 struct PartitionWorker::Attempt {
   std::unordered_set<std::string> loaded;  // entities read from storage for this attempt
+  std::unordered_map<std::string, size_t> first_with_key;  // command key -> the first command with it
   std::unordered_map<std::string, EntityState> overlay;  // per entity: the state the plan leaves
   std::unordered_map<std::string, uint64_t> base_version;  // per entity: the version the plan started from
   std::vector<size_t> writes;    // commands with a row in `insert`, in order
   std::vector<size_t> rejected;  // refusals (If-Match or the handler)
-  std::unique_ptr<sql::EventAppend> insert;
+  std::unique_ptr<sql::EventAppend> insert;  // the rows of the last Plan, staged next
+};
+
+// A batch staged on `log` whose COMMIT the stage runs.
+struct PartitionWorker::InFlight {
+  std::unique_ptr<BatchState> b;
+  Attempt a;
+  std::unique_ptr<sql::EventLog> log;
+  std::optional<Status> outcome;  // known without a COMMIT (a failpoint)
 };
 
 }  // namespace sluice::writer

@@ -3,22 +3,77 @@
 
 namespace sluice::writer {
 
-Status PartitionWorker::Insert(Attempt& a) {
-  Status st;
+void PartitionWorker::BeginCommit(std::unique_ptr<BatchState> b, Attempt a) {
+  inflight_ = std::make_unique<InFlight>();
+  inflight_->b = std::move(b);
+  inflight_->a = std::move(a);
+  inflight_->log = std::move(log_);
+  log_ = std::move(spare_);  // the next batch is read and staged there
   if (SLUICE_FAILPOINT("writer.before_commit")) {
-    st = Unavailable("failpoint writer.before_commit");
-  } else {
-    st = log_->Append(*a.insert);  // one transaction
+    inflight_->log->Rollback();
+    inflight_->outcome = Unavailable("failpoint writer.before_commit");
+    std::lock_guard lock(mu_);
+    commit_done_ = true;
+    return;
   }
-  if (!st.ok()) return st;
+  stage_->Begin(inflight_->log.get());
+}
+
+Status PartitionWorker::Await() {
+  InFlight& f = *inflight_;
+  if (!f.outcome) f.outcome = stage_->Take();
+  {
+    std::lock_guard lock(mu_);
+    commit_done_ = false;
+  }
+  if (f.log) spare_ = std::move(f.log);
+  return *f.outcome;
+}
+
+void PartitionWorker::Committed(InFlight& f) {
   (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
-  *head_ += a.writes.size();
+  const std::vector<size_t>& writes = f.a.writes;
+  head_ = f.b->plan[writes.back()].event_id;
   ++stats_.batches;
-  if (options_.metrics) options_.metrics->BatchCommitted(a.writes.size());
-  stats_.events += a.writes.size();
+  if (options_.metrics) options_.metrics->BatchCommitted(writes.size());
+  stats_.events += writes.size();
   if (options_.on_commit) options_.on_commit(options_.type, options_.partition, *head_);
-  for (auto& [id, entity] : a.overlay) entities_.Put(id, std::move(entity));
-  return Status::Ok();
+  for (auto& [id, entity] : f.a.overlay) entities_.Put(id, std::move(entity));
+}
+
+bool PartitionWorker::Land() {
+  Status st = Await();
+  std::unique_ptr<InFlight> f = std::move(inflight_);
+  BatchState& b = *f->b;
+  Attempt& a = f->a;
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kAborted) {
+      // A conflict found at COMMIT (Galera): what another writer or an
+      // earlier try stored is answered from storage, the rest is planned
+      // again, up to conflict_retries times.
+      st = ResolveConflict(b, st);
+      if (st.ok() || st.code() == StatusCode::kAborted) {
+        std::deque<Command> again;
+        for (size_t i = 0; i < b.n; ++i) {
+          if (b.done[i]) continue;
+          Command& c = b.batch[i];
+          if (++c.requeued > options_.conflict_retries) {
+            c.reply(UnavailableReply("gave up after " + std::to_string(options_.conflict_retries) +
+                                     " conflicting writes by other writers"));
+            continue;
+          }
+          again.push_back(std::move(c));
+        }
+        Requeue(again);
+        return false;
+      }
+    }
+    FailAll(b, st);
+    return false;
+  }
+  Committed(*f);
+  Finish(b, a);
+  return true;
 }
 
 void PartitionWorker::Finish(BatchState& b, Attempt& a) {

@@ -19,13 +19,16 @@ bool PartitionWorker::DeltaInstead(const EntityState& entity, const Json& after,
   return true;
 }
 
-// Runs every pending command against the state the earlier ones leave and
-// adds a row to the append for each that writes. A row that would make the
-// statement too large cuts the batch there (b.n).
-void PartitionWorker::Plan(BatchState& b, Attempt& a) {
-  std::unordered_map<std::string, size_t> first_with_key;
+// Runs every pending command from `from` on against the state the earlier
+// ones leave and adds a row to a new append for each that writes. A row
+// that would make the statement too large cuts the batch there (b.n).
+void PartitionWorker::Plan(BatchState& b, Attempt& a, size_t from) {
+  std::unordered_map<std::string, size_t>& first_with_key = a.first_with_key;
   a.insert = log_->NewAppend(options_.type, options_.partition);
-  for (size_t i = 0; i < b.n; ++i) {
+  // The batch in flight is planned on as if committed: this one follows
+  // its rows and the states it leaves, and commits only after it.
+  const uint64_t head = inflight_ ? inflight_->b->plan[inflight_->a.writes.back()].event_id : *head_;
+  for (size_t i = from; i < b.n; ++i) {
     if (b.done[i]) continue;
     Command& c = b.batch[i];
     Planned& p = b.plan[i];
@@ -53,7 +56,11 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
     }
     auto ov = a.overlay.find(c.entity_id);
     if (ov == a.overlay.end()) {
-      const EntityState* cached = entities_.Find(c.entity_id);
+      const EntityState* cached = nullptr;
+      if (inflight_) {
+        if (auto it = inflight_->a.overlay.find(c.entity_id); it != inflight_->a.overlay.end()) cached = &it->second;
+      }
+      if (cached == nullptr) cached = entities_.Find(c.entity_id);
       ov = a.overlay.emplace(c.entity_id, cached ? *cached : EntityState{}).first;
       a.base_version.emplace(c.entity_id, ov->second.version);
     }
@@ -77,7 +84,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a) {
     p.kind = Planned::Kind::kWrite;
     p.before_text = std::move(before_text);
     p.version = entity.version + 1;
-    p.event_id = *head_ + a.writes.size() + 1;
+    p.event_id = head + a.writes.size() + 1;
     p.response_text = CanonicalJson(out.response);
     p.deleted = out.deleted;
     if (!out.deleted) p.state_text = CanonicalJson(out.new_state);
