@@ -240,6 +240,10 @@ void PartitionWorker::ReplyRest(BatchState& b, const std::function<Reply(size_t)
 void PartitionWorker::FailAll(BatchState& b, const Status& st) {
   DropCaches(b.batch);
   if (st.code() == StatusCode::kUnavailable) {
+    // Both sessions are opened again by the next batch: the one that did not
+    // fail may have broken in the same outage without knowing it yet.
+    log_ = storage_->OpenEventLog();
+    spare_ = storage_->OpenEventLog();
     ++stats_.unavailable;
     LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
     ReplyRest(b, [&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });

@@ -247,7 +247,7 @@ TEST_F(PartitionWorkerTest, UnavailableStorageAnswers503AndTheNextBatchReconnect
   ASSERT_EQ(retried.status, 200) << retried.body;
   EXPECT_EQ(Body(retried)["version"], 2);
   EXPECT_EQ(w->stats().unavailable, 1u);
-  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kOpen), opened + 1);
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kOpen), opened + 2);  // both sessions, new
 }
 
 TEST_F(PartitionWorkerTest, EndlessConflictsGiveUpWith503) {
