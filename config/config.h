@@ -179,6 +179,9 @@ struct WriterConfig {
   uint32_t read_threads = 4;              // threads serving GETs from MySQL, 1..256
   uint32_t entity_cache_entries = 100000; // per partition: entities and recent command ids
   uint32_t conflict_retries = 16;         // duplicate-key retries before replying 503
+  // A partition's next batch is planned and inserted on a second session
+  // while the last one commits (docs/storage.md, "Overlapping batches").
+  bool overlap_commits = false;
   // Start even when MySQL's durability settings are weaker than
   // innodb_flush_log_at_trx_commit=1 and (with a binlog) sync_binlog=1.
   bool allow_weak_durability = false;

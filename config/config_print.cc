@@ -234,6 +234,7 @@ std::string Config::Redacted() const {
       << static_cast<unsigned>(writer.entity_cache_entries);
   out << YAML::Key << "conflict_retries" << YAML::Value
       << static_cast<unsigned>(writer.conflict_retries);
+  out << YAML::Key << "overlap_commits" << YAML::Value << writer.overlap_commits;
   out << YAML::Key << "allow_weak_durability" << YAML::Value << writer.allow_weak_durability;
   out << YAML::Key << "handler_timeout" << YAML::Value << FormatDuration(writer.handler_timeout);
   out << YAML::Key << "handler_memory" << YAML::Value << static_cast<unsigned long long>(writer.handler_memory);

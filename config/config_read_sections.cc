@@ -402,6 +402,7 @@ void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
       {"entity_cache_entries", kOptional,
        [&](const Field& f) { ReadUint(f, 1, 10000000, &w->entity_cache_entries); }},
       {"conflict_retries", kOptional, [&](const Field& f) { ReadUint(f, 1, 1000, &w->conflict_retries); }},
+      {"overlap_commits", kOptional, [&](const Field& f) { ReadBool(f, &w->overlap_commits); }},
       {"allow_weak_durability", kOptional, [&](const Field& f) { ReadBool(f, &w->allow_weak_durability); }},
       {"handler_timeout", kOptional,
        [&](const Field& f) {

@@ -114,6 +114,7 @@ writer:
   read_threads: 256
   entity_cache_entries: 10000000
   conflict_retries: 1000
+  overlap_commits: true
   allow_weak_durability: true
   routing: false
   id: "writer-2.east"
@@ -140,6 +141,7 @@ writer:
   EXPECT_EQ(r->writer.read_threads, 256u);
   EXPECT_EQ(r->writer.entity_cache_entries, 10000000u);
   EXPECT_EQ(r->writer.conflict_retries, 1000u);
+  EXPECT_TRUE(r->writer.overlap_commits);
   EXPECT_TRUE(r->writer.allow_weak_durability);
   EXPECT_FALSE(r->writer.routing);
   EXPECT_EQ(r->writer.id, "writer-2.east");
@@ -605,6 +607,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  read_threads: 4\n"
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"
+            "  overlap_commits: false\n"
             "  allow_weak_durability: false\n"
             "  handler_timeout: 50ms\n"
             "  handler_memory: 16777216\n"

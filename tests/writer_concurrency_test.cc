@@ -30,12 +30,14 @@ std::unique_ptr<SluiceProcess> StartServe(const SluiceConfig& cfg, const std::st
 // document store does: read-modify-write guarded by If-Match, retrying on 409
 // (with a new key) and on 503 (with the same key). A lost update would show
 // as a counter below the version. `failpoints`, when set, makes commits fail.
-void HotCounterLosesNoUpdate(const std::string& failpoints, int per_client) {
+// `writer_yaml`: lines under writer: (overlap_commits).
+void HotCounterLosesNoUpdate(const std::string& failpoints, int per_client, const std::string& writer_yaml = "") {
   TestDatabase db("hot");
   SluiceConfig cfg;
   cfg.database = db.name();
   cfg.entities = {{"counter", 4}};
   cfg.port = FreePort();
+  cfg.extra_writer_yaml = writer_yaml;
   if (!failpoints.empty()) ::setenv("SLUICE_FAILPOINTS", failpoints.c_str(), 1);
   auto writer = StartServe(cfg);
   ::unsetenv("SLUICE_FAILPOINTS");
@@ -121,6 +123,13 @@ TEST(WriterConcurrency, HotEntityCounterLosesNoUpdate) {
 TEST(WriterConcurrency, FailedCommitsUnderContentionLoseNoUpdate) {
   SLUICE_REQUIRE_MYSQL();
   HotCounterLosesNoUpdate("writer.before_commit=error@0.2", 100);
+}
+
+// The same with overlapping commits: a batch whose COMMIT fails has the next
+// one staged on it, which is rolled back and planned again.
+TEST(WriterConcurrency, FailedOverlappingCommitsUnderContentionLoseNoUpdate) {
+  SLUICE_REQUIRE_MYSQL();
+  HotCounterLosesNoUpdate("writer.before_commit=error@0.2", 40, "  overlap_commits: true\n");
 }
 
 // (b) Three copies of each of 10,000 commands race from three groups of
@@ -209,12 +218,12 @@ TEST(WriterConcurrency, EveryRetryGetsTheIdenticalReplyAndOneEvent) {
 // (c) Two writer processes share a database and its partitions; commands
 // for the same entities alternate between them. Unique keys catch every
 // stale head and stale cache (I4), so no update is lost.
-TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
-  SLUICE_REQUIRE_MYSQL();
+void TwoWritersLoseNoUpdate(const std::string& writer_yaml) {
   TestDatabase db("twowriters");
   SluiceConfig cfg;
   cfg.database = db.name();
   cfg.entities = {{"account", 4}};
+  cfg.extra_writer_yaml = writer_yaml;
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 0) << out;
   cfg.port = FreePort();
@@ -255,7 +264,7 @@ TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
   }
   for (auto& t : threads) t.join();
   ASSERT_EQ(failures, 0);
-  RecordProperty("retries_503", std::to_string(retries.load()));
+  ::testing::Test::RecordProperty("retries_503", std::to_string(retries.load()));
 
   EXPECT_EQ(ExpectDenseEventIds(db), kCommands);
   ExpectDenseVersions(db);
@@ -274,6 +283,16 @@ TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
     }
     EXPECT_EQ(s["version"], kCommands / kEntities);
   }
+}
+
+TEST(WriterConcurrency, TwoWritersOnTheSamePartitionsLoseNoUpdate) {
+  SLUICE_REQUIRE_MYSQL();
+  TwoWritersLoseNoUpdate("");
+}
+
+TEST(WriterConcurrency, TwoOverlappingWritersOnTheSamePartitionsLoseNoUpdate) {
+  SLUICE_REQUIRE_MYSQL();
+  TwoWritersLoseNoUpdate("  overlap_commits: true\n");
 }
 
 // Each duplicate key, provoked on purpose by two writers on one partition:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/failpoint.h"
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "sql/mariadb_tables.h"
@@ -29,7 +30,7 @@ PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
       table_(sql::EventTableName(options_.type, options_.partition)),
       storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
       log_(storage_->OpenEventLog()),
-      spare_(storage_->OpenEventLog()),
+      spare_(options_.overlap_commits ? storage_->OpenEventLog() : nullptr),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
@@ -82,13 +83,15 @@ void PartitionWorker::Submit(Command command) {
 }
 
 void PartitionWorker::Run() {
-  stage_ = std::make_unique<CommitStage>([this] {
-    {
-      std::lock_guard lock(mu_);
-      commit_done_ = true;
-    }
-    cv_.notify_all();
-  });
+  if (options_.overlap_commits) {
+    stage_ = std::make_unique<CommitStage>([this] {
+      {
+        std::lock_guard lock(mu_);
+        commit_done_ = true;
+      }
+      cv_.notify_all();
+    });
+  }
   for (;;) {
     std::deque<Command> batch;
     bool land = false;
@@ -103,7 +106,7 @@ void PartitionWorker::Run() {
           // Idle: the sessions close with this thread; the next command opens
           // new ones, and reads the head and the entities again.
           log_ = storage_->OpenEventLog();
-          spare_ = storage_->OpenEventLog();
+          if (spare_) spare_ = storage_->OpenEventLog();
           head_.reset();
           entities_.Clear();
           running_ = false;
@@ -243,7 +246,7 @@ void PartitionWorker::FailAll(BatchState& b, const Status& st) {
     // Both sessions are opened again by the next batch: the one that did not
     // fail may have broken in the same outage without knowing it yet.
     log_ = storage_->OpenEventLog();
-    spare_ = storage_->OpenEventLog();
+    if (spare_) spare_ = storage_->OpenEventLog();
     ++stats_.unavailable;
     LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
     ReplyRest(b, [&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
@@ -305,6 +308,20 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
       if (!st.ok()) return FailAll(b, st);
     }
     if (a.writes.empty()) return Finish(b, a);
+    if (!options_.overlap_commits) {
+      // One autocommit INSERT: one round trip, answered before the next batch.
+      st = SLUICE_FAILPOINT("writer.before_commit") ? Unavailable("failpoint writer.before_commit")
+                                                    : log_->Append(*a.insert);
+      if (st.ok()) {
+        Committed(b, a);
+        return Finish(b, a);
+      }
+      if (st.code() != StatusCode::kAborted) return FailAll(b, st);
+      st = ResolveConflict(b, st);
+      if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
+      ++attempt;
+      continue;  // re-plan against reloaded state
+    }
     st = log_->Stage(*a.insert);
     if (!st.ok()) {
       // A retry of a command in flight waits for it and then finds it stored.
@@ -337,7 +354,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
       continue;
     }
     std::unique_ptr<InFlight> landed = std::move(inflight_);
-    Committed(*landed);
+    Committed(*landed->b, landed->a);
     BeginCommit(std::move(owned), std::move(a));
     // Its push and replies while this batch commits.
     return Finish(*landed->b, landed->a);

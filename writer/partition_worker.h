@@ -80,6 +80,10 @@ struct PartitionWorkerOptions {
   uint32_t batch_max = 1000;
   size_t cache_entries = 100000;
   uint32_t conflict_retries = 16;
+  // Plan and insert the next batch on a second session while the last one
+  // commits (CommitStage). Off: one session, each batch one autocommit
+  // INSERT, planned after the last one's reply.
+  bool overlap_commits = false;
   size_t max_queue = 200000;                   // Submit() refuses beyond this
   size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
   // With nothing queued for this long, the worker's thread ends and its
@@ -217,7 +221,7 @@ class PartitionWorker {
   Status Await();
   // The bookkeeping of a committed batch: head, counters, the commit's
   // announcement, the entity cache.
-  void Committed(InFlight& f);
+  void Committed(BatchState& b, Attempt& a);
   // Pushes the committed writes, then replies to every command.
   void Finish(BatchState& b, Attempt& a);
   // Hands the committed `writes` of the batch to the push sinks; for sync

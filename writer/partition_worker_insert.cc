@@ -30,15 +30,15 @@ Status PartitionWorker::Await() {
   return *f.outcome;
 }
 
-void PartitionWorker::Committed(InFlight& f) {
+void PartitionWorker::Committed(BatchState& b, Attempt& a) {
   (void)SLUICE_FAILPOINT("writer.after_commit");  // `crash` here: committed but unanswered
-  const std::vector<size_t>& writes = f.a.writes;
-  head_ = f.b->plan[writes.back()].event_id;
+  const std::vector<size_t>& writes = a.writes;
+  head_ = b.plan[writes.back()].event_id;
   ++stats_.batches;
   if (options_.metrics) options_.metrics->BatchCommitted(writes.size());
   stats_.events += writes.size();
   if (options_.on_commit) options_.on_commit(options_.type, options_.partition, *head_);
-  for (auto& [id, entity] : f.a.overlay) entities_.Put(id, std::move(entity));
+  for (auto& [id, entity] : a.overlay) entities_.Put(id, std::move(entity));
 }
 
 bool PartitionWorker::Land() {
@@ -71,7 +71,7 @@ bool PartitionWorker::Land() {
     FailAll(b, st);
     return false;
   }
-  Committed(*f);
+  Committed(b, a);
   Finish(b, a);
   return true;
 }

@@ -38,6 +38,7 @@ class PartitionWorkerTest : public ::testing::Test {
     o.cache_entries = 1000;
     o.conflict_retries = 4;
     o.max_statement_bytes = max_statement_bytes;
+    o.overlap_commits = overlap_;
     return std::make_unique<PartitionWorker>(std::move(o));
   }
 
@@ -81,9 +82,30 @@ class PartitionWorkerTest : public ::testing::Test {
   }
 
   std::shared_ptr<MemoryStorage> storage_;
+  bool overlap_ = false;  // PartitionWorkerOptions::overlap_commits
 };
 
-TEST_F(PartitionWorkerTest, QueuedCommandsGoInOneBatchWithDenseEventIdsAndVersions) {
+// What holds with and without overlapping commits.
+class PartitionWorkerModesTest : public PartitionWorkerTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    PartitionWorkerTest::SetUp();
+    overlap_ = GetParam();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Overlap, PartitionWorkerModesTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Overlapping" : "OneByOne"; });
+
+// Overlapping commits alone.
+class PartitionWorkerOverlapTest : public PartitionWorkerTest {
+ protected:
+  void SetUp() override {
+    PartitionWorkerTest::SetUp();
+    overlap_ = true;
+  }
+};
+
+TEST_P(PartitionWorkerModesTest, QueuedCommandsGoInOneBatchWithDenseEventIdsAndVersions) {
   auto w = MakeWorker();
   std::vector<std::promise<Reply>> done(6);
   // Queued before the thread starts: taken as one batch.
@@ -117,7 +139,7 @@ int ThreadsNamed(const std::string& name) {
   return n;
 }
 
-TEST_F(PartitionWorkerTest, AnIdleWorkerEndsItsThreadAndSessionAndTheNextCommandStartsThem) {
+TEST_P(PartitionWorkerModesTest, AnIdleWorkerEndsItsThreadAndSessionAndTheNextCommandStartsThem) {
   auto w = MakeWorker(8 << 20, /*idle_exit=*/std::chrono::milliseconds(30));
   w->Start();
   EXPECT_EQ(ThreadsNamed("sluice-commit"), 0) << "a thread before any command";
@@ -142,7 +164,7 @@ TEST_F(PartitionWorkerTest, AnIdleWorkerEndsItsThreadAndSessionAndTheNextCommand
   EXPECT_EQ(storage_->Events(kType, 0).size(), 2u);
 }
 
-TEST_F(PartitionWorkerTest, ABatchIsCutBeforeItsStatementGrowsTooLarge) {
+TEST_P(PartitionWorkerModesTest, ABatchIsCutBeforeItsStatementGrowsTooLarge) {
   auto w = MakeWorker(/*max_statement_bytes=*/300);
   std::vector<std::promise<Reply>> done(5);
   for (int i = 0; i < 5; ++i) w->Submit(Put("e" + std::to_string(i), "c", i, &done[i]));
@@ -157,7 +179,7 @@ TEST_F(PartitionWorkerTest, ABatchIsCutBeforeItsStatementGrowsTooLarge) {
   EXPECT_EQ(w->stats().events, 5u);
 }
 
-TEST_F(PartitionWorkerTest, ARetryIsAnsweredFromTheCacheByteForByte) {
+TEST_P(PartitionWorkerModesTest, ARetryIsAnsweredFromTheCacheByteForByte) {
   auto w = MakeWorker();
   w->Start();
   const Reply first = Run(*w, "a", "k1", 1);
@@ -170,7 +192,7 @@ TEST_F(PartitionWorkerTest, ARetryIsAnsweredFromTheCacheByteForByte) {
   EXPECT_EQ(storage_->Events(kType, 0).size(), 1u);
 }
 
-TEST_F(PartitionWorkerTest, AnEventIdTakenByAnotherWriterReloadsTheHead) {
+TEST_P(PartitionWorkerModesTest, AnEventIdTakenByAnotherWriterReloadsTheHead) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -183,7 +205,7 @@ TEST_F(PartitionWorkerTest, AnEventIdTakenByAnotherWriterReloadsTheHead) {
   EXPECT_EQ(w->stats().conflicts_primary, 1u);
 }
 
-TEST_F(PartitionWorkerTest, AStaleCachedEntityIsReloadedOnAVersionConflict) {
+TEST_P(PartitionWorkerModesTest, AStaleCachedEntityIsReloadedOnAVersionConflict) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -196,7 +218,7 @@ TEST_F(PartitionWorkerTest, AStaleCachedEntityIsReloadedOnAVersionConflict) {
   EXPECT_EQ(w->stats().conflicts_version, 1u);
 }
 
-TEST_F(PartitionWorkerTest, ARetryThatRacedItsOriginalIsAnsweredFromStorage) {
+TEST_P(PartitionWorkerModesTest, ARetryThatRacedItsOriginalIsAnsweredFromStorage) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -221,7 +243,7 @@ TEST_F(PartitionWorkerTest, ARetryThatRacedItsOriginalIsAnsweredFromStorage) {
   EXPECT_EQ(storage_->Events(kType, 0).size(), 2u);
 }
 
-TEST_F(PartitionWorkerTest, ARefusalOnAStaleCachedEntityIsCheckedAgainstStorage) {
+TEST_P(PartitionWorkerModesTest, ARefusalOnAStaleCachedEntityIsCheckedAgainstStorage) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -234,11 +256,11 @@ TEST_F(PartitionWorkerTest, ARefusalOnAStaleCachedEntityIsCheckedAgainstStorage)
   EXPECT_EQ(w->stats().stale_refusals, 1u);
 }
 
-TEST_F(PartitionWorkerTest, UnavailableStorageAnswers503AndTheNextBatchReconnects) {
+TEST_P(PartitionWorkerModesTest, UnavailableStorageAnswers503AndTheNextBatchReconnects) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
-  const uint64_t opened = storage_->calls(MemoryStorage::Op::kOpen);  // the worker's two sessions
+  const uint64_t opened = storage_->calls(MemoryStorage::Op::kOpen);
   storage_->FailNext(MemoryStorage::Op::kAppend, Unavailable("connection lost"));
   const Reply failed = Run(*w, "a", "k2", 2);
   const Reply retried = Run(*w, "a", "k2", 2);
@@ -247,10 +269,10 @@ TEST_F(PartitionWorkerTest, UnavailableStorageAnswers503AndTheNextBatchReconnect
   ASSERT_EQ(retried.status, 200) << retried.body;
   EXPECT_EQ(Body(retried)["version"], 2);
   EXPECT_EQ(w->stats().unavailable, 1u);
-  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kOpen), opened + 2);  // both sessions, new
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kOpen), opened + (overlap_ ? 2 : 1));  // each session, new
 }
 
-TEST_F(PartitionWorkerTest, EndlessConflictsGiveUpWith503) {
+TEST_P(PartitionWorkerModesTest, EndlessConflictsGiveUpWith503) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -267,7 +289,7 @@ void AwaitCalls(const MemoryStorage& storage, MemoryStorage::Op op, uint64_t n) 
   while (storage.calls(op) < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-TEST_F(PartitionWorkerTest, TheNextBatchIsInsertedWhileTheLastOneCommitsAndCommitsAfterIt) {
+TEST_F(PartitionWorkerOverlapTest, TheNextBatchIsInsertedWhileTheLastOneCommitsAndCommitsAfterIt) {
   auto w = MakeWorker();
   w->Start();
   storage_->Hold(MemoryStorage::Op::kCommit);
@@ -295,7 +317,7 @@ TEST_F(PartitionWorkerTest, TheNextBatchIsInsertedWhileTheLastOneCommitsAndCommi
   EXPECT_EQ(events[1].state, R"({"n":2})");
 }
 
-TEST_F(PartitionWorkerTest, ABatchPlannedOnOneThatDidNotCommitIsPlannedAgain) {
+TEST_F(PartitionWorkerOverlapTest, ABatchPlannedOnOneThatDidNotCommitIsPlannedAgain) {
   auto w = MakeWorker();
   w->Start();
   storage_->Hold(MemoryStorage::Op::kCommit);
@@ -319,7 +341,7 @@ TEST_F(PartitionWorkerTest, ABatchPlannedOnOneThatDidNotCommitIsPlannedAgain) {
   EXPECT_EQ(events[0].command_id, "k2");
 }
 
-TEST_F(PartitionWorkerTest, AConflictAtCommitRequeuesTheBatchAndARetryIsAnsweredFromStorage) {
+TEST_F(PartitionWorkerOverlapTest, AConflictAtCommitRequeuesTheBatchAndARetryIsAnsweredFromStorage) {
   auto w = MakeWorker();
   w->Start();
   ASSERT_EQ(Run(*w, "a", "k1", 1).status, 200);
@@ -337,7 +359,7 @@ TEST_F(PartitionWorkerTest, AConflictAtCommitRequeuesTheBatchAndARetryIsAnswered
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), 3u);  // k1, k2 refused, k2
 }
 
-TEST_F(PartitionWorkerTest, EndlessConflictsAtCommitGiveUpWith503) {
+TEST_F(PartitionWorkerOverlapTest, EndlessConflictsAtCommitGiveUpWith503) {
   auto w = MakeWorker();
   w->Start();
   storage_->FailNext(MemoryStorage::Op::kCommit, Aborted("MySQL error 1213 (40001): Deadlock found"), 100);
@@ -348,12 +370,12 @@ TEST_F(PartitionWorkerTest, EndlessConflictsAtCommitGiveUpWith503) {
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), 5u);  // the first try and conflict_retries more
 }
 
-// Many clients on few entities while COMMITs fail now and then: whatever
+// Many clients on few entities while appends fail now and then: whatever
 // overlapped, the stored events are dense and in order, every entity's
 // versions are 1..n, each state follows from the one before, and a command
 // is stored exactly when it was answered 200 (a failed COMMIT here stores
 // nothing), once.
-TEST_F(PartitionWorkerTest, OverlappingBatchesUnderFailuresKeepEveryInvariant) {
+TEST_P(PartitionWorkerModesTest, ManyClientsUnderFailuresKeepEveryInvariant) {
   auto w = MakeWorker();
   w->Start();
   constexpr int kClients = 8;
@@ -365,7 +387,7 @@ TEST_F(PartitionWorkerTest, OverlappingBatchesUnderFailuresKeepEveryInvariant) {
     clients.emplace_back([&, t] {
       for (int i = 0; i < kCommands; ++i) {
         if (i % 25 == 0) {
-          storage_->FailNext(MemoryStorage::Op::kCommit,
+          storage_->FailNext(overlap_ ? MemoryStorage::Op::kCommit : MemoryStorage::Op::kAppend,
                              i % 50 == 0 ? Unavailable("connection lost") : Aborted("MySQL error 1213 (40001): Deadlock"));
         }
         const std::string id = "e" + std::to_string((t + i) % 3);

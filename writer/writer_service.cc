@@ -113,6 +113,7 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
       o.batch_max = config_.writer.batch_max;
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
+      o.overlap_commits = config_.writer.overlap_commits;
       o.snapshot_every = entity.deltas.snapshot_every;
       o.snapshot_percent = entity.deltas.snapshot_percent;
       o.on_commit = announce;
