@@ -90,6 +90,39 @@ std::optional<Json> JsonDelta(const Json& before, const Json& after) {
   return ops;
 }
 
+namespace {
+
+// The operations of merge-patching `before` with `patch`, both objects, at `path`.
+void PatchOps(const Json& before, const Json& patch, Json& path, Json& ops) {
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    const auto was = before.find(it.key());
+    path.push_back(it.key());
+    if (it->is_null()) {
+      if (was != before.end()) ops.push_back(Json::array({"r", path}));
+    } else if (it->is_object() && was != before.end() && was->is_object()) {
+      PatchOps(*was, *it, path, ops);
+    } else if (it->is_object()) {
+      // A member that is not an object becomes the patch's object without its nulls.
+      Json value = Json::object();
+      value.merge_patch(*it);
+      ops.push_back(Json::array({"s", path, std::move(value)}));
+    } else if (was == before.end() || !SameJson(*was, *it)) {
+      ops.push_back(Json::array({"s", path, *it}));
+    }
+    path.erase(path.end() - 1);
+  }
+}
+
+}  // namespace
+
+std::optional<Json> MergePatchDelta(const Json& before, const Json& patch) {
+  if (!before.is_object() || !patch.is_object()) return std::nullopt;
+  Json ops = Json::array();
+  Json path = Json::array();
+  PatchOps(before, patch, path, ops);
+  return ops;
+}
+
 Result<Json> ApplyJsonDelta(const Json& before, const Json& delta) {
   if (!before.is_object()) return InvalidArgument("a delta applies to an object only");
   if (!delta.is_array()) return InvalidArgument("a delta is a JSON array of operations");

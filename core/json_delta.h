@@ -36,6 +36,13 @@ bool SameJson(const Json& a, const Json& b);
 // when they are the same.
 std::optional<Json> JsonDelta(const Json& before, const Json& after);
 
+// The delta that an RFC 7386 merge `patch` makes of `before` (what
+// JsonDelta(before, before merge-patched with patch) says, found from the
+// patch alone: its cost follows the patch, not the state); nullopt when
+// either is not an object. Members the patch sets to what they are already
+// make no operation.
+std::optional<Json> MergePatchDelta(const Json& before, const Json& patch);
+
 // `before` with `delta` applied; InvalidArgument saying which operation is
 // wrong when the delta does not follow the grammar or does not fit
 // `before` (a path through a missing member or a non-object, "r" of a

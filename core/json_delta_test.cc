@@ -161,6 +161,37 @@ TEST(JsonDelta, RandomEditsRoundTripExactly) {
   EXPECT_GT(nonempty, 15000);
 }
 
+// Random merge patches of random states: the delta found from the patch
+// alone makes what the patch makes, through text as storage keeps it.
+TEST(JsonDelta, MergePatchDeltasMakeWhatThePatchMakes) {
+  std::mt19937 rng(20261130);
+  int nonempty = 0;
+  for (int i = 0; i < 20000; ++i) {
+    Json before = Json::object();
+    for (int k = 0; k < 4; ++k) before[std::string(1, static_cast<char>('k' + k))] = RandomValue(rng, 1);
+    Json patch = Json::object();
+    for (int k = 0, n = static_cast<int>(rng() % 4); k < n; ++k) {
+      patch[std::string(1, static_cast<char>('k' + rng() % 5))] = RandomValue(rng, 1);
+    }
+    Json after = before;
+    after.merge_patch(patch);
+    const auto delta = MergePatchDelta(before, patch);
+    ASSERT_TRUE(delta.has_value());
+    if (!delta->empty()) ++nonempty;
+    Result<Json> applied = ApplyJsonDelta(ParseJson(CanonicalJson(before)).value(),
+                                          ParseJson(CanonicalJson(*delta)).value());
+    ASSERT_TRUE(applied.ok()) << applied.status().ToString() << ": " << CanonicalJson(before) << " + "
+                              << CanonicalJson(*delta);
+    ASSERT_TRUE(SameJson(*applied, after)) << CanonicalJson(before) << " patched with " << CanonicalJson(patch)
+                                           << ": " << CanonicalJson(*applied) << " != " << CanonicalJson(after);
+    // Nothing changed, no operation: as JsonDelta says.
+    ASSERT_EQ(delta->empty(), JsonDelta(before, after)->empty()) << CanonicalJson(patch);
+  }
+  EXPECT_GT(nonempty, 10000);
+  EXPECT_FALSE(MergePatchDelta(Json::array(), Json::object()).has_value());
+  EXPECT_FALSE(MergePatchDelta(Json::object(), Json::array()).has_value());
+}
+
 // A small change of a large state is a small delta.
 TEST(JsonDelta, ASmallPatchOfALargeStateIsSmall) {
   Json state = Json::object();

@@ -31,7 +31,9 @@ using namespace std::chrono_literals;
 // every partition, so the nodes collide (the 1213 path); with routing each
 // partition's commands are forwarded to the writer that owns it, except
 // while that writer is down.
-void ThreeWritersOnThreeNodes(bool routing) {
+// `overlap`: writer.overlap_commits, where a collision fails a COMMIT run
+// beside the next batch.
+void ThreeWritersOnThreeNodes(bool routing, bool overlap = false) {
   const auto ports = GaleraPorts();
   ASSERT_EQ(ports.size(), 3u);
   TestDatabase db("galera", NodeParams(ports[0]));
@@ -45,6 +47,7 @@ void ThreeWritersOnThreeNodes(bool routing) {
     cfgs[n].mysql_host = NodeParams(ports[n]).host;
     cfgs[n].mysql_port = ports[n];
     cfgs[n].extra_writer_yaml = routing ? "  id: node" + std::to_string(n) + "\n  lease_ttl: 2s\n" : "  routing: false\n";
+    if (overlap) cfgs[n].extra_writer_yaml += "  overlap_commits: true\n";
     paths.push_back(cfgs[n].Write());
   }
   // Collisions between nodes, as Galera counts them: certification
@@ -97,6 +100,11 @@ void ThreeWritersOnThreeNodes(bool routing) {
 TEST(Galera, ThreeWritersOnThreeNodesStoreEveryAcknowledgedCommandOnce) {
   SLUICE_REQUIRE_GALERA();
   ThreeWritersOnThreeNodes(/*routing=*/false);
+}
+
+TEST(Galera, ThreeOverlappingWritersOnThreeNodesStoreEveryAcknowledgedCommandOnce) {
+  SLUICE_REQUIRE_GALERA();
+  ThreeWritersOnThreeNodes(/*routing=*/false, /*overlap=*/true);
 }
 
 TEST(Galera, ThreeRoutingWritersOnThreeNodesStoreEveryAcknowledgedCommandOnce) {

@@ -217,6 +217,7 @@ Status PartitionWorker::LoadEntities(const std::deque<Command>& batch, std::unor
     s.deltas = row.deltas_since_snapshot;
     s.delta_bytes = row.delta_bytes_since_snapshot;
     if (s.exists) {
+      s.state_bytes = row.state.size();
       auto parsed = ParseJson(row.state);
       if (!parsed.ok()) return Internal("stored state of '" + row.entity_id + "' is not JSON: " + parsed.status().message());
       s.state = std::move(parsed).value();

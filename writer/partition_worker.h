@@ -144,6 +144,10 @@ class PartitionWorker {
     Json state;
     uint32_t deltas = 0;       // stored since its last whole state
     uint64_t delta_bytes = 0;  // their size
+    // The size of the state's text when it was last made (read, stored
+    // whole, or changed by a command other than the built-in patch, which
+    // changes the state without making its text).
+    uint64_t state_bytes = 0;
   };
   struct RecentCommand {
     std::string fingerprint;
@@ -155,6 +159,14 @@ class PartitionWorker {
   struct Attempt;
   struct InFlight;  // a batch whose COMMIT runs on the stage
   bool DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const;
+  // Whether a delta of `delta_bytes` may follow `entity` (snapshot_every,
+  // snapshot_percent of a state of `state_bytes`).
+  bool DeltaFits(const EntityState& entity, uint64_t delta_bytes, uint64_t state_bytes) const;
+  // The built-in patch of an object state stored as a delta found from the
+  // patch alone, without copying the state or making its text: true when it
+  // planned the command that way (or cut the batch before it), false when
+  // the command takes the general way.
+  bool PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64_t head, EntityState& entity);
 
   // partition_worker.cc: the queue, the thread, and the loop of attempts.
   void Run();

@@ -7,15 +7,61 @@ namespace sluice::writer {
 // Whether the event of `p` stores a delta from `entity` (the state before,
 // which exists) to `after` instead of the whole state (options_.snapshot_*):
 // true with p.delta_text set.
+bool PartitionWorker::DeltaFits(const EntityState& entity, uint64_t delta_bytes, uint64_t state_bytes) const {
+  if (options_.snapshot_every <= 1 || entity.deltas + 1 >= options_.snapshot_every) return false;
+  // Within the share of the state's size that the deltas since the last
+  // whole state may take (bytes * 100 <= percent * size, in integers).
+  return (entity.delta_bytes + delta_bytes) * 100 <= uint64_t{options_.snapshot_percent} * state_bytes;
+}
+
 bool PartitionWorker::DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const {
   if (options_.snapshot_every <= 1 || entity.deltas + 1 >= options_.snapshot_every) return false;
   std::optional<Json> delta = JsonDelta(entity.state, after);
   if (!delta) return false;  // not objects
   std::string text = CanonicalJson(*delta);
-  // Within the share of the state's size that the deltas since the last
-  // whole state may take (bytes * 100 <= percent * size, in integers).
-  if ((entity.delta_bytes + text.size()) * 100 > uint64_t{options_.snapshot_percent} * p.state_text.size()) return false;
+  if (!DeltaFits(entity, text.size(), p.state_text.size())) return false;
   p.delta_text = std::move(text);
+  return true;
+}
+
+bool PartitionWorker::PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64_t head, EntityState& entity) {
+  Command& c = b.batch[i];
+  // Push sinks take each event's whole state, so they need its text.
+  if (c.name != "patch" || !entity.exists || !entity.state.is_object() || !c.request.is_object() ||
+      !options_.pushers.empty() || options_.snapshot_every <= 1 || entity.deltas + 1 >= options_.snapshot_every) {
+    return false;
+  }
+  std::optional<Json> ops = MergePatchDelta(entity.state, c.request);
+  std::string delta_text = CanonicalJson(*ops);
+  if (!DeltaFits(entity, delta_text.size(), entity.state_bytes)) return false;
+  Planned& p = b.plan[i];
+  p.kind = Planned::Kind::kWrite;
+  p.version = entity.version + 1;
+  p.event_id = head + a.writes.size() + 1;
+  p.response_text = "{}";  // the built-in commands' response
+  p.delta_text = std::move(delta_text);
+  sql::NewEvent row;
+  row.event_id = p.event_id;
+  row.entity_id = c.entity_id;
+  row.version = p.version;
+  row.command_id = c.command_id;
+  row.command_name = c.name;
+  row.expected_version = c.expected_version;
+  row.request = c.request_text;
+  row.response = p.response_text;
+  row.delta = p.delta_text;
+  if (!a.insert->TryAdd(row, options_.max_statement_bytes)) {
+    // Cut the batch here; commands from i on are requeued.
+    p = Planned{};
+    b.n = i;
+    return true;
+  }
+  a.writes.push_back(i);
+  a.first_with_key.emplace(CommandKey(c.entity_id, c.command_id), i);
+  ApplyMergePatch(entity.state, c.request);  // in place: the row is in the batch
+  entity.version = p.version;
+  entity.deltas += 1;
+  entity.delta_bytes += p.delta_text.size();
   return true;
 }
 
@@ -71,6 +117,10 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a, size_t from) {
       a.rejected.push_back(i);
       continue;
     }
+    if (PlanPatchDelta(b, a, i, head, entity)) {
+      if (b.n == i) break;  // cut
+      continue;
+    }
     const bool was = entity.exists;
     std::string before_text = push_full_events_ && was ? CanonicalJson(entity.state) : std::string();
     CommandOutcome out =
@@ -114,6 +164,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a, size_t from) {
     entity.state = std::move(out.new_state);
     entity.deltas = delta ? entity.deltas + 1 : 0;
     entity.delta_bytes = delta ? entity.delta_bytes + p.delta_text.size() : 0;
+    entity.state_bytes = p.state_text.size();
   }
   std::erase_if(a.rejected, [&](size_t i) { return i >= b.n; });
 }
