@@ -379,7 +379,10 @@ class MariaDbEventLog : public EventLog {
   Status Stage(EventAppend& append) override {
     if (append.rows() == 0) return Status::Ok();
     auto& a = static_cast<MariaDbAppend&>(append);
-    if (!a.quoted()) return Unavailable("main storage was unreachable when the append was built");
+    if (!a.quoted()) {
+      Rollback();
+      return Unavailable("main storage was unreachable when the append was built");
+    }
     if (staged_ && !session_.healthy()) {
       staged_ = false;
       return Unavailable("the session of the staged appends was lost");
@@ -402,7 +405,11 @@ class MariaDbEventLog : public EventLog {
     // Never on a new session: what was staged went with the old one.
     if (!session_.healthy()) return Unavailable("the session of the staged appends was lost before their COMMIT");
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
-    return c->Execute("COMMIT").status();
+    Status st = c->Execute("COMMIT").status();
+    // A COMMIT refused with the session still up (a deadlock has ended the
+    // transaction already): nothing of it may ride on a later COMMIT.
+    if (!st.ok() && c->healthy()) (void)c->Execute("ROLLBACK");
+    return st;
   }
 
   void Rollback() override {

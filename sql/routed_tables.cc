@@ -183,7 +183,10 @@ class RoutedEventLog : public EventLog {
   Status Stage(EventAppend& append) override {
     auto* routed = dynamic_cast<RoutedAppend*>(&append);
     if (routed == nullptr) return Internal("an append not made by this event log");
-    if (staged_ && *staged_ != routed->server()) return Internal("appends of two servers staged in one transaction");
+    if (staged_ && *staged_ != routed->server()) {
+      Rollback();
+      return Internal("appends of two servers staged in one transaction");
+    }
     const size_t server = routed->server();
     staged_.reset();
     RETURN_IF_ERROR(logs_.At(server).Stage(routed->inner()));

@@ -190,8 +190,10 @@ class EventLog {
   // transaction, of one table); Commit commits them (kAborted: a conflict
   // found only at commit, as on Galera), Rollback drops them. A failed
   // Stage or Commit leaves nothing staged and nothing stored (a duplicate
-  // key is reported as by Append). Reads on a session with appends staged
-  // see them; Commit and Rollback with nothing staged do nothing.
+  // key is reported as by Append). What reads on a session with appends
+  // staged see of them differs (MariaDB shows them, the in-memory tables do
+  // not): callers do not rely on it. Commit and Rollback with nothing
+  // staged do nothing.
   virtual Status Stage(EventAppend& append) = 0;
   virtual Status Commit() = 0;
   virtual void Rollback() = 0;

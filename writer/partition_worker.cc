@@ -155,6 +155,11 @@ PartitionWorker::Growth PartitionWorker::Grow(BatchState& b, Attempt& a) {
   return log_->Stage(*a.insert).ok() ? Growth::kGrew : Growth::kReplan;
 }
 
+bool PartitionWorker::SettleBefore(BatchState& b) {
+  if (inflight_) (void)Land(&b);
+  return b.batch.empty();
+}
+
 void PartitionWorker::Requeue(std::deque<Command>& commands) {
   std::lock_guard lock(mu_);
   while (!commands.empty()) {
@@ -168,6 +173,8 @@ void PartitionWorker::RequeueCut(BatchState& b) {
   std::deque<Command> cut;
   for (size_t i = b.n; i < b.batch.size(); ++i) cut.push_back(std::move(b.batch[i]));
   b.batch.resize(b.n);
+  b.plan.resize(b.n);  // commands that join later start afresh
+  b.done.resize(b.n);
   Requeue(cut);
 }
 
@@ -244,10 +251,12 @@ void PartitionWorker::ReplyRest(BatchState& b, const std::function<Reply(size_t)
 void PartitionWorker::FailAll(BatchState& b, const Status& st) {
   DropCaches(b.batch);
   if (st.code() == StatusCode::kUnavailable) {
-    // Both sessions are opened again by the next batch: the one that did not
-    // fail may have broken in the same outage without knowing it yet.
-    log_ = storage_->OpenEventLog();
-    if (spare_) spare_ = storage_->OpenEventLog();
+    // With two sessions both are opened again by the next batch: the one
+    // that did not fail may have broken in the same outage without knowing it.
+    if (spare_) {
+      log_ = storage_->OpenEventLog();
+      spare_ = storage_->OpenEventLog();
+    }
     ++stats_.unavailable;
     LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
     ReplyRest(b, [&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
@@ -264,12 +273,12 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     Attempt a;
     // A new session or an unknown head drops or reloads what the batch in
     // flight builds on: it lands first.
-    if (!log_->healthy() || !head_) Settle();
+    if ((!log_->healthy() || !head_) && SettleBefore(b)) return;
     Status st = EnsureConnected();
     if (st.ok() && !head_) st = LoadHead();
     if (st.ok()) st = LoadEntities(b.batch, &a.loaded);
     if (!st.ok()) {
-      Settle();
+      if (SettleBefore(b)) return;
       // A deadlock reported on a read (on Galera, a replicated write can
       // abort this session's transaction and the next statement says so):
       // the attempt starts again, as after a conflicting write.
@@ -284,7 +293,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
       // Refusals are confirmed against storage, which must hold the batch
       // in flight first: it lands, and the batch is planned again on it.
       if (inflight_) {
-        Settle();
+        if (SettleBefore(b)) return;
         continue;
       }
       auto confirmed = ConfirmRefusals(b, a);
@@ -326,7 +335,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     st = log_->Stage(*a.insert);
     if (!st.ok()) {
       // A retry of a command in flight waits for it and then finds it stored.
-      Settle();
+      if (SettleBefore(b)) return;
       if (st.code() != StatusCode::kAborted) return FailAll(b, st);
       st = ResolveConflict(b, st);
       if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
@@ -342,7 +351,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     }
     if (growth == Growth::kReplan) {
       log_->Rollback();
-      Settle();
+      if (SettleBefore(b)) return;
       continue;
     }
     // This batch commits only after the one in flight did; when that one
@@ -350,7 +359,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     // Land reads storage on this session) and planned again.
     if (!Await().ok()) {
       log_->Rollback();
-      (void)Land();
+      if (SettleBefore(b)) return;
       DropCaches(b.batch);
       continue;
     }
@@ -360,7 +369,7 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     // Its push and replies while this batch commits.
     return Finish(*landed->b, landed->a);
   }
-  Settle();
+  if (SettleBefore(b)) return;
   FailAll(b, Unavailable("gave up after " + std::to_string(options_.conflict_retries) +
                          " conflicting writes by other writers"));
 }

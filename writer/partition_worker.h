@@ -7,12 +7,13 @@
 //      check If-Match; run the handler on the entity's state as left by the
 //      earlier commands of the batch; build the event row with
 //      event_id = partition head + 1 (I3) and version = entity version + 1 (I1);
-//   3. INSERT all rows in a transaction, COMMIT, and only then advance the
-//      cached head and entity states and reply to every caller. The COMMIT
-//      runs on a second thread (CommitStage) while this one plans and
-//      INSERTs the next batch on a second session; that batch commits only
-//      after this one did, and goes back to the queue if this one did not
-//      (docs/storage.md, "Overlapping batches");
+//   3. INSERT all rows in one transaction (one autocommit statement), and
+//      only then advance the cached head and entity states and reply to
+//      every caller. With overlap_commits the COMMIT runs on a second
+//      thread (CommitStage) while this one plans and INSERTs the next batch
+//      on a second session; that batch commits only after this one did, and
+//      goes back to the queue if this one did not (docs/storage.md,
+//      "Overlapping batches");
 //   4. on a duplicate key, the key's name says what was stale (PRIMARY: the
 //      head, uk_entity_version: an entity, uk_entity_command: a retry already
 //      stored): reload, re-plan, retry, up to conflict_retries times (I4).
@@ -178,10 +179,10 @@ class PartitionWorker {
   void Requeue(std::deque<Command>& commands);
   // Requeues the commands the plan cut from the batch.
   void RequeueCut(BatchState& b);
-  // Waits for the batch in flight, if any, and answers it (Land).
-  void Settle() {
-    if (inflight_) (void)Land();
-  }
+  // Waits for the batch in flight, if any, and answers it (Land). True
+  // when `b`, the batch being built, went back to the queue behind it (its
+  // COMMIT conflicted and it is planned again): `b` is empty then.
+  bool SettleBefore(BatchState& b);
   Status EnsureConnected();
   Status LoadHead();
   // `loaded` gets the ids read from storage (the others came from the cache,
@@ -226,8 +227,9 @@ class PartitionWorker {
   // entity cache, pushes and replies (Finish), true. Not committed: drops
   // the caches; the batch's commands are answered (503, or from storage
   // when another writer or a retry stored them) or, after a conflict,
-  // requeued; false.
-  bool Land();
+  // requeued, and then so is `behind` (a batch built after it), emptied;
+  // false.
+  bool Land(BatchState* behind = nullptr);
   // Waits for the COMMIT in flight and returns its outcome (kept for Land);
   // its session becomes the spare again.
   Status Await();

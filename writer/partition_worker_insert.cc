@@ -41,7 +41,7 @@ void PartitionWorker::Committed(BatchState& b, Attempt& a) {
   for (auto& [id, entity] : a.overlay) entities_.Put(id, std::move(entity));
 }
 
-bool PartitionWorker::Land() {
+bool PartitionWorker::Land(BatchState* behind) {
   Status st = Await();
   std::unique_ptr<InFlight> f = std::move(inflight_);
   BatchState& b = *f->b;
@@ -63,6 +63,15 @@ bool PartitionWorker::Land() {
             continue;
           }
           again.push_back(std::move(c));
+        }
+        // A batch being built after this one goes back behind it, so that
+        // commands keep the order they arrived in.
+        if (behind != nullptr) {
+          for (size_t i = 0; i < behind->batch.size(); ++i) {
+            if (i >= behind->done.size() || !behind->done[i]) again.push_back(std::move(behind->batch[i]));
+          }
+          behind->batch.clear();
+          behind->n = 0;
         }
         Requeue(again);
         return false;

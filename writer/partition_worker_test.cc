@@ -284,9 +284,14 @@ TEST_P(PartitionWorkerModesTest, EndlessConflictsGiveUpWith503) {
   EXPECT_EQ(w->stats().conflicts_primary, 5u);
 }
 
-// Waits until `op` was called `n` times.
-void AwaitCalls(const MemoryStorage& storage, MemoryStorage::Op op, uint64_t n) {
-  while (storage.calls(op) < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// Waits until `op` was called `n` times; false after 10 s.
+bool AwaitCalls(const MemoryStorage& storage, MemoryStorage::Op op, uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (storage.calls(op) < n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 TEST_F(PartitionWorkerOverlapTest, TheNextBatchIsInsertedWhileTheLastOneCommitsAndCommitsAfterIt) {
@@ -295,10 +300,10 @@ TEST_F(PartitionWorkerOverlapTest, TheNextBatchIsInsertedWhileTheLastOneCommitsA
   storage_->Hold(MemoryStorage::Op::kCommit);
   std::promise<Reply> first_done, second_done;
   w->Submit(Put("a", "k1", 1, &first_done));
-  AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1);  // batch 1 commits, held there
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1));  // batch 1 commits, held there
   w->Submit(Put("a", "k2", 2, &second_done));
   // Batch 2 is planned on batch 1's state and inserted while batch 1 commits.
-  AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2);
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2));
   auto first = first_done.get_future();
   auto second = second_done.get_future();
   EXPECT_EQ(first.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
@@ -324,9 +329,9 @@ TEST_F(PartitionWorkerOverlapTest, ABatchPlannedOnOneThatDidNotCommitIsPlannedAg
   storage_->FailNext(MemoryStorage::Op::kCommit, Unavailable("connection lost"));
   std::promise<Reply> first_done, second_done;
   w->Submit(Put("a", "k1", 1, &first_done));
-  AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1);
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1));
   w->Submit(Put("a", "k2", 2, &second_done));  // staged as version 2, event 2
-  AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2);
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2));
   storage_->Release(MemoryStorage::Op::kCommit);  // batch 1's COMMIT fails
   const Reply r1 = first_done.get_future().get();
   const Reply r2 = second_done.get_future().get();
@@ -339,6 +344,53 @@ TEST_F(PartitionWorkerOverlapTest, ABatchPlannedOnOneThatDidNotCommitIsPlannedAg
   const auto events = storage_->Events(kType, 0);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].command_id, "k2");
+}
+
+TEST_F(PartitionWorkerOverlapTest, CommandsThatArriveWhileTheLastBatchCommitsJoinTheNextOne) {
+  auto w = MakeWorker();
+  w->Start();
+  storage_->Hold(MemoryStorage::Op::kCommit);
+  std::promise<Reply> a, b, c;
+  w->Submit(Put("e", "k1", 1, &a));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1));
+  w->Submit(Put("e", "k2", 2, &b));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2));
+  w->Submit(Put("e", "k3", 3, &c));  // joins k2's open transaction
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 3));
+  storage_->Release(MemoryStorage::Op::kCommit);
+  const Reply ra = a.get_future().get(), rb = b.get_future().get(), rc = c.get_future().get();
+  w->Stop();
+  ASSERT_EQ(rc.status, 200) << rc.body;
+  EXPECT_EQ(Body(ra)["event_id"], 1);
+  EXPECT_EQ(Body(rb)["event_id"], 2);
+  EXPECT_EQ(Body(rc)["event_id"], 3);
+  EXPECT_EQ(Body(rc)["version"], 3);
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), 2u);  // k1's, then k2 and k3 in one
+  EXPECT_EQ(storage_->Events(kType, 0).size(), 3u);
+}
+
+// A batch that conflicts at COMMIT goes back to the queue, and the batch
+// planned on it goes back behind it: the later command still lands last.
+TEST_F(PartitionWorkerOverlapTest, AfterAConflictAtCommitCommandsKeepTheirOrder) {
+  auto w = MakeWorker();
+  w->Start();
+  storage_->Hold(MemoryStorage::Op::kCommit);
+  storage_->FailNext(MemoryStorage::Op::kCommit, Aborted("MySQL error 1213 (40001): Deadlock found"));
+  std::promise<Reply> first, second;
+  w->Submit(Put("e", "k1", 1, &first));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1));
+  w->Submit(Put("e", "k2", 2, &second));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2));
+  storage_->Release(MemoryStorage::Op::kCommit);
+  const Reply r1 = first.get_future().get(), r2 = second.get_future().get();
+  w->Stop();
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  const auto events = storage_->Events(kType, 0);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].command_id, "k1");
+  EXPECT_EQ(events[1].command_id, "k2");
+  EXPECT_EQ(events[1].state, R"({"n":2})");
 }
 
 TEST_F(PartitionWorkerOverlapTest, AConflictAtCommitRequeuesTheBatchAndARetryIsAnsweredFromStorage) {
