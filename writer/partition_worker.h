@@ -168,6 +168,9 @@ class PartitionWorker {
   // planned the command that way (or cut the batch before it), false when
   // the command takes the general way.
   bool PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64_t head, EntityState& entity);
+  // Adds command i's row, as planned, to the attempt's append; false when
+  // the statement would grow too large: the batch is cut before i.
+  bool AddRow(BatchState& b, Attempt& a, size_t i);
 
   // partition_worker.cc: the queue, the thread, and the loop of attempts.
   void Run();

@@ -24,6 +24,28 @@ bool PartitionWorker::DeltaInstead(const EntityState& entity, const Json& after,
   return true;
 }
 
+bool PartitionWorker::AddRow(BatchState& b, Attempt& a, size_t i) {
+  const Command& c = b.batch[i];
+  Planned& p = b.plan[i];
+  sql::NewEvent row;
+  row.event_id = p.event_id;
+  row.entity_id = c.entity_id;
+  row.version = p.version;
+  row.command_id = c.command_id;
+  row.command_name = c.name;
+  row.expected_version = c.expected_version;
+  row.request = c.request_text;
+  row.response = p.response_text;
+  row.state = p.state_text;
+  row.delta = p.delta_text;
+  row.deleted = p.deleted;
+  if (a.insert->TryAdd(row, options_.max_statement_bytes)) return true;
+  // Cut the batch here; commands from i on go back to the queue (RequeueCut).
+  p = Planned{};
+  b.n = i;
+  return false;
+}
+
 bool PartitionWorker::PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64_t head, EntityState& entity) {
   Command& c = b.batch[i];
   // Push sinks take each event's whole state, so they need its text.
@@ -40,22 +62,7 @@ bool PartitionWorker::PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64
   p.event_id = head + a.writes.size() + 1;
   p.response_text = "{}";  // the built-in commands' response
   p.delta_text = std::move(delta_text);
-  sql::NewEvent row;
-  row.event_id = p.event_id;
-  row.entity_id = c.entity_id;
-  row.version = p.version;
-  row.command_id = c.command_id;
-  row.command_name = c.name;
-  row.expected_version = c.expected_version;
-  row.request = c.request_text;
-  row.response = p.response_text;
-  row.delta = p.delta_text;
-  if (!a.insert->TryAdd(row, options_.max_statement_bytes)) {
-    // Cut the batch here; commands from i on are requeued.
-    p = Planned{};
-    b.n = i;
-    return true;
-  }
+  if (!AddRow(b, a, i)) return true;  // cut
   a.writes.push_back(i);
   a.first_with_key.emplace(CommandKey(c.entity_id, c.command_id), i);
   ApplyMergePatch(entity.state, c.request);  // in place: the row is in the batch
@@ -139,24 +146,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a, size_t from) {
     p.deleted = out.deleted;
     if (!out.deleted) p.state_text = CanonicalJson(out.new_state);
     const bool delta = was && !out.deleted && DeltaInstead(entity, out.new_state, p);
-    sql::NewEvent row;
-    row.event_id = p.event_id;
-    row.entity_id = c.entity_id;
-    row.version = p.version;
-    row.command_id = c.command_id;
-    row.command_name = c.name;
-    row.expected_version = c.expected_version;
-    row.request = c.request_text;
-    row.response = p.response_text;
-    row.state = p.state_text;
-    row.delta = p.delta_text;
-    row.deleted = out.deleted;
-    if (!a.insert->TryAdd(row, options_.max_statement_bytes)) {
-      // Cut the batch here; commands from i on are requeued by Run().
-      p = Planned{};
-      b.n = i;
-      break;
-    }
+    if (!AddRow(b, a, i)) break;  // cut
     a.writes.push_back(i);
     first_with_key.emplace(key, i);
     entity.version = p.version;
