@@ -36,11 +36,11 @@ bool SameJson(const Json& a, const Json& b);
 // when they are the same.
 std::optional<Json> JsonDelta(const Json& before, const Json& after);
 
-// The delta that an RFC 7386 merge `patch` makes of `before` (what
-// JsonDelta(before, before merge-patched with patch) says, found from the
-// patch alone: its cost follows the patch, not the state); nullopt when
-// either is not an object. Members the patch sets to what they are already
-// make no operation.
+// A delta that makes of `before` what the RFC 7386 merge `patch` makes of
+// it (not always JsonDelta's operations: a grown array is set whole), found
+// from the patch alone, so that its cost follows the patch, not the state;
+// nullopt when either is not an object. Members the patch sets to what they
+// are already make no operation.
 std::optional<Json> MergePatchDelta(const Json& before, const Json& patch);
 
 // `before` with `delta` applied; InvalidArgument saying which operation is

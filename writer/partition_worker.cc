@@ -171,7 +171,10 @@ void PartitionWorker::Requeue(std::deque<Command>& commands) {
 void PartitionWorker::RequeueCut(BatchState& b) {
   if (b.batch.size() <= b.n) return;
   std::deque<Command> cut;
-  for (size_t i = b.n; i < b.batch.size(); ++i) cut.push_back(std::move(b.batch[i]));
+  for (size_t i = b.n; i < b.batch.size(); ++i) {
+    // One answered from storage in an earlier attempt is done with.
+    if (i >= b.done.size() || !b.done[i]) cut.push_back(std::move(b.batch[i]));
+  }
   b.batch.resize(b.n);
   b.plan.resize(b.n);  // commands that join later start afresh
   b.done.resize(b.n);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <gtest/gtest.h>
 
+#include "core/json_delta.h"
 #include "sql/memory_tables.h"
 
 namespace sluice::writer {
@@ -28,8 +29,10 @@ class PartitionWorkerTest : public ::testing::Test {
   void SetUp() override { storage_ = MemoryStorage::Create(); }
 
   std::unique_ptr<PartitionWorker> MakeWorker(size_t max_statement_bytes = 8 << 20,
-                                              std::chrono::milliseconds idle_exit = std::chrono::seconds(10)) {
+                                              std::chrono::milliseconds idle_exit = std::chrono::seconds(10),
+                                              uint32_t snapshot_every = 1) {
     PartitionWorkerOptions o;
+    o.snapshot_every = snapshot_every;
     o.idle_exit = idle_exit;
     o.type = kType;
     o.partition = 0;
@@ -282,6 +285,74 @@ TEST_P(PartitionWorkerModesTest, EndlessConflictsGiveUpWith503) {
   w->Stop();
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(w->stats().conflicts_primary, 5u);
+}
+
+// A built-in patch of a state that stores deltas is planned from the patch
+// alone; whatever the batches and cuts, every stored state rebuilds to what
+// the patches make, deltas and whole states where the rule says.
+TEST_P(PartitionWorkerModesTest, PatchDeltasRebuildEveryStateThroughCutsAndRestarts) {
+  auto w = MakeWorker(/*max_statement_bytes=*/600, std::chrono::seconds(10), /*snapshot_every=*/5);
+  w->Start();
+  Json doc = {{"pad", std::string(300, 'p')}, {"n", 0}, {"keep", nullptr}, {"o", {{"a", 1}}}};
+  std::vector<Json> expected = {Json()};
+  {
+    std::promise<Reply> done;
+    Command c = Put("e", "create", 0, &done);
+    c.request = doc;
+    c.request_text = CanonicalJson(doc);
+    w->Submit(std::move(c));
+    ASSERT_EQ(done.get_future().get().status, 200);
+    expected.push_back(doc);
+  }
+  // Queued together: several batches, each cut by the statement size.
+  std::vector<std::promise<Reply>> done(24);
+  for (int i = 0; i < 24; ++i) {
+    Json patch = {{"n", i + 1}};
+    if (i % 3 == 0) patch["o"] = {{"b", i}, {"a", nullptr}};
+    if (i % 5 == 0) patch["keep"] = nullptr;  // a member that is null in the state: removed by the patch
+    if (i % 7 == 0) patch["new"] = {{"x", nullptr}, {"y", 1.0}};
+    Command c = Put("e", "p" + std::to_string(i), 0, &done[i]);
+    c.name = "patch";
+    c.request = patch;
+    c.request_text = CanonicalJson(patch);
+    w->Submit(std::move(c));
+    doc.merge_patch(patch);
+    expected.push_back(doc);
+  }
+  for (auto& d : done) ASSERT_EQ(d.get_future().get().status, 200);
+  w->Stop();
+  const auto events = storage_->Events(kType, 0);
+  ASSERT_EQ(events.size(), expected.size() - 1);
+  size_t deltas = 0;
+  for (const auto& e : events) deltas += !e.delta.empty();
+  EXPECT_GE(deltas, 15u);
+  EXPECT_LE(deltas, 20u);  // a whole state at least every 5 versions
+  // Every version rebuilt from storage, as readers see it.
+  auto log = storage_->OpenEventLog();
+  std::vector<std::pair<std::string, uint64_t>> keys;
+  for (uint64_t v = 1; v < expected.size(); ++v) keys.emplace_back("e", v);
+  auto rows = log->AtVersions(kType, 0, keys);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), expected.size() - 1);
+  for (const auto& r : *rows) {
+    ASSERT_TRUE(SameJson(Json::parse(r.state), expected[r.version])) << "version " << r.version << ": " << r.state;
+  }
+  // A new worker (nothing cached) continues the chain from storage.
+  auto again = MakeWorker(600, std::chrono::seconds(10), 5);
+  again->Start();
+  std::promise<Reply> last;
+  Command c = Put("e", "after", 0, &last);
+  c.name = "patch";
+  c.request = Json{{"n", 100}};
+  c.request_text = CanonicalJson(c.request);
+  again->Submit(std::move(c));
+  ASSERT_EQ(last.get_future().get().status, 200);
+  again->Stop();
+  doc["n"] = 100;
+  auto latest = log->LatestOf(kType, 0, {"e"});
+  ASSERT_TRUE(latest.ok());
+  ASSERT_EQ(latest->size(), 1u);
+  EXPECT_TRUE(SameJson(Json::parse(latest->at(0).state), doc)) << latest->at(0).state;
 }
 
 // Waits until `op` was called `n` times; false after 10 s.
