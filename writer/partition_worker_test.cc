@@ -440,6 +440,27 @@ TEST_F(PartitionWorkerOverlapTest, CommandsThatArriveWhileTheLastBatchCommitsJoi
   EXPECT_EQ(storage_->Events(kType, 0).size(), 3u);
 }
 
+// Stop() with a COMMIT in flight and a batch staged behind it waits for
+// both and answers both; an idle worker with one in flight lands it first.
+TEST_F(PartitionWorkerOverlapTest, StopWaitsForTheCommitInFlightAndTheBatchBehindIt) {
+  auto w = MakeWorker(8 << 20, std::chrono::milliseconds(50));
+  w->Start();
+  storage_->Hold(MemoryStorage::Op::kCommit);
+  std::promise<Reply> first, second;
+  w->Submit(Put("e", "k1", 1, &first));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kCommit, 1));
+  w->Submit(Put("e", "k2", 2, &second));
+  ASSERT_TRUE(AwaitCalls(*storage_, MemoryStorage::Op::kAppend, 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past idle_exit: nothing may end while held
+  std::thread stopper([&] { w->Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  storage_->Release(MemoryStorage::Op::kCommit);
+  stopper.join();
+  EXPECT_EQ(first.get_future().get().status, 200);
+  EXPECT_EQ(second.get_future().get().status, 200);
+  EXPECT_EQ(storage_->Events(kType, 0).size(), 2u);
+}
+
 // A batch that conflicts at COMMIT goes back to the queue, and the batch
 // planned on it goes back behind it: the later command still lands last.
 TEST_F(PartitionWorkerOverlapTest, AfterAConflictAtCommitCommandsKeepTheirOrder) {
