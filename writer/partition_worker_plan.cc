@@ -47,10 +47,10 @@ bool PartitionWorker::AddRow(BatchState& b, Attempt& a, size_t i) {
 }
 
 bool PartitionWorker::PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64_t head, EntityState& entity) {
-  Command& c = b.batch[i];
+  const Command& c = b.batch[i];
   // Push sinks take each event's whole state, so they need its text.
   if (c.name != "patch" || !entity.exists || !entity.state.is_object() || !c.request.is_object() ||
-      !options_.pushers.empty() || options_.snapshot_every <= 1 || entity.deltas + 1 >= options_.snapshot_every) {
+      !options_.pushers.empty()) {
     return false;
   }
   std::optional<Json> ops = MergePatchDelta(entity.state, c.request);
@@ -64,7 +64,6 @@ bool PartitionWorker::PlanPatchDelta(BatchState& b, Attempt& a, size_t i, uint64
   p.delta_text = std::move(delta_text);
   if (!AddRow(b, a, i)) return true;  // cut
   a.writes.push_back(i);
-  a.first_with_key.emplace(CommandKey(c.entity_id, c.command_id), i);
   ApplyMergePatch(entity.state, c.request);  // in place: the row is in the batch
   entity.version = p.version;
   entity.deltas += 1;
@@ -126,6 +125,7 @@ void PartitionWorker::Plan(BatchState& b, Attempt& a, size_t from) {
     }
     if (PlanPatchDelta(b, a, i, head, entity)) {
       if (b.n == i) break;  // cut
+      first_with_key.emplace(key, i);
       continue;
     }
     const bool was = entity.exists;
