@@ -311,6 +311,10 @@ Status RedisSink::ReadReplies(std::vector<EventResult>& results, Redo& redo) {
     if (!read.ok()) return ConnectionLost(read.status());
     ReplyPtr reply = std::move(read).value();
     const size_t count = call.end - call.begin;
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer == static_cast<long long>(count)) {
+      for (size_t k = call.begin; k < call.end; ++k) results[sendable_[k].event] = EventResult{Outcome::kApplied, {}};
+      continue;
+    }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == count) {
       for (size_t k = 0; k < count; ++k) {
         const redisReply& r = *reply->element[k];
@@ -390,10 +394,24 @@ void RedisSink::AssembleCall(const Call& call) {
   push(Arg{tombstone_ttl_ms_.data(), 0, tombstone_ttl_ms_.size()});
   push(Arg{kTombstoneSuffix.data(), 0, kTombstoneSuffix.size()});
   push(Arg{guard_, 0, 1});
+  push(Arg{KeysRepeat(call) ? "1" : "0", 0, 1});
   for (size_t k = call.begin; k < call.end; ++k) {
     const Sendable& ev = sendable_[k];
     for (size_t i = ev.first_arg + keys_per_event; i < ev.first_arg + ev.arg_count; ++i) push(args_[i]);
   }
+}
+
+// The script keeps a key's state by event when no key repeats (cheaper for
+// Redis, whose time every sink shares); finding that out here costs a sort
+// of at most kEventsPerCall keys.
+bool RedisSink::KeysRepeat(const Call& call) {
+  call_keys_.clear();
+  for (size_t k = call.begin; k < call.end; ++k) {
+    const Arg& key = args_[sendable_[k].first_arg];
+    call_keys_.emplace_back(arena_.data() + key.offset, key.size);
+  }
+  std::sort(call_keys_.begin(), call_keys_.end());
+  return std::adjacent_find(call_keys_.begin(), call_keys_.end()) != call_keys_.end();
 }
 
 }  // namespace sluice::connectors::redis

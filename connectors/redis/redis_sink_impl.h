@@ -203,6 +203,7 @@ class RedisSink final : public Sink {
   };
   Status ReadReplies(std::vector<EventResult>& results, Redo& redo);
   void AssembleCall(const Call& call);
+  bool KeysRepeat(const Call& call);  // does a value key come more than once among the call's events?
 
   // redis_sink_verify.cc
   Status VerifyAll(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences);
@@ -253,6 +254,7 @@ class RedisSink final : public Sink {
   std::vector<size_t> lens_;
   std::vector<uint16_t> slots_;      // in a cluster, the slot of each sendable_ event
   char numkeys_[24] = {};
+  std::vector<std::string_view> call_keys_;  // KeysRepeat's
   HashFields fields_;
   const char* guard_ = kGuardNewer;  // the script's guard for the call being made
 };

@@ -1,242 +1,9 @@
-// Integration tests of the redis sink against the real Redis at
-// SLUICE_TEST_REDIS_URL (default redis://127.0.0.1:16379/0; start it with
-// `scripts/services up redis`). Skipped when Redis is unreachable, failed
-// instead when CI=true. Each test uses its own key prefix and deletes it.
-#include "connectors/redis/redis_sink.h"
+// Integration tests of the redis sink's writes (Apply, Repair) against the
+// real Redis; the fixture is in redis_sink_test_fixture.h.
+#include "connectors/redis/redis_sink_test_fixture.h"
 
-#include <arpa/inet.h>
-#include <hiredis/hiredis.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-
-#include <chrono>
-#include <ctime>
-#include <cstdio>
-#include <cstdlib>
-#include <algorithm>
-#include <map>
-#include <optional>
-#include <random>
-#include <set>
-#include <span>
-#include <string>
-#include <vector>
-
-#include "connectors/redis/redis_options.h"
-#include "connectors/redis/redis_url.h"
-#include "core/json.h"
-
-namespace sluice::connectors::redis {
+namespace sluice::connectors::redis::test {
 namespace {
-
-using Format = RedisSinkOptions::Format;
-
-std::string TestUrl() {
-  const char* url = std::getenv("SLUICE_TEST_REDIS_URL");
-  return url != nullptr && *url != '\0' ? url : "redis://127.0.0.1:16379/0";
-}
-
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string_view(ci) == "true";
-}
-
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyFree>;
-
-// A plain connection through which the tests look at and tamper with the view.
-class RawRedis {
- public:
-  ~RawRedis() {
-    if (ctx_ != nullptr) redisFree(ctx_);
-  }
-
-  bool Connect(const std::string& url, std::string& error) {
-    auto ep = ParseRedisUrl(url);
-    if (!ep.ok()) {
-      error = ep.status().ToString();
-      return false;
-    }
-    ctx_ = redisConnectWithTimeout(ep->host.c_str(), ep->port, timeval{2, 0});
-    if (ctx_ == nullptr || ctx_->err) {
-      error = ctx_ != nullptr ? ctx_->errstr : "cannot allocate";
-      return false;
-    }
-    if (!ep->password.empty()) {
-      if (ep->username.empty()) {
-        Cmd({"AUTH", ep->password});
-      } else {
-        Cmd({"AUTH", ep->username, ep->password});
-      }
-    }
-    Cmd({"SELECT", std::to_string(ep->db)});
-    Reply pong = Cmd({"PING"});
-    if (!pong || pong->type != REDIS_REPLY_STATUS) {
-      error = "PING failed";
-      return false;
-    }
-    return true;
-  }
-
-  bool connected() const { return ctx_ != nullptr && ctx_->err == 0; }
-
-  Reply Cmd(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    void* reply = redisCommandArgv(ctx_, static_cast<int>(args.size()), argv.data(), lens.data());
-    return Reply(static_cast<redisReply*>(reply));
-  }
-
-  std::optional<std::string> Get(const std::string& key) {
-    Reply r = Cmd({"GET", key});
-    if (!r || r->type != REDIS_REPLY_STRING) return std::nullopt;
-    return std::string(r->str, r->len);
-  }
-
-  std::map<std::string, std::string> HGetAll(const std::string& key) {
-    std::map<std::string, std::string> out;
-    Reply r = Cmd({"HGETALL", key});
-    if (!r || r->type != REDIS_REPLY_ARRAY) return out;
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-      out.emplace(std::string(r->element[i]->str, r->element[i]->len),
-                  std::string(r->element[i + 1]->str, r->element[i + 1]->len));
-    }
-    return out;
-  }
-
-  long long Integer(const std::vector<std::string>& args) {
-    Reply r = Cmd(args);
-    return r && r->type == REDIS_REPLY_INTEGER ? r->integer : -999;
-  }
-
-  void DeleteMatching(const std::string& pattern) {
-    std::string cursor = "0";
-    do {
-      Reply r = Cmd({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return;
-      cursor.assign(r->element[0]->str, r->element[0]->len);
-      std::vector<std::string> del = {"UNLINK"};
-      for (size_t i = 0; i < r->element[1]->elements; ++i) {
-        del.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
-      }
-      if (del.size() > 1) Cmd(del);
-    } while (cursor != "0");
-  }
-
- private:
-  redisContext* ctx_ = nullptr;
-};
-
-ChangeEvent Put(std::string id, uint64_t version, std::string state) {
-  ChangeEvent e;
-  e.entity_type = "acct";
-  e.entity_id = std::move(id);
-  e.version = version;
-  e.state = std::move(state);
-  return e;
-}
-
-ChangeEvent Del(std::string id, uint64_t version) {
-  ChangeEvent e;
-  e.entity_type = "acct";
-  e.entity_id = std::move(id);
-  e.version = version;
-  e.deleted = true;
-  return e;
-}
-
-EntitySnapshot Live(std::string id, uint64_t version, std::string state) {
-  return EntitySnapshot{std::move(id), version, false, std::move(state)};
-}
-
-EntitySnapshot Gone(std::string id, uint64_t version) { return EntitySnapshot{std::move(id), version, true, ""}; }
-
-std::vector<Outcome> Outcomes(const ApplyResult& r) {
-  std::vector<Outcome> out;
-  for (const auto& e : r.results) out.push_back(e.outcome);
-  return out;
-}
-
-constexpr Outcome kApplied = Outcome::kApplied;
-constexpr Outcome kStale = Outcome::kStale;
-constexpr Outcome kRejected = Outcome::kRejected;
-
-// A port on 127.0.0.1 with nothing listening (bound, then released).
-uint16_t ClosedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-class RedisSinkTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string error;
-    if (!raw_.Connect(TestUrl(), error)) {
-      if (InCi()) FAIL() << "redis at " << TestUrl() << " is unreachable (" << error << ") and CI=true";
-      GTEST_SKIP() << "redis at " << TestUrl() << " is unreachable (" << error
-                   << "); start it with scripts/services up redis";
-    }
-    std::random_device rd;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "t%08x%08x", rd(), rd());
-    prefix_ = buf;
-  }
-
-  void TearDown() override {
-    if (raw_.connected() && !prefix_.empty()) raw_.DeleteMatching(prefix_ + ":*");
-  }
-
-  config::SinkConfig Cfg(Format format = Format::kJson) const {
-    config::SinkConfig cfg;
-    cfg.name = prefix_;
-    cfg.type = "redis";
-    cfg.entity = "acct";
-    cfg.MutableOptions<RedisSinkOptions>().url = TestUrl();
-    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:{id}";
-    cfg.MutableOptions<RedisSinkOptions>().format = format;
-    return cfg;
-  }
-
-  std::unique_ptr<Sink> Open(const config::SinkConfig& cfg, RedisConnectionLimits options = {}) {
-    auto sink = MakeRedisSink(cfg, global_, options);
-    EXPECT_TRUE(sink.ok()) << sink.status().ToString();
-    if (!sink.ok()) return nullptr;
-    Status s = (*sink)->Open();
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return std::move(sink).value();
-  }
-
-  // Applies and expects a batch-level success.
-  ApplyResult Apply(Sink& sink, const std::vector<ChangeEvent>& events) {
-    ApplyResult r = sink.Apply(events);
-    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
-    EXPECT_EQ(r.results.size(), r.status.ok() ? events.size() : 0);
-    return r;
-  }
-
-  std::string Key(const std::string& id) const { return prefix_ + ":acct:" + id; }
-  std::string Tomb(const std::string& id) const { return Key(id) + ":_tomb"; }
-
-  RawRedis raw_;
-  std::string prefix_;
-  config::Config global_;
-};
 
 TEST_F(RedisSinkTest, ReapplyIsStaleAndLeavesTheValue) {
   auto sink = Open(Cfg());
@@ -442,43 +209,29 @@ TEST_F(RedisSinkTest, WrongTypeKeysInEveryPosition) {
   EXPECT_TRUE(raw_.HGetAll(hkey + "tl").empty());
 }
 
-// Many events of a few entities across several script calls and batches,
-// in event order with re-sent (stale) events mixed in, against a model.
-TEST_F(RedisSinkTest, LongBatchesMatchAModel) {
-  for (Format format : {Format::kJson, Format::kHash}) {
-    auto cfg = Cfg(format);
-    cfg.name = prefix_ + (format == Format::kJson ? "j" : "h");
-    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:" + cfg.name + ":{id}";
-    auto sink = Open(cfg);
-    ASSERT_TRUE(sink);
-    struct Model {
-      uint64_t version = 0;
-      bool deleted = false;
-      std::string state;
-    };
-    std::map<std::string, Model> model;
-    std::vector<ChangeEvent> history;
-    std::mt19937 rng(42);
-    for (int batch = 0; batch < 3; ++batch) {
-      std::vector<ChangeEvent> events;
-      std::vector<Outcome> expected;
-      for (int i = 0; i < 450; ++i) {
-        if (!history.empty() && rng() % 5 == 0) {  // a re-sent old event
-          events.push_back(history[rng() % history.size()]);
-          expected.push_back(kStale);
-          continue;
-        }
-        std::string id = "e" + std::to_string(rng() % 9);
-        Model& m = model[id];
-        m.version += 1 + rng() % 3;
-        m.deleted = rng() % 6 == 0;
-        m.state = m.deleted ? "" : R"({"v":)" + std::to_string(m.version) + R"(,"b":)" + std::to_string(batch) + "}";
-        events.push_back(m.deleted ? Del(id, m.version) : Put(id, m.version, m.state));
-        expected.push_back(kApplied);
-        history.push_back(events.back());
-      }
-      EXPECT_EQ(Outcomes(Apply(*sink, events)), expected) << "batch " << batch;
-    }
+// What an entity's events should have left in a view.
+struct Model {
+  uint64_t version = 0;
+  bool deleted = false;
+  std::string state;
+};
+
+// The next event of `id`: a new version (deleted one time in `delete_one_in`),
+// recorded in the model and the history.
+ChangeEvent NextEvent(const std::string& id, std::map<std::string, Model>& model, std::vector<ChangeEvent>& history,
+                      std::mt19937& rng, int batch, unsigned delete_one_in) {
+  Model& m = model[id];
+  m.version += 1 + rng() % 3;
+  m.deleted = rng() % delete_one_in == 0;
+  m.state = m.deleted ? "" : R"({"v":)" + std::to_string(m.version) + R"(,"b":)" + std::to_string(batch) + "}";
+  history.push_back(m.deleted ? Del(id, m.version) : Put(id, m.version, m.state));
+  return history.back();
+}
+
+class RedisSinkModelTest : public RedisSinkTest {
+ protected:
+  // The view holds the model: values, tombstones, and Verify finds nothing.
+  void ExpectViewIs(Sink& sink, const config::SinkConfig& cfg, const std::map<std::string, Model>& model) {
     std::vector<EntitySnapshot> truth;
     for (const auto& [id, m] : model) {
       truth.push_back(m.deleted ? Gone(id, m.version) : Live(id, m.version, m.state));
@@ -491,9 +244,82 @@ TEST_F(RedisSinkTest, LongBatchesMatchAModel) {
       }
     }
     std::vector<Difference> diffs;
-    ASSERT_TRUE(sink->Verify(truth, diffs).ok());
+    ASSERT_TRUE(sink.Verify(truth, diffs).ok());
     EXPECT_TRUE(diffs.empty()) << diffs.size() << " differences, first: " << diffs[0].entity_id << ": "
                                << diffs[0].detail;
+  }
+
+  std::unique_ptr<Sink> OpenNamed(Format format, config::SinkConfig& cfg) {
+    cfg = Cfg(format);
+    cfg.name = prefix_ + (format == Format::kJson ? "j" : "h");
+    cfg.MutableOptions<RedisSinkOptions>().key = prefix_ + ":{type}:" + cfg.name + ":{id}";
+    return Open(cfg);
+  }
+};
+
+// Many events of a few entities across several script calls and batches,
+// in event order with re-sent (stale) events mixed in, against a model:
+// every call has keys that repeat.
+TEST_F(RedisSinkModelTest, LongBatchesMatchAModel) {
+  for (Format format : {Format::kJson, Format::kHash}) {
+    config::SinkConfig cfg;
+    auto sink = OpenNamed(format, cfg);
+    ASSERT_TRUE(sink);
+    std::map<std::string, Model> model;
+    std::vector<ChangeEvent> history;
+    std::mt19937 rng(42);
+    for (int batch = 0; batch < 3; ++batch) {
+      std::vector<ChangeEvent> events;
+      std::vector<Outcome> expected;
+      for (int i = 0; i < 450; ++i) {
+        if (!history.empty() && rng() % 5 == 0) {  // a re-sent old event
+          events.push_back(history[rng() % history.size()]);
+          expected.push_back(kStale);
+          continue;
+        }
+        events.push_back(NextEvent("e" + std::to_string(rng() % 9), model, history, rng, batch, 6));
+        expected.push_back(kApplied);
+      }
+      EXPECT_EQ(Outcomes(Apply(*sink, events)), expected) << "batch " << batch;
+    }
+    ExpectViewIs(*sink, cfg, model);
+  }
+}
+
+// The same with calls in which every key comes once (the script keeps each
+// key's state by event then): each batch is one call over the same 100
+// entities in a new order, each event a new version (a delete one time in
+// three, so values, tombstones and re-creations meet) or a re-sent old one.
+TEST_F(RedisSinkModelTest, CallsOfDistinctKeysMatchAModel) {
+  for (Format format : {Format::kJson, Format::kHash}) {
+    config::SinkConfig cfg;
+    auto sink = OpenNamed(format, cfg);
+    ASSERT_TRUE(sink);
+    std::map<std::string, Model> model;
+    std::map<std::string, std::vector<ChangeEvent>> history;
+    std::vector<ChangeEvent> all;
+    std::mt19937 rng(7);
+    std::vector<std::string> ids;
+    for (int i = 0; i < 100; ++i) ids.push_back("d" + std::to_string(i));
+    for (int batch = 0; batch < 12; ++batch) {
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<ChangeEvent> events;
+      std::vector<Outcome> expected;
+      size_t applied = 0;
+      for (const std::string& id : ids) {
+        std::vector<ChangeEvent>& old = history[id];
+        if (!old.empty() && rng() % 4 == 0) {
+          events.push_back(old[rng() % old.size()]);
+          expected.push_back(kStale);
+          continue;
+        }
+        events.push_back(NextEvent(id, model, old, rng, batch, 3));
+        expected.push_back(kApplied);
+        ++applied;
+      }
+      EXPECT_EQ(Outcomes(Apply(*sink, events)), expected) << "batch " << batch << " (" << applied << " applied)";
+    }
+    ExpectViewIs(*sink, cfg, model);
   }
 }
 
@@ -634,214 +460,6 @@ TEST_F(RedisSinkTest, HealthAndCapabilities) {
   EXPECT_TRUE(sink->Health().ok());  // reconnects
 }
 
-std::map<std::string, Difference::Kind> ByEntity(const std::vector<Difference>& diffs) {
-  std::map<std::string, Difference::Kind> out;
-  for (const auto& d : diffs) {
-    EXPECT_FALSE(out.contains(d.entity_id)) << "reported twice: " << d.entity_id;
-    EXPECT_FALSE(d.detail.empty());
-    out[d.entity_id] = d.kind;
-  }
-  return out;
-}
-
-TEST_F(RedisSinkTest, VerifyJsonView) {
-  auto sink = Open(Cfg());
-  ASSERT_TRUE(sink);
-  const std::string s1 = R"({"a":1,"o":{"x":[1,2]}})";
-  Apply(*sink, {Put("e1", 1, s1), Put("e2", 1, s1), Put("e3", 1, s1), Put("e4", 2, "{}"), Put("e5", 1, s1),
-                Del("e5", 2), Put("e6", 1, s1)});
-  // The view holds e6, but storage has version 2 (the engine has not caught up): a version mismatch.
-  std::vector<EntitySnapshot> truth = {Live("e1", 1, s1), Live("e2", 1, s1), Live("e3", 1, s1),
-                                       Live("e4", 2, "{}"), Gone("e5", 2), Live("e6", 1, s1)};
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
-  EXPECT_TRUE(diffs.empty()) << diffs.size() << " differences, first: " << diffs[0].detail;
-
-  // Same content in another member order and spacing is still equal.
-  truth[0].state = R"({ "o":{"x":[1,2]}, "a":1 })";
-  raw_.Cmd({"DEL", Key("e2")});                                                  // missing
-  raw_.Cmd({"SET", Key("e3"), R"({"_version":1,"a":2,"o":{"x":[1,2]}})"});      // content
-  raw_.Cmd({"SET", Key("e4"), R"({"_version":7})"});                             // version
-  raw_.Cmd({"SET", Key("e5"), R"({"_version":3})"});                             // deleted but present
-  raw_.Cmd({"SET", Key("ghost"), R"({"_version":1})"});                          // unknown to storage
-  raw_.Cmd({"SET", Key("ghost") + ":_tomb", "5"});                               // tombstones are ignored
-  truth[5].version = 2;
-  diffs.clear();
-  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
-  EXPECT_EQ(ByEntity(diffs), (std::map<std::string, Difference::Kind>{
-                                 {"e2", Difference::Kind::kMissing},
-                                 {"e3", Difference::Kind::kContentMismatch},
-                                 {"e4", Difference::Kind::kVersionMismatch},
-                                 {"e5", Difference::Kind::kExtra},
-                                 {"e6", Difference::Kind::kVersionMismatch},
-                                 {"ghost", Difference::Kind::kExtra},
-                             }));
-  for (const auto& d : diffs) {
-    if (d.entity_id == "e3") {
-      EXPECT_NE(d.detail.find("/a"), std::string::npos) << d.detail;
-    }
-    if (d.entity_id == "e4") {
-      EXPECT_NE(d.detail.find("version 7"), std::string::npos) << d.detail;
-    }
-  }
-}
-
-TEST_F(RedisSinkTest, VerifyHashView) {
-  auto cfg = Cfg(Format::kHash);
-  cfg.MutableOptions<RedisSinkOptions>().fields = {{"owner", "/owner/name", ""}, {"balance", "/balance", ""}};
-  auto sink = Open(cfg);
-  ASSERT_TRUE(sink);
-  const std::string s = R"({"owner":{"name":"ann"},"balance":5,"ignored":true})";
-  std::vector<ChangeEvent> events;
-  std::vector<EntitySnapshot> truth;
-  for (const char* id : {"h1", "h2", "h3", "h4", "h5"}) {
-    events.push_back(Put(id, 3, s));
-    truth.push_back(Live(id, 3, s));
-  }
-  Apply(*sink, events);
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
-  EXPECT_TRUE(diffs.empty()) << diffs[0].detail;
-
-  raw_.Cmd({"HSET", Key("h1"), "balance", "6"});
-  raw_.Cmd({"HDEL", Key("h2"), "owner"});
-  raw_.Cmd({"HSET", Key("h3"), "extra", "1"});
-  raw_.Cmd({"HSET", Key("h4"), "_version", "2"});
-  raw_.Cmd({"SET", Key("h5"), "not a hash"});
-  raw_.Cmd({"HSET", Key("h6"), "_version", "1"});
-  diffs.clear();
-  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
-  EXPECT_EQ(ByEntity(diffs), (std::map<std::string, Difference::Kind>{
-                                 {"h1", Difference::Kind::kContentMismatch},
-                                 {"h2", Difference::Kind::kContentMismatch},
-                                 {"h3", Difference::Kind::kContentMismatch},
-                                 {"h4", Difference::Kind::kVersionMismatch},
-                                 {"h5", Difference::Kind::kContentMismatch},
-                                 {"h6", Difference::Kind::kExtra},
-                             }));
-}
-
-// The hash format's entity checks and repairs (the conformance kit covers
-// the json format): VerifyEntities says which version the view holds, kNotOlder
-// rewrites the same version but never an older one, kAny goes back to an
-// older version and removes keys and tombstones.
-TEST_F(RedisSinkTest, HashViewEntityChecksAndRepairs) {
-  auto cfg = Cfg(Format::kHash);
-  cfg.MutableOptions<RedisSinkOptions>().fields = {{"owner", "/owner", ""}, {"balance", "/balance", ""}};
-  auto sink = Open(cfg);
-  ASSERT_TRUE(sink);
-  const std::string s = R"({"owner":"ann","balance":5})";
-  Apply(*sink, {Put("h1", 3, s), Put("h2", 3, s), Put("h3", 2, s), Del("h4", 2), Put("h5", 1, s)});
-  raw_.Cmd({"HSET", Key("h1"), "balance", "6"});  // other content at its version
-  raw_.Cmd({"HSET", Key("h2"), "_version", "2"});  // an older version
-  raw_.Cmd({"HSET", Key("h3"), "_version", "9"});  // ahead of storage
-  raw_.Cmd({"DEL", Key("h5")});                    // gone
-  raw_.Cmd({"HSET", Key("h6"), "_version", "4", "owner", "nobody"});  // of no entity
-  const std::vector<EntitySnapshot> truth = {Live("h1", 3, s), Live("h2", 3, s), Live("h3", 2, s), Gone("h4", 2),
-                                             Live("h5", 1, s), EntitySnapshot{"h6", 0, true, ""}};
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->VerifyEntities(truth, diffs).ok());
-  std::map<std::string, std::pair<Difference::Kind, std::optional<uint64_t>>> got;
-  for (const auto& d : diffs) got[d.entity_id] = {d.kind, d.view_version};
-  EXPECT_EQ(got, (std::map<std::string, std::pair<Difference::Kind, std::optional<uint64_t>>>{
-                     {"h1", {Difference::Kind::kContentMismatch, 3}},
-                     {"h2", {Difference::Kind::kVersionMismatch, 2}},
-                     {"h3", {Difference::Kind::kVersionMismatch, 9}},
-                     {"h5", {Difference::Kind::kMissing, std::nullopt}},
-                     {"h6", {Difference::Kind::kExtra, 4}},
-                 }));
-
-  ApplyResult r = sink->Repair(std::vector<ChangeEvent>{Put("h1", 3, s), Put("h2", 3, s), Put("h3", 2, s),
-                                                        Put("h5", 1, s)},
-                               connectors::RepairGuard::kNotOlder);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_EQ(Outcomes(r), (std::vector<Outcome>{kApplied, kApplied, kStale, kApplied}));
-  EXPECT_EQ(raw_.HGetAll(Key("h3")).at("_version"), "9");
-  ChangeEvent forget_h4 = Del("h4", 0), forget_h6 = Del("h6", 0);
-  r = sink->Repair(std::vector<ChangeEvent>{Put("h3", 2, s), forget_h4, forget_h6}, connectors::RepairGuard::kAny);
-  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_EQ(Outcomes(r), (std::vector<Outcome>{kApplied, kApplied, kApplied}));
-  EXPECT_EQ(raw_.HGetAll(Key("h3")),
-            (std::map<std::string, std::string>{{"_version", "2"}, {"owner", "ann"}, {"balance", "5"}}));
-  EXPECT_FALSE(raw_.Get(Tomb("h4")).has_value());
-  EXPECT_TRUE(raw_.HGetAll(Key("h6")).empty());
-  diffs.clear();
-  ASSERT_TRUE(sink->VerifyEntities(truth, diffs).ok());
-  EXPECT_TRUE(diffs.empty()) << diffs[0].entity_id << ": " << diffs[0].detail;
-  // Apply's own rule is unchanged by a repair before it.
-  EXPECT_EQ(Outcomes(Apply(*sink, {Put("h3", 2, s), Put("h3", 3, s)})), (std::vector<Outcome>{kStale, kApplied}));
-}
-
-TEST_F(RedisSinkTest, EntityChecksDoNotCallExpiredKeysMissing) {
-  auto cfg = Cfg();
-  cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::minutes(1);
-  auto sink = Open(cfg);
-  ASSERT_TRUE(sink);
-  Apply(*sink, {Put("t1", 1, "{}"), Put("t2", 1, "{}")});
-  raw_.Cmd({"DEL", Key("t1")});  // as if it had expired
-  raw_.Cmd({"SET", Key("t2"), R"({"_version":1,"x":1})"});
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->VerifyEntities(std::vector<EntitySnapshot>{Live("t1", 1, "{}"), Live("t2", 1, "{}")}, diffs).ok());
-  ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_EQ(diffs[0].entity_id, "t2");
-  EXPECT_EQ(diffs[0].kind, Difference::Kind::kContentMismatch);
-}
-
-TEST_F(RedisSinkTest, VerifyManyEntitiesAcrossChunks) {
-  auto sink = Open(Cfg());
-  ASSERT_TRUE(sink);
-  std::vector<ChangeEvent> events;
-  std::vector<EntitySnapshot> truth;
-  for (int i = 0; i < 2500; ++i) {
-    std::string id = "m" + std::to_string(i);
-    std::string state = R"({"i":)" + std::to_string(i) + "}";
-    events.push_back(Put(id, 1, state));
-    truth.push_back(Live(id, 1, state));
-  }
-  Apply(*sink, events);
-  raw_.Cmd({"DEL", Key("m2222")});
-  raw_.Cmd({"SET", Key("zz"), "{}"});
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->Verify(truth, diffs).ok());
-  EXPECT_EQ(ByEntity(diffs), (std::map<std::string, Difference::Kind>{{"m2222", Difference::Kind::kMissing},
-                                                                      {"zz", Difference::Kind::kExtra}}));
-}
-
-// verify's second pass lists the view's live keys a page at a time: every
-// value key's id once at least, no tombstone, no page over the limit.
-TEST_F(RedisSinkTest, ScanViewIdsGivesTheIdOfEveryValueKeyInBoundedPages) {
-  auto sink = Open(Cfg());
-  ASSERT_TRUE(sink);
-  std::vector<ChangeEvent> events;
-  for (int i = 0; i < 2500; ++i) events.push_back(Put("m" + std::to_string(i), 1, "{}"));
-  events.push_back(Del("m7", 2));
-  Apply(*sink, events);
-  raw_.Cmd({"SET", Key("stray"), "{}"});
-  std::set<std::string> seen;
-  size_t largest = 0;
-  const Status st = sink->ScanViewIds(300, [&](std::span<const std::string> ids) {
-    largest = std::max(largest, ids.size());
-    seen.insert(ids.begin(), ids.end());
-    return Status::Ok();
-  });
-  ASSERT_TRUE(st.ok()) << st.message();
-  EXPECT_LE(largest, 300u);
-  EXPECT_EQ(seen.size(), 2500u);  // 2,499 live entities and the stray key
-  EXPECT_TRUE(seen.contains("stray"));
-  EXPECT_FALSE(seen.contains("m7"));  // deleted: only its tombstone is left
-  // A failing page stops the scan with its error.
-  const Status stopped = sink->ScanViewIds(100, [](std::span<const std::string>) { return Internal("stop"); });
-  EXPECT_EQ(stopped.message(), "stop");
-  // A key of another Redis type under the template, of an entity storage
-  // has no events for, is extra (not a content mismatch).
-  raw_.Cmd({"HSET", Key("hashed"), "f", "1"});
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->VerifyEntities(std::vector<EntitySnapshot>{Gone("hashed", 0)}, diffs).ok());
-  ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_EQ(diffs[0].kind, Difference::Kind::kExtra) << diffs[0].detail;
-}
-
-// Prints the drain rate; no threshold (DESIGN 9: benchmarks, not timed tests).
 TEST_F(RedisSinkTest, ThroughputJson200kEventsOver100kKeys) {
   auto sink = Open(Cfg());
   ASSERT_TRUE(sink);
@@ -900,59 +518,6 @@ TEST_F(RedisSinkTest, ThroughputJson200kEventsOver100kKeys) {
   std::printf("[ figure   ] redis sink Verify: %zu keys in %.2f s\n", kKeys, seconds);
 }
 
-TEST_F(RedisSinkTest, RebuildShadowIsRenamedOntoTheLiveKeysWithTheirTtls) {
-  auto cfg = Cfg();
-  cfg.MutableOptions<RedisSinkOptions>().ttl = std::chrono::milliseconds(600000);
-  cfg.MutableOptions<RedisSinkOptions>().tombstone_ttl = std::chrono::milliseconds(600000);
-  auto live = Open(cfg);
-  ASSERT_TRUE(live);
-  Apply(*live, {Put("a", 1, R"({"n":1})"), Put("b", 1, R"({"n":1})"), Put("c", 1, R"({"n":1})"), Del("c", 2)});
-  // Damage, a key outside the view, and what an abandoned rebuild left.
-  raw_.Cmd({"SET", Key("ghost"), R"({"_version":1})"});
-  raw_.Cmd({"SET", prefix_ + ":other:1", "not the view's"});
-  raw_.Cmd({"SET", "__rebuild:" + Key("x"), R"({"_version":9})"});
-
-  auto made = live->MakeRebuildShadow();
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  std::unique_ptr<Sink> shadow = std::move(*made);
-  ASSERT_TRUE(shadow->Open().ok());
-  EXPECT_EQ(raw_.Integer({"EXISTS", "__rebuild:" + Key("x")}), 0);
-  Apply(*shadow, {Put("a", 1, R"({"n":1})"), Put("a", 2, R"({"n":2})"), Put("b", 1, R"({"n":1})"),
-                  Put("c", 1, R"({"n":1})"), Del("c", 2)});
-  EXPECT_EQ(raw_.Get(Key("a")), R"({"_version":1,"n":1})");  // the live view is untouched so far
-
-  EXPECT_EQ(live->PromoteRebuildShadow().code(), StatusCode::kFailedPrecondition);  // not a shadow
-  ASSERT_TRUE(shadow->PromoteRebuildShadow().ok());
-  EXPECT_EQ(raw_.Get(Key("a")), R"({"_version":2,"n":2})");
-  EXPECT_EQ(raw_.Integer({"EXISTS", Key("ghost")}), 0);
-  EXPECT_EQ(raw_.Get(Tomb("c")), "2");
-  for (const std::string& key : {Key("a"), Key("b"), Tomb("c")}) {
-    const long long pttl = raw_.Integer({"PTTL", key});
-    EXPECT_GT(pttl, 0) << key;
-    EXPECT_LE(pttl, 600000) << key;
-  }
-  EXPECT_EQ(raw_.Get(prefix_ + ":other:1"), "not the view's");
-  Reply left = raw_.Cmd({"KEYS", "__rebuild:" + prefix_ + "*"});
-  ASSERT_TRUE(left);
-  EXPECT_EQ(left->elements, 0u);
-
-  // The live sink carries on with the rebuilt keys; the tombstone keeps older writes out.
-  EXPECT_EQ(Outcomes(Apply(*live, {Put("c", 1, R"({"n":1})"), Put("a", 3, R"({"n":3})")})),
-            (std::vector{kStale, kApplied}));
-  std::vector<Difference> diffs;
-  ASSERT_TRUE(live->Verify({Live("a", 3, R"({"n":3})"), Live("b", 1, R"({"n":1})"), Gone("c", 2)}, diffs).ok());
-  EXPECT_TRUE(diffs.empty()) << diffs.front().entity_id << ": " << diffs.front().detail;
-}
-
-TEST_F(RedisSinkTest, TemplateStartingWithTheIdCannotBeRebuilt) {
-  auto cfg = Cfg();
-  cfg.MutableOptions<RedisSinkOptions>().key = "{id}:" + prefix_;
-  auto sink = MakeRedisSink(cfg, global_);
-  ASSERT_TRUE(sink.ok());
-  auto shadow = (*sink)->MakeRebuildShadow();
-  EXPECT_EQ(shadow.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(shadow.status().message().find("starts with {id}"), std::string::npos) << shadow.status().message();
-}
 
 }  // namespace
-}  // namespace sluice::connectors::redis
+}  // namespace sluice::connectors::redis::test

@@ -7,6 +7,9 @@
 --   ARGV[5] the guard: '>' writes a newer version only (Apply), '=' also the
 --           same version (Repair kNotOlder), '!' any version (Repair kAny,
 --           where a delete of version 0 removes the value and the tombstone)
+--   ARGV[6] '1' when a key comes more than once in the call, '0' when every
+--           key comes once (the caller knows; the script then keeps each
+--           key's state by event, without a table keyed by key)
 --   ARGV[1] 'J' is json with KEYS as for hash (a Redis Cluster: every key a
 --           call touches is declared, all in one hash slot)
 --   json: KEYS = one value key per event; then per event in ARGV its version,
@@ -17,11 +20,13 @@
 --   hash: KEYS = per event its value key, then its tombstone key; then per
 --         event in ARGV its version, '1' for a delete else '0', n, and n
 --         field/value arguments.
--- Returns one element per event: 1 applied, 0 stale (the view holds this
--- version or a newer one, in the value or in the tombstone), or an error for
--- that event alone (a key of another type). Such a key is never written. Only
--- a failure of the server (OOM, a replica turned read-only) makes the whole
--- call fail; what the call wrote before it stays, as in any retry.
+-- Returns the number of events when every one was applied (one integer is
+-- cheaper to send than one per event), else one element per event: 1
+-- applied, 0 stale (the view holds this version or a newer one, in the value
+-- or in the tombstone), or an error for that event alone (a key of another
+-- type). Such a key is never written. Only a failure of the server (OOM, a
+-- replica turned read-only) makes the whole call fail; what the call wrote
+-- before it stays, as in any retry.
 --
 -- json runs the whole call as a handful of commands instead of two or three
 -- per event: one MGET of every value key; for the keys without a value, one
@@ -32,12 +37,15 @@
 -- of re-created ones) and one MSET (values and tombstones), or a SET with PX
 -- per key when a TTL is set. The rule "a value exists => no tombstone" holds
 -- after every call, so a value key that exists means its tombstone is absent.
+-- Per event the script does as little as it can (Redis runs it alone, so
+-- its time is every sink's): no table keyed by key unless keys repeat, no
+-- tombstone key built unless needed.
 -- hash keeps one HGET + GET per event (HSET goes in slices of 200 arguments,
 -- far below Lua's stack limit for unpack).
 local fmt, ttl, tttl, suffix, guard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local wrongtype = {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
 local out = {}
-local a = 6
+local a = 7
 local function kept(v, cur)
   if guard == '>' then return v <= cur end
   if guard == '=' then return v < cur end
@@ -45,109 +53,126 @@ local function kept(v, cur)
 end
 if fmt == 'j' or fmt == 'J' then
   local n = #KEYS
-  local vkeys, ver, vers, del, val = KEYS, {}, {}, {}, {}  -- vkeys: the value keys, one per event
-  local tkeys = nil
+  local vkeys, tkeys = KEYS, nil  -- vkeys: the value keys, one per event
   if fmt == 'J' then
-    n = #KEYS / 2
+    n = n / 2
     vkeys, tkeys = {}, {}
     for e = 1, n do
-      vkeys[e] = KEYS[2 * e - 1]
-      tkeys[vkeys[e]] = KEYS[2 * e]
+      local k = KEYS[2 * e - 1]
+      vkeys[e] = k
+      tkeys[k] = KEYS[2 * e]
     end
   end
-  local function tombkey(k)
-    if tkeys then return tkeys[k] end
-    return k .. suffix
-  end
+  local ver, at, del = {}, {}, {}  -- per event: its version (a number), its ARGV index, true if a delete
   for e = 1, n do
     local v = ARGV[a]
-    if string.byte(v, 1) == 45 then
+    local x = tonumber(v)
+    at[e] = a
+    if x < 0 or v == '-0' then
       del[e] = true
-      vers[e] = string.sub(v, 2)
+      ver[e] = -x
       a = a + 1
     else
-      del[e] = false
-      vers[e] = v
-      val[e] = ARGV[a + 1]
+      ver[e] = x
       a = a + 2
     end
-    ver[e] = tonumber(vers[e])
   end
+  -- A key's state is kept at its first event in the call (its root): the
+  -- version the view holds, whether it has a value or a tombstone, the last
+  -- event applied.
   local got = redis.call('MGET', unpack(vkeys))
-  local cur, hasval, hastomb, bad = {}, {}, {}, {}
-  local mkeys, mtombs = {}, {}
+  local root = nil  -- root[e]: the first event of e's key; nil when every key comes once
+  if ARGV[6] ~= '0' then
+    local seen = {}
+    root = {}
+    for e = 1, n do
+      local k = vkeys[e]
+      local r = seen[k]
+      if r == nil then seen[k] = e; r = e end
+      root[e] = r
+    end
+  end
+  local cur, hasval, hastomb, bad, last = {}, {}, {}, {}, {}
+  local mev, mkeys, mtombs, m = nil, nil, nil, 0
   for e = 1, n do
-    local k = vkeys[e]
-    if cur[k] == nil then
+    if root == nil or root[e] == e then
+      local k = vkeys[e]
       local s = got[e]
       if s then
-        cur[k] = tonumber(string.match(s, '^{"_version":(%d+)')) or 0
-        hasval[k] = true
+        cur[e] = tonumber(string.match(s, '^{"_version":(%d+)')) or 0
+        hasval[e] = true
       else
-        cur[k] = 0
-        mkeys[#mkeys + 1] = k
-        mtombs[#mtombs + 1] = tombkey(k)
+        cur[e] = 0
+        if m == 0 then mev, mkeys, mtombs = {}, {}, {} end
+        m = m + 1
+        mev[m] = e
+        mkeys[m] = k
+        mtombs[m] = tkeys and tkeys[k] or k .. suffix
       end
     end
   end
-  if #mkeys > 0 then
+  if m > 0 then
     if redis.call('EXISTS', unpack(mkeys)) > 0 then
-      for i = 1, #mkeys do
-        if redis.call('EXISTS', mkeys[i]) == 1 then bad[mkeys[i]] = true end
+      for i = 1, m do
+        if redis.call('EXISTS', mkeys[i]) == 1 then bad[mev[i]] = true end
       end
     end
     local t = redis.call('MGET', unpack(mtombs))
-    for i = 1, #mkeys do
+    for i = 1, m do
       if t[i] then
+        local r = mev[i]
         local tv = tonumber(t[i]) or 0
-        if tv > cur[mkeys[i]] then cur[mkeys[i]] = tv end
-        hastomb[mkeys[i]] = true
+        if tv > cur[r] then cur[r] = tv end
+        hastomb[r] = true
       end
     end
   end
-  local last, order = {}, {}
+  local applied = 0
   for e = 1, n do
-    local k = vkeys[e]
-    if bad[k] then
+    local r = root and root[e] or e
+    local v = ver[e]
+    if bad[r] then
       out[e] = wrongtype
-    elseif kept(ver[e], cur[k]) then
+    elseif kept(v, cur[r]) then
       out[e] = 0
     else
-      cur[k] = ver[e]
-      if last[k] == nil then order[#order + 1] = k end
-      last[k] = e
+      cur[r] = v
+      last[r] = e
       out[e] = 1
+      applied = applied + 1
     end
   end
-  local dels, sets = {}, {}
-  local function put(key, value, px)
-    if px ~= '0' then
-      redis.call('SET', key, value, 'PX', px)
-    else
-      sets[#sets + 1] = key
-      sets[#sets + 1] = value
-    end
-  end
-  for i = 1, #order do
-    local k = order[i]
-    local e = last[k]
-    local tomb = tombkey(k)
-    if del[e] then
-      if hasval[k] then dels[#dels + 1] = k end
-      if ver[e] == 0 and guard == '!' then
-        dels[#dels + 1] = tomb
+  local dels, sets, nd, ns = {}, {}, 0, 0
+  for r = 1, n do
+    local e = last[r]
+    if e then
+      local k = vkeys[r]
+      if del[e] then
+        local tomb = tkeys and tkeys[k] or k .. suffix
+        if hasval[r] then nd = nd + 1; dels[nd] = k end
+        if ver[e] == 0 and guard == '!' then
+          nd = nd + 1; dels[nd] = tomb
+        elseif tttl ~= '0' then
+          redis.call('SET', tomb, string.sub(ARGV[at[e]], 2), 'PX', tttl)
+        else
+          sets[ns + 1] = tomb; sets[ns + 2] = string.sub(ARGV[at[e]], 2); ns = ns + 2
+        end
       else
-        put(tomb, vers[e], tttl)
+        if hastomb[r] or guard == '!' then nd = nd + 1; dels[nd] = tkeys and tkeys[k] or k .. suffix end
+        if ttl ~= '0' then
+          redis.call('SET', k, ARGV[at[e] + 1], 'PX', ttl)
+        else
+          sets[ns + 1] = k; sets[ns + 2] = ARGV[at[e] + 1]; ns = ns + 2
+        end
       end
-    else
-      if hastomb[k] or guard == '!' then dels[#dels + 1] = tomb end
-      put(k, val[e], ttl)
     end
   end
-  if #dels > 0 then redis.call('DEL', unpack(dels)) end
-  if #sets > 0 then redis.call('MSET', unpack(sets)) end
+  if nd > 0 then redis.call('DEL', unpack(dels)) end
+  if ns > 0 then redis.call('MSET', unpack(sets)) end
+  if applied == n then return n end
   return out
 end
+local applied = 0
 for e = 1, #KEYS / 2 do
   local key, tomb = KEYS[2 * e - 1], KEYS[2 * e]
   local ver, del, n = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2])
@@ -197,5 +222,7 @@ for e = 1, #KEYS / 2 do
     end
   end
   out[e] = res
+  if res == 1 then applied = applied + 1 end
 end
+if applied == #KEYS / 2 then return applied end
 return out
