@@ -595,6 +595,13 @@ class MariaDbLeaseTable : public LeaseTable {
  public:
   explicit MariaDbLeaseTable(ConnectParams params) : session_(std::move(params)) {}
 
+  // The owner's row in sluice_lease_holders carries the expiry of all its
+  // leases of (scope, type) on this server: a round renews it (one row,
+  // whatever the partition count) and, when it asks for exactly the leases
+  // it knows it holds, reads back that they are still its own under the
+  // tokens it knows (one aggregate; tokens only grow, so an equal count and
+  // sum mean the same tokens). Only otherwise (a start, a rebalance, a lease
+  // lost) does it lock the lease rows and take the free or expired ones.
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
@@ -605,6 +612,31 @@ class MariaDbLeaseTable : public LeaseTable {
     const std::string key = LeaseKey(*c, scope, type);
     const std::string in = PartitionList(partitions);
     const std::string until = "NOW(6) + INTERVAL " + std::to_string(ttl.count() * 1000) + " MICROSECOND";
+    std::string me;
+    c->AppendQuoted(me, owner);
+    {
+      std::string q = "INSERT INTO sluice_lease_holders (scope, entity_type, owner, expires_at) VALUES (";
+      c->AppendQuoted(q, scope);
+      q += ',';
+      c->AppendQuoted(q, type);
+      q += ',' + me + ',' + until + ") ON DUPLICATE KEY UPDATE expires_at=VALUES(expires_at)";
+      RETURN_IF_ERROR(c->Execute(q).status());
+    }
+    uint64_t count = 0, sum = 0;
+    for (const uint32_t p : partitions) {
+      const auto k = known.find(p);
+      if (k == known.end()) break;
+      ++count;
+      sum += k->second;
+    }
+    if (count == partitions.size()) {
+      ASSIGN_OR_RETURN(auto mine, c->Query("SELECT COUNT(*), COALESCE(SUM(token), 0) FROM sluice_leases WHERE " + key +
+                                           " AND owner=" + me + " AND partition_id IN (" + in + ")"));
+      if (!mine.empty() && U64(mine[0].at(0)) == count && U64(mine[0].at(1)) == sum) {
+        for (const uint32_t p : partitions) held[p] = known.at(p);
+        return held;
+      }
+    }
     // The rows first, in a statement of their own: inside the transaction
     // its shared locks would be upgraded by the FOR UPDATE below, and two
     // engines asking for the same leases would deadlock.
@@ -620,53 +652,73 @@ class MariaDbLeaseTable : public LeaseTable {
         c->Execute("INSERT IGNORE INTO sluice_leases (scope, entity_type, partition_id) VALUES " + rows).status());
     RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
       held.clear();
+      // The lease rows, then their owners' rows, locked in that order (as
+      // every taker does): an owner's renewal waits for a takeover of its
+      // leases to commit and then finds them gone.
       ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
                                               " WHERE " + key + " AND partition_id IN (" + in + ") FOR UPDATE"));
-      std::vector<uint32_t> renew, take;
-      std::map<uint32_t, uint64_t> cut;  // live holds of a former process of `owner`
+      std::set<std::string> owners;
+      for (const auto& r : current) {
+        if (!r.at(1).value_or("").empty()) owners.insert(r.at(1).value_or(""));
+      }
+      std::set<std::string> live_owners;
+      if (!owners.empty()) {
+        std::string list;
+        for (const std::string& o : owners) {
+          list += list.empty() ? "" : ",";
+          c->AppendQuoted(list, o);
+        }
+        ASSIGN_OR_RETURN(auto holders, c->Query("SELECT owner FROM sluice_lease_holders WHERE " + key +
+                                                " AND owner IN (" + list + ") AND expires_at > NOW(6) FOR UPDATE"));
+        for (const auto& r : holders) live_owners.insert(r.at(0).value_or(""));
+      }
+      std::vector<uint32_t> take;
+      std::set<std::string> taken_from;  // other owners whose expired leases it takes
       for (const auto& r : current) {
         const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
-        const bool live = U64(r.at(3)) != 0;
-        const bool mine = r.at(1).value_or("") == owner;
+        const std::string holder = r.at(1).value_or("");
+        const bool live = !holder.empty() && (U64(r.at(3)) != 0 || live_owners.count(holder));
+        const bool mine = holder == owner;
         const uint64_t token = U64(r.at(2));
         const auto k = known.find(p);
-        // Its own lease with the token it knows is renewed even when a late
-        // round let it expire: nobody took it meanwhile (the token is the same).
+        // Its own lease with the token it knows stays its own even when a
+        // late round let it expire: nobody took it meanwhile (same token).
         if (mine && k != known.end() && k->second == token) {
-          renew.push_back(p);
           held[p] = token;
         } else if (!live || mine) {
-          if (live) cut[p] = token;
+          if (!holder.empty() && !mine) taken_from.insert(holder);
           take.push_back(p);
           held[p] = token + 1;
         }
       }
-      if (!cut.empty()) {
-        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log SET ended_at=NOW(6) WHERE " + key + " AND (" +
-                                   PartitionTokens(cut) + ")")
+      if (take.empty()) return Status::Ok();
+      const std::string which = " AND partition_id IN (" + PartitionList(take) + ")";
+      // The holds it ends: a former process of its own now (cut), another
+      // owner's when that one's validity ran out.
+      RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log g JOIN sluice_leases l USING (scope, entity_type, "
+                                 "partition_id, token) LEFT JOIN sluice_lease_holders h ON h.scope=l.scope AND "
+                                 "h.entity_type=l.entity_type AND h.owner=l.owner SET g.ended_at=LEAST(g.ended_at, "
+                                 "IF(l.owner=" + me + ", NOW(6), GREATEST(l.expires_at, COALESCE(h.expires_at, "
+                                 "l.expires_at)))) WHERE " + LeaseKey(*c, scope, type, "l.") + " AND l.owner<>''"
+                                 " AND l.partition_id IN (" + PartitionList(take) + ")")
+                          .status());
+      if (!taken_from.empty()) {
+        std::string list;
+        for (const std::string& o : taken_from) {
+          list += list.empty() ? "" : ",";
+          c->AppendQuoted(list, o);
+        }
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_holders SET takeovers=takeovers+1 WHERE " + key +
+                                   " AND owner IN (" + list + ")")
                             .status());
       }
-      if (!renew.empty()) {
-        const std::string which = " AND partition_id IN (" + PartitionList(renew) + ")";
-        RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET expires_at=" + until + " WHERE " + key + which).status());
-        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log h JOIN sluice_leases l USING (scope, entity_type, "
-                                   "partition_id, token) SET h.ended_at=l.expires_at WHERE " +
-                                   LeaseKey(*c, scope, type, "l.") + " AND l.partition_id IN (" +
-                                   PartitionList(renew) + ")")
-                            .status());
-      }
-      if (!take.empty()) {
-        const std::string which = " AND partition_id IN (" + PartitionList(take) + ")";
-        std::string q = "UPDATE sluice_leases SET owner=";
-        c->AppendQuoted(q, owner);
-        q += ", token=token+1, taken_at=NOW(6), expires_at=" + until + " WHERE " + key + which;
-        RETURN_IF_ERROR(c->Execute(q).status());
-        RETURN_IF_ERROR(c->Execute("INSERT IGNORE INTO sluice_lease_log (scope, entity_type, partition_id, token, "
-                                   "owner, taken_at, ended_at) SELECT scope, entity_type, partition_id, token, owner, "
-                                   "taken_at, expires_at FROM sluice_leases WHERE " + key + which)
-                            .status());
-      }
-      return Status::Ok();
+      RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET owner=" + me + ", token=token+1, taken_at=NOW(6), "
+                                 "expires_at=" + until + " WHERE " + key + which)
+                          .status());
+      return c->Execute("INSERT IGNORE INTO sluice_lease_log (scope, entity_type, partition_id, token, owner, taken_at,"
+                        " ended_at) SELECT scope, entity_type, partition_id, token, owner, taken_at, '" +
+                        std::string(kLeaseOpen) + "' FROM sluice_leases WHERE " + key + which)
+          .status();
     }));
     return held;
   }
@@ -675,27 +727,39 @@ class MariaDbLeaseTable : public LeaseTable {
                  const std::string& owner) override {
     if (held.empty()) return Status::Ok();
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string mine = LeaseKey(*c, scope, type) + " AND owner=";
-    c->AppendQuoted(mine, owner);
-    mine += " AND (" + PartitionTokens(held) + ")";
+    std::string me;
+    c->AppendQuoted(me, owner);
+    const std::string tokens = " AND (" + PartitionTokens(held) + ")";
+    // The lease rows first, then the owner's row (read by the log's
+    // update), in the order Acquire locks them: the other order deadlocks
+    // with a takeover.
     return InTransaction(*c, [&]() -> Status {
-      // Only the holds that still run end now (one already taken over ended earlier).
-      RETURN_IF_ERROR(
-          c->Execute("UPDATE sluice_lease_log SET ended_at=NOW(6) WHERE " + mine + " AND ended_at > NOW(6)").status());
-      return c->Execute("UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' WHERE " + mine)
+      RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' WHERE " +
+                                 LeaseKey(*c, scope, type) + " AND owner=" + me + tokens)
+                          .status());
+      // A hold ends now, or when its owner's leases expired if they did
+      // (one already taken over ended earlier).
+      return c->Execute("UPDATE sluice_lease_log g LEFT JOIN sluice_lease_holders h ON h.scope=g.scope AND "
+                        "h.entity_type=g.entity_type AND h.owner=g.owner SET g.ended_at=LEAST(g.ended_at, NOW(6), "
+                        "COALESCE(h.expires_at, NOW(6))) WHERE " + LeaseKey(*c, scope, type, "g.") + " AND g.owner=" +
+                        me + tokens)
           .status();
     });
   }
 
   Result<std::vector<LeaseSpan>> History(const std::string& scope) override {
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string q = "SELECT scope, entity_type, partition_id, token, owner, FLOOR(UNIX_TIMESTAMP(taken_at) * 1000),"
-                    " FLOOR(UNIX_TIMESTAMP(ended_at) * 1000) FROM sluice_lease_log";
+    // A hold that runs ends when its owner's leases expire.
+    std::string q = "SELECT g.scope, g.entity_type, g.partition_id, g.token, g.owner,"
+                    " FLOOR(UNIX_TIMESTAMP(g.taken_at) * 1000), FLOOR(UNIX_TIMESTAMP(IF(g.ended_at >= '" +
+                    std::string(kLeaseOpen) + "', COALESCE(h.expires_at, g.taken_at), g.ended_at)) * 1000)"
+                    " FROM sluice_lease_log g LEFT JOIN sluice_lease_holders h ON h.scope=g.scope AND"
+                    " h.entity_type=g.entity_type AND h.owner=g.owner";
     if (!scope.empty()) {
-      q += " WHERE scope=";
+      q += " WHERE g.scope=";
       c->AppendQuoted(q, scope);
     }
-    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY scope, entity_type, partition_id, token"));
+    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY g.scope, g.entity_type, g.partition_id, g.token"));
     std::vector<LeaseSpan> out;
     for (const auto& r : rows) {
       out.push_back({r.at(0).value_or(""), r.at(1).value_or(""), static_cast<uint32_t>(U64(r.at(2))), U64(r.at(3)),
@@ -706,13 +770,15 @@ class MariaDbLeaseTable : public LeaseTable {
 
   Result<std::vector<LeaseRow>> List(const std::string& scope) override {
     ASSIGN_OR_RETURN(Connection * c, Ready());
-    std::string q = "SELECT scope, entity_type, partition_id, owner, token,"
-                    " TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) DIV 1000 FROM sluice_leases";
+    std::string q = "SELECT l.scope, l.entity_type, l.partition_id, l.owner, l.token, TIMESTAMPDIFF(MICROSECOND,"
+                    " NOW(6), GREATEST(l.expires_at, COALESCE(h.expires_at, l.expires_at))) DIV 1000"
+                    " FROM sluice_leases l LEFT JOIN sluice_lease_holders h ON h.scope=l.scope AND"
+                    " h.entity_type=l.entity_type AND h.owner=l.owner";
     if (!scope.empty()) {
-      q += " WHERE scope=";
+      q += " WHERE l.scope=";
       c->AppendQuoted(q, scope);
     }
-    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY scope, entity_type, partition_id"));
+    ASSIGN_OR_RETURN(auto rows, c->Query(q + " ORDER BY l.scope, l.entity_type, l.partition_id"));
     std::vector<LeaseRow> out;
     for (const auto& r : rows) {
       LeaseRow l;
@@ -797,6 +863,7 @@ class MariaDbLeaseTable : public LeaseTable {
     ASSIGN_OR_RETURN(Connection * c, session_.Get());
     if (!ready_ || !session_.healthy()) {
       RETURN_IF_ERROR(c->Execute(kLeasesDdl).status());
+      RETURN_IF_ERROR(c->Execute(kLeaseHoldersDdl).status());
       RETURN_IF_ERROR(c->Execute(kLeaseLogDdl).status());
       RETURN_IF_ERROR(c->Execute(kMembersDdl).status());
       ready_ = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -20,10 +21,12 @@ struct MemoryStorage::Tables {
   struct Lease {
     std::string owner;
     uint64_t token = 0;
-    std::chrono::steady_clock::time_point expires{};
+    std::chrono::steady_clock::time_point expires{};  // the validity it got when taken
   };
   // (scope, type) -> partition -> lease
   std::map<std::pair<std::string, std::string>, std::map<uint32_t, Lease>> leases;
+  // sluice_lease_holders: (scope, type) -> owner -> until when all its leases there are valid
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::chrono::steady_clock::time_point>> holders;
   // sluice_lease_log: (scope, type, partition, token) -> its hold, times in
   // system-clock ms (steady_clock mapped at the moment it is written)
   std::map<std::tuple<std::string, std::string, uint32_t, uint64_t>, LeaseSpan> lease_log;
@@ -427,23 +430,26 @@ class MemoryLeaseTable : public LeaseTable {
     Lock lock(s_->mu());
     const auto now = std::chrono::steady_clock::now();
     auto& leases = s_->tables().leases[{scope, type}];
+    auto& holders = s_->tables().holders[{scope, type}];
+    holders[owner] = now + ttl;  // renews every lease of owner here
     std::map<uint32_t, uint64_t> held;
     for (const uint32_t p : partitions) {
       MemoryStorage::Tables::Lease& l = leases[p];
-      const bool live = l.expires > now;
       const bool mine = l.owner == owner;
       const auto k = known.find(p);
-      const bool renew = mine && k != known.end() && k->second == l.token;
-      if (live && !mine) continue;
-      if (!renew) {
-        if (live) Span(scope, type, p, l.token).ended_at_ms = NowMs();  // cut: a former process of owner
-        l.owner = owner;
-        ++l.token;
-        LeaseSpan& span = Span(scope, type, p, l.token);
-        span = {scope, type, p, l.token, owner, NowMs(), 0};
+      if (mine && k != known.end() && k->second == l.token) {
+        held[p] = l.token;
+        continue;
       }
+      if (Live(scope, type, l, now) && !mine) continue;
+      if (!l.owner.empty()) {  // the hold it ends: a former process of owner now, another owner's at its expiry
+        LeaseSpan& former = Span(scope, type, p, l.token);
+        former.ended_at_ms = std::min(former.ended_at_ms, mine ? NowMs() : EndMs(scope, type, l, now));
+      }
+      l.owner = owner;
+      ++l.token;
       l.expires = now + ttl;
-      Span(scope, type, p, l.token).ended_at_ms = NowMs() + ttl.count();
+      Span(scope, type, p, l.token) = {scope, type, p, l.token, owner, NowMs(), kOpen};
       held[p] = l.token;
     }
     return held;
@@ -458,7 +464,8 @@ class MemoryLeaseTable : public LeaseTable {
     for (const auto& [p, token] : held) {
       const auto it = leases.find(p);
       if (it == leases.end() || it->second.owner != owner || it->second.token != token) continue;
-      if (it->second.expires > now) Span(scope, type, p, token).ended_at_ms = NowMs();
+      LeaseSpan& span = Span(scope, type, p, token);  // ends now, or at its expiry when it ran out
+      span.ended_at_ms = std::min({span.ended_at_ms, NowMs(), EndMs(scope, type, it->second, now)});
       it->second.owner.clear();
       it->second.expires = {};
     }
@@ -469,8 +476,15 @@ class MemoryLeaseTable : public LeaseTable {
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
     std::vector<LeaseSpan> out;
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& [key, span] : s_->tables().lease_log) {
-      if (scope.empty() || span.scope == scope) out.push_back(span);
+      if (!scope.empty() && span.scope != scope) continue;
+      out.push_back(span);
+      if (span.ended_at_ms == kOpen) {  // runs: ends when its owner's leases expire
+        const auto& holders = s_->tables().holders[{span.scope, span.entity_type}];
+        const auto h = holders.find(span.owner);
+        out.back().ended_at_ms = h == holders.end() ? span.taken_at_ms : MsAt(h->second, now);
+      }
     }
     return out;
   }
@@ -483,8 +497,9 @@ class MemoryLeaseTable : public LeaseTable {
     for (const auto& [key, leases] : s_->tables().leases) {
       if (!scope.empty() && key.first != scope) continue;
       for (const auto& [p, l] : leases) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(l.expires - now).count();
-        out.push_back({key.first, key.second, p, l.owner, l.token, l.expires > now ? std::max<int64_t>(left, 1) : 0});
+        const auto until = Expiry(key.first, key.second, l);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
+        out.push_back({key.first, key.second, p, l.owner, l.token, until > now ? std::max<int64_t>(left, 1) : 0});
       }
     }
     return out;
@@ -535,6 +550,27 @@ class MemoryLeaseTable : public LeaseTable {
     return s_->tables().lease_log[{scope, type, p, token}];
   }
   static int64_t NowMs() { return NowUs() / 1000; }
+  static constexpr int64_t kOpen = std::numeric_limits<int64_t>::max();  // a hold that runs (kLeaseOpen)
+  // Under the lock: until when lease l is valid (its own validity, or its owner's), and whether it still is.
+  std::chrono::steady_clock::time_point Expiry(const std::string& scope, const std::string& type,
+                                               const MemoryStorage::Tables::Lease& l) {
+    if (l.owner.empty()) return {};
+    const auto& holders = s_->tables().holders[{scope, type}];
+    const auto h = holders.find(l.owner);
+    return h == holders.end() ? l.expires : std::max(l.expires, h->second);
+  }
+  bool Live(const std::string& scope, const std::string& type, const MemoryStorage::Tables::Lease& l,
+            std::chrono::steady_clock::time_point now) {
+    return Expiry(scope, type, l) > now;
+  }
+  // The system-clock ms of steady time point t.
+  static int64_t MsAt(std::chrono::steady_clock::time_point t, std::chrono::steady_clock::time_point now) {
+    return NowMs() + std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
+  }
+  int64_t EndMs(const std::string& scope, const std::string& type, const MemoryStorage::Tables::Lease& l,
+                std::chrono::steady_clock::time_point now) {
+    return MsAt(Expiry(scope, type, l), now);
+  }
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
 };
@@ -833,6 +869,7 @@ void MemoryStorage::ExpireLeases(const std::string& scope, const std::string& ty
     const auto span = tables_->lease_log.find({scope, type, p, l.token});
     if (span != tables_->lease_log.end()) span->second.ended_at_ms = std::min(span->second.ended_at_ms, now_ms);
   }
+  for (auto& [owner, until] : tables_->holders[{scope, type}]) until = {};
 }
 
 void MemoryStorage::FailNext(Op op, Status status, int times) {

@@ -72,6 +72,7 @@ constexpr const char* kMetaDdl[] = {
     "UNIQUE KEY uk_event (sink, entity_type, partition_id, event_id)"
     ") ENGINE=InnoDB",
     kLeasesDdl,
+    kLeaseHoldersDdl,
     kLeaseLogDdl,
     kMembersDdl,
     kArchiveSegmentsDdl,

@@ -7,7 +7,7 @@
 //   sluice_offsets        per (sink, type, partition): the last applied event_id,
 //                         cumulative counters, and the sink's state
 //   sluice_dead_letters   events a sink rejected for good
-//   sluice_leases, sluice_lease_log, sluice_members: below
+//   sluice_leases, sluice_lease_holders, sluice_lease_log, sluice_members: below
 //   sluice_server, sluice_placement: the storage layout (sql/layout_schema.h)
 //
 // All functions run statements on the given connection from the calling
@@ -52,8 +52,13 @@ inline constexpr const char* kArchiveSegmentsDdl =
     "UNIQUE KEY uk_last (entity_type, partition_id, last_event_id)"
     ") ENGINE=InnoDB";
 
-// sluice_leases, sluice_lease_log and sluice_members (tables.h LeaseTable): made by init, and
-// by the lease table at its first use in a database made before them.
+// sluice_leases, sluice_lease_holders, sluice_lease_log and sluice_members
+// (tables.h LeaseTable): made by init, and by the lease table at its first
+// use in a database made before them.
+// A lease's own expires_at is the validity it got when taken (a database
+// written by an older sluice renewed it per lease); afterwards its owner's
+// row in sluice_lease_holders carries it, renewed once per round for all of
+// the owner's leases of (scope, entity type).
 inline constexpr const char* kLeasesDdl =
     "CREATE TABLE IF NOT EXISTS sluice_leases ("
     "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
@@ -65,9 +70,26 @@ inline constexpr const char* kLeasesDdl =
     "taken_at TIMESTAMP(6) NULL,"
     "PRIMARY KEY (scope, entity_type, partition_id)"
     ") ENGINE=InnoDB";
-// One row per (lease, token): who held it from when to when (ended_at: the
-// expiry its last renewal set, or when it was released or cut). A check that
-// no partition had two owners at once reads it (tests, `sluice status`).
+// One row per owner of leases of (scope, entity type): until when they are
+// all valid (by the server's clock), and `takeovers`, which a member that
+// takes an expired lease of this owner raises in the same transaction, so
+// that on Galera the owner's renewal and the takeover conflict at commit
+// (both write this row) instead of passing each other.
+inline constexpr const char* kLeaseHoldersDdl =
+    "CREATE TABLE IF NOT EXISTS sluice_lease_holders ("
+    "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "entity_type VARCHAR(48) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    "expires_at TIMESTAMP(6) NOT NULL DEFAULT '1970-01-01 00:00:01.000000',"
+    "takeovers BIGINT UNSIGNED NOT NULL DEFAULT 0,"
+    "PRIMARY KEY (scope, entity_type, owner)"
+    ") ENGINE=InnoDB";
+// One row per (lease, token): who held it from when to when. ended_at is
+// when it was released, cut (a restarted process of its owner took it) or
+// expired before another owner took it; kLeaseOpen while it is held (its
+// end is then its owner's expiry in sluice_lease_holders). A check that no
+// partition had two owners at once reads it (tests, `sluice status`).
+inline constexpr const char* kLeaseOpen = "2038-01-19 03:14:07.000000";
 inline constexpr const char* kLeaseLogDdl =
     "CREATE TABLE IF NOT EXISTS sluice_lease_log ("
     "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"

@@ -538,6 +538,57 @@ TEST_P(TablesContractTest, AnExpiredLeaseIsTakenOverAndItsFormerOwnerIsFenced) {
   EXPECT_TRUE(saved->empty());
 }
 
+// An owner's round keeps every lease it holds of (scope, type) valid at
+// once (however many), so others take none of them while it renews, even
+// across several TTLs; once it stops, another takes one, and the owner's
+// next round with the tokens it knew finds that one gone and keeps the rest
+// under the same tokens. The log shows each hold from its start to its end.
+TEST_P(TablesContractTest, ARenewalKeepsEveryLeaseOfItsOwnerAndTheNextSeesATakeover) {
+  using namespace std::chrono_literals;
+  auto a = storage_->OpenLeases();
+  auto b = storage_->OpenLeases();
+  const std::vector<uint32_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto held = a->Acquire("sink/r", "account", all, "engine-a", 300ms, {});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 8u);
+  const std::map<uint32_t, uint64_t> first = *held;
+  for (int round = 0; round < 8; ++round) {  // 8 x 100 ms: past the TTL more than twice
+    std::this_thread::sleep_for(100ms);
+    held = a->Acquire("sink/r", "account", all, "engine-a", 300ms, *held);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    EXPECT_EQ(*held, first) << "round " << round;
+    auto taken = b->Acquire("sink/r", "account", all, "engine-b", 300ms, {});
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    EXPECT_TRUE(taken->empty()) << "round " << round << ": engine-b took " << taken->size();
+  }
+  auto listed = b->List("sink/r");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 8u);
+  for (const LeaseRow& l : *listed) {
+    EXPECT_EQ(l.owner, "engine-a");
+    EXPECT_GT(l.expires_in_ms, 0) << "partition " << l.partition;
+  }
+  std::this_thread::sleep_for(400ms);  // engine-a stops renewing: all expire
+  auto taken = b->Acquire("sink/r", "account", {3}, "engine-b", 60s, {});
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(*taken, (std::map<uint32_t, uint64_t>{{3, first.at(3) + 1}}));
+  held = a->Acquire("sink/r", "account", all, "engine-a", 60s, first);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  std::map<uint32_t, uint64_t> expected = first;
+  expected.erase(3);
+  EXPECT_EQ(*held, expected);  // the rest stay its own, under the same tokens
+  auto history = b->History("sink/r");
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->size(), 9u);
+  for (size_t i = 0; i < history->size(); ++i) {
+    const LeaseSpan& h = history->at(i);
+    EXPECT_LT(h.taken_at_ms, h.ended_at_ms) << "partition " << h.partition << " token " << h.token;
+    if (i > 0 && history->at(i - 1).partition == h.partition) {
+      EXPECT_LE(history->at(i - 1).ended_at_ms, h.taken_at_ms) << "partition " << h.partition;
+    }
+  }
+}
+
 TEST_P(TablesContractTest, MembersAreTheOnesWithARecentHeartbeat) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();
