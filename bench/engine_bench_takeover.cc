@@ -8,22 +8,20 @@
 
 #include "bench/bench_common.h"
 #include "bench/engine_bench_util.h"
-#include "sql/connection.h"
+#include "sql/mariadb_tables.h"
 #include "sql/params.h"
 
 namespace sluice::bench {
 namespace {
 
 // Partition -> owner of every live lease of the scope.
-Result<std::map<uint32_t, std::string>> LiveOwners(sql::Connection& c, const std::string& scope,
+Result<std::map<uint32_t, std::string>> LiveOwners(sql::LeaseTable& leases, const std::string& scope,
                                                    const std::string& type) {
-  std::string q = "SELECT partition_id, owner FROM sluice_leases WHERE scope=";
-  c.AppendQuoted(q, scope);
-  q += " AND entity_type=";
-  c.AppendQuoted(q, type);
-  ASSIGN_OR_RETURN(auto rows, c.Query(q + " AND owner <> '' AND expires_at > NOW(6)"));
+  ASSIGN_OR_RETURN(auto rows, leases.List(scope));
   std::map<uint32_t, std::string> out;
-  for (const auto& r : rows) out[static_cast<uint32_t>(std::stoul(r.at(0).value_or("0")))] = r.at(1).value_or("");
+  for (const sql::LeaseRow& l : rows) {
+    if (l.entity_type == type && !l.owner.empty() && l.expires_in_ms > 0) out[l.partition] = l.owner;
+  }
   return out;
 }
 
@@ -34,7 +32,7 @@ Result<TakeoverResult> RunTakeovers(const config::Config& config, const Takeover
   const config::SinkConfig& sink = config.sinks.front();
   const std::string scope = "sink/" + sink.name;
   const uint32_t partitions = config.entities.at(sink.entity).partitions;
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  auto leases = sql::MariaDbStorage(sql::ParamsFrom(config.mysql)).OpenLeases();
   const std::vector<std::string> ids = {"takeover-a", "takeover-b"};
   std::map<std::string, std::unique_ptr<ChildProcess>> engines;
   auto spawn = [&](const std::string& id) -> Status {
@@ -47,7 +45,7 @@ Result<TakeoverResult> RunTakeovers(const config::Config& config, const Takeover
   auto settle = [&]() -> Result<double> {
     const auto t0 = Clock::now();
     for (;;) {
-      ASSIGN_OR_RETURN(auto owners, LiveOwners(*conn, scope, sink.entity));
+      ASSIGN_OR_RETURN(auto owners, LiveOwners(*leases, scope, sink.entity));
       std::map<std::string, uint32_t> held;
       for (const auto& [p, owner] : owners) ++held[owner];
       if (owners.size() == partitions && held.count(ids[0]) && held.count(ids[1])) return Since(t0);
@@ -68,7 +66,7 @@ Result<TakeoverResult> RunTakeovers(const config::Config& config, const Takeover
   for (uint32_t k = 0; k < options.kills; ++k) {
     const std::string& victim = ids[k % 2];
     const std::string& survivor = ids[(k + 1) % 2];
-    ASSIGN_OR_RETURN(auto before, LiveOwners(*conn, scope, sink.entity));
+    ASSIGN_OR_RETURN(auto before, LiveOwners(*leases, scope, sink.entity));
     std::vector<uint32_t> moved;
     for (const auto& [p, owner] : before) {
       if (owner == victim) moved.push_back(p);
@@ -77,7 +75,7 @@ Result<TakeoverResult> RunTakeovers(const config::Config& config, const Takeover
     const auto t0 = Clock::now();
     engines[victim]->Wait();
     for (;;) {
-      ASSIGN_OR_RETURN(auto owners, LiveOwners(*conn, scope, sink.entity));
+      ASSIGN_OR_RETURN(auto owners, LiveOwners(*leases, scope, sink.entity));
       bool done = true;
       for (const uint32_t p : moved) done = done && owners.count(p) && owners[p] == survivor;
       if (done) break;

@@ -319,6 +319,10 @@ struct PushConfig {
   // whether it was updated; async: the reply goes first.
   enum class Mode { kSync, kAsync } mode = Mode::kAsync;
   std::chrono::milliseconds timeout{50};  // a push still running after this is late: counted, not waited for
+  // Threads (each with its own connection to the sink) that push this
+  // sink's batches, shared by the entity type's partitions (partition p uses
+  // thread p mod threads): the count does not grow with the partitions.
+  uint32_t threads = 2;
 };
 
 // A sink whose type a plugin library provides: its own keys, for the plugin

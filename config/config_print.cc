@@ -344,6 +344,7 @@ std::string Config::Redacted() const {
       out << YAML::Key << "push_mode" << YAML::Value
           << (sink.push.mode == PushConfig::Mode::kSync ? "sync" : "async");
       out << YAML::Key << "push_timeout" << YAML::Value << FormatDuration(sink.push.timeout);
+      out << YAML::Key << "push_threads" << YAML::Value << static_cast<unsigned>(sink.push.threads);
     }
     if (!sink.anti_entropy) out << YAML::Key << "anti_entropy" << YAML::Value << false;
     if (!sink.code.empty()) out << YAML::Key << "code" << YAML::Value << sink.code;

@@ -79,6 +79,11 @@ void ConfigReader::ReadSink(const Field& at, size_t index, SinkConfig* sink) {
          push_options_key = f;
          ReadDuration(f, std::chrono::milliseconds(1), std::chrono::milliseconds(10000), &sink->push.timeout);
        }},
+      {"push_threads", kOptional,
+       [&](const Field& f) {
+         push_options_key = f;
+         ReadUint(f, 1, 64, &sink->push.threads);
+       }},
       {"anti_entropy", kOptional, [&](const Field& f) { ReadBool(f, &sink->anti_entropy); }},
       {"code", kOptional, [&](const Field& f) { ReadViewCodeFile(f, sink); }},
       {"routes", kOptional,
@@ -229,7 +234,8 @@ void ConfigReader::ReadSinkType(const Field& f, std::string* out) {
 }
 
 // push: true only where a committed batch can be applied right away as a
-// point view (one key or row per entity); push_mode/push_timeout only with it.
+// point view (one key or row per entity); push_mode, push_timeout and
+// push_threads only with it.
 void ConfigReader::CheckPush(const std::string& type, const PushConfig& push, const std::optional<Field>& push_key,
                              const std::optional<Field>& options_key) {
   // `type` is empty when it was missing or unknown (reported at `type`).

@@ -252,7 +252,8 @@ TEST(SinkErrors, UnknownSinkKeySuggestsTheClosestName) {
   // Keys of the other sink type are never suggested.
   EXPECT_EQ(Errors(WithSinks("  - {name: c, type: redis, entity: account, tabel: x}\n")),
             "t.yaml:11:45: sinks[0].tabel: unknown key (expected one of: name, type, entity, "
-            "on_error, batch_max, push, push_mode, push_timeout, anti_entropy, code, routes, url, key, format, fields, "
+            "on_error, batch_max, push, push_mode, push_timeout, push_threads, anti_entropy, code, routes, url, key, format, "
+            "fields, "
             "ttl, tombstone_ttl, sentinel_password, wait_replicas, tls_ca, tls_cert, tls_key, tls_verify)");
   EXPECT_EQ(Errors(SinksWith("    table: account_view", "    tabel: account_view")),
             "t.yaml:27:5: sinks[2].table: required key is missing\n"
@@ -505,21 +506,25 @@ TEST(Redacted, SinksLoadBack) {
 
 TEST(Push, ReadsPushSettingsAndPrintsThem) {
   Result<Config> r = LoadConfigFromString(
-      SinksWith("    key: \"account:{id}\"", "    key: \"account:{id}\"\n    push: true\n    push_mode: sync\n    push_timeout: 20ms"),
+      SinksWith("    key: \"account:{id}\"",
+                "    key: \"account:{id}\"\n    push: true\n    push_mode: sync\n    push_timeout: 20ms\n    push_threads: 5"),
       kFile);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const SinkConfig& s = r->sinks.at(0);
   EXPECT_TRUE(s.push.enabled);
   EXPECT_EQ(s.push.mode, PushConfig::Mode::kSync);
   EXPECT_EQ(s.push.timeout, std::chrono::milliseconds(20));
+  EXPECT_EQ(s.push.threads, 5u);
   EXPECT_FALSE(r->sinks.at(1).push.enabled);
   EXPECT_NE(r->Redacted().find("push_mode: sync"), std::string::npos) << r->Redacted();
+  EXPECT_NE(r->Redacted().find("push_threads: 5"), std::string::npos) << r->Redacted();
   // Defaults: async with a 50 ms deadline.
   Result<Config> d = LoadConfigFromString(SinksWith("    auto_create: false", "    auto_create: false\n    push: true"), kFile);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->sinks.at(2).push.enabled);
   EXPECT_EQ(d->sinks.at(2).push.mode, PushConfig::Mode::kAsync);
   EXPECT_EQ(d->sinks.at(2).push.timeout, std::chrono::milliseconds(50));
+  EXPECT_EQ(d->sinks.at(2).push.threads, 2u);
   const SinkTypes& types = connectors::BuiltinSinkTypes();
   EXPECT_TRUE(types.Find("redis")->can_push);
   EXPECT_TRUE(types.Find("mysql")->can_push);
@@ -544,6 +549,11 @@ TEST(PushErrors, PushOptionsNeedPushAndValidValues) {
             "t.yaml:25:11: sinks[1].push: must be true or false, got \"yes\"");
   EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: true\n    push_timeout: 0ms")).substr(0, 36),
             "t.yaml:26:19: sinks[1].push_timeout:");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push_threads: 4")), "t.yaml:25:5: sinks[1].push_threads: only with push: true");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: true\n    push_threads: 0")).substr(0, 36),
+            "t.yaml:26:19: sinks[1].push_threads:");
+  EXPECT_EQ(Errors(SinksWith("    ttl: 10m", "    push: true\n    push_threads: 65")).substr(0, 36),
+            "t.yaml:26:19: sinks[1].push_threads:");
 }
 
 // ---- plugins ----

@@ -598,10 +598,12 @@ class MariaDbLeaseTable : public LeaseTable {
   // The owner's row in sluice_lease_holders carries the expiry of all its
   // leases of (scope, type) on this server: a round renews it (one row,
   // whatever the partition count) and, when it asks for exactly the leases
-  // it knows it holds, reads back that they are still its own under the
-  // tokens it knows (one aggregate; tokens only grow, so an equal count and
-  // sum mean the same tokens). Only otherwise (a start, a rebalance, a lease
-  // lost) does it lock the lease rows and take the free or expired ones.
+  // it knows it holds, reads back in one aggregate that the leases naming it
+  // are exactly those, under the tokens it knows. Otherwise (a start, a
+  // rebalance, a lease lost, a lease naming it that it forgot) it locks the
+  // lease rows and their owners' rows, takes the free or expired ones, and
+  // lets go of the ones naming it that it did not ask for: a renewal keeps
+  // every lease naming its owner alive, so none may be left behind.
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
@@ -622,24 +624,22 @@ class MariaDbLeaseTable : public LeaseTable {
       q += ',' + me + ',' + until + ") ON DUPLICATE KEY UPDATE expires_at=VALUES(expires_at)";
       RETURN_IF_ERROR(c->Execute(q).status());
     }
-    uint64_t count = 0, sum = 0;
-    for (const uint32_t p : partitions) {
-      const auto k = known.find(p);
-      if (k == known.end()) break;
-      ++count;
-      sum += k->second;
-    }
-    if (count == partitions.size()) {
-      ASSIGN_OR_RETURN(auto mine, c->Query("SELECT COUNT(*), COALESCE(SUM(token), 0) FROM sluice_leases WHERE " + key +
-                                           " AND owner=" + me + " AND partition_id IN (" + in + ")"));
-      if (!mine.empty() && U64(mine[0].at(0)) == count && U64(mine[0].at(1)) == sum) {
-        for (const uint32_t p : partitions) held[p] = known.at(p);
-        return held;
+    std::string expected;  // "p:token,..." of the leases it knows, by partition
+    bool all_known = true;
+    for (const uint32_t p : partitions) all_known = all_known && known.count(p);
+    if (all_known && known.size() == std::set<uint32_t>(partitions.begin(), partitions.end()).size()) {
+      for (const auto& [p, token] : known) {
+        expected += (expected.empty() ? "" : ",") + std::to_string(p) + ":" + std::to_string(token);
       }
+      ASSIGN_OR_RETURN(auto mine, c->Query("SELECT GROUP_CONCAT(partition_id, ':', token ORDER BY partition_id "
+                                           "SEPARATOR ',') FROM sluice_leases WHERE " + key + " AND owner=" + me));
+      if (!mine.empty() && mine[0].at(0).value_or("") == expected) return known;
     }
-    // The rows first, in a statement of their own: inside the transaction
-    // its shared locks would be upgraded by the FOR UPDATE below, and two
-    // engines asking for the same leases would deadlock.
+    // The rows first, in statements of their own: inside the transaction
+    // their shared locks would be upgraded by the FOR UPDATE below, and two
+    // engines asking for the same leases would deadlock. Every owner gets a
+    // row of sluice_lease_holders (an expired one when it had none), so that
+    // the transaction can lock it.
     std::string rows;
     for (const uint32_t p : partitions) {
       rows += rows.empty() ? "(" : ",(";
@@ -650,13 +650,19 @@ class MariaDbLeaseTable : public LeaseTable {
     }
     RETURN_IF_ERROR(
         c->Execute("INSERT IGNORE INTO sluice_leases (scope, entity_type, partition_id) VALUES " + rows).status());
+    RETURN_IF_ERROR(c->Execute("INSERT IGNORE INTO sluice_lease_holders (scope, entity_type, owner) SELECT DISTINCT "
+                               "scope, entity_type, owner FROM sluice_leases WHERE " + key + " AND partition_id IN (" +
+                               in + ") AND owner<>''")
+                        .status());
     RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
       held.clear();
-      // The lease rows, then their owners' rows, locked in that order (as
-      // every taker does): an owner's renewal waits for a takeover of its
-      // leases to commit and then finds them gone.
+      // The lease rows (those asked for and those naming it), then every
+      // row of their owners, expired or not, locked in that order as every
+      // taker does: an owner's renewal waits for a takeover of its leases
+      // to commit and then finds them gone; a takeover waits for a renewal.
       ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
-                                              " WHERE " + key + " AND partition_id IN (" + in + ") FOR UPDATE"));
+                                              " WHERE " + key + " AND (partition_id IN (" + in + ") OR owner=" + me +
+                                              ") FOR UPDATE"));
       std::set<std::string> owners;
       for (const auto& r : current) {
         if (!r.at(1).value_or("").empty()) owners.insert(r.at(1).value_or(""));
@@ -668,12 +674,16 @@ class MariaDbLeaseTable : public LeaseTable {
           list += list.empty() ? "" : ",";
           c->AppendQuoted(list, o);
         }
-        ASSIGN_OR_RETURN(auto holders, c->Query("SELECT owner FROM sluice_lease_holders WHERE " + key +
-                                                " AND owner IN (" + list + ") AND expires_at > NOW(6) FOR UPDATE"));
-        for (const auto& r : holders) live_owners.insert(r.at(0).value_or(""));
+        ASSIGN_OR_RETURN(auto holders, c->Query("SELECT owner, expires_at > NOW(6) FROM sluice_lease_holders WHERE " +
+                                                key + " AND owner IN (" + list + ") FOR UPDATE"));
+        for (const auto& r : holders) {
+          if (U64(r.at(1)) != 0) live_owners.insert(r.at(0).value_or(""));
+        }
       }
+      const std::set<uint32_t> asked(partitions.begin(), partitions.end());
       std::vector<uint32_t> take;
-      std::set<std::string> taken_from;  // other owners whose expired leases it takes
+      std::map<uint32_t, uint64_t> forgotten;  // naming it, not asked for: let go
+      std::set<std::string> taken_from;       // other owners whose expired leases it takes
       for (const auto& r : current) {
         const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
         const std::string holder = r.at(1).value_or("");
@@ -681,9 +691,11 @@ class MariaDbLeaseTable : public LeaseTable {
         const bool mine = holder == owner;
         const uint64_t token = U64(r.at(2));
         const auto k = known.find(p);
-        // Its own lease with the token it knows stays its own even when a
-        // late round let it expire: nobody took it meanwhile (same token).
-        if (mine && k != known.end() && k->second == token) {
+        if (!asked.count(p)) {
+          if (mine) forgotten[p] = token;
+        } else if (mine && k != known.end() && k->second == token) {
+          // Its own lease with the token it knows stays its own even when a
+          // late round let it expire: nobody took it meanwhile (same token).
           held[p] = token;
         } else if (!live || mine) {
           if (!holder.empty() && !mine) taken_from.insert(holder);
@@ -691,10 +703,19 @@ class MariaDbLeaseTable : public LeaseTable {
           held[p] = token + 1;
         }
       }
+      if (!forgotten.empty()) {
+        const std::string which = " AND owner=" + me + " AND (" + PartitionTokens(forgotten) + ")";
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log SET ended_at=LEAST(ended_at, NOW(6)) WHERE " + key + which)
+                            .status());
+        RETURN_IF_ERROR(c->Execute("UPDATE sluice_leases SET owner='', expires_at='1970-01-01 00:00:01.000000' "
+                                   "WHERE " + key + which)
+                            .status());
+      }
       if (take.empty()) return Status::Ok();
       const std::string which = " AND partition_id IN (" + PartitionList(take) + ")";
       // The holds it ends: a former process of its own now (cut), another
-      // owner's when that one's validity ran out.
+      // owner's when that one's validity ran out. The owners' rows are
+      // locked above, so the join reads them as they are.
       RETURN_IF_ERROR(c->Execute("UPDATE sluice_lease_log g JOIN sluice_leases l USING (scope, entity_type, "
                                  "partition_id, token) LEFT JOIN sluice_lease_holders h ON h.scope=l.scope AND "
                                  "h.entity_type=l.entity_type AND h.owner=l.owner SET g.ended_at=LEAST(g.ended_at, "

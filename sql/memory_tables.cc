@@ -426,13 +426,23 @@ class MemoryLeaseTable : public LeaseTable {
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
                                                const std::map<uint32_t, uint64_t>& known) override {
+    std::map<uint32_t, uint64_t> held;
+    if (partitions.empty()) return held;
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
     const auto now = std::chrono::steady_clock::now();
     auto& leases = s_->tables().leases[{scope, type}];
     auto& holders = s_->tables().holders[{scope, type}];
-    holders[owner] = now + ttl;  // renews every lease of owner here
-    std::map<uint32_t, uint64_t> held;
+    holders[owner] = now + ttl;  // renews every lease naming owner here
+    // So the ones naming it that it did not ask for (forgot) are let go.
+    const std::set<uint32_t> asked(partitions.begin(), partitions.end());
+    for (auto& [p, l] : leases) {
+      if (l.owner != owner || asked.count(p)) continue;
+      LeaseSpan& span = Span(scope, type, p, l.token);
+      span.ended_at_ms = std::min(span.ended_at_ms, NowMs());
+      l.owner.clear();
+      l.expires = {};
+    }
     for (const uint32_t p : partitions) {
       MemoryStorage::Tables::Lease& l = leases[p];
       const bool mine = l.owner == owner;
@@ -464,8 +474,11 @@ class MemoryLeaseTable : public LeaseTable {
     for (const auto& [p, token] : held) {
       const auto it = leases.find(p);
       if (it == leases.end() || it->second.owner != owner || it->second.token != token) continue;
-      LeaseSpan& span = Span(scope, type, p, token);  // ends now, or at its expiry when it ran out
-      span.ended_at_ms = std::min({span.ended_at_ms, NowMs(), EndMs(scope, type, it->second, now)});
+      // It ends now, or when its owner's leases expired if they did.
+      const auto& holders = s_->tables().holders[{scope, type}];
+      const auto h = holders.find(owner);
+      LeaseSpan& span = Span(scope, type, p, token);
+      span.ended_at_ms = std::min({span.ended_at_ms, NowMs(), h == holders.end() ? NowMs() : MsAt(h->second, now)});
       it->second.owner.clear();
       it->second.expires = {};
     }
@@ -863,13 +876,9 @@ std::unique_ptr<ArchiveTable> MemoryStorage::OpenArchive() {
 
 void MemoryStorage::ExpireLeases(const std::string& scope, const std::string& type) {
   Lock lock(mu_);
-  const int64_t now_ms = NowUs() / 1000;
-  for (auto& [p, l] : tables_->leases[{scope, type}]) {
-    l.expires = {};
-    const auto span = tables_->lease_log.find({scope, type, p, l.token});
-    if (span != tables_->lease_log.end()) span->second.ended_at_ms = std::min(span->second.ended_at_ms, now_ms);
-  }
-  for (auto& [owner, until] : tables_->holders[{scope, type}]) until = {};
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [p, l] : tables_->leases[{scope, type}]) l.expires = {};
+  for (auto& [owner, until] : tables_->holders[{scope, type}]) until = now;
 }
 
 void MemoryStorage::FailNext(Op op, Status status, int times) {

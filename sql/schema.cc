@@ -176,7 +176,9 @@ Result<InitReport> InitSchema(Connection& conn, const std::string& database,
   // version 1 from reading rows they would misread. 2 -> 3: the archive's
   // manifest (made above with the other metadata tables) and each event
   // table's `archived` column, added in place (InnoDB adds a column with a
-  // default instantly, whatever the table's size).
+  // default instantly, whatever the table's size). 3 -> 4: the lease
+  // holders' table (made above); recording 4 keeps binaries of version 3,
+  // which renew leases row by row, from starting on it.
   ASSIGN_OR_RETURN(auto lacking,
                    conn.Query("SELECT t.table_name FROM information_schema.tables t WHERE t.table_schema=DATABASE() "
                               "AND t.table_name LIKE 'ev\\_%' AND NOT EXISTS (SELECT 1 FROM information_schema.columns c "

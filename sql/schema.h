@@ -33,7 +33,10 @@ namespace sluice::sql {
 // server's init creates, and the event tables' `archived` column (added by
 // init to the tables of version 2, instantly); a row may be an archived
 // event's stub, which a binary of version 2 would misread.
-inline constexpr int kSchemaVersion = 3;
+// 4: a lease's expiry is its owner's row in sluice_lease_holders (made by
+// init and at the lease table's first use); a binary of version 3 would
+// read leases still held as expired and take them.
+inline constexpr int kSchemaVersion = 4;
 
 // The archive's manifest (tables.h ArchiveTable), beside the partitions' event tables.
 inline constexpr const char* kArchiveSegmentsDdl =

@@ -589,6 +589,39 @@ TEST_P(TablesContractTest, ARenewalKeepsEveryLeaseOfItsOwnerAndTheNextSeesATakeo
   }
 }
 
+// A round renews every lease naming its owner, so the leases an owner no
+// longer asks for (it forgot them: a restart under its name, a round past
+// its validity) must not be kept alive by its rounds: they are let go at
+// its next round on a server where it asks for others (at once with one
+// server), and expire within a TTL on one where it asks for none. Another
+// owner takes them then, while the owner keeps renewing what it asks for.
+TEST_P(TablesContractTest, LeasesItsOwnerNoLongerAsksForAreNotKeptAlive) {
+  using namespace std::chrono_literals;
+  auto a = storage_->OpenLeases();
+  auto b = storage_->OpenLeases();
+  auto held = a->Acquire("sink/f", "account", {0, 1}, "engine-a", 300ms, {});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 2u);
+  const std::map<uint32_t, uint64_t> known = {{0, held->at(0)}};  // the round that knew 1 was lost
+  std::map<uint32_t, uint64_t> taken;
+  for (int round = 0; round < 8 && taken.empty(); ++round) {  // 8 x 100 ms: more than two TTLs
+    auto again = a->Acquire("sink/f", "account", {0}, "engine-a", 300ms, known);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(*again, known);
+    auto got = b->Acquire("sink/f", "account", {1}, "engine-b", 60s, {});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    taken = *got;
+    if (taken.empty()) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(taken, (std::map<uint32_t, uint64_t>{{1, held->at(1) + 1}}));
+  auto history = b->History("sink/f");
+  ASSERT_TRUE(history.ok());
+  for (size_t i = 1; i < history->size(); ++i) {
+    if (history->at(i - 1).partition != history->at(i).partition) continue;
+    EXPECT_LE(history->at(i - 1).ended_at_ms, history->at(i).taken_at_ms) << "partition " << history->at(i).partition;
+  }
+}
+
 TEST_P(TablesContractTest, MembersAreTheOnesWithARecentHeartbeat) {
   using namespace std::chrono_literals;
   auto leases = storage_->OpenLeases();

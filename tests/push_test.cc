@@ -314,9 +314,48 @@ TEST(Push, RedisHangingDoesNotHoldCommandsPastThePushDeadline) {
   EXPECT_EQ(SinkTotal(st, "cache", "dead_lettered"), 0u);
 }
 
-// writer.push_thread_slice reaches every pusher thread, and only those: one
-// thread per push sink and partition, named sluice-push. The writer's other
-// threads are named for their roles.
+// The writer's threads by name.
+std::map<std::string, int> ThreadNames(pid_t pid) {
+  std::map<std::string, int> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    ++names[name];
+  }
+  return names;
+}
+
+// A push sink's pushers are shared by the entity type's partitions: their
+// number is push_threads per sink, not one per partition. Each partition's
+// batches go through one of them in order, so with no engine running every
+// committed event reaches both views once, and the views equal storage.
+TEST(Push, PushThreadsDoNotGrowWithThePartitions) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  auto s = MakePushStack("push_threads", 64, RedisPort(), "    push: true\n    push_mode: sync\n    push_threads: 3\n", "");
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", s.path}, &out), 0) << out;
+  auto writer = StartMode(s, "writer");
+  ASSERT_TRUE(writer->running());
+  EXPECT_EQ(ThreadNames(writer->pid())["sluice-push"], 2 * 3) << "push_threads per push sink, whatever the partitions";
+  EXPECT_EQ(MixedLoad(s.cfg.port, 4000, 500, 32, 7), 4000);
+  EXPECT_EQ(ThreadNames(writer->pid())["sluice-push"], 2 * 3);
+  const int64_t events = ExpectDenseEventIds(*s.db);
+  EXPECT_EQ(writer->Terminate(), 0);
+  for (const char* sink : {"cache", "table"}) {
+    auto c = PushCounters(writer->Log(), sink);
+    ASSERT_FALSE(c.empty()) << writer->Log();
+    EXPECT_EQ(c["events"], static_cast<uint64_t>(events)) << sink;
+    EXPECT_EQ(c["applied"], static_cast<uint64_t>(events)) << sink << ": " << c["stale"] << " stale, " << c["failed"]
+                                                          << " failed, " << c["rejected"] << " rejected";
+  }
+  EXPECT_EQ(VerifyViews(s.path, &out), 0) << out;
+}
+
+// writer.push_thread_slice reaches every pusher thread, and only those:
+// push_threads per push sink (2 by default), named sluice-push. The
+// writer's other threads are named for their roles.
 TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_REDIS();
@@ -349,7 +388,7 @@ TEST(Push, EveryPusherThreadRunsWithTheConfiguredSlice) {
       EXPECT_NE(slice.value(), 300us) << "thread " << tid << " (" << name << ") is not a pusher";
     }
   }
-  EXPECT_EQ(pushers, 2 * 3) << "one pusher per push sink and partition";
+  EXPECT_EQ(pushers, 2 * 2) << "push_threads (2 by default) per push sink";
   // The other threads carry their roles' names too (docs/operations.md).
   EXPECT_EQ(names["sluice-commit"], 0) << "a partition worker's thread starts with its first command";
   EXPECT_EQ(names["sluice-http"], 2) << "writer.io_threads";

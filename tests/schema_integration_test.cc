@@ -22,8 +22,8 @@ TEST(Init, CreatesEveryPartitionTableAndIsIdempotent) {
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   EXPECT_NE(out.find("19 event tables created"), std::string::npos) << out;
-  EXPECT_EQ(CountTables(db), 19 + 10);  // + schema, entity types, offsets, dead letters, leases, lease log, members,
-                                       //   server, placement, archive segments
+  EXPECT_EQ(CountTables(db), 19 + 11);  // + schema, entity types, offsets, dead letters, leases, lease holders,
+                                       //   lease log, members, server, placement, archive segments
   EXPECT_EQ(db.Scalar("SELECT partitions FROM sluice_entity_types WHERE entity_type='account'"), 16);
   EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=DATABASE() AND "
                       "table_name='ev_account_p015'"),
@@ -31,7 +31,7 @@ TEST(Init, CreatesEveryPartitionTableAndIsIdempotent) {
   // Twice: nothing changes.
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
   EXPECT_NE(out.find("already up to date"), std::string::npos) << out;
-  EXPECT_EQ(CountTables(db), 29);
+  EXPECT_EQ(CountTables(db), 30);
 }
 
 TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
@@ -46,7 +46,7 @@ TEST(Init, RefusesAPartitionCountThatDisagreesAndChangesNothing) {
   EXPECT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 1);
   EXPECT_NE(out.find("entity type 'account' was created with 4 partitions but the config says 8"), std::string::npos)
       << out;
-  EXPECT_EQ(CountTables(db), 4 + 10);  // not even the new type's tables
+  EXPECT_EQ(CountTables(db), 4 + 11);  // not even the new type's tables
   EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM sluice_entity_types"), 1);
   // The writer refuses to start on it too.
   std::string why;
@@ -88,12 +88,12 @@ TEST(Init, UpgradesASchemaOfVersionOneInPlace) {
   {
     SluiceProcess writer({"writer", "--config", path}, cfg.port);
     EXPECT_FALSE(writer.Start(&why, std::chrono::seconds(10)));
-    EXPECT_NE(why.find("schema version 1; run `sluice init --config FILE` to upgrade it to 3"), std::string::npos)
+    EXPECT_NE(why.find("schema version 1; run `sluice init --config FILE` to upgrade it to 4"), std::string::npos)
         << why;
   }
   ASSERT_EQ(RunSluice({"init", "--config", path}, &out), 0) << out;
-  EXPECT_NE(out.find("schema upgraded from version 1 to 3"), std::string::npos) << out;
-  EXPECT_EQ(db.Scalar("SELECT version FROM sluice_schema"), 3);
+  EXPECT_NE(out.find("schema upgraded from version 1 to 4"), std::string::npos) << out;
+  EXPECT_EQ(db.Scalar("SELECT version FROM sluice_schema"), 4);
   EXPECT_EQ(db.Scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=DATABASE() AND "
                       "table_name='sluice_archive_segments'"),
             1);

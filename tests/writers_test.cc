@@ -16,6 +16,7 @@
 
 #include "core/partitioner.h"
 #include "http/server.h"
+#include "sql/mariadb_tables.h"
 #include "sql/schema.h"
 #include "tests/support/test_support.h"
 #include "tests/support/writer_load.h"
@@ -31,9 +32,13 @@ constexpr uint32_t kPartitions = 4;
 // partition has an owner and two writers share them.
 std::map<uint32_t, std::string> SplitLeases(TestDatabase& db) {
   std::map<uint32_t, std::string> out;
-  for (const auto& r : db.Query("SELECT partition_id, owner FROM sluice_leases WHERE scope = 'writer' AND "
-                                "entity_type = 'account' AND owner <> '' AND expires_at > NOW(6)")) {
-    out[static_cast<uint32_t>(std::stoul(*r[0]))] = *r[1];
+  sql::ConnectParams params = MysqlParams();
+  params.database = db.name();
+  auto leases = sql::MariaDbStorage(params).OpenLeases()->List("writer");
+  EXPECT_TRUE(leases.ok()) << leases.status().ToString();
+  if (!leases.ok()) return out;
+  for (const sql::LeaseRow& l : *leases) {
+    if (l.entity_type == "account" && !l.owner.empty() && l.expires_in_ms > 0) out[l.partition] = l.owner;
   }
   std::set<std::string> owners;
   for (const auto& [p, o] : out) owners.insert(o);

@@ -36,12 +36,11 @@ PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
       recent_(options_.cache_entries),
       commands_(options_.handlers),
       push_full_events_(std::any_of(options_.pushers.begin(), options_.pushers.end(),
-                                    [](const std::unique_ptr<Pusher>& p) { return p->full_events(); })) {}
+                                    [](const Pusher* p) { return p->full_events(); })) {}
 
 PartitionWorker::~PartitionWorker() { Stop(); }
 
 void PartitionWorker::Start() {
-  for (auto& pusher : options_.pushers) pusher->Start();
   std::lock_guard lock(mu_);
   started_ = true;
   if (!queue_.empty()) StartThreadLocked();
@@ -61,7 +60,6 @@ void PartitionWorker::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  for (auto& pusher : options_.pushers) pusher->Stop();
 }
 
 void PartitionWorker::Submit(Command command) {

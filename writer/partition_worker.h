@@ -105,10 +105,11 @@ struct PartitionWorkerOptions {
   metrics::WriterTypeMetrics* metrics = nullptr;
   // The type's JavaScript command handlers (docs/handlers.md); null when it has none.
   std::shared_ptr<const handlers::HandlerScript> handlers;
-  // The type's push sinks (DESIGN 3.5): each committed batch goes to every
-  // one of them; a sync one holds the replies until it answers or its
-  // push_timeout passes. Started and stopped with the worker.
-  std::vector<std::unique_ptr<Pusher>> pushers;
+  // The type's push sinks (DESIGN 3.5), one pusher of each: each committed
+  // batch goes to every one of them; a sync one holds the replies until it
+  // answers or its push_timeout passes. Not owned: a pusher serves several
+  // partitions, is started before the workers that use it and stopped after.
+  std::vector<Pusher*> pushers;
 };
 
 class PartitionWorker {
@@ -136,7 +137,6 @@ class PartitionWorker {
     uint64_t unavailable = 0;      // batches answered 503
   };
   const Stats& stats() const { return stats_; }
-  const std::vector<std::unique_ptr<Pusher>>& pushers() const { return options_.pushers; }
 
  private:
   struct EntityState {

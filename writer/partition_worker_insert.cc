@@ -137,7 +137,7 @@ void PartitionWorker::Push(const std::deque<Command>& batch, std::vector<Planned
   const auto now = Pusher::Clock::now();
   std::vector<std::shared_ptr<Pusher::Ticket>> tickets;
   tickets.reserve(options_.pushers.size());
-  for (auto& pusher : options_.pushers) tickets.push_back(pusher->Submit(events, now + pusher->timeout()));
+  for (Pusher* pusher : options_.pushers) tickets.push_back(pusher->Submit(events, now + pusher->timeout()));
   for (size_t j = 0; j < options_.pushers.size(); ++j) {
     Pusher& pusher = *options_.pushers[j];
     if (!pusher.sync()) continue;

@@ -104,6 +104,23 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
       t.builtin_metrics[i] = &metrics_.ForCommand(name, std::string(kBuiltinCommands[i]));
     }
     if (scripts.ok() && scripts->count(name)) t.handlers = scripts->at(name);
+    // Per push sink: its pushers, the first of them and how many.
+    std::vector<std::pair<size_t, size_t>> push_sinks;
+    for (const config::SinkConfig& sink : config_.sinks) {
+      if (!sink.push.enabled || sink.entity != name) continue;
+      const size_t n = std::max<size_t>(1, std::min<size_t>(sink.push.threads, entity.partitions));
+      push_sinks.emplace_back(t.pushers.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        Pusher::Options po;
+        po.sink = sink;
+        po.thread_slice = config_.writer.push_thread_slice;
+        po.where = "sink '" + sink.name + "' (" + name + ", pusher " + std::to_string(i + 1) + " of " +
+                   std::to_string(n) + ")";
+        po.metrics = &metrics_.ForPush(sink.name);
+        t.pushers.push_back(std::make_unique<Pusher>(
+            std::move(po), [this, sink] { return connectors::MakeSink(sink, config_); }));
+      }
+    }
     for (uint32_t p = 0; p < entity.partitions; ++p) {
       PartitionWorkerOptions o;
       o.type = name;
@@ -119,16 +136,7 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
       o.on_commit = announce;
       o.metrics = t.metrics;
       o.handlers = t.handlers;
-      for (const config::SinkConfig& sink : config_.sinks) {
-        if (!sink.push.enabled || sink.entity != name) continue;
-        Pusher::Options po;
-        po.sink = sink;
-        po.thread_slice = config_.writer.push_thread_slice;
-        po.where = "sink '" + sink.name + "' (" + name + " partition " + std::to_string(p) + ")";
-        po.metrics = &metrics_.ForPush(sink.name);
-        o.pushers.push_back(std::make_unique<Pusher>(
-            std::move(po), [this, sink] { return connectors::MakeSink(sink, config_); }));
-      }
+      for (const auto& [first, n] : push_sinks) o.pushers.push_back(t.pushers[first + p % n].get());
       t.workers.push_back(std::make_unique<PartitionWorker>(std::move(o)));
     }
   }
@@ -158,6 +166,7 @@ Status WriterService::Start() {
   if (!archive_status_.ok()) return archive_status_;
   if (notices_) notices_->Start();
   for (auto& [name, t] : types_) {
+    for (auto& pusher : t.pushers) pusher->Start();
     for (auto& w : t.workers) w->Start();
   }
   readers_->Start();
@@ -220,20 +229,20 @@ void WriterService::Stop() {
                            std::to_string(total.conflicts_command) + "; refusals re-planned on a stale cache: " +
                            std::to_string(total.stale_refusals) + "; batches refused as unavailable: " +
                            std::to_string(total.unavailable));
-  // Per push sink, over every partition.
+  // Per push sink, over every partition: its pushers stop after the workers
+  // that submit to them.
   std::map<std::string, std::array<uint64_t, 6>> push;
   for (auto& [name, t] : types_) {
-    for (auto& w : t.workers) {
-      for (const auto& pusher : w->pushers()) {
-        const Pusher::Counters& c = pusher->counters();
-        auto& a = push[pusher->sink_name()];
-        a[0] += c.events;
-        a[1] += c.applied;
-        a[2] += c.stale;
-        a[3] += c.rejected;
-        a[4] += c.failed;
-        a[5] += c.late;
-      }
+    for (auto& pusher : t.pushers) {
+      pusher->Stop();
+      const Pusher::Counters& c = pusher->counters();
+      auto& a = push[pusher->sink_name()];
+      a[0] += c.events;
+      a[1] += c.applied;
+      a[2] += c.stale;
+      a[3] += c.rejected;
+      a[4] += c.failed;
+      a[5] += c.late;
     }
   }
   for (const auto& [sink, a] : push) {

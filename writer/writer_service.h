@@ -67,6 +67,9 @@ class WriterService {
  private:
   struct TypeState {
     uint32_t partitions = 0;
+    // Per push sink of the type, push_threads pushers (at most one per
+    // partition) shared by the workers: partition p pushes through p mod n.
+    std::vector<std::unique_ptr<Pusher>> pushers;
     std::vector<std::unique_ptr<PartitionWorker>> workers;
     metrics::WriterTypeMetrics* metrics = nullptr;
     std::array<metrics::CommandMetrics*, 4> builtin_metrics{};  // create, put, patch, delete
