@@ -75,9 +75,10 @@ inline constexpr const char* kLeasesDdl =
     ") ENGINE=InnoDB";
 // One row per owner of leases of (scope, entity type): until when they are
 // all valid (by the server's clock), and `takeovers`, which a member that
-// takes an expired lease of this owner raises in the same transaction, so
-// that on Galera the owner's renewal and the takeover conflict at commit
-// (both write this row) instead of passing each other.
+// takes an expired lease of this owner raises in the same transaction (it
+// locks the row first): the owner's renewal waits for the takeover, and on
+// Galera the two conflict at commit (both write this row) instead of
+// passing each other.
 inline constexpr const char* kLeaseHoldersDdl =
     "CREATE TABLE IF NOT EXISTS sluice_lease_holders ("
     "scope VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"

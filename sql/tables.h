@@ -217,7 +217,9 @@ struct OffsetRow {
 // one each time the lease is taken while free or expired and never on a
 // renewal: a write fenced by the token (OffsetTable::SaveFenced) from a
 // former owner that was paused or cut off past its lease changes nothing
-// once another member took it.
+// once another member took it. The expiry of all the leases one owner
+// holds of (scope, entity type) on a server is one row
+// (sluice_lease_holders): renewing them costs one write, not one per lease.
 struct LeaseRow {
   std::string scope;
   std::string entity_type;
@@ -252,7 +254,7 @@ struct LeaseSpan {
   uint64_t token = 0;
   std::string owner;
   int64_t taken_at_ms = 0;
-  int64_t ended_at_ms = 0;  // the expiry its last renewal set, or when it was released or cut
+  int64_t ended_at_ms = 0;  // when it was released, cut or expired; while it runs, its owner's expiry
 };
 
 // The member group of the sync engines in sluice_members; each one's
@@ -263,13 +265,17 @@ inline constexpr const char* kEngineMembers = "engine";
 class LeaseTable {
  public:
   virtual ~LeaseTable() = default;
-  // In one transaction, for each of `partitions`: renews it (same token,
-  // expiry now + ttl) when `owner` holds it unexpired with the token `known`
-  // gives for it; takes it (token + 1) when it is free or expired, or held
-  // by `owner` under a token `known` does not give (a restarted process of
-  // the same member takes over from its former self, which is fenced from
-  // then on). Returns partition -> token of every one `owner` holds
-  // afterwards; the others belong to another owner whose lease runs.
+  // For each of `partitions`: keeps it (same token) when `owner` holds it
+  // with the token `known` gives for it, even if it expired meanwhile
+  // (nobody took it); takes it (token + 1) when it is free or expired, or
+  // held by `owner` under a token `known` does not give (a restarted
+  // process of the same member takes over from its former self, which is
+  // fenced from then on). Renews, with one write, every lease `owner` holds
+  // of (scope, type) here (expiry now + ttl), and so first lets go of those
+  // it holds here but does not ask for (it forgot them); the takes and
+  // releases are one transaction. Returns partition -> token of every one
+  // of `partitions` that `owner` holds afterwards; the others belong to
+  // another owner whose lease runs.
   virtual Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                        const std::vector<uint32_t>& partitions,
                                                        const std::string& owner, std::chrono::milliseconds ttl,
