@@ -598,8 +598,9 @@ class MariaDbLeaseTable : public LeaseTable {
   // The owner's row in sluice_lease_holders carries the expiry of all its
   // leases of (scope, type) on this server: a round renews it (one row,
   // whatever the partition count) and, when it asks for exactly the leases
-  // it knows it holds, reads back in one aggregate that the leases naming it
-  // are exactly those, under the tokens it knows. Otherwise (a start, a
+  // it knows it holds, reads back in one aggregate, in the same transaction,
+  // that the leases naming it are exactly those, under the tokens it knows.
+  // Otherwise (a start, a
   // rebalance, a lease lost, a lease naming it that it forgot) it locks the
   // lease rows and their owners' rows, takes the free or expired ones, and
   // lets go of the ones naming it that it did not ask for: a renewal keeps
@@ -616,24 +617,33 @@ class MariaDbLeaseTable : public LeaseTable {
     const std::string until = "NOW(6) + INTERVAL " + std::to_string(ttl.count() * 1000) + " MICROSECOND";
     std::string me;
     c->AppendQuoted(me, owner);
-    {
-      std::string q = "INSERT INTO sluice_lease_holders (scope, entity_type, owner, expires_at) VALUES (";
-      c->AppendQuoted(q, scope);
-      q += ',';
-      c->AppendQuoted(q, type);
-      q += ',' + me + ',' + until + ") ON DUPLICATE KEY UPDATE expires_at=VALUES(expires_at)";
-      RETURN_IF_ERROR(c->Execute(q).status());
-    }
-    std::string expected;  // "p:token,..." of the leases it knows, by partition
-    bool all_known = true;
-    for (const uint32_t p : partitions) all_known = all_known && known.count(p);
-    if (all_known && known.size() == std::set<uint32_t>(partitions.begin(), partitions.end()).size()) {
+    std::string renew = "INSERT INTO sluice_lease_holders (scope, entity_type, owner, expires_at) VALUES (";
+    c->AppendQuoted(renew, scope);
+    renew += ',';
+    c->AppendQuoted(renew, type);
+    renew += ',' + me + ',' + until + ") ON DUPLICATE KEY UPDATE expires_at=VALUES(expires_at)";
+    const std::set<uint32_t> asked(partitions.begin(), partitions.end());
+    bool all_known = known.size() == asked.size();
+    for (const uint32_t p : asked) all_known = all_known && known.count(p);
+    if (all_known) {
+      // Renewed (which locks its row: a takeover of its leases that locked
+      // it first has committed by then, and shows below), and kept only if
+      // the leases naming it are exactly those it knows, tokens included.
+      std::string pairs;  // 'p:token', ... : a list of constants, which the server searches by halves
       for (const auto& [p, token] : known) {
-        expected += (expected.empty() ? "" : ",") + std::to_string(p) + ":" + std::to_string(token);
+        pairs += (pairs.empty() ? "'" : ",'") + std::to_string(p) + ":" + std::to_string(token) + "'";
       }
-      ASSIGN_OR_RETURN(auto mine, c->Query("SELECT GROUP_CONCAT(partition_id, ':', token ORDER BY partition_id "
-                                           "SEPARATOR ',') FROM sluice_leases WHERE " + key + " AND owner=" + me));
-      if (!mine.empty() && mine[0].at(0).value_or("") == expected) return known;
+      bool changed = false;
+      const Status kept = InTransaction(*c, [&]() -> Status {
+        RETURN_IF_ERROR(c->Execute(renew).status());
+        ASSIGN_OR_RETURN(auto mine, c->Query("SELECT COUNT(*), COALESCE(SUM(CONCAT(partition_id, ':', token) IN (" +
+                                             pairs + ")), 0) FROM sluice_leases WHERE " + key + " AND owner=" + me));
+        changed = mine.empty() || U64(mine[0].at(0)) != known.size() || U64(mine[0].at(1)) != known.size();
+        // Rolled back then: the full path renews it with what it finds.
+        return changed ? Aborted("the leases naming it changed") : Status::Ok();
+      });
+      if (kept.ok()) return known;
+      if (!changed) return kept;
     }
     // The rows first, in statements of their own: inside the transaction
     // their shared locks would be upgraded by the FOR UPDATE below, and two
@@ -654,14 +664,27 @@ class MariaDbLeaseTable : public LeaseTable {
                                "scope, entity_type, owner FROM sluice_leases WHERE " + key + " AND partition_id IN (" +
                                in + ") AND owner<>''")
                         .status());
+    // The leases naming it that it did not ask for, to let go: found
+    // without locks (only this owner's own process makes rows naming it),
+    // locked below with the others by their keys.
+    std::vector<uint32_t> lock = partitions;
+    {
+      ASSIGN_OR_RETURN(auto named, c->Query("SELECT partition_id FROM sluice_leases WHERE " + key + " AND owner=" + me));
+      for (const auto& r : named) {
+        const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
+        if (!asked.count(p)) lock.push_back(p);
+      }
+    }
     RETURN_IF_ERROR(InTransaction(*c, [&]() -> Status {
       held.clear();
       // The lease rows (those asked for and those naming it), then every
       // row of their owners, expired or not, locked in that order as every
       // taker does: an owner's renewal waits for a takeover of its leases
       // to commit and then finds them gone; a takeover waits for a renewal.
+      // Its own row is renewed last, in this transaction: a round that
+      // fails renews nothing, so a lease it forgot is not kept alive.
       ASSIGN_OR_RETURN(auto current, c->Query("SELECT partition_id, owner, token, expires_at > NOW(6) FROM sluice_leases"
-                                              " WHERE " + key + " AND (partition_id IN (" + in + ") OR owner=" + me +
+                                              " WHERE " + key + " AND partition_id IN (" + PartitionList(lock) +
                                               ") FOR UPDATE"));
       std::set<std::string> owners;
       for (const auto& r : current) {
@@ -680,7 +703,7 @@ class MariaDbLeaseTable : public LeaseTable {
           if (U64(r.at(1)) != 0) live_owners.insert(r.at(0).value_or(""));
         }
       }
-      const std::set<uint32_t> asked(partitions.begin(), partitions.end());
+      RETURN_IF_ERROR(c->Execute(renew).status());
       std::vector<uint32_t> take;
       std::map<uint32_t, uint64_t> forgotten;  // naming it, not asked for: let go
       std::set<std::string> taken_from;       // other owners whose expired leases it takes

@@ -443,7 +443,7 @@ class MemoryLeaseTable : public LeaseTable {
       l.owner.clear();
       l.expires = {};
     }
-    for (const uint32_t p : partitions) {
+    for (const uint32_t p : asked) {
       MemoryStorage::Tables::Lease& l = leases[p];
       const bool mine = l.owner == owner;
       const auto k = known.find(p);

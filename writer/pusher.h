@@ -1,7 +1,10 @@
 // Pusher: the writer's side of the push path (DESIGN 3.5). One Pusher feeds
-// one push sink from one partition worker: the worker hands it each
-// committed batch, and the pusher's own thread applies the batch through the
-// same Sink interface and per-row version check as the sync engine.
+// one push sink from several partition workers (WriterService gives each
+// sink push_threads of them, partition p using p mod n): each worker hands
+// it its committed batches, and the pusher's own thread applies them,
+// oldest first, through the same Sink interface and per-row version check
+// as the sync engine. A partition's batches thus reach the view in order;
+// the queue and its bound are shared by the partitions that use it.
 //
 // Push is best effort. It never fails a command and never moves an offset;
 // the pull path applies every event again later, and the version check
@@ -22,8 +25,8 @@
 // A batch-level failure closes the sink; the next batch reopens it, no
 // sooner than a capped backoff after the failure.
 //
-// Threads: Submit/Wait from the partition worker's thread; the counters
-// from any thread.
+// Threads: Submit/Wait from any partition worker's thread (several at
+// once); the counters from any thread.
 #pragma once
 
 #include <atomic>
