@@ -629,16 +629,19 @@ class MariaDbLeaseTable : public LeaseTable {
       // Renewed (which locks its row: a takeover of its leases that locked
       // it first has committed by then, and shows below), and kept only if
       // the leases naming it are exactly those it knows, tokens included.
-      std::string pairs;  // 'p:token', ... : a list of constants, which the server searches by halves
-      for (const auto& [p, token] : known) {
-        pairs += (pairs.empty() ? "'" : ",'") + std::to_string(p) + ":" + std::to_string(token) + "'";
-      }
+      // The same partitions (a list of constants, which the server searches
+      // by halves) and the same sum of tokens: a lease's token only grows,
+      // so an equal sum over the same partitions means the same tokens.
+      uint64_t sum = 0;
+      for (const auto& [p, token] : known) sum += token;
       bool changed = false;
       const Status kept = InTransaction(*c, [&]() -> Status {
         RETURN_IF_ERROR(c->Execute(renew).status());
-        ASSIGN_OR_RETURN(auto mine, c->Query("SELECT COUNT(*), COALESCE(SUM(CONCAT(partition_id, ':', token) IN (" +
-                                             pairs + ")), 0) FROM sluice_leases WHERE " + key + " AND owner=" + me));
-        changed = mine.empty() || U64(mine[0].at(0)) != known.size() || U64(mine[0].at(1)) != known.size();
+        ASSIGN_OR_RETURN(auto mine, c->Query("SELECT COUNT(*), COALESCE(SUM(partition_id IN (" + in +
+                                             ")), 0), COALESCE(SUM(token), 0) FROM sluice_leases WHERE " + key +
+                                             " AND owner=" + me));
+        changed = mine.empty() || U64(mine[0].at(0)) != known.size() || U64(mine[0].at(1)) != known.size() ||
+                  U64(mine[0].at(2)) != sum;
         // Rolled back then: the full path renews it with what it finds.
         return changed ? Aborted("the leases naming it changed") : Status::Ok();
       });
