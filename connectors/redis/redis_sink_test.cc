@@ -297,7 +297,6 @@ TEST_F(RedisSinkModelTest, CallsOfDistinctKeysMatchAModel) {
     ASSERT_TRUE(sink);
     std::map<std::string, Model> model;
     std::map<std::string, std::vector<ChangeEvent>> history;
-    std::vector<ChangeEvent> all;
     std::mt19937 rng(7);
     std::vector<std::string> ids;
     for (int i = 0; i < 100; ++i) ids.push_back("d" + std::to_string(i));
