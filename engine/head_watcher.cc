@@ -71,6 +71,15 @@ Result<bool> HeadWatcher::Look(sql::EventLog& log) {
   for (const auto& [type, count] : options_.partitions) {
     std::vector<uint32_t> all(count);
     std::iota(all.begin(), all.end(), 0u);
+    // The datagrams' notices as they were before the read: one that comes
+    // while the read runs may announce a commit the read just missed (a
+    // look over many partitions takes a while), so only older ones are
+    // held to what the read found.
+    std::map<uint32_t, uint64_t> noticed_before;
+    {
+      std::lock_guard lock(mu_);
+      noticed_before = noticed_[type];
+    }
     // One type failing (its server is down) does not keep the others unlooked at.
     auto heads = log.Heads(type, all);
     if (!heads.ok()) {
@@ -98,8 +107,12 @@ Result<bool> HeadWatcher::Look(sql::EventLog& log) {
         // The first look sets the baseline: what was committed before the engine started.
         if (first) announced[p] = std::max(announced[p], head);
         if (head > announced_to(p)) pending[p] = head;
-        // A datagram's notice announces no further than what MySQL holds now.
-        if (noticed[p] > head) noticed[p] = head;
+        // A datagram's notice announces no further than what MySQL held
+        // when it came (one that came during this read: at the next look).
+        if (noticed[p] > head) {
+          const auto before = noticed_before.find(p);
+          if (before != noticed_before.end() && before->second >= noticed[p]) noticed[p] = head;
+        }
         if (head > known[p]) {
           known[p] = head;
           moved.emplace_back(p, head);

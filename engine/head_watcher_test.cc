@@ -215,6 +215,36 @@ TEST_F(HeadWatcherTest, AForgedNoticeCostsAReadAndHidesNothing) {
   EXPECT_GE(Counter("sluice_engine_unannounced_commits_total"), 1);
 }
 
+// A look over many partitions takes a while: a commit can land after the
+// look read its partition, and its notice (a datagram) before the look is
+// done. That notice still announces the commit: the next looks do not count
+// it as missed, and do not go back to looking every few ms for it.
+TEST_F(HeadWatcherTest, ANoticeThatComesDuringALookIsNotCountedAsMissed) {
+  StartRunner();
+  StartWatcher(/*slowest=*/20ms);
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (!watcher_->looked() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(watcher_->looked());
+  for (int round = 0; round < 5; ++round) {
+    const uint32_t p = round % kPartitions;
+    // The next look's read waits; meanwhile the notice of a commit it will
+    // not see comes in; then the commit becomes visible.
+    storage_->Hold(MemoryStorage::Op::kHead);
+    const uint64_t calls = storage_->calls(MemoryStorage::Op::kHead);
+    const auto held = std::chrono::steady_clock::now() + 2s;
+    while (storage_->calls(MemoryStorage::Op::kHead) == calls && std::chrono::steady_clock::now() < held) {
+      std::this_thread::sleep_for(1ms);
+    }
+    watcher_->Announce(kType, p, head_[p] + 1, /*trusted=*/false);
+    storage_->Release(MemoryStorage::Op::kHead);
+    std::this_thread::sleep_for(5ms);  // the look read the partition without it
+    Append(p, 1);
+    std::this_thread::sleep_for(60ms);  // the looks that find it
+  }
+  EXPECT_EQ(Counter("sluice_engine_unannounced_commits_total"), 0);
+  ASSERT_TRUE(WaitApplied(5, 2s));
+}
+
 TEST_F(HeadWatcherTest, AReadThatFailsAfterAWakeUpIsRetriedWithoutAnotherOne) {
   StartRunner();
   std::this_thread::sleep_for(50ms);  // the first pass is over; the reader sleeps until woken
