@@ -1,12 +1,15 @@
 // Internal to the MariaDB implementation of the access layer
-// (mariadb_tables.cc, mariadb_archive.cc): a lazily opened session and the
+// (mariadb_tables.cc, mariadb_leases.cc, mariadb_archive.cc): a lazily opened session and the
 // small helpers every table's statements use.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sql/connection.h"
 
@@ -33,6 +36,32 @@ class Session {
   std::unique_ptr<Connection> conn_;
   Connection* borrowed_ = nullptr;
 };
+
+inline std::string PartitionList(const std::vector<uint32_t>& partitions) {
+  std::string in;
+  for (const uint32_t p : partitions) in += (in.empty() ? "" : ",") + std::to_string(p);
+  return in;
+}
+
+// "scope=... AND entity_type=..." of sluice_leases or sluice_lease_log
+// (columns prefixed by `alias`, e.g. "l.").
+inline std::string LeaseKey(Connection& c, const std::string& scope, const std::string& type, const std::string& alias = "") {
+  std::string w = alias + "scope=";
+  c.AppendQuoted(w, scope);
+  w += " AND " + alias + "entity_type=";
+  c.AppendQuoted(w, type);
+  return w;
+}
+
+// "(partition_id=P AND token=T) OR ..." of each lease held.
+inline std::string PartitionTokens(const std::map<uint32_t, uint64_t>& held) {
+  std::string w;
+  for (const auto& [p, token] : held) {
+    w += (w.empty() ? "(partition_id=" : " OR (partition_id=") + std::to_string(p) + " AND token=" +
+         std::to_string(token) + ")";
+  }
+  return w;
+}
 
 inline uint64_t U64(const std::optional<std::string>& v) { return std::stoull(v.value_or("0")); }
 inline int64_t I64(const std::optional<std::string>& v) { return std::stoll(v.value_or("0")); }

@@ -1,5 +1,5 @@
 // The MariaDB/MySQL implementation of the access layer (sql/tables.h): every
-// statement sluice runs on its event, offset and dead-letter tables.
+// statement sluice runs on its event, offset, dead-letter and lease tables.
 //
 // Threads: MariaDbStorage may be shared by any threads; each object it opens
 // owns one Connection, opened lazily and reopened after a failure, and is
@@ -20,7 +20,7 @@ class MariaDbStorage : public Storage {
   std::unique_ptr<EventLog> OpenEventLog() override;
   std::unique_ptr<OffsetTable> OpenOffsets() override;
   std::unique_ptr<DeadLetterTable> OpenDeadLetters() override;
-  std::unique_ptr<LeaseTable> OpenLeases() override;
+  std::unique_ptr<LeaseTable> OpenLeases() override;      // mariadb_leases.cc
   std::unique_ptr<ArchiveTable> OpenArchive() override;  // mariadb_archive.cc
 
  private:
