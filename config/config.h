@@ -177,6 +177,9 @@ struct WriterConfig {
   uint32_t max_json_depth = 100;          // deeper request bodies get 400, 1..1000 (core/json.h)
   uint32_t io_threads = 2;                // HTTP event-loop threads, 1..64
   uint32_t read_threads = 4;              // threads serving GETs from MySQL, 1..256
+  // Threads running the partitions' batches, each with its MySQL session
+  // (two with overlap_commits); partition k of the writer on thread k mod n. 1..1024.
+  uint32_t batch_threads = 32;
   uint32_t entity_cache_entries = 100000; // per partition: entities and recent command ids
   uint32_t conflict_retries = 16;         // duplicate-key retries before replying 503
   // A partition's next batch is planned and inserted on a second session

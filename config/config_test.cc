@@ -87,6 +87,7 @@ TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
   EXPECT_EQ(r->writer.listen_port, writer_defaults.listen_port);
   EXPECT_EQ(r->writer.max_body_bytes, writer_defaults.max_body_bytes);
   EXPECT_EQ(r->writer.read_threads, writer_defaults.read_threads);
+  EXPECT_EQ(r->writer.batch_threads, 32u);
   EXPECT_EQ(r->writer.allow_weak_durability, writer_defaults.allow_weak_durability);
   EXPECT_EQ(r->writer.push_thread_slice, std::chrono::microseconds(100));
 }
@@ -112,6 +113,7 @@ writer:
   max_body_bytes: 512KiB
   io_threads: 64
   read_threads: 256
+  batch_threads: 1024
   entity_cache_entries: 10000000
   conflict_retries: 1000
   overlap_commits: true
@@ -139,6 +141,7 @@ writer:
   EXPECT_EQ(r->writer.max_body_bytes, 512u * 1024);
   EXPECT_EQ(r->writer.io_threads, 64u);
   EXPECT_EQ(r->writer.read_threads, 256u);
+  EXPECT_EQ(r->writer.batch_threads, 1024u);
   EXPECT_EQ(r->writer.entity_cache_entries, 10000000u);
   EXPECT_EQ(r->writer.conflict_retries, 1000u);
   EXPECT_TRUE(r->writer.overlap_commits);
@@ -363,6 +366,15 @@ TEST(LoadConfig, PushThreadSliceTakesMicroseconds) {
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 100}\n"),
             "t.yaml:10:29: writer.push_thread_slice: must be a duration such as 100us, 2ms or 1s, "
             "got \"100\"");
+}
+
+TEST(LoadConfigErrors, BatchThreadsOutOfRange) {
+  for (const std::string bad : {"0", "1025", "-1", "many"}) {
+    EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_threads: " + bad + "}\n").rfind(
+                  "t.yaml:10:25: writer.batch_threads: must be an integer between 1 and 1024, got \"" + bad + "\"", 0),
+              0u)
+        << bad << ": " << Errors(std::string(kValid) + "writer: {batch_threads: " + bad + "}\n");
+  }
 }
 
 TEST(LoadConfigErrors, BadListenAddress) {

@@ -2,9 +2,13 @@
 //   (a) 64 clients increment one entity's counter with optimistic versioning
 //   (b) every command sent three times with one key: one event, three identical replies
 //   (c) two writer processes on the same partitions lose no update
+//   (d) a writer of 512 busy partitions holds writer.batch_threads batch
+//       threads and sessions, not one per partition
 // Each test also checks I1 (dense versions) and I3 (dense event_ids).
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -298,6 +302,65 @@ TEST(WriterConcurrency, TwoOverlappingWritersOnTheSamePartitionsLoseNoUpdate) {
 // Each duplicate key, provoked on purpose by two writers on one partition:
 // the stale head (PRIMARY), a stale cached entity (uk_entity_version) and a
 // retry that reached the other writer (uk_entity_command).
+// The writer's threads named `name`.
+int ThreadsNamed(pid_t pid, const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    n += got == name;
+  }
+  return n;
+}
+
+// (d) Commands spread over 512 partitions by 32 clients: the writer runs
+// them on writer.batch_threads (4) threads with one MySQL session each
+// (before, a thread and a session per busy partition: 512 sessions, past
+// MariaDB's max_connections at 1,024 partitions). Every command is answered
+// and stored once, event_ids and versions dense.
+TEST(WriterConcurrency, BatchThreadsAndSessionsDoNotGrowWithThePartitions) {
+  TestDatabase db("parts");
+  SluiceConfig cfg;
+  cfg.database = db.name();
+  cfg.entities = {{"account", 512}};
+  cfg.port = FreePort();
+  cfg.extra_writer_yaml = "  batch_threads: 4\n  read_threads: 2\n";
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", cfg.Write()}, &out), 0) << out;
+  auto writer = StartServe(cfg, "writer");
+  ASSERT_TRUE(writer->running());
+  const std::string sessions =
+      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB='" + db.name() + "'";
+  const int64_t before = db.Scalar(sessions);  // the writer's own (routes, notices) and this test's
+
+  std::atomic<bool> done{false};
+  int most_threads = 0;
+  int64_t most_sessions = 0;
+  std::thread sampler([&] {
+    auto watch = sql::Connection::Open(MysqlParams());  // no database: not counted
+    ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+    while (!done) {
+      most_threads = std::max(most_threads, ThreadsNamed(writer->pid(), "sluice-commit"));
+      auto rows = (*watch)->Query(sessions);
+      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+      most_sessions = std::max<int64_t>(most_sessions, std::stoll(*rows->at(0).at(0)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  const int64_t answered = MixedLoad(cfg.port, 4000, 3000, 32, 11);
+  done = true;
+  sampler.join();
+  EXPECT_EQ(answered, 4000);
+  EXPECT_GT(most_threads, 0) << "the sampler saw no batch thread";
+  EXPECT_LE(most_threads, 4) << "batch threads beyond writer.batch_threads";
+  // The batch threads' 4 sessions and the readers' 2 (the load reads too).
+  EXPECT_LE(most_sessions - before, 4 + 2) << "MySQL sessions beyond batch_threads + read_threads";
+  EXPECT_EQ(writer->Terminate(), 0) << writer->Log();
+  ExpectDenseEventIds(db);
+  ExpectDenseVersions(db);
+}
+
 TEST(WriterConcurrency, EachDuplicateKeyIsClassifiedAndRecoveredFrom) {
   SLUICE_REQUIRE_MYSQL();
   TestDatabase db("dupkeys");

@@ -4,7 +4,7 @@
 
 namespace sluice::writer {
 
-CommitStage::CommitStage(std::function<void()> on_done) : on_done_(std::move(on_done)) {
+CommitStage::CommitStage() {
   thread_ = StartNamedThread("sluice-txcommit", [this] { Loop(); });
 }
 
@@ -17,10 +17,11 @@ CommitStage::~CommitStage() {
   thread_.join();
 }
 
-void CommitStage::Begin(sql::EventLog* log) {
+void CommitStage::Begin(sql::EventLog* log, std::function<void()> on_done) {
   {
     std::lock_guard lock(mu_);
     job_ = log;
+    on_done_ = std::move(on_done);
     busy_ = true;
     done_ = false;
   }
@@ -49,10 +50,11 @@ void CommitStage::Loop() {
     if (job_ == nullptr) return;
     sql::EventLog* log = job_;
     job_ = nullptr;
+    std::function<void()> on_done = std::move(on_done_);
     lock.unlock();
     Status st = log->Commit();
     // Before Take() can return: a waiter that it wakes sees the outcome.
-    if (on_done_) on_done_();
+    if (on_done) on_done();
     lock.lock();
     result_ = std::move(st);
     done_ = true;

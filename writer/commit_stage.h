@@ -1,6 +1,7 @@
-// CommitStage: the thread on which a partition worker's COMMITs run, so
-// that the worker plans and inserts its next batch while the last one
-// commits (docs/storage.md, "Overlapping batches"). One COMMIT at a time:
+// CommitStage: the thread on which the COMMITs of the partition worker a
+// batch thread serves run (BatchThreads::Lane), so that the worker plans and
+// inserts its next batch while the last one commits (docs/storage.md,
+// "Overlapping batches"). One COMMIT at a time:
 // Begin() hands it a session with a staged append, Take() waits for the
 // outcome. The thread starts with the stage and ends with it.
 #pragma once
@@ -17,16 +18,16 @@ namespace sluice::writer {
 
 class CommitStage {
  public:
-  // on_done: called on the stage's thread after each COMMIT returned, so
-  // that a worker waiting for more than this can wake up; must not block.
-  explicit CommitStage(std::function<void()> on_done);
+  CommitStage();
   ~CommitStage();  // waits for a COMMIT in flight
   CommitStage(const CommitStage&) = delete;
   CommitStage& operator=(const CommitStage&) = delete;
 
   // Commits what `log` has staged, on the stage's thread. Nothing may be
-  // in flight; `log` is the stage's until Take() returns.
-  void Begin(sql::EventLog* log);
+  // in flight; `log` is the stage's until Take() returns. on_done is
+  // called on the stage's thread once the COMMIT returned, so that a
+  // worker waiting for more than this can wake up; it must not block.
+  void Begin(sql::EventLog* log, std::function<void()> on_done);
   // Whether a COMMIT was begun and not yet taken.
   bool busy() const;
   // Waits for the COMMIT begun last and returns its outcome.
@@ -35,7 +36,7 @@ class CommitStage {
  private:
   void Loop();
 
-  const std::function<void()> on_done_;
+  std::function<void()> on_done_;  // the job's
   mutable std::mutex mu_;
   std::condition_variable cv_;
   sql::EventLog* job_ = nullptr;  // begun, not yet committing

@@ -25,52 +25,67 @@ Reply ReuseReply() {
                     "this Idempotency-Key was already used with a different command or request");
 }
 
+namespace {
+
+std::unique_ptr<BatchThreads> OwnThreads(const PartitionWorkerOptions& o, std::shared_ptr<sql::Storage> storage) {
+  if (o.threads != nullptr) return nullptr;
+  return std::make_unique<BatchThreads>(BatchThreads::Options{
+      .storage = std::move(storage), .threads = 1, .overlap_commits = o.overlap_commits, .idle_exit = o.idle_exit});
+}
+
+}  // namespace
+
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
     : options_(std::move(options)),
       table_(sql::EventTableName(options_.type, options_.partition)),
       storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
-      log_(storage_->OpenEventLog()),
-      spare_(options_.overlap_commits ? storage_->OpenEventLog() : nullptr),
+      own_threads_(OwnThreads(options_, storage_)),
+      threads_(own_threads_ ? own_threads_.get() : options_.threads),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),
       recent_(options_.cache_entries),
       commands_(options_.handlers),
       push_full_events_(std::any_of(options_.pushers.begin(), options_.pushers.end(),
-                                    [](const Pusher* p) { return p->full_events(); })) {}
-
-PartitionWorker::~PartitionWorker() { Stop(); }
-
-void PartitionWorker::Start() {
-  std::lock_guard lock(mu_);
-  started_ = true;
-  if (!queue_.empty()) StartThreadLocked();
+                                    [](const Pusher* p) { return p->full_events(); })) {
+  threads_->Add(options_.thread_key, this);
 }
 
-void PartitionWorker::StartThreadLocked() {
-  // The thread that ended idle set running_ false under mu_ and only returns after.
-  if (thread_.joinable()) thread_.join();
-  thread_ = StartNamedThread("sluice-commit", [this] { Run(); });
-  running_ = true;
+PartitionWorker::~PartitionWorker() {
+  Stop();
+  threads_->Remove(options_.thread_key, this);
+}
+
+void PartitionWorker::Start() {
+  {
+    std::lock_guard lock(mu_);
+    started_ = true;
+    if (queue_.empty() || handed_out_) return;
+    handed_out_ = true;
+  }
+  threads_->Ready(options_.thread_key, this);
 }
 
 void PartitionWorker::Stop() {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     stopping_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !handed_out_; });
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (own_threads_) own_threads_->Stop();
 }
 
 void PartitionWorker::Submit(Command command) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!stopping_ && queue_.size() < options_.max_queue) {
       queue_.push_back(std::move(command));
-      if (started_ && !running_) {
-        StartThreadLocked();
+      if (started_ && !handed_out_) {
+        handed_out_ = true;
+        lock.unlock();
+        threads_->Ready(options_.thread_key, this);
       } else if (queue_.size() == 1) {
-        cv_.notify_one();
+        cv_.notify_all();  // a batch growing while the one before commits (Grow)
       }
       return;
     }
@@ -80,36 +95,25 @@ void PartitionWorker::Submit(Command command) {
   command.reply(std::move(r));
 }
 
-void PartitionWorker::Run() {
-  if (options_.overlap_commits) {
-    stage_ = std::make_unique<CommitStage>([this] {
-      {
-        std::lock_guard lock(mu_);
-        commit_done_ = true;
-      }
-      cv_.notify_all();
-    });
-  }
+bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
+  log_ = std::move(lane.log);
+  spare_ = std::move(lane.spare);
+  stage_ = std::move(lane.stage);
+  bool served = false;
   for (;;) {
+    // After a batch, the thread goes to a worker waiting for one.
+    if (served && threads_->Waiting(options_.thread_key)) break;
     std::deque<Command> batch;
     bool land = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, options_.idle_exit, [this] { return stopping_ || !queue_.empty() || commit_done_; });
+      // With a COMMIT in flight: what comes first, its outcome or more commands.
+      if (inflight_) cv_.wait(lock, [this] { return stopping_ || commit_done_ || !queue_.empty(); });
       if (inflight_ && (commit_done_ || queue_.empty())) {
         // Its replies first; with nothing queued, nothing to overlap it with.
         land = true;
       } else if (queue_.empty()) {
-        if (!stopping_) {
-          // Idle: the sessions close with this thread; the next command opens
-          // new ones, and reads the head and the entities again.
-          log_ = storage_->OpenEventLog();
-          if (spare_) spare_ = storage_->OpenEventLog();
-          head_.reset();
-          entities_.Clear();
-          running_ = false;
-        }
-        break;  // stopping and drained, or idle
+        break;
       } else {
         const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
         for (size_t i = 0; i < n; ++i) {
@@ -123,8 +127,36 @@ void PartitionWorker::Run() {
       continue;
     }
     ProcessBatch(std::make_unique<BatchState>(std::move(batch)));
+    served = true;
   }
-  stage_.reset();  // nothing is in flight
+  // The lane goes back with nothing in flight (a conflict at its COMMIT
+  // puts commands back in the queue).
+  if (inflight_) (void)Land();
+  lane.log = std::move(log_);
+  lane.spare = std::move(spare_);
+  lane.stage = std::move(stage_);
+  std::lock_guard lock(mu_);
+  last_active_ = std::chrono::steady_clock::now();
+  if (!queue_.empty()) return true;
+  handed_out_ = false;
+  cv_.notify_all();  // Stop() waits for this
+  return false;
+}
+
+void PartitionWorker::DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) {
+  std::lock_guard lock(mu_);
+  if (handed_out_ || last_active_ > idle_since) return;
+  // The next command reads the head and its entities again.
+  head_.reset();
+  entities_.Clear();
+}
+
+void PartitionWorker::CommitReturned() {
+  {
+    std::lock_guard lock(mu_);
+    commit_done_ = true;
+  }
+  cv_.notify_all();
 }
 
 PartitionWorker::Growth PartitionWorker::Grow(BatchState& b, Attempt& a) {

@@ -27,8 +27,11 @@
 // and conflict handling are unit-tested on sql::MemoryStorage
 // (partition_worker_test.cc).
 //
-// Threads: Submit() may be called from any thread; everything else runs on
-// the worker's own thread, which owns the event log's session and the caches.
+// Threads: Submit() may be called from any thread. The batches run on one
+// of the writer's batch threads (BatchThreads), shared by its partitions:
+// the worker is handed to one at a time, which lends it its session(s) while
+// it serves it; the caches are the worker's and pass from one to the next
+// under the worker's lock.
 #pragma once
 
 #include <chrono>
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "writer/batch_threads.h"
 #include "metrics/metrics.h"
 #include "sql/connection.h"
 #include "sql/tables.h"
@@ -87,9 +91,15 @@ struct PartitionWorkerOptions {
   bool overlap_commits = false;
   size_t max_queue = 200000;                   // Submit() refuses beyond this
   size_t max_statement_bytes = 8 << 20;        // a batch is cut before its INSERT grows past this
-  // With nothing queued for this long, the worker's thread ends and its
-  // MySQL session closes; the next Submit() starts them again. An idle
-  // writer so holds no thread and no session per partition.
+  // The threads that run the batches (shared by the writer's partitions;
+  // not owned), and this partition's place among the writer's partitions
+  // (its thread: key mod threads->size()). Null: the worker starts its own,
+  // of one thread.
+  BatchThreads* threads = nullptr;
+  size_t thread_key = 0;
+  // With no command for this long, the worker drops its cached head and
+  // entities (the next command reads them again); its own threads (when
+  // `threads` is null) end with their sessions after this long idle.
   std::chrono::milliseconds idle_exit{10000};
   // Deltas (config::DeltaPolicy): an event stores what changed unless the
   // entity is new, deleted, or due a whole state: every snapshot_every
@@ -112,7 +122,7 @@ struct PartitionWorkerOptions {
   std::vector<Pusher*> pushers;
 };
 
-class PartitionWorker {
+class PartitionWorker : private BatchThreads::Client {
  public:
   explicit PartitionWorker(PartitionWorkerOptions options);
   ~PartitionWorker();  // calls Stop()
@@ -120,7 +130,7 @@ class PartitionWorker {
   PartitionWorker& operator=(const PartitionWorker&) = delete;
 
   void Start();
-  // Stops taking commands, finishes the queued ones, joins the thread.
+  // Stops taking commands and waits until the queued ones are answered.
   void Stop();
 
   // Queues a command; replies 503 at once when the queue is full or stopping.
@@ -172,8 +182,11 @@ class PartitionWorker {
   // the statement would grow too large: the batch is cut before i.
   bool AddRow(BatchState& b, Attempt& a, size_t i);
 
-  // partition_worker.cc: the queue, the thread, and the loop of attempts.
-  void Run();
+  // partition_worker.cc: the queue, serving it on a batch thread, and the loop of attempts.
+  bool Serve(BatchThreads::Lane& lane) override;
+  void DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) override;
+  // Called on the commit stage's thread when a COMMIT returned.
+  void CommitReturned();
   // Plans and inserts the batch and begins its COMMIT, or answers it when
   // it writes nothing or fails; what it cut (to keep the INSERT small) goes
   // back to the front of the queue.
@@ -251,22 +264,25 @@ class PartitionWorker {
   const PartitionWorkerOptions options_;
   const std::string table_;
 
+  const std::shared_ptr<sql::Storage> storage_;
+  std::unique_ptr<BatchThreads> own_threads_;  // when options_.threads is null
+  BatchThreads* const threads_;
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Command> queue_;
   bool started_ = false;
   bool stopping_ = false;
-  bool running_ = false;  // thread_ is serving the queue (not ended after idle_exit)
-  std::thread thread_;
-  // Under mu_: starts the worker's thread (joining the one that ended idle).
-  void StartThreadLocked();
-
-  const std::shared_ptr<sql::Storage> storage_;
+  bool handed_out_ = false;  // a batch thread serves the worker, or it is in their line
+  std::chrono::steady_clock::time_point last_active_;  // when a thread last served it
   bool commit_done_ = false;  // the stage's COMMIT returned and was not landed yet
-  // Worker-thread state (handed from one thread to the next under mu_).
-  std::unique_ptr<sql::EventLog> log_;  // its session is the worker's: reads, and INSERTs staged
+
+  // Serving state: used by the batch thread that serves the worker, handed
+  // from one to the next under mu_ (handed_out_).
+  // The lane's sessions and stage while a thread serves the worker (Serve):
+  std::unique_ptr<sql::EventLog> log_;  // reads, and INSERTs (staged with overlap)
   std::unique_ptr<sql::EventLog> spare_;  // the other session: commits what log_ staged before
-  std::unique_ptr<CommitStage> stage_;    // runs the COMMITs while the thread runs
+  std::unique_ptr<CommitStage> stage_;    // runs the COMMITs
   std::unique_ptr<InFlight> inflight_;    // the batch whose COMMIT the stage runs
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;

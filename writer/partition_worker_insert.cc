@@ -16,7 +16,7 @@ void PartitionWorker::BeginCommit(std::unique_ptr<BatchState> b, Attempt a) {
     commit_done_ = true;
     return;
   }
-  stage_->Begin(inflight_->log.get());
+  stage_->Begin(inflight_->log.get(), [this] { CommitReturned(); });
 }
 
 Status PartitionWorker::Await() {

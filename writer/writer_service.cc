@@ -96,6 +96,10 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   };
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
+  batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
+                                                                        .threads = config_.writer.batch_threads,
+                                                                        .overlap_commits = config_.writer.overlap_commits});
+  size_t thread_key = 0;  // the partition's place among the writer's
   for (const auto& [name, entity] : config_.entities) {
     TypeState& t = types_[name];
     t.partitions = entity.partitions;
@@ -134,6 +138,8 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
       o.snapshot_every = entity.deltas.snapshot_every;
       o.snapshot_percent = entity.deltas.snapshot_percent;
       o.on_commit = announce;
+      o.threads = batch_threads_.get();
+      o.thread_key = thread_key++;
       o.metrics = t.metrics;
       o.handlers = t.handlers;
       for (const auto& [first, n] : push_sinks) o.pushers.push_back(t.pushers[first + p % n].get());
@@ -221,6 +227,7 @@ void WriterService::Stop() {
       total.unavailable += s.unavailable;
     }
   }
+  batch_threads_->Stop();
   if (notices_) notices_->Stop();  // after the workers' last commits
   Log(LogLevel::kInfo, "writer stopped: " + std::to_string(total.events) + " events in " +
                            std::to_string(total.batches) + " batches; duplicate-key conflicts: PRIMARY=" +

@@ -100,6 +100,9 @@ class WriterService {
   metrics::ReadinessFn readiness_;
   // Main storage's event tables, shared by the partition workers and the readers.
   std::shared_ptr<sql::Storage> storage_;
+  // The threads and sessions that run every partition's batches (declared
+  // before types_: the workers leave it when they are destroyed).
+  std::unique_ptr<BatchThreads> batch_threads_;
   std::map<std::string, TypeState> types_;
   std::unique_ptr<ReaderPool> readers_;
   std::unique_ptr<NoticeSender> notices_;  // engine.notices: announces commits to the engines

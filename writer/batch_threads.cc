@@ -1,0 +1,117 @@
+#include "writer/batch_threads.h"
+
+#include <algorithm>
+
+#include "core/thread_name.h"
+
+namespace sluice::writer {
+
+BatchThreads::BatchThreads(Options options) : options_(std::move(options)) {
+  const size_t n = std::max<size_t>(options_.threads, 1);
+  for (size_t i = 0; i < n; ++i) slots_.push_back(std::make_unique<Slot>());
+}
+
+BatchThreads::~BatchThreads() { Stop(); }
+
+void BatchThreads::Add(size_t key, Client* client) {
+  Slot& s = SlotOf(key);
+  std::lock_guard lock(s.mu);
+  s.clients.push_back(client);
+}
+
+void BatchThreads::Remove(size_t key, Client* client) {
+  Slot& s = SlotOf(key);
+  std::lock_guard lock(s.mu);
+  s.clients.erase(std::remove(s.clients.begin(), s.clients.end(), client), s.clients.end());
+  s.line.erase(std::remove(s.line.begin(), s.line.end(), client), s.line.end());
+}
+
+void BatchThreads::Ready(size_t key, Client* client) {
+  Slot& s = SlotOf(key);
+  std::lock_guard lock(s.mu);
+  s.line.push_back(client);
+  if (s.running) {
+    s.cv.notify_one();
+    return;
+  }
+  // The thread that ended idle said so under the lock, and takes it no more.
+  if (s.thread.joinable()) s.thread.join();
+  s.running = true;
+  s.thread = StartNamedThread("sluice-commit", [this, &s] { Loop(s); });
+}
+
+bool BatchThreads::Waiting(size_t key) const {
+  Slot& s = SlotOf(key);
+  std::lock_guard lock(s.mu);
+  return !s.line.empty();
+}
+
+void BatchThreads::Loop(Slot& slot) {
+  auto lane = std::make_unique<Lane>();
+  lane->log = options_.storage->OpenEventLog();
+  if (options_.overlap_commits) {
+    lane->spare = options_.storage->OpenEventLog();
+    lane->stage = std::make_unique<CommitStage>();
+  }
+  {
+    std::unique_lock lock(slot.mu);
+    for (;;) {
+      if (slot.line.empty()) {
+        const bool work = slot.cv.wait_for(lock, options_.idle_exit,
+                                           [&slot] { return slot.stopping || !slot.line.empty(); });
+        if (!work) {
+          // Nothing served for idle_exit: the workers drop their caches
+          // now, not at a sweep that may not come.
+          SweepLocked(slot, std::chrono::steady_clock::now());
+          break;
+        }
+        if (slot.line.empty()) break;  // stopping
+        continue;
+      }
+      Client* client = slot.line.front();
+      slot.line.pop_front();
+      lock.unlock();
+      const bool more = client->Serve(*lane);
+      const auto now = std::chrono::steady_clock::now();
+      lock.lock();
+      if (more) slot.line.push_back(client);
+      if (now - slot.last_sweep >= options_.idle_exit) SweepLocked(slot, now);
+    }
+    slot.running = false;
+  }
+  // Its sessions close; a Ready() meanwhile joins this thread first.
+}
+
+void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now) {
+  slot.last_sweep = now;
+  for (Client* c : slot.clients) c->DropIfIdleSince(now - options_.idle_exit);
+}
+
+void BatchThreads::Stop() {
+  for (auto& s : slots_) {
+    {
+      std::lock_guard lock(s->mu);
+      s->stopping = true;
+    }
+    s->cv.notify_all();
+  }
+  for (auto& s : slots_) {
+    std::thread t;
+    {
+      std::lock_guard lock(s->mu);
+      t = std::move(s->thread);
+    }
+    if (t.joinable()) t.join();
+  }
+}
+
+size_t BatchThreads::running() const {
+  size_t n = 0;
+  for (const auto& s : slots_) {
+    std::lock_guard lock(s->mu);
+    n += s->running ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace sluice::writer

@@ -1,0 +1,109 @@
+// BatchThreads: the threads that run the partition workers' batches, shared
+// by every partition of the writer, so that threads and MySQL sessions are
+// bounded by `threads`, not by the partition count (a writer of 1,024 busy
+// partitions used to hold 1,024 threads and sessions, past MariaDB's
+// max_connections).
+//
+// Partition k of the writer (counted over its entity types) is always served
+// by thread k mod `threads`, one worker at a time, in the order they asked:
+// a worker's batches keep their order, and a JavaScript handler's realm
+// stays on the thread that built it (a realm used on another thread is
+// rebuilt). The thread lends the worker its Lane, the session that reads and
+// inserts (and, with writer.overlap_commits, the spare session and the stage
+// that commits on it), for as long as it serves it. A worker gives the thread
+// up after a batch when another worker of the thread waits; otherwise it
+// keeps it while commands keep coming. A thread starts at its first worker's
+// command and ends with its sessions after idle_exit without one: an idle
+// writer holds none. Every idle_exit a thread also asks its workers to drop
+// what they cache (the head, the entities) if they have had no command since.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sql/tables.h"
+#include "writer/commit_stage.h"
+
+namespace sluice::writer {
+
+class BatchThreads {
+ public:
+  struct Options {
+    std::shared_ptr<sql::Storage> storage;  // where the lanes' sessions go
+    size_t threads = 32;                    // >= 1
+    bool overlap_commits = false;           // lanes have a spare session and a commit stage
+    std::chrono::milliseconds idle_exit{10000};
+  };
+
+  // What a thread lends the worker it serves.
+  struct Lane {
+    std::unique_ptr<sql::EventLog> log;     // reads, and inserts (staged with overlap)
+    std::unique_ptr<sql::EventLog> spare;   // overlap: the other session
+    std::unique_ptr<CommitStage> stage;     // overlap: runs the COMMITs
+  };
+
+  // A partition worker as its thread sees it.
+  class Client {
+   public:
+    virtual ~Client() = default;
+    // Runs queued batches on `lane` and gives it back with nothing in
+    // flight. True: commands are still queued (the worker stays handed out
+    // and goes to the back of the thread's line); false: it no longer is.
+    virtual bool Serve(Lane& lane) = 0;
+    // Drops what it caches when it is not handed out and had no command
+    // since `idle_since`. Called with the thread's lock held: it must not
+    // call back into BatchThreads.
+    virtual void DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) = 0;
+  };
+
+  explicit BatchThreads(Options options);
+  ~BatchThreads();  // Stop()
+  BatchThreads(const BatchThreads&) = delete;
+  BatchThreads& operator=(const BatchThreads&) = delete;
+
+  size_t size() const { return slots_.size(); }
+
+  // The client serves partition `key` of the writer (its thread: key mod
+  // size()). Added before its first Ready(), removed (after it stopped)
+  // before it is destroyed.
+  void Add(size_t key, Client* client);
+  void Remove(size_t key, Client* client);
+  // The client has queued commands and is not handed out: its thread serves it.
+  void Ready(size_t key, Client* client);
+  // Whether another client of the key's thread waits for it: the one it
+  // serves gives it up after its batch.
+  bool Waiting(size_t key) const;
+  // Ends the threads after the clients in line were served; call after
+  // every client stopped taking commands.
+  void Stop();
+
+  // Threads running now.
+  size_t running() const;
+
+ private:
+  struct Slot {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Client*> line;
+    std::vector<Client*> clients;
+    std::thread thread;
+    bool running = false;  // `thread` serves the line (not ended after idle_exit)
+    bool stopping = false;
+    std::chrono::steady_clock::time_point last_sweep;
+  };
+  Slot& SlotOf(size_t key) const { return *slots_[key % slots_.size()]; }
+  void Loop(Slot& slot);
+  // Under slot.mu: each client drops what it caches if idle since idle_exit.
+  void SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now);
+
+  const Options options_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+};
+
+}  // namespace sluice::writer

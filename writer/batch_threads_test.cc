@@ -1,0 +1,224 @@
+// Partition workers sharing BatchThreads, on the in-memory event tables:
+// threads and sessions bounded by the thread count whatever the partitions,
+// one thread per partition, every command answered in order, no partition
+// starved by a busy one on its thread, and nothing held when idle.
+#include "writer/batch_threads.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sql/memory_tables.h"
+#include "writer/partition_worker.h"
+
+namespace sluice::writer {
+namespace {
+
+using sql::MemoryStorage;
+using namespace std::chrono_literals;
+
+constexpr const char* kType = "account";
+
+int ThreadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    n += got == name;
+  }
+  return n;
+}
+
+// The batch threads and, with overlap, their commit stages (a stage's
+// thread carries its maker's name until it names itself).
+int BatchThreadsNow() { return ThreadsNamed("sluice-commit") + ThreadsNamed("sluice-txcommit"); }
+
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+class BatchThreadsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { storage_ = MemoryStorage::Create(); }
+
+  void MakeThreads(size_t n, std::chrono::milliseconds idle_exit = 10s) {
+    threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{
+        .storage = storage_, .threads = n, .overlap_commits = GetParam(), .idle_exit = idle_exit});
+  }
+
+  // Workers for partitions [0, n), thread keys 0..n-1; each commit notes its thread.
+  void MakeWorkers(uint32_t n, uint32_t batch_max = 100, std::chrono::milliseconds idle_exit = 10s) {
+    for (uint32_t p = 0; p < n; ++p) {
+      PartitionWorkerOptions o;
+      o.type = kType;
+      o.partition = p;
+      o.storage = storage_;
+      o.batch_max = batch_max;
+      o.cache_entries = 1000;
+      o.overlap_commits = GetParam();
+      o.threads = threads_.get();
+      o.thread_key = p;
+      o.idle_exit = idle_exit;
+      o.on_commit = [this](const std::string&, uint32_t partition, uint64_t) {
+        std::lock_guard lock(mu_);
+        committed_on_[partition].insert(std::this_thread::get_id());
+      };
+      workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+      workers_.back()->Start();
+    }
+  }
+
+  void StopAll() {
+    for (auto& w : workers_) w->Stop();
+    threads_->Stop();
+  }
+
+  // A put of {"n": n} on `id`; its reply is noted in `order` with `tag`.
+  Command Put(const std::string& id, const std::string& command_id, int n, std::promise<Reply>* done,
+              std::string tag = "") {
+    Command c;
+    c.entity_id = id;
+    c.name = "put";
+    c.command_id = command_id;
+    c.request = Json{{"n", n}};
+    c.request_text = CanonicalJson(c.request);
+    c.reply = [this, done, tag](Reply r) {
+      if (!tag.empty()) {
+        std::lock_guard lock(mu_);
+        order_.push_back(tag);
+      }
+      done->set_value(std::move(r));
+    };
+    return c;
+  }
+
+  std::shared_ptr<MemoryStorage> storage_;
+  std::unique_ptr<BatchThreads> threads_;
+  std::vector<std::unique_ptr<PartitionWorker>> workers_;
+  std::mutex mu_;
+  std::map<uint32_t, std::set<std::thread::id>> committed_on_;
+  std::vector<std::string> order_;
+};
+INSTANTIATE_TEST_SUITE_P(Overlap, BatchThreadsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Overlapping" : "OneByOne"; });
+
+// 48 partitions under load from 8 clients on 3 threads: at most 3 threads
+// and sessions (with overlap 6: each has a commit stage and a spare), each partition's batches on one thread,
+// every command answered once with dense event ids and versions.
+TEST_P(BatchThreadsTest, ManyPartitionsShareFewThreadsAndSessionsAndEachStaysOnOne) {
+  MakeThreads(3);
+  constexpr uint32_t kPartitions = 48;
+  MakeWorkers(kPartitions);
+  constexpr int kClients = 8, kPerClient = 300;
+  std::atomic<int> most_threads{0};
+  std::vector<std::thread> clients;
+  std::vector<std::vector<Reply>> replies(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      std::vector<std::promise<Reply>> done(kPerClient);
+      std::vector<std::future<Reply>> got;
+      for (int i = 0; i < kPerClient; ++i) {
+        const uint32_t p = static_cast<uint32_t>((c * kPerClient + i) % kPartitions);
+        got.push_back(done[i].get_future());
+        workers_[p]->Submit(Put("e" + std::to_string(c % 4), "c" + std::to_string(c) + "-" + std::to_string(i), i,
+                                &done[i]));
+        if (i % 50 == 0) most_threads = std::max(most_threads.load(), BatchThreadsNow());
+      }
+      for (auto& f : got) replies[c].push_back(f.get());
+    });
+  }
+  for (auto& t : clients) t.join();
+  most_threads = std::max(most_threads.load(), BatchThreadsNow());
+  StopAll();
+  for (const auto& rs : replies) {
+    for (const Reply& r : rs) ASSERT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_LE(most_threads.load(), GetParam() ? 6 : 3) << "batch threads beyond BatchThreads::Options::threads";
+  EXPECT_LE(storage_->calls(MemoryStorage::Op::kOpen), GetParam() ? 6u : 3u) << "sessions beyond one (two) per thread";
+  std::set<std::thread::id> all;
+  for (const auto& [p, ids] : committed_on_) {
+    EXPECT_EQ(ids.size(), 1u) << "partition " << p << " was served by " << ids.size() << " threads";
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(committed_on_.size(), kPartitions);
+  EXPECT_LE(all.size(), 3u);
+  size_t events = 0;
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    const auto rows = storage_->Events(kType, p);
+    std::map<std::string, uint64_t> versions;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(rows[i].event_id, i + 1) << "partition " << p;
+      EXPECT_EQ(rows[i].version, ++versions[rows[i].entity_id]) << "partition " << p;
+    }
+    events += rows.size();
+  }
+  EXPECT_EQ(events, size_t{kClients} * kPerClient);
+}
+
+// Two partitions on one thread: while the first has a long queue, a command
+// of the second waits for at most one batch of the first.
+TEST_P(BatchThreadsTest, ABusyPartitionGivesItsThreadUpAfterABatchWhenAnotherWaits) {
+  MakeThreads(1);
+  MakeWorkers(2, /*batch_max=*/10);
+  const MemoryStorage::Op held = GetParam() ? MemoryStorage::Op::kCommit : MemoryStorage::Op::kAppend;
+  storage_->Hold(held);
+  std::promise<Reply> first;
+  workers_[0]->Submit(Put("a", "a0", 0, &first, "a0"));
+  ASSERT_TRUE(Eventually([&] { return storage_->calls(held) >= 1; }));  // its batch is held in storage
+  std::vector<std::promise<Reply>> queued(100);
+  for (int i = 0; i < 100; ++i) workers_[0]->Submit(Put("a", "a" + std::to_string(i + 1), i, &queued[i], "a"));
+  std::promise<Reply> other;
+  workers_[1]->Submit(Put("b", "b0", 0, &other, "b"));
+  storage_->Release(held);
+  ASSERT_EQ(other.get_future().get().status, 200);
+  for (auto& q : queued) ASSERT_EQ(q.get_future().get().status, 200);
+  StopAll();
+  std::lock_guard lock(mu_);
+  const auto b = std::find(order_.begin(), order_.end(), "b");
+  ASSERT_NE(b, order_.end());
+  // Before it: a0's batch, and with overlap the batch that grew behind it.
+  const auto before = b - order_.begin();
+  EXPECT_LE(before, GetParam() ? 11 : 1) << "the second partition waited for more than one batch of the first";
+}
+
+// With nothing to do, the threads end with their sessions and the workers
+// drop their caches; the next command starts a thread again and reads the
+// head again.
+TEST_P(BatchThreadsTest, IdleThreadsEndAndTheNextCommandStartsOne) {
+  MakeThreads(2, 30ms);
+  MakeWorkers(4, 100, 30ms);
+  for (uint32_t p = 0; p < 4; ++p) {
+    std::promise<Reply> done;
+    workers_[p]->Submit(Put("x", "c1", 1, &done));
+    ASSERT_EQ(done.get_future().get().status, 200);
+  }
+  ASSERT_TRUE(Eventually([&] { return threads_->running() == 0 && ThreadsNamed("sluice-commit") == 0; }))
+      << threads_->running() << " threads still run";
+  const uint64_t heads = storage_->calls(MemoryStorage::Op::kHead);
+  std::promise<Reply> again;
+  workers_[2]->Submit(Put("x", "c2", 2, &again));
+  const Reply r = again.get_future().get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  EXPECT_GT(storage_->calls(MemoryStorage::Op::kHead), heads) << "the idle worker kept its cached head";
+  StopAll();
+}
+
+}  // namespace
+}  // namespace sluice::writer
