@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/engine_bench_lag_kafka.h"
 #include "bench/engine_bench_util.h"
 #include "bench/mysql_bench.h"
 #include "connectors/redis/redis_options.h"
@@ -32,6 +33,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+std::string LagEntityId(const std::string& run_id, uint64_t k) { return run_id + "-l" + std::to_string(k); }
+
 namespace {
 
 constexpr auto kRetryDelay = std::chrono::milliseconds(20);
@@ -40,8 +43,6 @@ constexpr size_t kMaxProblems = 10;
 uint64_t Nanos(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
-
-std::string LagEntityId(const std::string& run_id, uint64_t k) { return run_id + "-l" + std::to_string(k); }
 
 class LagConnection;
 
@@ -247,38 +248,31 @@ void LoadState::Finish(uint64_t index, unsigned status, const std::string& body)
 }
 
 // Polls the sampled entities' keys and records each new version's first sight.
-class Sampler {
+// The Redis view's observer: MGETs of the sampled keys in a loop.
+class Sampler : public LagObserver {
  public:
-  struct Seen {
-    uint32_t entity;
-    uint64_t version;
-    int64_t at_us;
-  };
-
   Sampler(std::unique_ptr<RedisConn> conn, std::vector<std::string> keys, uint32_t pause_us)
       : conn_(std::move(conn)), keys_(std::move(keys)), pause_us_(pause_us), last_(keys_.size()) {
     for (auto& v : last_) v.store(0);
   }
 
-  void Start() {
+  void Start() override {
     thread_ = std::thread([this] { Loop(); });
   }
-  // Stops and joins; the loop's error, if any.
-  Status Stop() {
+  Status Stop() override {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     return status_;
   }
-  uint64_t last(size_t k) const { return last_[k].load(); }
-  uint64_t polls() const { return polls_.load(); }
-  uint64_t went_back() const { return went_back_.load(); }
-  size_t observations() const { return observations_.load(); }
-  double cycle_ms() const {
+  uint64_t last(size_t k) const override { return last_[k].load(); }
+  uint64_t polls() const override { return polls_.load(); }
+  uint64_t went_back() const override { return went_back_.load(); }
+  size_t observations() const override { return observations_.load(); }
+  double cycle_ms() const override {
     const uint64_t n = polls_.load();
     return n > 1 ? std::chrono::duration<double, std::milli>(last_poll_ - first_poll_).count() / double(n - 1) : 0;
   }
-  // After Stop().
-  const std::vector<Seen>& seen() const { return seen_; }
+  const std::vector<Seen>& seen() const override { return seen_; }
 
  private:
   void Loop() {
@@ -464,22 +458,35 @@ class StorageLoad {
 
 Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig& sink, const LagOptions& o) {
   using connectors::redis::RedisSinkOptions;
-  if (sink.type != "redis" || sink.Options<RedisSinkOptions>().format != RedisSinkOptions::Format::kJson) {
-    return InvalidArgument("the lag benchmark needs a redis sink with format json");
+  const bool kafka = sink.type == "kafka";
+  if (!kafka && (sink.type != "redis" || sink.Options<RedisSinkOptions>().format != RedisSinkOptions::Format::kJson)) {
+    return InvalidArgument("the lag benchmark needs a redis sink with format json, or a kafka sink");
   }
   if (o.rate <= 0 || o.seconds <= 0 || o.connections == 0 || o.entities == 0) {
     return InvalidArgument("rate, seconds, connections and entities must be positive");
   }
   const uint32_t partitions = config.entities.at(sink.entity).partitions;
   const uint32_t sample = static_cast<uint32_t>(std::min<uint64_t>(o.sample, o.entities));
-  ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
-  std::vector<std::string> sample_keys;
-  for (uint32_t k = 0; k < sample; ++k) sample_keys.push_back(keys.Key(LagEntityId(o.run_id, k)));
-  ASSIGN_OR_RETURN(auto redis, RedisConn::Open(o.redis));
-  Sampler sampler(std::move(redis), sample_keys, o.poll_interval_us);
+  const bool raw = o.source == "kafka_raw";
+  if (raw && !kafka) return InvalidArgument("the kafka_raw source needs a kafka sink");
+  KafkaRawLoad raw_load(o, sink, partitions);
+  if (raw) RETURN_IF_ERROR(raw_load.Open());  // the topic, before its consumer
+  std::unique_ptr<LagObserver> observer;
+  if (kafka) {
+    std::vector<std::string> ids;
+    for (uint32_t k = 0; k < sample; ++k) ids.push_back(LagEntityId(o.run_id, k));
+    ASSIGN_OR_RETURN(observer, KafkaLagObserver(sink, std::move(ids)));
+  } else {
+    ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
+    std::vector<std::string> sample_keys;
+    for (uint32_t k = 0; k < sample; ++k) sample_keys.push_back(keys.Key(LagEntityId(o.run_id, k)));
+    ASSIGN_OR_RETURN(auto redis, RedisConn::Open(o.redis));
+    observer = std::make_unique<Sampler>(std::move(redis), sample_keys, o.poll_interval_us);
+  }
+  LagObserver& sampler = *observer;
 
-  const bool storage = o.source == "storage";
-  if (!storage && o.source != "http") return InvalidArgument("the source must be http or storage");
+  const bool storage = o.source == "storage" || raw;
+  if (!storage && o.source != "http") return InvalidArgument("the source must be http, storage or kafka_raw");
   LoadState st(o);
   StorageLoad storage_load(o, config, sink.entity, partitions);
   if (!storage) {
@@ -518,13 +525,14 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     double last_t = 0;
     ProgressLine progress("lag", [&](double t) {
       if (storage) {
-        const uint64_t done = storage_load.inserted.load();
+        const uint64_t done = raw ? raw_load.produced_count.load() : storage_load.inserted.load();
         const double rate = t > last_t ? static_cast<double>(done - last_done) / (t - last_t) : 0;
         last_done = done;
         last_t = t;
         return std::string(t < o.warmup_seconds ? "warm-up, " : "") + WithCommas(done) + "/" +
-               WithCommas(st.total_commands) + " events inserted, " + WithCommas(static_cast<uint64_t>(rate)) +
-               "/s now, due in the last round " + std::to_string(storage_load.backlog.load()) +
+               WithCommas(st.total_commands) + (raw ? " records produced, " : " events inserted, ") +
+               WithCommas(static_cast<uint64_t>(rate)) + "/s now, due in the last round " +
+               std::to_string(raw ? raw_load.backlog.load() : storage_load.backlog.load()) +
                ", versions seen by the sampler " + WithCommas(sampler.observations());
       }
       const uint64_t done = st.ok.load() + st.failures.load();
@@ -538,6 +546,10 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
              ", versions seen by the sampler " + WithCommas(sampler.observations());
     });
     std::thread loop([&] {
+      if (raw) {
+        raw_load.Run(st.start, st.total_commands, st.DueAt(st.warmup_commands), st.end);
+        return;
+      }
       if (storage) {
         storage_load.Run(st.start, st.total_commands, st.DueAt(st.warmup_commands), st.end);
         return;
@@ -561,7 +573,13 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     }
     loop.join();
     load_end = Clock::now();
-    if (storage) {
+    if (raw) {
+      st.window_replies = raw_load.window_events.load();
+      st.ok = raw_load.produced_count.load();
+      st.unsent = raw_load.unsent.load();
+      for (uint32_t k = 0; k < sample; ++k) st.final_version[k] = raw_load.version(k);
+      for (auto& p : raw_load.problems()) st.Problem(std::move(p));
+    } else if (storage) {
       st.window_replies = storage_load.window_events.load();
       st.ok = storage_load.inserted.load();
       st.unsent = storage_load.unsent.load();
@@ -602,13 +620,23 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
     r.problems.push_back("a sampled key's version went backwards " + std::to_string(sampler.went_back()) + " times");
   }
 
-  // committed_at of every version of the sampled entities.
-  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
+  // committed_at of every version of the sampled entities (for kafka_raw:
+  // when the producer was handed it).
   std::vector<std::vector<uint32_t>> by_partition(partitions);
-  for (uint32_t k = 0; k < sample; ++k) by_partition[PartitionOf(LagEntityId(o.run_id, k), partitions)].push_back(k);
+  if (!raw) {
+    for (uint32_t k = 0; k < sample; ++k) by_partition[PartitionOf(LagEntityId(o.run_id, k), partitions)].push_back(k);
+  }
   std::unordered_map<std::string, uint32_t> number_of;
   for (uint32_t k = 0; k < sample; ++k) number_of[LagEntityId(o.run_id, k)] = k;
   std::map<std::pair<uint32_t, uint64_t>, int64_t> committed;
+  if (raw) {
+    for (const auto& [key, at] : raw_load.produced()) {
+      if (key.first >= sample) continue;
+      committed[key] = at;
+      if (at >= window_begin_us && at < window_end_us) ++r.versions_committed;
+    }
+  }
+  ASSIGN_OR_RETURN(auto conn, sql::Connection::Open(sql::ParamsFrom(config.mysql)));
   for (uint32_t p = 0; p < partitions; ++p) {
     if (by_partition[p].empty()) continue;
     std::string q = "SELECT entity_id, version, CAST(UNIX_TIMESTAMP(committed_at) * 1000000 AS UNSIGNED) FROM " +

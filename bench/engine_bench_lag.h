@@ -1,5 +1,6 @@
 // Pull lag under a steady load: how long after its commit an event becomes
-// visible in a Redis view.
+// visible in a Redis view, or readable in a Kafka topic
+// (engine_bench_lag_kafka.h).
 //
 //   load     an open-loop HTTP client (Boost.Beast, one event-loop thread,
 //            keep-alive connections): command i is due at start + i/rate,
@@ -12,7 +13,8 @@
 //            connection is retried with the same key
 //   sampler  one thread that MGETs the keys of `sample` of those entities in
 //            a loop and records the wall-clock time each new `_version` is
-//            first seen
+//            first seen; on a kafka sink, a consumer of the sink's topic
+//            that notes when each record of those entities is first read
 //   lag      afterwards, each observed (entity, version)'s committed_at comes
 //            from its event table (UNIX_TIMESTAMP(committed_at), us) and
 //            lag = first seen - committed_at, for versions committed inside
@@ -40,6 +42,31 @@
 
 namespace sluice::bench {
 
+// The id of the lag run's entity k.
+std::string LagEntityId(const std::string& run_id, uint64_t k);
+
+// What the lag run watches: when each new version of the sampled entities
+// first shows in the view.
+class LagObserver {
+ public:
+  struct Seen {
+    uint32_t entity;  // the sampled entity's number
+    uint64_t version;
+    int64_t at_us;    // wall clock, us since the epoch
+  };
+  virtual ~LagObserver() = default;
+  virtual void Start() = 0;
+  // Stops and joins; the loop's error, if any.
+  virtual Status Stop() = 0;
+  virtual uint64_t last(size_t k) const = 0;  // the highest version seen of entity k
+  virtual uint64_t polls() const = 0;
+  virtual uint64_t went_back() const = 0;     // a version older than (or the same as) one seen before
+  virtual size_t observations() const = 0;
+  virtual double cycle_ms() const = 0;        // mean time between two polls
+  // After Stop().
+  virtual const std::vector<Seen>& seen() const = 0;
+};
+
 struct LagOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
@@ -61,7 +88,9 @@ struct LagOptions {
   // tables by `storage_writers` threads (each owning the partitions p with
   // p % storage_writers == its number, one transaction per round of due
   // events), for a running `sluice sync`: the pull path alone under a rate
-  // that no writer on this machine has to sustain.
+  // that no writer on this machine has to sustain; "kafka_raw" (a kafka
+  // sink only, no sluice): the records the sink would write for those
+  // events, produced straight into its topic (KafkaRawLoad), the baseline.
   std::string source = "http";
   uint32_t storage_writers = 4;
 };
@@ -87,8 +116,9 @@ struct LagResult {
   std::vector<std::string> problems;
 };
 
-// `sink` is the redis sink (url, key template) that the running sluice
-// feeds; config gives main storage and the partition count.
+// `sink` is the redis sink (url, key template, format json) or the kafka
+// sink that the running sluice feeds; config gives main storage and the
+// partition count.
 Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig& sink, const LagOptions& options);
 
 }  // namespace sluice::bench

@@ -617,6 +617,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  max_json_depth: 100\n"
             "  io_threads: 2\n"
             "  read_threads: 4\n"
+            "  batch_threads: 32\n"
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"
             "  overlap_commits: false\n"

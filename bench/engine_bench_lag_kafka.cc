@@ -1,0 +1,246 @@
+#include "bench/engine_bench_lag_kafka.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include <thread>
+#include <unordered_map>
+
+#include "bench/bench_common.h"
+#include "bench/engine_bench_util.h"
+#include "connectors/kafka/kafka_client.h"
+#include "connectors/kafka/kafka_options.h"
+#include "connectors/kafka/record_codec.h"
+#include "core/partitioner.h"
+
+namespace sluice::bench {
+
+namespace kafka = connectors::kafka;
+
+namespace {
+
+constexpr std::chrono::milliseconds kMetadataTimeout{10000};
+
+class KafkaObserver : public LagObserver {
+ public:
+  KafkaObserver(kafka::KafkaHandle consumer, std::string topic, int32_t partitions, std::vector<std::string> ids)
+      : consumer_(std::move(consumer)), topic_(std::move(topic)), partitions_(partitions), last_(ids.size()) {
+    for (size_t k = 0; k < ids.size(); ++k) number_of_[ids[k]] = static_cast<uint32_t>(k);
+    for (auto& v : last_) v.store(0);
+  }
+
+  void Start() override {
+    // Every partition from its end now: what the run produces, not what
+    // an earlier run left.
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions_);
+    for (int32_t p = 0; p < partitions_; ++p) {
+      rd_kafka_topic_partition_list_add(list, topic_.c_str(), p)->offset = RD_KAFKA_OFFSET_END;
+    }
+    const rd_kafka_resp_err_t err = rd_kafka_assign(consumer_.get(), list);
+    rd_kafka_topic_partition_list_destroy(list);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      status_ = Unavailable(std::string("kafka: cannot assign the topic's partitions: ") + rd_kafka_err2str(err));
+      return;
+    }
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  Status Stop() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    (void)rd_kafka_assign(consumer_.get(), nullptr);
+    return status_;
+  }
+  uint64_t last(size_t k) const override { return last_[k].load(); }
+  uint64_t polls() const override { return polls_.load(); }
+  uint64_t went_back() const override { return went_back_.load(); }
+  size_t observations() const override { return observations_.load(); }
+  double cycle_ms() const override { return 0; }  // the consumer waits for records, it does not poll a view
+  const std::vector<Seen>& seen() const override { return seen_; }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_.get(), 100);
+      if (m == nullptr) continue;
+      const int64_t now_us = RealtimeMicros();
+      polls_.fetch_add(1, std::memory_order_relaxed);
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF || m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) Record(*m, now_us);
+      } else {
+        status_ = Unavailable(std::string("kafka: consumer: ") + rd_kafka_message_errstr(m));
+        rd_kafka_message_destroy(m);
+        return;
+      }
+      rd_kafka_message_destroy(m);
+    }
+  }
+
+  void Record(const rd_kafka_message_t& m, int64_t now_us) {
+    if (m.key == nullptr) return;
+    const auto it = number_of_.find(std::string(static_cast<const char*>(m.key), m.key_len));
+    if (it == number_of_.end()) return;
+    const auto header = kafka::HeaderValue(m, kafka::kHeaderVersion);
+    const std::optional<uint64_t> v = header ? kafka::ParseDecimalHeader(*header) : std::nullopt;
+    if (!v) return;
+    const uint32_t k = it->second;
+    if (*v <= last_[k].load(std::memory_order_relaxed)) {
+      went_back_.fetch_add(1);  // a duplicate, or out of order
+      return;
+    }
+    seen_.push_back(Seen{k, *v, now_us});
+    last_[k].store(*v);
+    observations_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  kafka::KafkaHandle consumer_;
+  const std::string topic_;
+  const int32_t partitions_;
+  std::unordered_map<std::string, uint32_t> number_of_;
+  std::vector<std::atomic<uint64_t>> last_;
+  std::vector<Seen> seen_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> polls_{0}, went_back_{0};
+  std::atomic<size_t> observations_{0};
+  Status status_ = Status::Ok();
+  std::thread thread_;
+};
+
+void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+  if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) static_cast<std::atomic<uint64_t>*>(opaque)->fetch_add(1);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LagObserver>> KafkaLagObserver(const config::SinkConfig& sink, std::vector<std::string> ids) {
+  const auto& options = sink.Options<kafka::KafkaSinkOptions>();
+  kafka::ClientOptions c;
+  c.type = RD_KAFKA_CONSUMER;
+  c.client_id = "engine_bench_lag";
+  ASSIGN_OR_RETURN(auto consumer, kafka::NewClient(options, c));
+  rd_kafka_poll_set_consumer(consumer.get());
+  const std::string topic = kafka::TopicName(options.topic, sink.entity);
+  ASSIGN_OR_RETURN(const int32_t partitions, kafka::TopicPartitionCount(consumer.get(), topic, kMetadataTimeout));
+  return std::unique_ptr<LagObserver>(
+      std::make_unique<KafkaObserver>(std::move(consumer), topic, partitions, std::move(ids)));
+}
+
+struct KafkaRawLoad::Client {
+  kafka::KafkaHandle producer;
+  rd_kafka_topic_t* topic = nullptr;
+  int32_t topic_partitions = 0;
+  std::atomic<uint64_t> failed{0};  // delivery reports with an error
+  ~Client() {
+    if (topic != nullptr) rd_kafka_topic_destroy(topic);
+  }
+};
+
+KafkaRawLoad::KafkaRawLoad(const LagOptions& o, const config::SinkConfig& sink, uint32_t partitions)
+    : o_(o), sink_(sink), partitions_(partitions), version_(o.entities, 0) {}
+
+KafkaRawLoad::~KafkaRawLoad() = default;
+
+Status KafkaRawLoad::Open() {
+  const auto& options = sink_.Options<kafka::KafkaSinkOptions>();
+  client_ = std::make_unique<Client>();
+  kafka::ClientOptions c;
+  c.type = RD_KAFKA_PRODUCER;
+  c.client_id = "engine_bench_raw";
+  c.delivery_report = &OnDelivery;
+  c.opaque = &client_->failed;
+  ASSIGN_OR_RETURN(client_->producer, kafka::NewClient(options, c));
+  const std::string topic = kafka::TopicName(options.topic, sink_.entity);
+  auto count = kafka::TopicPartitionCount(client_->producer.get(), topic, kMetadataTimeout);
+  if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
+    const int32_t partitions = static_cast<int32_t>(options.partitions != 0 ? options.partitions : partitions_);
+    RETURN_IF_ERROR(kafka::CreateTopic(client_->producer.get(), topic, partitions,
+                                       static_cast<int32_t>(options.replication_factor), kMetadataTimeout));
+    const auto until = Clock::now() + kMetadataTimeout;
+    do {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      count = kafka::TopicPartitionCount(client_->producer.get(), topic, kMetadataTimeout);
+    } while (!count.ok() && Clock::now() < until);
+  }
+  if (!count.ok()) return count.status();
+  client_->topic_partitions = *count;
+  client_->topic = rd_kafka_topic_new(client_->producer.get(), topic.c_str(), nullptr);
+  if (client_->topic == nullptr) return Internal("kafka: cannot make a topic handle for " + topic);
+  return Status::Ok();
+}
+
+void KafkaRawLoad::Run(Clock::time_point start, uint64_t total, Clock::time_point window_begin,
+                       Clock::time_point end) {
+  rd_kafka_t* rk = client_->producer.get();
+  const auto format = sink_.Options<kafka::KafkaSinkOptions>().format;
+  const std::string note = MakeNote(o_.run_id, 30);
+  std::vector<uint32_t> partition_of(o_.entities);
+  for (uint64_t k = 0; k < o_.entities; ++k) partition_of[k] = PartitionOf(LagEntityId(o_.run_id, k), partitions_);
+  std::vector<uint64_t> next_event_id(partitions_, 1);
+  auto due_at = [&](uint64_t i) {
+    return start +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(static_cast<double>(i) / o_.rate));
+  };
+  connectors::ChangeEvent e;
+  e.entity_type = sink_.entity;
+  e.command_name = "patch";
+  std::string value;
+  uint64_t i = 0;
+  while (i < total) {
+    const auto now = Clock::now();
+    if (now >= end) {
+      unsent += total - i;
+      break;
+    }
+    uint64_t n = 0;
+    for (; i < total && due_at(i) <= now; ++i, ++n) {
+      const uint64_t k = EntityOf(i, o_.entities, 7);
+      const uint32_t p = partition_of[k];
+      e.partition = p;
+      e.event_id = next_event_id[p]++;
+      e.entity_id = LagEntityId(o_.run_id, k);
+      e.version = ++version_[k];
+      e.command_id = o_.run_id + "-lc" + std::to_string(i);
+      e.state = R"({"balance":)" + std::to_string(i) + R"(,"note":")" + note + R"(","owner":"o)" +
+                std::to_string(k % 1000) + "\"}";
+      e.committed_at_us = RealtimeMicros();
+      value.clear();
+      kafka::AppendValue(value, e, format);
+      const std::string version = std::to_string(e.version), event_id = std::to_string(e.event_id),
+                        partition = std::to_string(e.partition);
+      rd_kafka_headers_t* headers = rd_kafka_headers_new(4);
+      auto add = [&](std::string_view name, std::string_view v) {
+        rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), v.data(),
+                            static_cast<ssize_t>(v.size()));
+      };
+      add(kafka::kHeaderEntityType, e.entity_type);
+      add(kafka::kHeaderVersion, version);
+      add(kafka::kHeaderEventId, event_id);
+      add(kafka::kHeaderPartition, partition);
+      const int32_t tp = static_cast<int32_t>(p % static_cast<uint32_t>(client_->topic_partitions));
+      rd_kafka_resp_err_t err;
+      while ((err = rd_kafka_producev(rk, RD_KAFKA_V_RKT(client_->topic), RD_KAFKA_V_PARTITION(tp),
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_KEY(e.entity_id.data(), e.entity_id.size()),
+                                      RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_HEADERS(headers),
+                                      RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(rk, 1);
+      }
+      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(headers);
+        problems_.push_back(std::string("kafka_raw: cannot produce: ") + rd_kafka_err2str(err));
+        return;
+      }
+      produced_[{static_cast<uint32_t>(k), e.version}] = e.committed_at_us;
+      ++produced_count;
+      if (now >= window_begin) ++window_events;
+    }
+    backlog = n;
+    rd_kafka_poll(rk, 0);  // delivery reports
+    if (i < total) std::this_thread::sleep_until(std::min(due_at(i), end));
+  }
+  if (rd_kafka_flush(rk, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) problems_.push_back("kafka_raw: flush timed out");
+  if (client_->failed.load() > 0) {
+    problems_.push_back("kafka_raw: " + std::to_string(client_->failed.load()) + " records were not delivered");
+  }
+}
+
+}  // namespace sluice::bench
