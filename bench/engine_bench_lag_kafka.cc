@@ -29,17 +29,17 @@ class KafkaObserver : public LagObserver {
   }
 
   void Start() override {
-    // Every partition from its end now: what the run produces, not what
-    // an earlier run left.
-    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions_);
+    // Every partition from its end now (what the run produces, not what an
+    // earlier run left), on one queue: the simple consumer needs no group.
+    queue_ = rd_kafka_queue_new(consumer_.get());
+    rkt_ = rd_kafka_topic_new(consumer_.get(), topic_.c_str(), nullptr);
     for (int32_t p = 0; p < partitions_; ++p) {
-      rd_kafka_topic_partition_list_add(list, topic_.c_str(), p)->offset = RD_KAFKA_OFFSET_END;
-    }
-    const rd_kafka_resp_err_t err = rd_kafka_assign(consumer_.get(), list);
-    rd_kafka_topic_partition_list_destroy(list);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      status_ = Unavailable(std::string("kafka: cannot assign the topic's partitions: ") + rd_kafka_err2str(err));
-      return;
+      if (rd_kafka_consume_start_queue(rkt_, p, RD_KAFKA_OFFSET_END, queue_) != 0) {
+        status_ = Unavailable(std::string("kafka: cannot consume ") + topic_ + ": " +
+                              rd_kafka_err2str(rd_kafka_last_error()));
+        return;
+      }
+      ++started_;
     }
     thread_ = std::thread([this] { Loop(); });
   }
@@ -47,7 +47,12 @@ class KafkaObserver : public LagObserver {
   Status Stop() override {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
-    (void)rd_kafka_assign(consumer_.get(), nullptr);
+    for (int32_t p = 0; p < started_; ++p) (void)rd_kafka_consume_stop(rkt_, p);
+    if (rkt_ != nullptr) rd_kafka_topic_destroy(rkt_);
+    if (queue_ != nullptr) rd_kafka_queue_destroy(queue_);
+    rkt_ = nullptr;
+    queue_ = nullptr;
+    started_ = 0;
     return status_;
   }
   uint64_t last(size_t k) const override { return last_[k].load(); }
@@ -60,7 +65,7 @@ class KafkaObserver : public LagObserver {
  private:
   void Loop() {
     while (!stop_) {
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_.get(), 100);
+      rd_kafka_message_t* m = rd_kafka_consume_queue(queue_, 100);
       if (m == nullptr) continue;
       const int64_t now_us = RealtimeMicros();
       polls_.fetch_add(1, std::memory_order_relaxed);
@@ -93,6 +98,9 @@ class KafkaObserver : public LagObserver {
   }
 
   kafka::KafkaHandle consumer_;
+  rd_kafka_queue_t* queue_ = nullptr;
+  rd_kafka_topic_t* rkt_ = nullptr;
+  int32_t started_ = 0;  // partitions consumed
   const std::string topic_;
   const int32_t partitions_;
   std::unordered_map<std::string, uint32_t> number_of_;
@@ -117,7 +125,6 @@ Result<std::unique_ptr<LagObserver>> KafkaLagObserver(const config::SinkConfig& 
   c.type = RD_KAFKA_CONSUMER;
   c.client_id = "engine_bench_lag";
   ASSIGN_OR_RETURN(auto consumer, kafka::NewClient(options, c));
-  rd_kafka_poll_set_consumer(consumer.get());
   const std::string topic = kafka::TopicName(options.topic, sink.entity);
   ASSIGN_OR_RETURN(const int32_t partitions, kafka::TopicPartitionCount(consumer.get(), topic, kMetadataTimeout));
   return std::unique_ptr<LagObserver>(
