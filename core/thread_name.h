@@ -2,6 +2,9 @@
 // them apart (docs/operations.md lists them).
 #pragma once
 
+#include <sys/types.h>
+
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -14,6 +17,10 @@ void SetCurrentThreadName(std::string_view name);
 
 // The calling thread's name ("" if it cannot be read).
 std::string CurrentThreadName();
+
+// How many threads of process `pid` (0: this one) carry each name, from
+// /proc; empty if it cannot be read (the process is gone).
+std::map<std::string, int> ThreadNamesOf(pid_t pid = 0);
 
 // Starts a thread that names itself `name`, then runs `body`.
 template <typename F>

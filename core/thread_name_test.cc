@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -35,6 +38,36 @@ TEST(ThreadName, ALongNameKeepsItsFirstFifteenBytes) {
     EXPECT_EQ(CurrentThreadName(), "sluice-a-very-l");
     EXPECT_EQ(CommOfThisThread(), "sluice-a-very-l");
   }).join();
+}
+
+TEST(ThreadName, ThreadNamesOfCountsTheThreadsOfAProcessByName) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int started = 0;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.push_back(StartNamedThread("sluice-count", [&] {
+      std::unique_lock lock(mu);
+      ++started;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    }));
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return started == 3; });
+  }
+  EXPECT_EQ(ThreadNamesOf()["sluice-count"], 3);
+  EXPECT_EQ(ThreadNamesOf(getpid())["sluice-count"], 3);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ThreadNamesOf()["sluice-count"], 0);
+  EXPECT_TRUE(ThreadNamesOf(-1).empty()) << "no such process";
 }
 
 }  // namespace

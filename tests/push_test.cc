@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_name.h"
 #include "core/thread_slice.h"
 #include "tests/support/test_support.h"
 
@@ -314,18 +315,6 @@ TEST(Push, RedisHangingDoesNotHoldCommandsPastThePushDeadline) {
   EXPECT_EQ(SinkTotal(st, "cache", "dead_lettered"), 0u);
 }
 
-// The writer's threads by name.
-std::map<std::string, int> ThreadNames(pid_t pid) {
-  std::map<std::string, int> names;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    ++names[name];
-  }
-  return names;
-}
-
 // A push sink's pushers are shared by the entity type's partitions: their
 // number is push_threads per sink, not one per partition. Each partition's
 // batches go through one of them in order, so with no engine running every
@@ -338,9 +327,9 @@ TEST(Push, PushThreadsDoNotGrowWithThePartitions) {
   ASSERT_EQ(RunSluice({"init", "--config", s.path}, &out), 0) << out;
   auto writer = StartMode(s, "writer");
   ASSERT_TRUE(writer->running());
-  EXPECT_EQ(ThreadNames(writer->pid())["sluice-push"], 2 * 3) << "push_threads per push sink, whatever the partitions";
+  EXPECT_EQ(ThreadNamesOf(writer->pid())["sluice-push"], 2 * 3) << "push_threads per push sink, whatever the partitions";
   EXPECT_EQ(MixedLoad(s.cfg.port, 4000, 500, 32, 7), 4000);
-  EXPECT_EQ(ThreadNames(writer->pid())["sluice-push"], 2 * 3);
+  EXPECT_EQ(ThreadNamesOf(writer->pid())["sluice-push"], 2 * 3);
   const int64_t events = ExpectDenseEventIds(*s.db);
   EXPECT_EQ(writer->Terminate(), 0);
   for (const char* sink : {"cache", "table"}) {

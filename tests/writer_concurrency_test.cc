@@ -7,8 +7,6 @@
 // Each test also checks I1 (dense versions) and I3 (dense event_ids).
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -16,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_name.h"
 #include "tests/support/test_support.h"
 
 namespace sluice::testing {
@@ -302,18 +301,6 @@ TEST(WriterConcurrency, TwoOverlappingWritersOnTheSamePartitionsLoseNoUpdate) {
 // Each duplicate key, provoked on purpose by two writers on one partition:
 // the stale head (PRIMARY), a stale cached entity (uk_entity_version) and a
 // retry that reached the other writer (uk_entity_command).
-// The writer's threads named `name`.
-int ThreadsNamed(pid_t pid, const std::string& name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string got;
-    std::getline(comm, got);
-    n += got == name;
-  }
-  return n;
-}
-
 // (d) Commands spread over 512 partitions by 32 clients: the writer runs
 // them on writer.batch_threads (4) threads with one MySQL session each
 // (before, a thread and a session per busy partition: 512 sessions, past
@@ -341,7 +328,7 @@ TEST(WriterConcurrency, BatchThreadsAndSessionsDoNotGrowWithThePartitions) {
     auto watch = sql::Connection::Open(MysqlParams());  // no database: not counted
     ASSERT_TRUE(watch.ok()) << watch.status().ToString();
     while (!done) {
-      most_threads = std::max(most_threads, ThreadsNamed(writer->pid(), "sluice-commit"));
+      most_threads = std::max(most_threads, ThreadNamesOf(writer->pid())["sluice-commit"]);
       auto rows = (*watch)->Query(sessions);
       ASSERT_TRUE(rows.ok()) << rows.status().ToString();
       most_sessions = std::max<int64_t>(most_sessions, std::stoll(*rows->at(0).at(0)));

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -18,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/thread_name.h"
 #include "sql/memory_tables.h"
 #include "writer/partition_worker.h"
 
@@ -29,20 +28,12 @@ using namespace std::chrono_literals;
 
 constexpr const char* kType = "account";
 
-int ThreadsNamed(const std::string& name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string got;
-    std::getline(comm, got);
-    n += got == name;
-  }
-  return n;
-}
-
 // The batch threads and, with overlap, their commit stages (a stage's
 // thread carries its maker's name until it names itself).
-int BatchThreadsNow() { return ThreadsNamed("sluice-commit") + ThreadsNamed("sluice-txcommit"); }
+int BatchThreadsNow() {
+  auto names = ThreadNamesOf();
+  return names["sluice-commit"] + names["sluice-txcommit"];
+}
 
 bool Eventually(const std::function<bool()>& done) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -208,7 +199,7 @@ TEST_P(BatchThreadsTest, IdleThreadsEndAndTheNextCommandStartsOne) {
     workers_[p]->Submit(Put("x", "c1", 1, &done));
     ASSERT_EQ(done.get_future().get().status, 200);
   }
-  ASSERT_TRUE(Eventually([&] { return threads_->running() == 0 && ThreadsNamed("sluice-commit") == 0; }))
+  ASSERT_TRUE(Eventually([&] { return threads_->running() == 0 && ThreadNamesOf()["sluice-commit"] == 0; }))
       << threads_->running() << " threads still run";
   const uint64_t heads = storage_->calls(MemoryStorage::Op::kHead);
   std::promise<Reply> again;

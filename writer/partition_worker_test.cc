@@ -9,12 +9,11 @@
 #include <string>
 #include <vector>
 
-#include <filesystem>
-#include <fstream>
 #include <thread>
 #include <gtest/gtest.h>
 
 #include "core/json_delta.h"
+#include "core/thread_name.h"
 #include "sql/memory_tables.h"
 
 namespace sluice::writer {
@@ -130,30 +129,18 @@ TEST_P(PartitionWorkerModesTest, QueuedCommandsGoInOneBatchWithDenseEventIdsAndV
   EXPECT_EQ(rows[5].state, R"({"n":5})");
 }
 
-// Threads of this process named `name`.
-int ThreadsNamed(const std::string& name) {
-  int n = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string got;
-    std::getline(comm, got);
-    n += got == name;
-  }
-  return n;
-}
-
 TEST_P(PartitionWorkerModesTest, AnIdleWorkerEndsItsThreadAndSessionAndTheNextCommandStartsThem) {
   auto w = MakeWorker(8 << 20, /*idle_exit=*/std::chrono::milliseconds(30));
   w->Start();
-  EXPECT_EQ(ThreadsNamed("sluice-commit"), 0) << "a thread before any command";
+  EXPECT_EQ(ThreadNamesOf()["sluice-commit"], 0) << "a thread before any command";
   const Reply first = Run(*w, "a", "c1", 1);
   ASSERT_EQ(first.status, 200) << first.body;
   const uint64_t opened = storage_->calls(MemoryStorage::Op::kOpen);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (ThreadsNamed("sluice-commit") > 0 && std::chrono::steady_clock::now() < until) {
+  while (ThreadNamesOf()["sluice-commit"] > 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(ThreadsNamed("sluice-commit"), 0) << "the idle worker kept its thread";
+  EXPECT_EQ(ThreadNamesOf()["sluice-commit"], 0) << "the idle worker kept its thread";
   // The next command starts a thread and a new session, on the same head.
   const Reply second = Run(*w, "a", "c2", 2);
   ASSERT_EQ(second.status, 200) << second.body;
