@@ -298,15 +298,13 @@ TEST(WriterConcurrency, TwoOverlappingWritersOnTheSamePartitionsLoseNoUpdate) {
   TwoWritersLoseNoUpdate("  overlap_commits: true\n");
 }
 
-// Each duplicate key, provoked on purpose by two writers on one partition:
-// the stale head (PRIMARY), a stale cached entity (uk_entity_version) and a
-// retry that reached the other writer (uk_entity_command).
 // (d) Commands spread over 512 partitions by 32 clients: the writer runs
 // them on writer.batch_threads (4) threads with one MySQL session each
 // (before, a thread and a session per busy partition: 512 sessions, past
 // MariaDB's max_connections at 1,024 partitions). Every command is answered
 // and stored once, event_ids and versions dense.
 TEST(WriterConcurrency, BatchThreadsAndSessionsDoNotGrowWithThePartitions) {
+  SLUICE_REQUIRE_MYSQL();
   TestDatabase db("parts");
   SluiceConfig cfg;
   cfg.database = db.name();
@@ -348,6 +346,9 @@ TEST(WriterConcurrency, BatchThreadsAndSessionsDoNotGrowWithThePartitions) {
   ExpectDenseVersions(db);
 }
 
+// Each duplicate key, provoked on purpose by two writers on one partition:
+// the stale head (PRIMARY), a stale cached entity (uk_entity_version) and a
+// retry that reached the other writer (uk_entity_command).
 TEST(WriterConcurrency, EachDuplicateKeyIsClassifiedAndRecoveredFrom) {
   SLUICE_REQUIRE_MYSQL();
   TestDatabase db("dupkeys");

@@ -1,6 +1,7 @@
 #include "writer/batch_threads.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/thread_name.h"
 
@@ -40,9 +41,17 @@ void BatchThreads::Ready(size_t key, Client* client) {
   s.thread = StartNamedThread("sluice-commit", [this, &s] { Loop(s); });
 }
 
-bool BatchThreads::Waiting(size_t key) const {
+uint64_t BatchThreads::NewSessions() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool BatchThreads::AfterBatch(size_t key) {
   Slot& s = SlotOf(key);
+  const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(s.mu);
+  // The client being served is handed out: the sweep leaves it alone.
+  if (now - s.last_sweep >= options_.idle_exit) SweepLocked(s, now);
   return !s.line.empty();
 }
 

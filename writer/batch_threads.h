@@ -46,7 +46,14 @@ class BatchThreads {
     std::unique_ptr<sql::EventLog> log;     // reads, and inserts (staged with overlap)
     std::unique_ptr<sql::EventLog> spare;   // overlap: the other session
     std::unique_ptr<CommitStage> stage;     // overlap: runs the COMMITs
+    // Which sessions these are: a new number (NewSessions()) each time a
+    // worker opens them again. A worker whose caches were read under other
+    // sessions drops them (another worker of the thread may have reopened
+    // them after an outage in which commits were lost).
+    uint64_t sessions = 0;
   };
+  // A number for newly opened sessions, unique in the process (never 0).
+  static uint64_t NewSessions();
 
   // A partition worker as its thread sees it.
   class Client {
@@ -68,6 +75,8 @@ class BatchThreads {
   BatchThreads& operator=(const BatchThreads&) = delete;
 
   size_t size() const { return slots_.size(); }
+  // Where the lanes' sessions go (a worker reopens its lane's there).
+  const std::shared_ptr<sql::Storage>& storage() const { return options_.storage; }
 
   // The client serves partition `key` of the writer (its thread: key mod
   // size()). Added before its first Ready(), removed (after it stopped)
@@ -76,9 +85,11 @@ class BatchThreads {
   void Remove(size_t key, Client* client);
   // The client has queued commands and is not handed out: its thread serves it.
   void Ready(size_t key, Client* client);
-  // Whether another client of the key's thread waits for it: the one it
-  // serves gives it up after its batch.
-  bool Waiting(size_t key) const;
+  // Called by the client being served after each batch: whether another
+  // client of the key's thread waits for it (the served one then gives it
+  // up). Also runs the thread's sweep when it is due, so that a thread kept
+  // busy by one client still drops its idle clients' caches.
+  bool AfterBatch(size_t key);
   // Ends the threads after the clients in line were served; call after
   // every client stopped taking commands.
   void Stop();

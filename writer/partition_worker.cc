@@ -99,10 +99,18 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
   log_ = std::move(lane.log);
   spare_ = std::move(lane.spare);
   stage_ = std::move(lane.stage);
+  lane_sessions_ = &lane.sessions;
+  if (lane.sessions != cached_under_) {
+    // Another worker opened the lane's sessions again since this one read
+    // its head and entities (after an outage that may have lost commits).
+    head_.reset();
+    entities_.Clear();
+    cached_under_ = lane.sessions;
+  }
   bool served = false;
   for (;;) {
     // After a batch, the thread goes to a worker waiting for one.
-    if (served && threads_->Waiting(options_.thread_key)) break;
+    if (served && threads_->AfterBatch(options_.thread_key)) break;
     std::deque<Command> batch;
     bool land = false;
     {
@@ -135,6 +143,7 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
   lane.log = std::move(log_);
   lane.spare = std::move(spare_);
   lane.stage = std::move(stage_);
+  lane_sessions_ = nullptr;
   std::lock_guard lock(mu_);
   last_active_ = std::chrono::steady_clock::now();
   if (!queue_.empty()) return true;
@@ -227,6 +236,8 @@ Status PartitionWorker::EnsureConnected() {
   // spare opens with it, so that taking it later drops nothing.
   head_.reset();
   entities_.Clear();
+  // The other workers of the thread drop theirs when they next get it.
+  cached_under_ = *lane_sessions_ = BatchThreads::NewSessions();
   RETURN_IF_ERROR(log_->Open());
   return spare_ ? spare_->Open() : Status::Ok();
 }
@@ -287,8 +298,8 @@ void PartitionWorker::FailAll(BatchState& b, const Status& st) {
     // With two sessions both are opened again by the next batch: the one
     // that did not fail may have broken in the same outage without knowing it.
     if (spare_) {
-      log_ = storage_->OpenEventLog();
-      spare_ = storage_->OpenEventLog();
+      log_ = threads_->storage()->OpenEventLog();
+      spare_ = threads_->storage()->OpenEventLog();
     }
     ++stats_.unavailable;
     LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());

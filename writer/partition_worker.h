@@ -283,6 +283,8 @@ class PartitionWorker : private BatchThreads::Client {
   std::unique_ptr<sql::EventLog> log_;  // reads, and INSERTs (staged with overlap)
   std::unique_ptr<sql::EventLog> spare_;  // the other session: commits what log_ staged before
   std::unique_ptr<CommitStage> stage_;    // runs the COMMITs
+  uint64_t* lane_sessions_ = nullptr;     // the lane's Lane::sessions while served
+  uint64_t cached_under_ = 0;             // the Lane::sessions the caches were read under
   std::unique_ptr<InFlight> inflight_;    // the batch whose COMMIT the stage runs
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
