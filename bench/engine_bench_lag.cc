@@ -33,8 +33,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-std::string LagEntityId(const std::string& run_id, uint64_t k) { return run_id + "-l" + std::to_string(k); }
-
 namespace {
 
 constexpr auto kRetryDelay = std::chrono::milliseconds(20);

@@ -30,7 +30,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/engine_bench_lag.h"
+#include "bench/bench_common.h"
+#include "bench/engine_bench_lag_types.h"
 #include "config/config.h"
 
 namespace sluice::bench {
