@@ -617,6 +617,9 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   if (sampler.went_back() > 0) {
     r.problems.push_back("a sampled key's version went backwards " + std::to_string(sampler.went_back()) + " times");
   }
+  if (sampler.gaps() > 0) {
+    r.problems.push_back("the topic skipped a version of an entity " + std::to_string(sampler.gaps()) + " times");
+  }
 
   // committed_at of every version of the sampled entities (for kafka_raw:
   // when the producer was handed it).
@@ -676,6 +679,11 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   r.lag = Summarize(std::move(lags_ns));
   r.lag_min_ms = r.lag_samples > 0 ? static_cast<double>(min_lag_us) / 1000.0 : 0;
   if (r.lag_samples == 0) r.problems.push_back("no lag was measured");
+  // A topic shows every version: each one committed in the window is read.
+  if (kafka && r.lag_samples != r.versions_committed) {
+    r.problems.push_back(std::to_string(r.versions_committed) + " versions committed in the window, " +
+                         std::to_string(r.lag_samples) + " read from the topic");
+  }
   return r;
 }
 

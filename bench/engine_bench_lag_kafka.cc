@@ -29,12 +29,18 @@ class KafkaObserver : public LagObserver {
   }
 
   void Start() override {
-    // Every partition from its end now (what the run produces, not what an
-    // earlier run left), on one queue: the simple consumer needs no group.
+    // Every partition from where it ends now (what the run produces, not
+    // what an earlier run left), read before the load starts, on one queue:
+    // the simple consumer needs no group.
     queue_ = rd_kafka_queue_new(consumer_.get());
     rkt_ = rd_kafka_topic_new(consumer_.get(), topic_.c_str(), nullptr);
     for (int32_t p = 0; p < partitions_; ++p) {
-      if (rd_kafka_consume_start_queue(rkt_, p, RD_KAFKA_OFFSET_END, queue_) != 0) {
+      const auto ends = kafka::QueryWatermarks(consumer_.get(), topic_, p, kMetadataTimeout);
+      if (!ends.ok()) {
+        status_ = ends.status();
+        return;
+      }
+      if (rd_kafka_consume_start_queue(rkt_, p, ends->high, queue_) != 0) {
         status_ = Unavailable(std::string("kafka: cannot consume ") + topic_ + ": " +
                               rd_kafka_err2str(rd_kafka_last_error()));
         return;
@@ -58,6 +64,7 @@ class KafkaObserver : public LagObserver {
   uint64_t last(size_t k) const override { return last_[k].load(); }
   uint64_t polls() const override { return polls_.load(); }
   uint64_t went_back() const override { return went_back_.load(); }
+  uint64_t gaps() const override { return gaps_.load(); }
   size_t observations() const override { return observations_.load(); }
   double cycle_ms() const override { return 0; }  // the consumer waits for records, it does not poll a view
   const std::vector<Seen>& seen() const override { return seen_; }
@@ -88,10 +95,12 @@ class KafkaObserver : public LagObserver {
     const std::optional<uint64_t> v = header ? kafka::ParseDecimalHeader(*header) : std::nullopt;
     if (!v) return;
     const uint32_t k = it->second;
-    if (*v <= last_[k].load(std::memory_order_relaxed)) {
+    const uint64_t last = last_[k].load(std::memory_order_relaxed);
+    if (*v <= last) {
       went_back_.fetch_add(1);  // a duplicate, or out of order
       return;
     }
+    if (last != 0 && *v != last + 1) gaps_.fetch_add(1);  // a version missing in between
     seen_.push_back(Seen{k, *v, now_us});
     last_[k].store(*v);
     observations_.fetch_add(1, std::memory_order_relaxed);
@@ -107,7 +116,7 @@ class KafkaObserver : public LagObserver {
   std::vector<std::atomic<uint64_t>> last_;
   std::vector<Seen> seen_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> polls_{0}, went_back_{0};
+  std::atomic<uint64_t> polls_{0}, went_back_{0}, gaps_{0};
   std::atomic<size_t> observations_{0};
   Status status_ = Status::Ok();
   std::thread thread_;
@@ -224,12 +233,14 @@ void KafkaRawLoad::Run(Clock::time_point start, uint64_t total, Clock::time_poin
       add(kafka::kHeaderPartition, partition);
       const int32_t tp = static_cast<int32_t>(p % static_cast<uint32_t>(client_->topic_partitions));
       rd_kafka_resp_err_t err;
+      const auto give_up = end + std::chrono::seconds(30);
       while ((err = rd_kafka_producev(rk, RD_KAFKA_V_RKT(client_->topic), RD_KAFKA_V_PARTITION(tp),
                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                       RD_KAFKA_V_KEY(e.entity_id.data(), e.entity_id.size()),
                                       RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_HEADERS(headers),
-                                      RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        rd_kafka_poll(rk, 1);
+                                      RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
+             Clock::now() < give_up) {
+        rd_kafka_poll(rk, 1);  // delivery reports free room; a broker gone for good ends the run
       }
       if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_headers_destroy(headers);

@@ -33,6 +33,9 @@ class LagObserver {
   virtual uint64_t last(size_t k) const = 0;  // the highest version seen of entity k
   virtual uint64_t polls() const = 0;
   virtual uint64_t went_back() const = 0;     // a version older than (or the same as) one seen before
+  // Versions skipped in a view that must show every one (a Kafka topic):
+  // after an entity's first, a version other than the last one + 1.
+  virtual uint64_t gaps() const { return 0; }
   virtual size_t observations() const = 0;
   virtual double cycle_ms() const = 0;        // mean time between two polls
   // After Stop().

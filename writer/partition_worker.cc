@@ -301,6 +301,12 @@ void PartitionWorker::FailAll(BatchState& b, const Status& st) {
       log_ = threads_->storage()->OpenEventLog();
       spare_ = threads_->storage()->OpenEventLog();
     }
+    // An outage may have lost commits, and a session that reconnects by
+    // itself (one per server, with several storage servers) says nothing:
+    // this worker and the others of its thread read everything again.
+    head_.reset();
+    entities_.Clear();
+    cached_under_ = *lane_sessions_ = BatchThreads::NewSessions();
     ++stats_.unavailable;
     LogRateLimited(LogLevel::kWarn, "writer.mysql_unavailable", "writer: " + table_ + ": " + st.message());
     ReplyRest(b, [&](size_t) { return UnavailableReply("main storage is unavailable; retry with the same Idempotency-Key"); });
