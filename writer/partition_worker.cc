@@ -27,10 +27,13 @@ Reply ReuseReply() {
 
 namespace {
 
-std::unique_ptr<BatchThreads> OwnThreads(const PartitionWorkerOptions& o, std::shared_ptr<sql::Storage> storage) {
+std::unique_ptr<BatchThreads> OwnThreads(const PartitionWorkerOptions& o) {
   if (o.threads != nullptr) return nullptr;
-  return std::make_unique<BatchThreads>(BatchThreads::Options{
-      .storage = std::move(storage), .threads = 1, .overlap_commits = o.overlap_commits, .idle_exit = o.idle_exit});
+  return std::make_unique<BatchThreads>(
+      BatchThreads::Options{.storage = o.storage ? o.storage : std::make_shared<sql::MariaDbStorage>(o.mysql),
+                            .threads = 1,
+                            .overlap_commits = o.overlap_commits,
+                            .idle_exit = o.idle_exit});
 }
 
 }  // namespace
@@ -38,8 +41,7 @@ std::unique_ptr<BatchThreads> OwnThreads(const PartitionWorkerOptions& o, std::s
 PartitionWorker::PartitionWorker(PartitionWorkerOptions options)
     : options_(std::move(options)),
       table_(sql::EventTableName(options_.type, options_.partition)),
-      storage_(options_.storage ? options_.storage : std::make_shared<sql::MariaDbStorage>(options_.mysql)),
-      own_threads_(OwnThreads(options_, storage_)),
+      own_threads_(OwnThreads(options_)),
       threads_(own_threads_ ? own_threads_.get() : options_.threads),
       // The cache must hold every entity of a batch at once.
       entities_(std::max<size_t>(options_.cache_entries, 2 * size_t{options_.batch_max} + 16)),

@@ -43,7 +43,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -80,7 +79,8 @@ struct PartitionWorkerOptions {
   std::string type;
   uint32_t partition = 0;
   sql::ConnectParams mysql;
-  // The event tables; null: MariaDB at mysql. Unit tests pass sql::MemoryStorage.
+  // The event tables of the worker's own threads (when `threads` is null);
+  // null: MariaDB at mysql. Unit tests pass sql::MemoryStorage.
   std::shared_ptr<sql::Storage> storage;
   uint32_t batch_max = 1000;
   size_t cache_entries = 100000;
@@ -264,7 +264,6 @@ class PartitionWorker : private BatchThreads::Client {
   const PartitionWorkerOptions options_;
   const std::string table_;
 
-  const std::shared_ptr<sql::Storage> storage_;
   std::unique_ptr<BatchThreads> own_threads_;  // when options_.threads is null
   BatchThreads* const threads_;
 

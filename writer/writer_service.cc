@@ -73,7 +73,6 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
     : config_(std::move(config)),
       metrics_(registry ? *registry : metrics::UnexportedRegistry()),
       http_metrics_(registry ? *registry : metrics::UnexportedRegistry(), "writer") {
-  const sql::ConnectParams params = sql::ParamsFrom(config_.mysql);
   // GET .../events and retried commands read archived events too (docs/archive.md).
   auto storage = archive::WithArchive(config_, sql::OpenStorage(sql::LayoutFrom(config_)));
   if (storage.ok()) {
@@ -129,8 +128,6 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
       PartitionWorkerOptions o;
       o.type = name;
       o.partition = p;
-      o.mysql = params;
-      o.storage = storage_;
       o.batch_max = config_.writer.batch_max;
       o.cache_entries = config_.writer.entity_cache_entries;
       o.conflict_retries = config_.writer.conflict_retries;
