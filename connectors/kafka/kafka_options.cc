@@ -188,7 +188,7 @@ class KafkaKeys : public config::SinkOptionsRead {
         {"enable.idempotence", "the sink always uses the idempotent producer"},
         {"acks", "the sink always uses acks=all"},
         {"request.required.acks", "the sink always uses acks=all"},
-        {"transactional.id", "the sink names its engine's own (set transactional instead)"},
+        {"transactional.id", "the sink names one per source partition (set transactional instead)"},
         {"transaction.timeout.ms", "the sink sets it from delivery_timeout"},
         {"isolation.level", "the sink reads its topic back with read_committed"},
         {"enable.gapless.guarantee", "the sink always sets it (docs/sinks/kafka.md)"},

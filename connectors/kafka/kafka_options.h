@@ -30,10 +30,9 @@ struct KafkaSinkOptions {
   uint32_t partitions = 0;          // for create_topic; 0: the entity's partition count
   uint32_t replication_factor = 1;  // for create_topic
   std::chrono::milliseconds delivery_timeout{30000};  // a batch not delivered by then is retried
-  // One transaction per batch on the engine's own transactional producers,
-  // fenced by the engine that takes a partition over from it
-  // (docs/sinks/kafka.md); false: one idempotent producer, for a single
-  // engine only.
+  // One transactional producer per source partition, fenced by whichever
+  // engine takes the partition over (docs/sinks/kafka.md); false: one
+  // idempotent producer, for a single engine only.
   bool transactional = true;
   // librdkafka properties passed through as they are (checked with
   // librdkafka's own validation). Secret: those whose names look secret

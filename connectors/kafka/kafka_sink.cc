@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,8 +57,8 @@ class KafkaSink final : public Sink {
   Status Open() override {
     if (producer_) return Status::Ok();
     // Transactional: this handle only asks for metadata and where each topic
-    // partition ends (read_uncommitted: past any open transaction); the
-    // engine's producers are made at its first TakeOver or batch.
+    // partition ends (read_uncommitted: past any open transaction); each
+    // source partition gets its own producer (Fence).
     auto producer = transactional() ? Client(RD_KAFKA_CONSUMER, "", nullptr, "", /*read_uncommitted=*/true)
                                     : Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
     if (!producer.ok()) return producer.status();

@@ -11,22 +11,16 @@
 // choose, and in every case all events of one entity go to one topic
 // partition, in order.
 //
-// Producers (transactional: true, the default): two transactional producers
-// of the engine (TakenOver::owner), transactional ids
-// sluice-<sink>-<topic>-<n>@<engine> (n = 0, 1), which take the batches in
-// turn: each Apply() commits one transaction for its whole batch, and the
-// next one begins on the other producer while the broker still writes the
-// markers of the last (on the same producer it would be answered
-// CONCURRENT_TRANSACTIONS and wait 20 ms). read_committed consumers
-// (librdkafka's default, not Java's) see the records only once committed.
-// An engine that takes a partition over from one whose lease expired
-// (TakenOver::from: it may be frozen in the middle of a batch) makes
-// producers under that engine's ids before it produces anything of the
-// partition: Kafka then aborts what the former owner left in an open
-// transaction and refuses its later records (a paused or cut-off engine
-// cannot publish); then the last record of the partition that is committed
-// is read back. A fence that fails at TakeOver is done at the partition's
-// next Apply. transactional: false uses one idempotent producer for all
+// Producers (transactional: true, the default): one transactional producer
+// per source partition, whose transactional.id (sluice-<sink>-<topic>-<p>) is
+// the same in every engine. The engine that takes partition p over makes
+// p's producer before it produces anything of p: Kafka then aborts what the
+// former owner left in an open transaction and refuses its later records
+// (a paused or cut-off engine cannot publish), and the new producer reads
+// back the last record of p that is committed. Each Apply() commits one
+// transaction per source partition of its batch; read_committed consumers
+// (librdkafka's default, not Java's) see a partition's records only once
+// committed. transactional: false uses one idempotent producer for all
 // partitions: right for one engine, but an engine that lost its partitions
 // while frozen may publish the batch it had queued.
 //
@@ -38,7 +32,7 @@
 // is kUnavailable; the engine closes and re-opens the sink and retries.
 //
 // No duplicates after a crash (the engine killed between delivery and its
-// next offset flush): transactional, each partition taken over reads back
+// next offset flush): transactional, the producer of a partition reads back
 // its last committed record (above); idempotent, Open() reads back, for every topic partition, the
 // records after the last sluice-positions header and so learns the highest
 // event id of every source partition that is already in the topic; Apply()
