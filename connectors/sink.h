@@ -152,14 +152,11 @@ struct Difference {
 
 // Partitions an engine has just taken over (Sink::TakeOver): the scope of
 // their leases in sluice_leases ("sink/NAME"), the engine that holds them,
-// each one's fencing token, and, for those taken from another engine whose
-// lease expired (it may be frozen in the middle of a batch), that engine.
-// A partition its former owner released (after its last batch) has none.
+// and each one's fencing token.
 struct TakenOver {
   std::string scope;
   std::string owner;
   std::map<uint32_t, uint64_t> tokens;  // partition -> fencing token
-  std::map<uint32_t, std::string> from;  // partition -> former owner, when its lease expired
 };
 
 // How a repair write is guarded (Sink::Repair).

@@ -130,7 +130,6 @@ Status LeaseKeeper::Round() {
   struct Step {
     SinkRunner* runner;
     std::set<uint32_t> want;
-    std::map<uint32_t, std::string> taken_from;  // taken from an engine whose lease expired
   };
   std::vector<Step> steps;
   // Main answered: who runs is known. Each sink's leases are renewed on the
@@ -140,7 +139,7 @@ Status LeaseKeeper::Round() {
   const auto validity = options_.ttl * 2 / 3;
   Status failed = Status::Ok();
   for (SinkRunner* r : runners_) {
-    Step step{r, {}, {}};
+    Step step{r, {}};
     if (!r->stopped()) {  // a stopped sink applies nothing: its leases go
       for (const auto& [p, member] : Assign(r->scope(), r->entity(), r->partitions(), names)) {
         if (member == options_.member) step.want.insert(p);
@@ -155,16 +154,12 @@ Status LeaseKeeper::Round() {
         if (!step.want.count(p)) ask.push_back(p);
       }
       std::sort(ask.begin(), ask.end());
-      ASSIGN_OR_RETURN(auto got, leases_->Acquire(r->scope(), r->entity(), ask, options_.member, options_.ttl, held,
-                                                  &step.taken_from));
+      ASSIGN_OR_RETURN(auto got, leases_->Acquire(r->scope(), r->entity(), ask, options_.member, options_.ttl, held));
       for (const auto& [p, token] : got) {
         const auto was = held.find(p);
         if (was == held.end() || was->second != token) {
-          const auto from = step.taken_from.find(p);
           Log(LogLevel::kInfo, "engine " + options_.member + ": sink " + r->name() + " takes partition " +
-                                   std::to_string(p) + " (token " + std::to_string(token) +
-                                   (from == step.taken_from.end() ? "" : ", from engine " + from->second +
-                                                                             " whose lease expired") + ")");
+                                   std::to_string(p) + " (token " + std::to_string(token) + ")");
         }
       }
       held = got;
@@ -201,11 +196,7 @@ Status LeaseKeeper::Round() {
         if (!excluded.count(p)) newly_excluded.push_back(p);
       }
     }
-    std::map<uint32_t, std::string> taken_from;
-    for (const auto& [p, owner] : step.taken_from) {
-      if (give.count(p)) taken_from[p] = owner;
-    }
-    const uint64_t generation = step.runner->SetOwned(std::move(give), valid_until, std::move(taken_from));
+    const uint64_t generation = step.runner->SetOwned(std::move(give), valid_until);
     for (const uint32_t p : newly_excluded) excluded[p] = generation;
   }
   if (!letting_go) return failed;

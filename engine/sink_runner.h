@@ -166,10 +166,7 @@ class SinkRunner {
   // tokens, valid until `valid_until` unless renewed by a later call.
   // Returns at once with the call's generation (1, 2, ...); the applier
   // takes the change between two chunks.
-  // taken_from: for partitions just taken from another engine whose lease
-  // expired, that engine (sql::LeaseTable::Acquire), for Sink::TakeOver.
-  uint64_t SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until,
-                    std::map<uint32_t, std::string> taken_from = {});
+  uint64_t SetOwned(std::map<uint32_t, uint64_t> tokens, std::chrono::steady_clock::time_point valid_until);
   // What it applies now: the partitions with their tokens (all, token 0,
   // without an owner), and the generation of the last SetOwned the applier
   // took. A partition given shows once its offset is loaded; one taken away
@@ -270,10 +267,10 @@ class SinkRunner {
   // reading there; batches read from the old positions are dropped.
   void MoveOffsetsLocked(const std::map<uint32_t, uint64_t>& offsets);
   // Applier thread: makes owned_ what `tokens` says (SetOwned).
-  void ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens, const std::map<uint32_t, std::string>& taken_from);
+  void ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens);
   // Sink::TakeOver of the partitions just taken and of those an earlier call
   // could not settle (applier thread).
-  void SettleTakenOver(const std::map<uint32_t, uint64_t>& taken, const std::map<uint32_t, std::string>& taken_from);
+  void SettleTakenOver(const std::map<uint32_t, uint64_t>& taken);
   // Under mu_: stops applying the partitions (their batches are dropped).
   void DropOwnedLocked(const std::set<uint32_t>& partitions);
   // Whether the leases have run past their validity (applier holds still).
@@ -324,7 +321,6 @@ class SinkRunner {
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
   std::map<uint32_t, uint64_t> owned_;  // partition -> lease token: what the reader reads and the applier applies
   std::map<uint32_t, uint64_t> unsettled_;  // owned partitions (-> token) whose Sink::TakeOver has not succeeded yet
-  std::map<uint32_t, std::string> unsettled_from_;  // of those, the former owner whose lease expired
   uint64_t set_generation_ = 0;    // SetOwned calls made
   uint64_t owned_generation_ = 0;  // the last one the applier took
   std::atomic<int64_t> valid_until_ns_{0};  // steady clock: the leases' validity (owner set)

@@ -10,14 +10,12 @@
 namespace sluice::engine {
 
 uint64_t SinkRunner::SetOwned(std::map<uint32_t, uint64_t> tokens,
-                              std::chrono::steady_clock::time_point valid_until,
-                              std::map<uint32_t, std::string> taken_from) {
+                              std::chrono::steady_clock::time_point valid_until) {
   auto control = std::make_shared<Control>();
   std::lock_guard lock(mu_);
   const uint64_t generation = ++set_generation_;
-  control->fn = [this, tokens = std::move(tokens), taken_from = std::move(taken_from), valid_until,
-                  generation](connectors::Sink&) {
-    ApplyOwnership(tokens, taken_from);
+  control->fn = [this, tokens = std::move(tokens), valid_until, generation](connectors::Sink&) {
+    ApplyOwnership(tokens);
     valid_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(valid_until.time_since_epoch()).count();
     std::lock_guard lock(mu_);
     owned_generation_ = generation;
@@ -45,8 +43,7 @@ bool SinkRunner::LeasesLapsed() const {
   return std::chrono::steady_clock::now().time_since_epoch() > std::chrono::nanoseconds(valid_until_ns_.load());
 }
 
-void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens,
-                                const std::map<uint32_t, std::string>& taken_from) {
+void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   std::set<uint32_t> gone;
   std::map<uint32_t, uint64_t> added;
   {
@@ -76,7 +73,7 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens,
     DropOwnedLocked(gone);
   }
   if (added.empty()) {
-    SettleTakenOver({}, {});
+    SettleTakenOver({});
     return;
   }
   // Opened again before their first event: a sink that learns at Open()
@@ -110,41 +107,28 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens,
   }
   queue_cv_.notify_all();
   wake_cv_.notify_all();
-  SettleTakenOver(added, taken_from);
+  SettleTakenOver(added);
 }
 
-void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken,
-                                 const std::map<uint32_t, std::string>& taken_from) {
+void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken) {
   // Settled now rather than at their next event: what their former owner
   // left unfinished (an open Kafka transaction) ends at the takeover. What
   // fails is tried again at the next call (every lease round).
-  connectors::TakenOver settle{scope(), options_.owner, {}, {}};
+  connectors::TakenOver settle{scope(), options_.owner, {}};
   {
     std::lock_guard lock(mu_);
-    for (const auto& [p, token] : taken) {
-      unsettled_[p] = token;
-      if (const auto from = taken_from.find(p); from != taken_from.end()) {
-        unsettled_from_[p] = from->second;
-      } else {
-        unsettled_from_.erase(p);
-      }
-    }
+    for (const auto& [p, token] : taken) unsettled_[p] = token;
     std::erase_if(unsettled_, [this](const auto& held) {
       const auto it = owned_.find(held.first);
       return it == owned_.end() || it->second != held.second;
     });
-    std::erase_if(unsettled_from_, [this](const auto& from) { return unsettled_.count(from.first) == 0; });
     settle.tokens = unsettled_;
-    settle.from = unsettled_from_;
   }
   if (settle.tokens.empty()) return;
   const Status st = loop_->TakeOver(settle);
   std::lock_guard lock(mu_);
   if (st.ok()) {
-    for (const auto& [p, token] : settle.tokens) {
-      unsettled_.erase(p);
-      unsettled_from_.erase(p);
-    }
+    for (const auto& [p, token] : settle.tokens) unsettled_.erase(p);
     return;
   }
   LogRateLimited(LogLevel::kWarn, "engine.takeover." + options_.sink.name,

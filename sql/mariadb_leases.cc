@@ -15,7 +15,6 @@ namespace {
 
 class MariaDbLeaseTable : public LeaseTable {
  public:
-  using LeaseTable::Acquire;
   explicit MariaDbLeaseTable(ConnectParams params) : session_(std::move(params)) {}
 
   // The owner's row in sluice_lease_holders carries the expiry of all its
@@ -31,10 +30,8 @@ class MariaDbLeaseTable : public LeaseTable {
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
-                                               const std::map<uint32_t, uint64_t>& known,
-                                               std::map<uint32_t, std::string>* taken_from) override {
+                                               const std::map<uint32_t, uint64_t>& known) override {
     std::map<uint32_t, uint64_t> held;
-    if (taken_from != nullptr) taken_from->clear();
     if (partitions.empty()) return held;
     ASSIGN_OR_RETURN(Connection * c, Ready());
     const std::string key = LeaseKey(*c, scope, type);
@@ -134,8 +131,7 @@ class MariaDbLeaseTable : public LeaseTable {
       RETURN_IF_ERROR(c->Execute(renew).status());
       std::vector<uint32_t> take;
       std::map<uint32_t, uint64_t> forgotten;  // naming it, not asked for: let go
-      std::set<std::string> former_owners;    // other owners whose expired leases it takes
-      std::map<uint32_t, std::string> from;   // partition -> that owner
+      std::set<std::string> taken_from;       // other owners whose expired leases it takes
       for (const auto& r : current) {
         const uint32_t p = static_cast<uint32_t>(U64(r.at(0)));
         const std::string holder = r.at(1).value_or("");
@@ -150,10 +146,7 @@ class MariaDbLeaseTable : public LeaseTable {
           // late round let it expire: nobody took it meanwhile (same token).
           held[p] = token;
         } else if (!live || mine) {
-          if (!holder.empty() && !mine) {
-            former_owners.insert(holder);
-            from[p] = holder;
-          }
+          if (!holder.empty() && !mine) taken_from.insert(holder);
           take.push_back(p);
           held[p] = token + 1;
         }
@@ -178,10 +171,9 @@ class MariaDbLeaseTable : public LeaseTable {
                                  "l.expires_at)))) WHERE " + LeaseKey(*c, scope, type, "l.") + " AND l.owner<>''"
                                  " AND l.partition_id IN (" + PartitionList(take) + ")")
                           .status());
-      if (taken_from != nullptr) *taken_from = from;
-      if (!former_owners.empty()) {
+      if (!taken_from.empty()) {
         std::string list;
-        for (const std::string& o : former_owners) {
+        for (const std::string& o : taken_from) {
           list += list.empty() ? "" : ",";
           c->AppendQuoted(list, o);
         }

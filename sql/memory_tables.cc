@@ -415,7 +415,6 @@ class MemoryOffsetTable : public OffsetTable {
 
 class MemoryLeaseTable : public LeaseTable {
  public:
-  using LeaseTable::Acquire;
   explicit MemoryLeaseTable(std::shared_ptr<MemoryStorage> s) : s_(std::move(s)) {}
   // Its session ends: its claims go (as a named lock with a MariaDB session).
   ~MemoryLeaseTable() override {
@@ -426,10 +425,8 @@ class MemoryLeaseTable : public LeaseTable {
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
-                                               const std::map<uint32_t, uint64_t>& known,
-                                               std::map<uint32_t, std::string>* taken_from) override {
+                                               const std::map<uint32_t, uint64_t>& known) override {
     std::map<uint32_t, uint64_t> held;
-    if (taken_from != nullptr) taken_from->clear();
     if (partitions.empty()) return held;
     RETURN_IF_ERROR(Begin());
     Lock lock(s_->mu());
@@ -458,7 +455,6 @@ class MemoryLeaseTable : public LeaseTable {
       if (!l.owner.empty()) {  // the hold it ends: a former process of owner now, another owner's at its expiry
         LeaseSpan& former = Span(scope, type, p, l.token);
         former.ended_at_ms = std::min(former.ended_at_ms, mine ? NowMs() : EndMs(scope, type, l, now));
-        if (!mine && taken_from != nullptr) (*taken_from)[p] = l.owner;
       }
       l.owner = owner;
       ++l.token;

@@ -265,17 +265,14 @@ class RoutedOffsetTable : public OffsetTable {
 
 class RoutedLeaseTable : public LeaseTable {
  public:
-  using LeaseTable::Acquire;
   RoutedLeaseTable(Layout layout, const std::vector<std::shared_ptr<Storage>>& servers)
       : layout_(std::move(layout)), tables_(servers, &Storage::OpenLeases) {}
 
   Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                const std::vector<uint32_t>& partitions, const std::string& owner,
                                                std::chrono::milliseconds ttl,
-                                               const std::map<uint32_t, uint64_t>& known,
-                                               std::map<uint32_t, std::string>* taken_from) override {
+                                               const std::map<uint32_t, uint64_t>& known) override {
     std::map<uint32_t, uint64_t> held;
-    if (taken_from != nullptr) taken_from->clear();
     for (const auto& [server, part] : ByServer(*layout_, type, partitions, [](uint32_t p) { return p; })) {
       std::map<uint32_t, uint64_t> known_here;
       for (const uint32_t p : part) {
@@ -284,11 +281,8 @@ class RoutedLeaseTable : public LeaseTable {
       // All or nothing: an answer without a server's partitions would read
       // as "another owner holds them", and the caller would stop renewing
       // leases it may still be applying under.
-      std::map<uint32_t, std::string> from_here;
-      ASSIGN_OR_RETURN(auto got, tables_.At(server).Acquire(scope, type, part, owner, ttl, known_here,
-                                                           taken_from != nullptr ? &from_here : nullptr));
+      ASSIGN_OR_RETURN(auto got, tables_.At(server).Acquire(scope, type, part, owner, ttl, known_here));
       held.merge(got);
-      if (taken_from != nullptr) taken_from->merge(from_here);
     }
     return held;
   }

@@ -275,21 +275,11 @@ class LeaseTable {
   // it holds here but does not ask for (it forgot them); the takes and
   // releases are one transaction. Returns partition -> token of every one
   // of `partitions` that `owner` holds afterwards; the others belong to
-  // another owner whose lease runs. `taken_from` (when not null) gets, for
-  // each partition taken from another owner whose lease expired (not
-  // released), that owner: it may have been frozen in the middle of its
-  // work, which the new owner fences (a Kafka sink's open transaction).
+  // another owner whose lease runs.
   virtual Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
                                                        const std::vector<uint32_t>& partitions,
                                                        const std::string& owner, std::chrono::milliseconds ttl,
-                                                       const std::map<uint32_t, uint64_t>& known,
-                                                       std::map<uint32_t, std::string>* taken_from) = 0;
-  Result<std::map<uint32_t, uint64_t>> Acquire(const std::string& scope, const std::string& type,
-                                               const std::vector<uint32_t>& partitions, const std::string& owner,
-                                               std::chrono::milliseconds ttl,
-                                               const std::map<uint32_t, uint64_t>& known) {
-    return Acquire(scope, type, partitions, owner, ttl, known, nullptr);
-  }
+                                                       const std::map<uint32_t, uint64_t>& known) = 0;
   // Gives up the leases `owner` holds with these tokens: they expire now
   // (the token stays, so the next taker's is higher).
   virtual Status Release(const std::string& scope, const std::string& type,

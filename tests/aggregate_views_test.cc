@@ -448,7 +448,7 @@ TEST(AggregateSinkOnMariaDB, AFormerOwnersTransactionWritesNothingOnceItsLeaseMo
   };
   lease("e1", 1);
   ASSERT_TRUE(d->sink->Open().ok());
-  ASSERT_TRUE(d->sink->TakeOver({"sink/agg", "e1", {{0, 1}}, {}}).ok());
+  ASSERT_TRUE(d->sink->TakeOver({"sink/agg", "e1", {{0, 1}}}).ok());
   connectors::ApplyResult r = d->sink->Apply(std::vector<ChangeEvent>{OpsEvent(1, MoneyAdd("x", "n", "1"))});
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   lease("e2", 2);  // e2 took partition 0 over
@@ -466,7 +466,7 @@ TEST(AggregateSinkOnMariaDB, AFormerOwnersTransactionWritesNothingOnceItsLeaseMo
   auto next = connectors::aggregate::MakeAggregateSink(cfg->sinks.back(), *cfg);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   ASSERT_TRUE((*next)->Open().ok());
-  ASSERT_TRUE((*next)->TakeOver({"sink/agg", "e2", {{0, 2}}, {{0, "e1"}}}).ok());
+  ASSERT_TRUE((*next)->TakeOver({"sink/agg", "e2", {{0, 2}}}).ok());
   r = (*next)->Apply(std::vector<ChangeEvent>{OpsEvent(2, MoneyAdd("x", "n", "10"))});
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(db.Scalar("SELECT n FROM money WHERE id = 'x'"), 11);

@@ -126,7 +126,7 @@ class AggregateSink : public Sink {
   // of the view checks, under a lock, that they are still current.
   Status TakeOver(const TakenOver& taken) override {
     if (!fence_ || fence_->owner != taken.owner || fence_->scope != taken.scope) {
-      fence_ = TakenOver{taken.scope, taken.owner, {}, {}};
+      fence_ = TakenOver{taken.scope, taken.owner, {}};
     }
     for (const auto& [p, token] : taken.tokens) fence_->tokens[p] = token;
     return Status::Ok();

@@ -1,14 +1,12 @@
 #include "connectors/kafka/kafka_sink.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <thread>
 #include <string>
 #include <utility>
@@ -111,20 +109,20 @@ class KafkaSink final : public Sink {
     out.results.resize(events.size());
     pending_.assign(events.size(), Pending{});
     if (transactional()) {
-      // Every source partition of the batch is settled first: a former
-      // owner's open transaction aborted (a TakeOver that failed is finished
-      // here), and what the topic holds of it read back into delivered_
-      // before anything is skipped.
-      std::set<uint32_t> partitions;
-      for (const ChangeEvent& e : events) partitions.insert(e.partition);
-      if (Status st = Settle(partitions); !st.ok()) {
-        out.results.clear();
-        out.status = st;
-        return out;
+      // Every source partition of the batch is fenced first: whatever a
+      // former owner left in an open transaction is aborted, and what it
+      // committed is read back into delivered_ before anything is skipped.
+      for (const ChangeEvent& e : events) {
+        if (fenced_.count(e.partition) != 0) continue;
+        if (Status st = Fence(e.partition); !st.ok()) {
+          out.results.clear();
+          out.status = st;
+          return out;
+        }
       }
     }
     const std::vector<size_t> send = ToSend(events, out);
-    const Status failure = transactional() ? ProduceInTransaction(events, send, out)
+    const Status failure = transactional() ? ProduceInTransactions(events, send, out)
                                            : ProduceIdempotent(events, send, out);
     if (!failure.ok()) {
       // Kept: what was delivered (delivered_) and refused (refused_); the
@@ -135,27 +133,14 @@ class KafkaSink final : public Sink {
     return out;
   }
 
-  // Transactional: the engine's producers take their transactional ids
-  // (fencing a former process of the same engine), the producers of every
-  // engine whose expired lease a partition was taken from are fenced (their
-  // open transaction aborted), and what the topic holds of each partition is
-  // read back, all at once rather than at the partition's next event.
+  // Transactional: each partition taken over is fenced at once (its former
+  // owner's open transaction aborted, what it committed read back).
   Status TakeOver(const TakenOver& taken) override {
-    if (!transactional()) return Status::Ok();
-    if (taken.owner != owner_) {
-      DropProducers();
-      owner_ = taken.owner;
-    }
-    std::set<uint32_t> partitions;
+    if (!transactional() || !producer_) return Status::Ok();
     for (const auto& [p, token] : taken.tokens) {
-      partitions.insert(p);
-      recovered_.erase(p);  // its last owner may have written past what this sink knows
+      if (fenced_.count(p) == 0) RETURN_IF_ERROR(Fence(p));
     }
-    for (const auto& [p, from] : taken.from) {
-      if (from != owner_) to_fence_[p] = from;
-    }
-    if (!producer_) return Status::Ok();  // settled at Apply
-    return Settle(partitions);
+    return Status::Ok();
   }
 
   Status Health() override {
@@ -179,8 +164,11 @@ class KafkaSink final : public Sink {
     // A transaction left open is aborted by the next producer of its
     // partition (this sink's, when it opens again) or by the broker after
     // the transaction timeout; read_committed consumers never see it.
-    DropProducers();
-    recovered_.clear();
+    for (auto& [p, f] : fenced_) {
+      rd_kafka_purge(f->producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(f->producer.get(), 0);
+    }
+    fenced_.clear();
     reader_.reset();
     if (rkt_ != nullptr) {
       rd_kafka_topic_destroy(rkt_);
@@ -317,21 +305,6 @@ class KafkaSink final : public Sink {
   }
 
  private:
-  // Transactional: one producer of this engine (or a fence of another's).
-  struct TxnProducer {
-    KafkaHandle handle;
-    rd_kafka_topic_t* rkt = nullptr;
-    TxnProducer() = default;
-    TxnProducer(const TxnProducer&) = delete;
-    TxnProducer& operator=(const TxnProducer&) = delete;
-    ~TxnProducer() { Reset(); }
-    void Reset() {
-      if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
-      rkt = nullptr;
-      handle.reset();
-    }
-  };
-
   struct Pending {
     bool reported = false;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -542,93 +515,125 @@ class KafkaSink final : public Sink {
     return failure;
   }
 
-  // Transactional: one transaction for the whole batch, on the producer
-  // whose turn it is. Its records count as delivered only once it
-  // committed; one that fails is aborted (read_committed consumers never
-  // see its records) and the batch is retried.
-  Status ProduceInTransaction(std::span<const ChangeEvent> events, const std::vector<size_t>& send,
-                              ApplyResult& out) {
-    if (send.empty()) return Status::Ok();
-    RETURN_IF_ERROR(EnsureProducers());
-    TxnProducer& t = txn_[turn_];
-    rd_kafka_t* rk = t.handle.get();
+  // Transactional: one transaction per source partition of the batch, each
+  // on that partition's own producer (its transactional id is the
+  // partition's, so the engine that takes the partition over fences this
+  // one). A source partition's records count as delivered only once its
+  // transaction committed; one that fails is aborted (read_committed
+  // consumers never see its records) and the batch is retried.
+  Status ProduceInTransactions(std::span<const ChangeEvent> events, const std::vector<size_t>& send,
+                               ApplyResult& out) {
+    std::map<uint32_t, std::vector<size_t>> of_partition;
+    for (size_t i : send) of_partition[events[i].partition].push_back(i);
     const auto deadline = Clock::now() + options().delivery_timeout;
     outstanding_ = 0;
-    TxnError kind;
-    Status failure = TransactionStatus(rd_kafka_begin_transaction(rk), TxnWhere() + "begin", &kind);
-    if (!failure.ok()) {
-      if (kind.fatal) DropProducers();
-      return failure;
-    }
-    for (size_t i : send) {
-      const ChangeEvent& e = events[i];
-      Status st = Produce(rk, t.rkt, e, TopicPartitionOf(e.partition), i, "", deadline);
-      if (st.code() == StatusCode::kInvalidArgument) {  // refused before it was sent: the transaction goes on
-        out.results[i] = {Outcome::kRejected, st.message()};
-        refused_[{e.partition, e.event_id}] = st.message();
-        continue;
+    Status failure = Status::Ok();
+    std::vector<uint32_t> begun;
+    for (const auto& [p, indexes] : of_partition) {
+      FencedProducer& f = *fenced_.at(p);
+      TxnError kind;
+      Status st = TransactionStatus(rd_kafka_begin_transaction(f.producer.get()), PartitionWhere(p) + "begin", &kind);
+      if (!st.ok()) {
+        if (kind.fatal) fenced_.erase(p);
+        failure = st;
+        break;
+      }
+      begun.push_back(p);
+      for (size_t i : indexes) {
+        const ChangeEvent& e = events[i];
+        st = Produce(f.producer.get(), f.rkt, e, TopicPartitionOf(p), i, "", deadline);
+        if (st.code() == StatusCode::kInvalidArgument) {  // refused before it was sent: the transaction goes on
+          out.results[i] = {Outcome::kRejected, st.message()};
+          refused_[{e.partition, e.event_id}] = st.message();
+          continue;
+        }
+        if (!st.ok()) break;
+        ++outstanding_;
       }
       if (!st.ok()) {
         failure = st;
         break;
       }
-      ++outstanding_;
     }
-    // Every delivery report in.
-    while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
-    if (char reason[512]; rd_kafka_fatal_error(rk, reason, sizeof(reason)) != 0) {
-      // Fenced (another engine took these partitions over) or broken: its
-      // records were purged and its transaction is dead.
-      failure = Unavailable(TxnWhere() + "producer failed: " + reason);
-      DropProducers();
-      return failure;
+    // Every delivery report in (the producers send at the same time).
+    for (const uint32_t p : begun) {
+      rd_kafka_t* rk = fenced_.at(p)->producer.get();
+      while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
     }
-    for (size_t i : send) {
-      const Pending& r = pending_[i];
-      if (out.results[i].outcome == Outcome::kRejected && !r.reported) continue;  // refused before sending
-      if (r.reported && r.err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
-      const ChangeEvent& e = events[i];
-      if (r.reported && IsPermanentRecordError(r.err)) {
-        // Refused by the broker inside the transaction, which it spoils: the
-        // retried batch leaves this record out.
-        refused_[{e.partition, e.event_id}] = std::string("kafka refused the record: ") + rd_kafka_err2str(r.err);
+    std::vector<uint32_t> to_commit;
+    for (const uint32_t p : begun) {
+      bool sent = failure.ok();
+      for (size_t i : of_partition[p]) {
+        const Pending& r = pending_[i];
+        if (out.results[i].outcome == Outcome::kRejected && !r.reported) continue;  // refused before sending
+        if (r.reported && r.err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+        sent = false;
+        const ChangeEvent& e = events[i];
+        if (r.reported && IsPermanentRecordError(r.err)) {
+          // Refused by the broker inside the transaction, which it spoils: the
+          // retried batch leaves this record out.
+          refused_[{e.partition, e.event_id}] = std::string("kafka refused the record: ") + rd_kafka_err2str(r.err);
+        }
+        if (failure.ok()) {
+          failure = Unavailable(PartitionWhere(p) + (r.reported ? std::string("delivery failed: ") +
+                                                                       rd_kafka_err2str(r.err)
+                                                                 : std::string("records not delivered in time")) +
+                                "; its transaction is aborted");
+        }
       }
-      if (failure.ok()) {
-        failure = Unavailable(PartitionWhere(e.partition) +
-                              (r.reported ? std::string("delivery failed: ") + rd_kafka_err2str(r.err)
-                                          : std::string("records not delivered in time")) +
-                              "; the batch's transaction is aborted");
+      if (!sent) {
+        Abort(p);
+        continue;
+      }
+      to_commit.push_back(p);
+    }
+    // The transactions commit at the same time: each commit is a round trip
+    // to the transaction coordinator, one after the other they would add up.
+    std::vector<std::pair<Status, TxnError>> committed(to_commit.size());
+    {
+      const auto until = std::max(deadline, Clock::now() + kMetadataTimeout);  // each gets its own time
+      std::vector<std::thread> threads;
+      for (size_t k = 0; k < to_commit.size(); ++k) {
+        rd_kafka_t* rk = fenced_.at(to_commit[k])->producer.get();
+        auto commit = [rk, until, where = PartitionWhere(to_commit[k]), out = &committed[k]] {
+          *out = Commit(rk, until, where);
+        };
+        if (k + 1 == to_commit.size()) {
+          commit();  // the last on this thread
+        } else {
+          threads.emplace_back(commit);
+        }
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (size_t k = 0; k < to_commit.size(); ++k) {
+      const uint32_t p = to_commit[k];
+      const auto& [st, kind] = committed[k];
+      if (!st.ok()) {
+        // Not committed (or not known to be): aborted, or dropped when the
+        // producer can do nothing more; the next producer of p reads back
+        // whatever did commit.
+        if (kind.fatal) {
+          fenced_.erase(p);
+        } else {
+          Abort(p);
+        }
+        if (failure.ok()) failure = st;
+        continue;
+      }
+      for (size_t i : of_partition[p]) {
+        if (!pending_[i].reported) continue;
+        uint64_t& d = delivered_[p];
+        d = std::max(d, events[i].event_id);
+        out.results[i].outcome = Outcome::kApplied;
       }
     }
-    if (!failure.ok()) {
-      Abort();
-      return failure;
-    }
-    const auto [committed, commit_kind] =
-        Commit(rk, std::max(deadline, Clock::now() + kMetadataTimeout), TxnWhere());
-    if (!committed.ok()) {
-      // Not committed (or not known to be): aborted, or dropped when the
-      // producer can do nothing more; the next producer of these ids reads
-      // back whatever did commit.
-      if (commit_kind.fatal) {
-        DropProducers();
-      } else {
-        Abort();
-      }
-      return committed;
-    }
-    turn_ = (turn_ + 1) % txn_.size();
-    for (size_t i : send) {
-      if (!pending_[i].reported) continue;
-      uint64_t& d = delivered_[events[i].partition];
-      d = std::max(d, events[i].event_id);
-      out.results[i].outcome = Outcome::kApplied;
-    }
-    return Status::Ok();
+    return failure;
   }
 
   // Commits a producer's open transaction, repeating what librdkafka says
   // may be repeated until `until`; the status and what kind of error it was.
+  // Touches nothing of the sink (runs on its own thread).
   static std::pair<Status, TxnError> Commit(rd_kafka_t* rk, Clock::time_point until, const std::string& where) {
     for (;;) {
       const auto left =
@@ -639,97 +644,44 @@ class KafkaSink final : public Sink {
     }
   }
 
-  // Aborts the open transaction of the producer whose turn it is; one that
-  // cannot be aborted is dropped (its id's next producer aborts it).
-  void Abort() {
-    if (!txn_ready_) return;
+  void Abort(uint32_t p) {
+    const auto it = fenced_.find(p);
+    if (it == fenced_.end()) return;
     TxnError kind;
     const Status st = TransactionStatus(
-        rd_kafka_abort_transaction(txn_[turn_].handle.get(), static_cast<int>(kMetadataTimeout.count())),
-        TxnWhere() + "abort", &kind);
-    if (!st.ok()) {
-      DropProducers();
-      return;
-    }
-    turn_ = (turn_ + 1) % txn_.size();
+        rd_kafka_abort_transaction(it->second->producer.get(), static_cast<int>(kMetadataTimeout.count())),
+        PartitionWhere(p) + "abort", &kind);
+    // Not aborted: dropped; the next producer of the partition fences it,
+    // which aborts its transaction.
+    if (!st.ok()) fenced_.erase(it);
   }
 
-  // The transactional id of the n-th producer of engine `owner`: the same in
-  // every process of that engine (a restarted one fences its former self),
-  // and known to the engine that takes a partition over from it.
-  std::string TransactionalId(const std::string& owner, size_t n) const {
-    return "sluice-" + config_.name + "-" + topic_ + "-" + std::to_string(n) + "@" + owner;
+  // The transactional id of source partition p: the same in every engine,
+  // so that the one that takes p over fences the one that had it.
+  std::string TransactionalId(uint32_t p) const {
+    return "sluice-" + config_.name + "-" + topic_ + "-" + std::to_string(p);
   }
 
   std::string PartitionWhere(uint32_t p) const {
     return Where() + "partition " + std::to_string(p) + ": ";
   }
-  std::string TxnWhere() const { return Where() + "transaction of " + TransactionalId(owner_, turn_) + ": "; }
 
-  // A producer under transactional id `id`, which fences every earlier
-  // producer of that id: its open transaction is aborted (or, when its
-  // commit had begun, completed) and its later requests refused.
-  Status InitProducer(const std::string& id, const std::string& purpose, TxnProducer& t) {
-    auto producer = Client(RD_KAFKA_PRODUCER, purpose, &KafkaSink::OnDelivery, id);
+  // Makes source partition p's producer: its transactional id fences every
+  // earlier producer of p (their open transaction is aborted, their later
+  // records refused), and then the records of p already committed to the
+  // topic are read back.
+  Status Fence(uint32_t p) {
+    auto producer = Client(RD_KAFKA_PRODUCER, "p" + std::to_string(p), &KafkaSink::OnDelivery, TransactionalId(p));
     if (!producer.ok()) return producer.status();
     RETURN_IF_ERROR(TransactionStatus(
         rd_kafka_init_transactions(producer->get(), static_cast<int>(kMetadataTimeout.count())),
-        Where() + "taking the transactional id " + id));
-    t.rkt = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
-    if (t.rkt == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
-    t.handle = std::move(producer).value();
-    return Status::Ok();
-  }
-
-  // This engine's producers, made (and their ids taken) when missing.
-  Status EnsureProducers() {
-    if (txn_ready_) return Status::Ok();
-    DropProducers();
-    for (size_t n = 0; n < txn_.size(); ++n) {
-      if (Status st = InitProducer(TransactionalId(owner_, n), "txn" + std::to_string(n), txn_[n]); !st.ok()) {
-        DropProducers();
-        return st;
-      }
-    }
-    txn_ready_ = true;
-    turn_ = 0;
-    return Status::Ok();
-  }
-
-  void DropProducers() {
-    for (TxnProducer& t : txn_) {
-      if (t.handle) {
-        rd_kafka_purge(t.handle.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(t.handle.get(), 0);
-      }
-      t.Reset();
-    }
-    txn_ready_ = false;
-    turn_ = 0;
-  }
-
-  // Makes `partitions` ready for records: the producers of every former
-  // owner still to fence for one of them are fenced (their open transaction
-  // aborted), this engine's producers made, and what the topic holds of
-  // each partition not read back yet is read back.
-  Status Settle(const std::set<uint32_t>& partitions) {
-    std::set<std::string> owners;
-    for (const uint32_t p : partitions) {
-      if (const auto it = to_fence_.find(p); it != to_fence_.end()) owners.insert(it->second);
-    }
-    for (const std::string& owner : owners) {
-      for (size_t n = 0; n < txn_.size(); ++n) {
-        TxnProducer fence;
-        RETURN_IF_ERROR(InitProducer(TransactionalId(owner, n), "fence", fence));
-      }
-      std::erase_if(to_fence_, [&](const auto& f) { return f.second == owner; });
-    }
-    RETURN_IF_ERROR(EnsureProducers());
-    for (const uint32_t p : partitions) {
-      if (recovered_.count(p) != 0) continue;
-      RETURN_IF_ERROR(RecoverPartition(p));
-      recovered_.insert(p);
-    }
+        PartitionWhere(p) + "taking the transactional id " + TransactionalId(p)));
+    auto f = std::make_unique<FencedProducer>();
+    f->rkt = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
+    if (f->rkt == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    f->producer = std::move(producer).value();
+    RETURN_IF_ERROR(RecoverPartition(p));
+    fenced_[p] = std::move(f);
     return Status::Ok();
   }
 
@@ -838,20 +790,24 @@ class KafkaSink final : public Sink {
     return Status::Ok();
   }
 
+  // Transactional: the producer of one source partition.
+  struct FencedProducer {
+    KafkaHandle producer;
+    rd_kafka_topic_t* rkt = nullptr;
+    FencedProducer() = default;
+    FencedProducer(const FencedProducer&) = delete;
+    FencedProducer& operator=(const FencedProducer&) = delete;
+    ~FencedProducer() {
+      if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+    }
+  };
 
   const config::SinkConfig config_;
   const uint32_t source_partitions_;
   const std::string topic_;
   KafkaHandle producer_;  // transactional: a consumer for metadata and reading back
   rd_kafka_topic_t* rkt_ = nullptr;  // idempotent only
-  // Transactional: this engine's producers, which take the batches'
-  // transactions in turn (see the header).
-  std::array<TxnProducer, 2> txn_;
-  bool txn_ready_ = false;  // both made and their ids taken
-  size_t turn_ = 0;         // whose turn it is
-  std::string owner_;       // the engine (TakeOver); empty until told
-  std::set<uint32_t> recovered_;                 // partitions read back since Open
-  std::map<uint32_t, std::string> to_fence_;     // partition -> former owner not fenced yet
+  std::map<uint32_t, std::unique_ptr<FencedProducer>> fenced_;  // transactional: per source partition
   KafkaHandle reader_;  // transactional: a read_committed consumer for reading back
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
