@@ -48,6 +48,14 @@ class LruCache {
     index_.clear();
     order_.clear();
   }
+  // Empties the cache and hands its entries over in a cache of the same
+  // capacity (whose owner may destroy them elsewhere).
+  LruCache TakeAll() {
+    LruCache out(capacity_);
+    out.order_.swap(order_);  // the index's iterators stay valid, now into out
+    out.index_.swap(index_);
+    return out;
+  }
   size_t size() const { return index_.size(); }
 
  private:

@@ -29,16 +29,21 @@ void BatchThreads::Remove(size_t key, Client* client) {
 
 void BatchThreads::Ready(size_t key, Client* client) {
   Slot& s = SlotOf(key);
-  std::lock_guard lock(s.mu);
-  s.line.push_back(client);
-  if (s.running) {
-    s.cv.notify_one();
-    return;
+  std::thread ended;
+  {
+    std::lock_guard lock(s.mu);
+    s.line.push_back(client);
+    if (s.running) {
+      s.cv.notify_one();
+      return;
+    }
+    // The thread that ended idle said so under the lock and takes it no
+    // more; it may still be closing its sessions, joined below.
+    ended = std::move(s.thread);
+    s.running = true;
+    s.thread = StartNamedThread("sluice-commit", [this, &s] { Loop(s); });
   }
-  // The thread that ended idle said so under the lock, and takes it no more.
-  if (s.thread.joinable()) s.thread.join();
-  s.running = true;
-  s.thread = StartNamedThread("sluice-commit", [this, &s] { Loop(s); });
+  if (ended.joinable()) ended.join();
 }
 
 uint64_t BatchThreads::NewSessions() {
@@ -49,9 +54,10 @@ uint64_t BatchThreads::NewSessions() {
 bool BatchThreads::AfterBatch(size_t key) {
   Slot& s = SlotOf(key);
   const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<void>> dropped;  // destroyed after the lock
   std::lock_guard lock(s.mu);
   // The client being served is handed out: the sweep leaves it alone.
-  if (now - s.last_sweep >= options_.idle_exit) SweepLocked(s, now);
+  if (now - s.last_sweep >= options_.idle_exit) SweepLocked(s, now, dropped);
   return !s.line.empty();
 }
 
@@ -62,6 +68,7 @@ void BatchThreads::Loop(Slot& slot) {
     lane->spare = options_.storage->OpenEventLog();
     lane->stage = std::make_unique<CommitStage>();
   }
+  std::vector<std::shared_ptr<void>> dropped;  // caches the sweeps dropped
   {
     std::unique_lock lock(slot.mu);
     for (;;) {
@@ -71,7 +78,7 @@ void BatchThreads::Loop(Slot& slot) {
         if (!work) {
           // Nothing served for idle_exit: the workers drop their caches
           // now, not at a sweep that may not come.
-          SweepLocked(slot, std::chrono::steady_clock::now());
+          SweepLocked(slot, std::chrono::steady_clock::now(), dropped);
           break;
         }
         if (slot.line.empty()) break;  // stopping
@@ -84,16 +91,25 @@ void BatchThreads::Loop(Slot& slot) {
       const auto now = std::chrono::steady_clock::now();
       lock.lock();
       if (more) slot.line.push_back(client);
-      if (now - slot.last_sweep >= options_.idle_exit) SweepLocked(slot, now);
+      if (now - slot.last_sweep >= options_.idle_exit) {
+        SweepLocked(slot, now, dropped);
+        lock.unlock();
+        dropped.clear();
+        lock.lock();
+      }
     }
     slot.running = false;
   }
-  // Its sessions close; a Ready() meanwhile joins this thread first.
+  // The dropped caches go, then its sessions close; a Ready() meanwhile
+  // joins this thread.
 }
 
-void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now) {
+void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now,
+                               std::vector<std::shared_ptr<void>>& dropped) {
   slot.last_sweep = now;
-  for (Client* c : slot.clients) c->DropIfIdleSince(now - options_.idle_exit);
+  for (Client* c : slot.clients) {
+    if (auto d = c->DropIfIdleSince(now - options_.idle_exit)) dropped.push_back(std::move(d));
+  }
 }
 
 void BatchThreads::Stop() {

@@ -64,9 +64,11 @@ class BatchThreads {
     // and goes to the back of the thread's line); false: it no longer is.
     virtual bool Serve(Lane& lane) = 0;
     // Drops what it caches when it is not handed out and had no command
-    // since `idle_since`. Called with the thread's lock held: it must not
-    // call back into BatchThreads.
-    virtual void DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) = 0;
+    // since `idle_since`, and returns it (or null): the thread destroys it
+    // after releasing its lock, so that a large cache's destruction holds up
+    // no Ready() of the thread's other workers. Called with the thread's
+    // lock held: it must not call back into BatchThreads.
+    virtual std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) = 0;
   };
 
   explicit BatchThreads(Options options);
@@ -110,8 +112,9 @@ class BatchThreads {
   };
   Slot& SlotOf(size_t key) const { return *slots_[key % slots_.size()]; }
   void Loop(Slot& slot);
-  // Under slot.mu: each client drops what it caches if idle since idle_exit.
-  void SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now);
+  // Under slot.mu: each client drops what it caches if idle since idle_exit,
+  // into `dropped` (destroyed by the caller once slot.mu is released).
+  void SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now, std::vector<std::shared_ptr<void>>& dropped);
 
   const Options options_;
   std::vector<std::unique_ptr<Slot>> slots_;

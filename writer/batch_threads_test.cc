@@ -320,5 +320,61 @@ TEST_P(BatchThreadsTest, ABusyThreadDropsTheCachesOfItsIdlePartitions) {
   StopAll();
 }
 
+// A client that only counts how the caches it drops are destroyed: with the
+// thread's lock free (another worker's Ready() goes on meanwhile) or held.
+class DroppingClient : public BatchThreads::Client {
+ public:
+  explicit DroppingClient(BatchThreads& threads) : threads_(threads) {}
+  ~DroppingClient() override {
+    for (auto& t : checkers_) t.join();
+  }
+  bool Serve(BatchThreads::Lane&) override { return false; }
+  std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point) override {
+    return std::shared_ptr<void>(new int(0), [this](void* p) {
+      delete static_cast<int*>(p);
+      // running() takes every thread's lock: answered at once unless the
+      // lock is held by whoever destroys this.
+      auto answered = std::make_shared<std::promise<void>>();
+      auto future = answered->get_future();
+      std::lock_guard lock(mu_);
+      checkers_.emplace_back([this, answered] {
+        threads_.running();
+        answered->set_value();
+      });
+      (future.wait_for(2s) == std::future_status::ready ? freed_unlocked : freed_locked)++;
+    });
+  }
+  std::atomic<int> freed_unlocked{0};
+  std::atomic<int> freed_locked{0};
+
+ private:
+  BatchThreads& threads_;
+  std::mutex mu_;
+  std::vector<std::thread> checkers_;
+};
+
+// A sweep hands the caches it dropped over and the thread destroys them
+// after releasing its lock, at each of its three sweeps: after serving a
+// worker (the thread's first sweep comes after its first worker), when it
+// ends idle, and between a busy worker's batches (AfterBatch). A large
+// cache's destruction holds up no Ready() of the thread's other workers.
+// (The client drops something at every sweep.)
+TEST(BatchThreadsSweep, DroppedCachesAreDestroyedOutsideTheThreadsLock) {
+  BatchThreads threads(BatchThreads::Options{
+      .storage = MemoryStorage::Create(), .threads = 1, .overlap_commits = false, .idle_exit = 50ms});
+  DroppingClient idle(threads);
+  threads.Add(0, &idle);
+  threads.Ready(0, &idle);  // served at once and swept, then the thread ends idle after a sweep
+  ASSERT_TRUE(Eventually([&] { return idle.freed_unlocked + idle.freed_locked >= 2; }));
+  ASSERT_TRUE(Eventually([&] { return threads.running() == 0; }));
+  std::this_thread::sleep_for(60ms);
+  threads.AfterBatch(0);  // as a busy worker of the thread does after each batch
+  ASSERT_TRUE(Eventually([&] { return idle.freed_unlocked + idle.freed_locked >= 3; }));
+  EXPECT_EQ(idle.freed_locked, 0);
+  EXPECT_EQ(idle.freed_unlocked, 3);
+  threads.Stop();
+  threads.Remove(0, &idle);
+}
+
 }  // namespace
 }  // namespace sluice::writer

@@ -154,12 +154,13 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
   return false;
 }
 
-void PartitionWorker::DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) {
+std::shared_ptr<void> PartitionWorker::DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) {
   std::lock_guard lock(mu_);
-  if (handed_out_ || last_active_ > idle_since) return;
+  if (handed_out_ || last_active_ > idle_since) return nullptr;
   // The next command reads the head and its entities again.
   head_.reset();
-  entities_.Clear();
+  if (entities_.size() == 0) return nullptr;
+  return std::make_shared<decltype(entities_)>(entities_.TakeAll());
 }
 
 void PartitionWorker::CommitReturned() {

@@ -184,7 +184,7 @@ class PartitionWorker : private BatchThreads::Client {
 
   // partition_worker.cc: the queue, serving it on a batch thread, and the loop of attempts.
   bool Serve(BatchThreads::Lane& lane) override;
-  void DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) override;
+  std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) override;
   // Called on the commit stage's thread when a COMMIT returned.
   void CommitReturned();
   // Plans and inserts the batch and begins its COMMIT, or answers it when
