@@ -89,6 +89,10 @@ Status ApplyLoop::TakeOver(const TakenOver& taken) {
   return sink_->TakeOver(taken);
 }
 
+void ApplyLoop::Idle() {
+  if (open_) sink_->Idle();
+}
+
 void ApplyLoop::Close() {
   // Also after a failed Open(), which may have left a connection behind.
   open_ = false;

@@ -109,6 +109,8 @@ class ApplyLoop {
 
   // Opens the sink if it is not open, then Sink::TakeOver(taken).
   Status TakeOver(const TakenOver& taken);
+  // Sink::Idle() of an open sink (nothing to apply meanwhile).
+  void Idle();
 
   // Closes the sink, once made, whether or not its last Open() succeeded
   // (after a failure, or to stop); the next chunk opens it again.

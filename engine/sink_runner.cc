@@ -810,6 +810,8 @@ void SinkRunner::ApplyLoop() {
     if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader
       if (!ApplyWork(work)) break;
+    } else {
+      loop_->Idle();
     }
     bool dirty;
     {

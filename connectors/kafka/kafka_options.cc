@@ -51,6 +51,12 @@ class KafkaKeys : public config::SinkOptionsRead {
                            std::chrono::milliseconds(std::chrono::hours(1)), &o().delivery_timeout);
          }},
         {"transactional", false, [this](const Field& f) { r_.ReadBool(f, &o().transactional); }},
+        {"producer_idle", false,
+         [this](const Field& f) {
+           producer_idle_key_ = r_.Keep(f);
+           r_.ReadDuration(f, std::chrono::milliseconds(100), std::chrono::milliseconds(std::chrono::hours(24)),
+                           &o().producer_idle);
+         }},
         {"properties", false, [this](const Field& f) { ReadProperties(f); }},
         {"security", false, [this](const Field& f) { ReadSecurity(f); }},
         {"sasl_mechanism", false,
@@ -84,6 +90,9 @@ class KafkaKeys : public config::SinkOptionsRead {
   // partitions and replication_factor only with create_topic: the last one given.
   void Check(const Field& sink) override {
     const KafkaSinkOptions& k = sink_.Options<KafkaSinkOptions>();
+    if (producer_idle_key_ && !k.transactional) {
+      r_.KeyProblem(*producer_idle_key_, "only with transactional: true (the idempotent sink has one producer)");
+    }
     if (create_options_key_ && !k.create_topic) {
       r_.KeyProblem(*create_options_key_, "only with create_topic: true");
     }
@@ -240,6 +249,7 @@ class KafkaKeys : public config::SinkOptionsRead {
   config::SinkOptionReader& r_;
   config::SinkConfig& sink_;
   std::shared_ptr<const Field> create_options_key_;
+  std::shared_ptr<const Field> producer_idle_key_;
   config::TlsKeysRead tls_;
   std::shared_ptr<const Field> security_key_;
   std::vector<std::shared_ptr<const Field>> sasl_keys_;
@@ -259,6 +269,7 @@ void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
   }
   out.Duration("delivery_timeout", k.delivery_timeout);
   out.Value("transactional", k.transactional);
+  if (k.transactional) out.Duration("producer_idle", k.producer_idle);
   if (!k.properties.empty()) out.SecretMapping("properties", k.properties);
   using Security = KafkaSinkOptions::Security;
   if (k.security != Security::kPlaintext) {

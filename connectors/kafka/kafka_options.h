@@ -34,6 +34,9 @@ struct KafkaSinkOptions {
   // engine takes the partition over (docs/sinks/kafka.md); false: one
   // idempotent producer, for a single engine only.
   bool transactional = true;
+  // Transactional: a source partition's producer unused that long is closed
+  // (its threads and broker connections go); its next batch makes it again.
+  std::chrono::milliseconds producer_idle{60000};
   // librdkafka properties passed through as they are (checked with
   // librdkafka's own validation). Secret: those whose names look secret
   // (IsSecretName) and those given as ${env:...}/${file:...}.

@@ -134,6 +134,11 @@ TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().format, KafkaSinkOptions::Format::kJson);
   EXPECT_FALSE(c->sinks[0].Options<KafkaSinkOptions>().create_topic);
   EXPECT_TRUE(c->sinks[0].Options<KafkaSinkOptions>().transactional);  // fenced producers unless told otherwise
+  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().producer_idle, std::chrono::seconds(60));
+  EXPECT_NE(c->Redacted().find("producer_idle: 1m"), std::string::npos) << c->Redacted();
+  auto idle = Load("    brokers: h:1\n    topic: t\n    producer_idle: 250ms\n");
+  ASSERT_TRUE(idle.ok()) << idle.status().message();
+  EXPECT_EQ(idle->sinks[0].Options<KafkaSinkOptions>().producer_idle, std::chrono::milliseconds(250));
   // The properties that would undo the fencing are the sink's own.
   EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    properties: {transactional.id: x}\n")
                 .find("sinks[0].properties.transactional.id: is set by the kafka sink"),
@@ -165,7 +170,8 @@ TEST(KafkaConfig, ReportsEachProblemWithItsPosition) {
       "    properties:\n"
       "      linger.ms: not-a-number\n"
       "      no.such.property: 1\n"
-      "      acks: 1\n");
+      "      acks: 1\n"
+      "    producer_idle: 10ms\n");
   EXPECT_NE(e.find("k.yaml:9:14: sinks[0].brokers: must be a list of host:port"), std::string::npos) << e;
   EXPECT_NE(e.find("k.yaml:10:12: sinks[0].topic: must be a topic name"), std::string::npos) << e;
   EXPECT_NE(e.find("sinks[0].partitions: only with create_topic: true"), std::string::npos) << e;
@@ -176,6 +182,10 @@ TEST(KafkaConfig, ReportsEachProblemWithItsPosition) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("sinks[0].properties.acks: is set by the kafka sink"), std::string::npos) << e;
+  EXPECT_NE(e.find("k.yaml:17:20: sinks[0].producer_idle:"), std::string::npos) << e;
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    transactional: false\n    producer_idle: 5s\n")
+                .find("sinks[0].producer_idle: only with transactional: true"),
+            std::string::npos);
 }
 
 // librdkafka dlopens these while its config is set, so reading the config

@@ -20,7 +20,10 @@
 // back the last record of p that is committed. Each Apply() commits one
 // transaction per source partition of its batch; read_committed consumers
 // (librdkafka's default, not Java's) see a partition's records only once
-// committed. transactional: false uses one idempotent producer for all
+// committed. A partition's producer without a batch for producer_idle is
+// closed at Idle() (each holds librdkafka threads and broker connections);
+// its next batch makes it again, which fences and reads back as above.
+// transactional: false uses one idempotent producer for all
 // partitions: right for one engine, but an engine that lost its partitions
 // while frozen may publish the batch it had queued.
 //

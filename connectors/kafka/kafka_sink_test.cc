@@ -12,6 +12,7 @@
 #include "connectors/builtin_sink_types.h"
 #include "core/change_event.pb.h"
 #include "core/json.h"
+#include "core/thread_name.h"
 #include "tests/support/kafka_support.h"
 
 namespace sluice::connectors::kafka {
@@ -541,6 +542,53 @@ TEST(KafkaSink, RecoveryReadsPastAnotherPartitionsOpenTransaction) {
   EXPECT_EQ(last["p1"], 10u);
   EXPECT_EQ(last["p2"], 3u);
   EXPECT_EQ(records.size(), 13u);
+}
+
+// librdkafka threads of this process.
+int KafkaThreads() {
+  int n = 0;
+  for (const auto& [name, count] : ThreadNamesOf()) {
+    if (name.rfind("rdk:", 0) == 0) n += count;
+  }
+  return n;
+}
+
+// Issue 24, item 4a: a transactional producer holds librdkafka threads and
+// broker connections per source partition. Those of partitions without a
+// batch for producer_idle go at Idle(); a partition's next batch makes its
+// producer again, which reads the topic back: nothing is produced twice.
+TEST(KafkaSink, ProducersOfIdlePartitionsCloseAndComeBackWithoutDuplicates) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("idle");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    partitions: 2\n    producer_idle: 1s\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  for (uint32_t p = 0; p < 4; ++p) ASSERT_TRUE(sink->Apply(Events(p, 1, 5)).status.ok());
+  const int busy = KafkaThreads();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  ASSERT_TRUE(sink->Apply(Events(0, 6, 8)).status.ok());  // partition 0 stays in use
+  sink->Idle();
+  const int idle = KafkaThreads();
+  // Three producers gone, each with at least three threads (main, internal,
+  // one per broker).
+  EXPECT_GE(busy - idle, 3 * 3) << busy << " librdkafka threads before, " << idle << " after";
+  sink->Idle();  // partition 0's was used just now: it stays
+  EXPECT_EQ(KafkaThreads(), idle);
+  // Partition 1 again, from its saved offset 3: 4 and 5 are read back, not produced again.
+  auto r = sink->Apply(Events(1, 4, 9));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 2);
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 4);
+  sink->Close();
+  std::string error;
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p0"], 8u);
+  EXPECT_EQ(last["p1"], 9u);
+  EXPECT_EQ(records.size(), 8u + 9 + 5 + 5);
 }
 
 }  // namespace
