@@ -33,6 +33,7 @@ constexpr uint32_t kPartitions = 2;
 struct Script {
   std::mutex mu;
   int unavailable_calls = 0;             // the next calls fail with kUnavailable
+  int idle_calls = 0;                    // Sink::Idle() calls
   bool fail_flush = false;
   std::set<std::pair<uint32_t, uint64_t>> reject;  // (partition, event_id) refused for good
   std::vector<std::pair<uint32_t, uint64_t>> applied;  // every event of every successful Apply(), in order
@@ -108,6 +109,10 @@ class ScriptedSink : public connectors::Sink {
     return Status::Ok();
   }
   Status Health() override { return Status::Ok(); }
+  void Idle() override {
+    std::lock_guard lock(s_->mu);
+    ++s_->idle_calls;
+  }
   void Close() override {
     std::lock_guard lock(s_->mu);
     s_->buffered.clear();
@@ -235,6 +240,28 @@ TEST_F(SinkRunnerUnitTest, AppliesEveryPartitionInOrderAndSavesItsOffsets) {
   EXPECT_EQ(Saved(0), 30u);
   EXPECT_EQ(Saved(1), 7u);
   EXPECT_EQ(storage_->Offsets("rec", kType).at(0).applied, 30u);
+}
+
+// With nothing to apply the applier tells the sink, again and again, that
+// it is idle (the Kafka sink closes its idle producers then).
+TEST_F(SinkRunnerUnitTest, TheSinkIsToldWhenThereIsNothingToApply) {
+  Append(0, 40);
+  Start(config::OnError::kDeadLetter, /*chunk=*/8);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 40; }));
+  int after_work = 0;
+  {
+    std::lock_guard lock(script_.mu);
+    after_work = script_.idle_calls;
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    {
+      std::lock_guard lock(script_.mu);
+      if (script_.idle_calls >= after_work + 3) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "Idle() not called while idle";
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 TEST_F(SinkRunnerUnitTest, StartsFromTheStoredOffsets) {
