@@ -109,7 +109,7 @@ class ApplyLoop {
 
   // Opens the sink if it is not open, then Sink::TakeOver(taken).
   Status TakeOver(const TakenOver& taken);
-  // Sink::Idle() of an open sink (nothing to apply meanwhile).
+  // Sink::Idle() of an open sink (between chunks).
   void Idle();
 
   // Closes the sink, once made, whether or not its last Open() succeeded

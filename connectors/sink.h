@@ -207,11 +207,12 @@ class Sink {
     (void)taken;
     return Status::Ok();
   }
-  // Called by the engine's applier, on the thread that applies, about every
-  // offset flush interval while it has nothing to apply (an open sink
-  // only). A sink may let go of what it holds for work that stopped coming:
-  // the Kafka sink closes the transactional producers of partitions idle for
-  // its producer_idle. The default does nothing.
+  // Called by the engine's applier, on the thread that applies (between
+  // Apply calls), about every offset flush interval whether or not events
+  // come (an open sink only). A sink may let go of what it holds for
+  // partitions that stopped sending: the Kafka sink closes the
+  // transactional producers of partitions without a batch for its
+  // producer_idle. The default does nothing.
   virtual void Idle() {}
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
   virtual Status Health() = 0;

@@ -786,6 +786,7 @@ connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors:
 
 void SinkRunner::ApplyLoop() {
   Backoff flush_backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
+  auto last_idle_tick = std::chrono::steady_clock::now();
   for (;;) {
     if (!Checkpoint()) break;
     Work work;
@@ -810,8 +811,13 @@ void SinkRunner::ApplyLoop() {
     if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader
       if (!ApplyWork(work)) break;
-    } else {
+    }
+    // Every flush interval, busy or not: a sink lets go of what it holds for
+    // partitions that stopped sending (Sink::Idle), also while others send.
+    if (const auto now = std::chrono::steady_clock::now();
+        now - last_idle_tick >= options_.engine.offset_flush_interval) {
       loop_->Idle();
+      last_idle_tick = now;
     }
     bool dirty;
     {

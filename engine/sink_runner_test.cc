@@ -242,24 +242,30 @@ TEST_F(SinkRunnerUnitTest, AppliesEveryPartitionInOrderAndSavesItsOffsets) {
   EXPECT_EQ(storage_->Offsets("rec", kType).at(0).applied, 30u);
 }
 
-// With nothing to apply the applier tells the sink, again and again, that
-// it is idle (the Kafka sink closes its idle producers then).
-TEST_F(SinkRunnerUnitTest, TheSinkIsToldWhenThereIsNothingToApply) {
+// Every flush interval the applier tells the sink, busy or not (the Kafka
+// sink closes the producers of partitions that stopped sending then, also
+// while others send): while events keep coming, and once none do.
+TEST_F(SinkRunnerUnitTest, TheSinkIsToldAboutEveryFlushIntervalBusyOrNot) {
   Append(0, 40);
   Start(config::OnError::kDeadLetter, /*chunk=*/8);
   ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 40; }));
-  int after_work = 0;
-  {
+  const auto idle_calls = [this] {
     std::lock_guard lock(script_.mu);
-    after_work = script_.idle_calls;
+    return script_.idle_calls;
+  };
+  // Busy: an event every millisecond, each applied before the next.
+  const int before_busy = idle_calls();
+  for (uint64_t n = 41; n <= 240; ++n) {
+    Append(0, 1);
+    ASSERT_TRUE(WaitFor([n](const auto& t) { return t.applied == n; }));
+    std::this_thread::sleep_for(1ms);
   }
+  EXPECT_GE(idle_calls(), before_busy + 3) << "not told while events kept coming";
+  // Idle.
+  const int after_busy = idle_calls();
   const auto until = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    {
-      std::lock_guard lock(script_.mu);
-      if (script_.idle_calls >= after_work + 3) break;
-    }
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "Idle() not called while idle";
+  while (idle_calls() < after_busy + 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "not told while nothing came";
     std::this_thread::sleep_for(1ms);
   }
 }

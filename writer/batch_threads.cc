@@ -38,12 +38,20 @@ void BatchThreads::Ready(size_t key, Client* client) {
       return;
     }
     // The thread that ended idle said so under the lock and takes it no
-    // more; it may still be closing its sessions, joined below.
+    // more; it may still be closing its sessions, joined below (Stop()
+    // waits for that join too).
     ended = std::move(s.thread);
+    if (ended.joinable()) ++s.joining;
     s.running = true;
     s.thread = StartNamedThread("sluice-commit", [this, &s] { Loop(s); });
   }
-  if (ended.joinable()) ended.join();
+  if (!ended.joinable()) return;
+  ended.join();
+  {
+    std::lock_guard lock(s.mu);
+    --s.joining;
+  }
+  s.joined.notify_all();
 }
 
 uint64_t BatchThreads::NewSessions() {
@@ -100,8 +108,10 @@ void BatchThreads::Loop(Slot& slot) {
     }
     slot.running = false;
   }
-  // The dropped caches go, then its sessions close; a Ready() meanwhile
-  // joins this thread.
+  // Its sessions close, then the dropped caches go (a Ready() meanwhile
+  // starts another thread, with sessions of its own, and joins this one).
+  lane.reset();
+  dropped.clear();
 }
 
 void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now,
@@ -127,6 +137,9 @@ void BatchThreads::Stop() {
       t = std::move(s->thread);
     }
     if (t.joinable()) t.join();
+    // And a thread that ended idle, which a Ready() is joining.
+    std::unique_lock lock(s->mu);
+    s->joined.wait(lock, [&s] { return s->joining == 0; });
   }
 }
 

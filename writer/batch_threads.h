@@ -66,8 +66,9 @@ class BatchThreads {
     // Drops what it caches when it is not handed out and had no command
     // since `idle_since`, and returns it (or null): the thread destroys it
     // after releasing its lock, so that a large cache's destruction holds up
-    // no Ready() of the thread's other workers. Called with the thread's
-    // lock held: it must not call back into BatchThreads.
+    // no Ready() of the thread's other workers. What it returns may be
+    // destroyed after the client is gone: it must not refer to it. Called
+    // with the thread's lock held: it must not call back into BatchThreads.
     virtual std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) = 0;
   };
 
@@ -108,6 +109,8 @@ class BatchThreads {
     std::thread thread;
     bool running = false;  // `thread` serves the line (not ended after idle_exit)
     bool stopping = false;
+    size_t joining = 0;              // ended threads a Ready() is joining (outside mu)
+    std::condition_variable joined;  // joining fell
     std::chrono::steady_clock::time_point last_sweep;
   };
   Slot& SlotOf(size_t key) const { return *slots_[key % slots_.size()]; }

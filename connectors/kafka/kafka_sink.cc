@@ -32,6 +32,8 @@ constexpr int kCloseGrace = 2000;
 // Records read back per step while looking for the last sluice-positions
 // header of a topic partition; each further step reads four times as many.
 constexpr int64_t kFirstRecoveryWindow = 256;
+// Idle producers closed per Sink::Idle() call (about one a second).
+constexpr size_t kClosePerIdle = 32;
 
 class KafkaSink final : public Sink {
  public:
@@ -197,14 +199,18 @@ class KafkaSink final : public Sink {
   // connections: an engine idle over 1,024 partitions held 4,100 threads).
   // A partition's next batch makes its producer again, which fences and
   // reads back as at a takeover.
+  // At most kClosePerIdle per call: a producer's destruction can take a
+  // while, and the applier waits meanwhile.
   void Idle() override {
     if (!transactional()) return;
     const auto now = Clock::now();
-    for (auto it = fenced_.begin(); it != fenced_.end();) {
+    size_t closed = 0;
+    for (auto it = fenced_.begin(); it != fenced_.end() && closed < kClosePerIdle;) {
       if (now - it->second->last_used < options().producer_idle) {
         ++it;
         continue;
       }
+      ++closed;
       rd_kafka_purge(it->second->producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_poll(it->second->producer.get(), 0);
       it = fenced_.erase(it);
