@@ -376,5 +376,47 @@ TEST(BatchThreadsSweep, DroppedCachesAreDestroyedOutsideTheThreadsLock) {
   threads.Remove(0, &idle);
 }
 
+// A client whose dropped caches take `slow` to destroy (a large cache).
+class SlowDropClient : public BatchThreads::Client {
+ public:
+  explicit SlowDropClient(std::chrono::milliseconds slow) : slow_(slow) {}
+  bool Serve(BatchThreads::Lane&) override { return false; }
+  std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point) override {
+    return std::shared_ptr<void>(new int(0), [this](void* p) {
+      delete static_cast<int*>(p);
+      ++frees_started;
+      std::this_thread::sleep_for(slow_);
+      ++frees_done;
+    });
+  }
+  std::atomic<int> frees_started{0};
+  std::atomic<int> frees_done{0};
+
+ private:
+  const std::chrono::milliseconds slow_;
+};
+
+// A thread that ended idle may still be freeing what it dropped (or closing
+// its sessions) when a command starts another; the Ready() that started it
+// joins the ended one outside the lock, and Stop() returns only once that
+// join is done: no thread of the writer outlives Stop().
+TEST(BatchThreadsSweep, StopWaitsForAnEndedThreadThatAReadyIsJoining) {
+  BatchThreads threads(BatchThreads::Options{
+      .storage = MemoryStorage::Create(), .threads = 1, .overlap_commits = false, .idle_exit = 50ms});
+  SlowDropClient client(400ms);
+  threads.Add(0, &client);
+  threads.Ready(0, &client);
+  // The thread served it (and swept: its first sweep), then, idle, swept
+  // again and ended; it now frees what that second sweep dropped.
+  ASSERT_TRUE(Eventually([&] { return threads.running() == 0 && client.frees_started == 2; }));
+  std::thread command([&] { threads.Ready(0, &client); });  // starts another, joins the ended one
+  ASSERT_TRUE(Eventually([&] { return threads.running() == 1; }));
+  threads.Stop();
+  EXPECT_EQ(client.frees_done.load(), client.frees_started.load())
+      << "Stop() returned while the ended thread still ran";
+  command.join();
+  threads.Remove(0, &client);
+}
+
 }  // namespace
 }  // namespace sluice::writer
