@@ -166,10 +166,7 @@ class KafkaSink final : public Sink {
     // A transaction left open is aborted by the next producer of its
     // partition (this sink's, when it opens again) or by the broker after
     // the transaction timeout; read_committed consumers never see it.
-    for (auto& [p, f] : fenced_) {
-      rd_kafka_purge(f->producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(f->producer.get(), 0);
-    }
+    for (auto& [p, f] : fenced_) f->Purge();
     fenced_.clear();
     reader_.reset();
     if (rkt_ != nullptr) {
@@ -211,8 +208,7 @@ class KafkaSink final : public Sink {
         continue;
       }
       ++closed;
-      rd_kafka_purge(it->second->producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(it->second->producer.get(), 0);
+      it->second->Purge();
       it = fenced_.erase(it);
     }
   }
@@ -824,6 +820,11 @@ class KafkaSink final : public Sink {
     FencedProducer() = default;
     FencedProducer(const FencedProducer&) = delete;
     FencedProducer& operator=(const FencedProducer&) = delete;
+    // Drops what is queued or in flight, before the producer goes.
+    void Purge() {
+      rd_kafka_purge(producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(producer.get(), 0);
+    }
     ~FencedProducer() {
       if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
     }
