@@ -180,6 +180,10 @@ struct WriterConfig {
   // Threads running the partitions' batches, each with its MySQL session
   // (two with overlap_commits); partition k of the writer on thread k mod n. 1..1024.
   uint32_t batch_threads = 32;
+  // The most partitions whose batches a batch thread stores in one
+  // transaction (group commit, BatchThreads); 1: each batch in its own.
+  // Not with overlap_commits. 1..1024.
+  uint32_t group_commit_max = 32;
   uint32_t entity_cache_entries = 100000; // per partition: entities and recent command ids
   uint32_t conflict_retries = 16;         // duplicate-key retries before replying 503
   // A partition's next batch is planned and inserted on a second session

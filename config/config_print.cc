@@ -231,6 +231,7 @@ std::string Config::Redacted() const {
   out << YAML::Key << "io_threads" << YAML::Value << static_cast<unsigned>(writer.io_threads);
   out << YAML::Key << "read_threads" << YAML::Value << static_cast<unsigned>(writer.read_threads);
   out << YAML::Key << "batch_threads" << YAML::Value << static_cast<unsigned>(writer.batch_threads);
+  out << YAML::Key << "group_commit_max" << YAML::Value << static_cast<unsigned>(writer.group_commit_max);
   out << YAML::Key << "entity_cache_entries" << YAML::Value
       << static_cast<unsigned>(writer.entity_cache_entries);
   out << YAML::Key << "conflict_retries" << YAML::Value

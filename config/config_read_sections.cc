@@ -400,6 +400,7 @@ void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
       {"io_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &w->io_threads); }},
       {"read_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 256, &w->read_threads); }},
       {"batch_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 1024, &w->batch_threads); }},
+      {"group_commit_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 1024, &w->group_commit_max); }},
       {"entity_cache_entries", kOptional,
        [&](const Field& f) { ReadUint(f, 1, 10000000, &w->entity_cache_entries); }},
       {"conflict_retries", kOptional, [&](const Field& f) { ReadUint(f, 1, 1000, &w->conflict_retries); }},

@@ -88,6 +88,7 @@ TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
   EXPECT_EQ(r->writer.max_body_bytes, writer_defaults.max_body_bytes);
   EXPECT_EQ(r->writer.read_threads, writer_defaults.read_threads);
   EXPECT_EQ(r->writer.batch_threads, 32u);
+  EXPECT_EQ(r->writer.group_commit_max, 32u);
   EXPECT_EQ(r->writer.allow_weak_durability, writer_defaults.allow_weak_durability);
   EXPECT_EQ(r->writer.push_thread_slice, std::chrono::microseconds(100));
 }
@@ -114,6 +115,7 @@ writer:
   io_threads: 64
   read_threads: 256
   batch_threads: 1024
+  group_commit_max: 1
   entity_cache_entries: 10000000
   conflict_retries: 1000
   overlap_commits: true
@@ -142,6 +144,7 @@ writer:
   EXPECT_EQ(r->writer.io_threads, 64u);
   EXPECT_EQ(r->writer.read_threads, 256u);
   EXPECT_EQ(r->writer.batch_threads, 1024u);
+  EXPECT_EQ(r->writer.group_commit_max, 1u);
   EXPECT_EQ(r->writer.entity_cache_entries, 10000000u);
   EXPECT_EQ(r->writer.conflict_retries, 1000u);
   EXPECT_TRUE(r->writer.overlap_commits);
@@ -366,6 +369,16 @@ TEST(LoadConfig, PushThreadSliceTakesMicroseconds) {
   EXPECT_EQ(Errors(std::string(kValid) + "writer: {push_thread_slice: 100}\n"),
             "t.yaml:10:29: writer.push_thread_slice: must be a duration such as 100us, 2ms or 1s, "
             "got \"100\"");
+}
+
+TEST(LoadConfigErrors, GroupCommitMaxOutOfRange) {
+  for (const std::string bad : {"0", "1025", "-1", "all"}) {
+    const std::string e = Errors(std::string(kValid) + "writer: {group_commit_max: " + bad + "}\n");
+    EXPECT_EQ(e.rfind("t.yaml:10:28: writer.group_commit_max: must be an integer between 1 and 1024, got \"" + bad + "\"",
+                      0),
+              0u)
+        << bad << ": " << e;
+  }
 }
 
 TEST(LoadConfigErrors, BatchThreadsOutOfRange) {
@@ -618,6 +631,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  io_threads: 2\n"
             "  read_threads: 4\n"
             "  batch_threads: 32\n"
+            "  group_commit_max: 32\n"
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"
             "  overlap_commits: false\n"

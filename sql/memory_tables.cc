@@ -272,35 +272,41 @@ class MemoryEventLog : public EventLog {
     return s_->InsertLocked(a.type_, a.partition_, a.rows_);
   }
 
-  // The model of a staged append: its keys are checked against what is
-  // committed when it is staged and again at its commit, where a row
+  // The model of staged appends: their keys are checked against what is
+  // committed when they are staged and again at their commit, where a row
   // another session committed meanwhile makes it fail (kAborted) as a
-  // conflict found at commit would. Until then no other session sees it.
+  // conflict found at commit would. Until then no other session sees them.
+  // Appends of several tables are one transaction, stored all or nothing.
   Status Stage(EventAppend& append) override {
     if (append.rows() == 0) return Status::Ok();
     auto& a = static_cast<MemoryAppend&>(append);
-    std::optional<MemoryAppend> staged = std::move(staged_);
-    staged_.reset();
-    if (staged && !open_) return Unavailable("the session of the staged appends was lost");
+    std::vector<MemoryAppend> staged = std::move(staged_);
+    staged_.clear();
+    if (!staged.empty() && !open_) return Unavailable("the session of the staged appends was lost");
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kAppend));
-    if (!staged) staged = MemoryAppend(a.type_, a.partition_);
-    for (const auto& r : a.rows_) staged->rows_.push_back(r);
+    auto same = std::find_if(staged.begin(), staged.end(), [&](const MemoryAppend& m) {
+      return m.type_ == a.type_ && m.partition_ == a.partition_;
+    });
+    if (same == staged.end()) same = staged.insert(staged.end(), MemoryAppend(a.type_, a.partition_));
+    for (const auto& r : a.rows_) same->rows_.push_back(r);
     Lock lock(s_->mu());
-    RETURN_IF_ERROR(s_->CheckLocked(staged->type_, staged->partition_, staged->rows_));
+    RETURN_IF_ERROR(s_->CheckLocked(same->type_, same->partition_, same->rows_));
     staged_ = std::move(staged);
     return Status::Ok();
   }
   Status Commit() override {
-    if (!staged_) return Status::Ok();
-    MemoryAppend a = std::move(*staged_);
-    staged_.reset();
+    if (staged_.empty()) return Status::Ok();
+    std::vector<MemoryAppend> staged = std::move(staged_);
+    staged_.clear();
     // Never on a new session: what was staged went with the old one.
     if (!open_) return Unavailable("the session of the staged appends was lost before their COMMIT");
     RETURN_IF_ERROR(Begin(MemoryStorage::Op::kCommit));
     Lock lock(s_->mu());
-    return s_->InsertLocked(a.type_, a.partition_, a.rows_);
+    for (const auto& a : staged) RETURN_IF_ERROR(s_->CheckLocked(a.type_, a.partition_, a.rows_));
+    for (auto& a : staged) RETURN_IF_ERROR(s_->InsertLocked(a.type_, a.partition_, std::move(a.rows_)));
+    return Status::Ok();
   }
-  void Rollback() override { staged_.reset(); }
+  void Rollback() override { staged_.clear(); }
 
  private:
   Status Begin(MemoryStorage::Op op) {
@@ -353,7 +359,7 @@ class MemoryEventLog : public EventLog {
   std::shared_ptr<MemoryStorage> s_;
   bool open_ = false;
   DeltaStates deltas_;
-  std::optional<MemoryAppend> staged_;  // Stage()d, not committed
+  std::vector<MemoryAppend> staged_;  // Stage()d, not committed: one per table
 };
 
 class MemoryOffsetTable : public OffsetTable {

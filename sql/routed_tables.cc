@@ -69,7 +69,7 @@ class RoutedAppend : public EventAppend {
   RoutedAppend(size_t server, std::unique_ptr<EventAppend> inner) : server_(server), inner_(std::move(inner)) {}
   bool TryAdd(const NewEvent& event, size_t max_bytes) override { return inner_->TryAdd(event, max_bytes); }
   size_t rows() const override { return inner_->rows(); }
-  size_t server() const { return server_; }
+  size_t server() const override { return server_; }
   EventAppend& inner() { return *inner_; }
 
  private:

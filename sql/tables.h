@@ -97,6 +97,9 @@ class EventAppend {
   virtual bool TryAdd(const NewEvent& event, size_t max_bytes) = 0;
   // Rows added so far.
   virtual size_t rows() const = 0;
+  // The storage server its table is on (sql/layout.h; 0 with one server):
+  // appends of one server can be staged in one transaction.
+  virtual size_t server() const { return 0; }
 };
 
 // The event tables of main storage.
@@ -184,10 +187,11 @@ class EventLog {
   // taken), uk_entity_version, uk_entity_command.
   virtual Status Append(EventAppend& append) = 0;
   // Append in two steps, so that a writer can build and insert its next
-  // batch while the last one commits on another session: Stage runs the
+  // batch while the last one commits on another session, or store the
+  // batches of several partitions in one transaction: Stage runs the
   // append's INSERT in a transaction it leaves open (or in the one open
   // already: the appends staged since the last Commit or Rollback are one
-  // transaction, of one table); Commit commits them (kAborted: a conflict
+  // transaction, of one server, of any tables of it); Commit commits them (kAborted: a conflict
   // found only at commit, as on Galera), Rollback drops them. A failed
   // Stage or Commit leaves nothing staged and nothing stored (a duplicate
   // key is reported as by Append). What reads on a session with appends

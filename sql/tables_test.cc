@@ -181,6 +181,44 @@ TEST_P(TablesContractTest, StagedAppendsAreOneTransactionThatOnlyCommitShows) {
   EXPECT_EQ(*reader->Head("account", 0), 4u);
 }
 
+// Group commit: appends of several partitions' tables of one server staged
+// on one session are one transaction, stored all or nothing. Appends of two
+// servers are refused.
+TEST_P(TablesContractTest, StagedAppendsOfSeveralTablesAreOneTransaction) {
+  auto writer = storage_->OpenEventLog();
+  auto reader = storage_->OpenEventLog();
+  Append(*writer, {{1, "x", 1, false}}, 1);
+  auto p0 = AppendOf(*writer, {{1, "a", 1, false}}, 0);
+  auto p1 = AppendOf(*writer, {{2, "b", 1, false}, {3, "c", 1, false}}, 1);
+  ASSERT_TRUE(writer->Stage(*p0).ok());
+  if (p0->server() != p1->server()) {
+    const Status refused = writer->Stage(*p1);
+    EXPECT_EQ(refused.code(), StatusCode::kInternal) << refused.ToString();
+    EXPECT_TRUE(writer->Commit().ok());  // nothing staged
+    EXPECT_EQ(*reader->Head("account", 0), 0u);
+    EXPECT_EQ(*reader->Head("account", 1), 1u);
+    return;
+  }
+  ASSERT_TRUE(writer->Stage(*p1).ok());
+  EXPECT_EQ(*reader->Head("account", 0), 0u);
+  EXPECT_EQ(*reader->Head("account", 1), 1u);
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(*reader->Head("account", 0), 1u);
+  EXPECT_EQ(*reader->Head("account", 1), 3u);
+  EXPECT_EQ(Ids(*reader->LatestOf("account", 1, {"b", "c"})), (std::vector<std::string>{"b@1", "c@1"}));
+
+  // A duplicate key in one table's append drops the other table's too.
+  auto fine = AppendOf(*writer, {{2, "a", 2, false}}, 0);
+  auto taken = AppendOf(*writer, {{1, "y", 1, false}}, 1);
+  ASSERT_TRUE(writer->Stage(*fine).ok());
+  const Status dup = writer->Stage(*taken);
+  EXPECT_EQ(dup.code(), StatusCode::kAborted) << dup.ToString();
+  EXPECT_EQ(DuplicateKeyName(dup), "PRIMARY") << dup.ToString();
+  EXPECT_TRUE(writer->Commit().ok());  // nothing staged
+  EXPECT_EQ(*reader->Head("account", 0), 1u);
+  EXPECT_EQ(*reader->Head("account", 1), 3u);
+}
+
 TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {
   auto log = storage_->OpenEventLog();
   Fill(*log);

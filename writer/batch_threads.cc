@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/failpoint.h"
 #include "core/thread_name.h"
 
 namespace sluice::writer {
@@ -92,13 +93,29 @@ void BatchThreads::Loop(Slot& slot) {
         if (slot.line.empty()) break;  // stopping
         continue;
       }
-      Client* client = slot.line.front();
-      slot.line.pop_front();
-      lock.unlock();
-      const bool more = client->Serve(*lane);
+      if (grouping()) {
+        std::vector<Client*> turn;
+        while (!slot.line.empty() && turn.size() < options_.group_commit_max) {
+          turn.push_back(slot.line.front());
+          slot.line.pop_front();
+        }
+        lock.unlock();
+        GroupTurn(turn, *lane);
+        std::vector<Client*> more;
+        for (Client* c : turn) {
+          if (c->EndTurn()) more.push_back(c);
+        }
+        lock.lock();
+        for (Client* c : more) slot.line.push_back(c);
+      } else {
+        Client* client = slot.line.front();
+        slot.line.pop_front();
+        lock.unlock();
+        const bool more = client->Serve(*lane);
+        lock.lock();
+        if (more) slot.line.push_back(client);
+      }
       const auto now = std::chrono::steady_clock::now();
-      lock.lock();
-      if (more) slot.line.push_back(client);
       if (now - slot.last_sweep >= options_.idle_exit) {
         SweepLocked(slot, now, dropped);
         lock.unlock();
@@ -112,6 +129,45 @@ void BatchThreads::Loop(Slot& slot) {
   // starts another thread, with sessions of its own, and joins this one).
   lane.reset();
   dropped.clear();
+}
+
+void BatchThreads::GroupTurn(const std::vector<Client*>& clients, Lane& lane) {
+  // The kept appends by server, servers in the order they first came.
+  std::vector<std::vector<std::pair<Client*, sql::EventAppend*>>> by_server;
+  for (Client* c : clients) {
+    sql::EventAppend* append = c->PlanBatch(lane);
+    if (append == nullptr) continue;
+    auto it = std::find_if(by_server.begin(), by_server.end(),
+                           [&](const auto& g) { return g.front().second->server() == append->server(); });
+    if (it == by_server.end()) it = by_server.emplace(by_server.end());
+    it->emplace_back(c, append);
+  }
+  for (auto& group : by_server) {
+    if (group.size() == 1) {
+      group.front().first->Resume(lane, Client::Stored::kAlone, Status::Ok());
+      continue;
+    }
+    Client::Stored stored = Client::Stored::kCommitted;
+    Status st = Status::Ok();
+    if (SLUICE_FAILPOINT("writer.before_commit")) {
+      st = Unavailable("failpoint writer.before_commit");
+      stored = Client::Stored::kUnknown;
+    } else {
+      for (auto& [client, append] : group) {
+        // A failed Stage leaves nothing staged: the transaction is gone.
+        st = lane.log->Stage(*append);
+        if (!st.ok()) break;
+      }
+      if (!st.ok()) {
+        stored = Client::Stored::kNotStored;
+      } else if (st = lane.log->Commit(); !st.ok()) {
+        // Refused at COMMIT (a deadlock, Galera's certification): rolled
+        // back. Otherwise (the session lost during the COMMIT) it may have landed.
+        stored = st.code() == StatusCode::kAborted ? Client::Stored::kNotStored : Client::Stored::kUnknown;
+      }
+    }
+    for (auto& [client, append] : group) client->Resume(lane, stored, st);
+  }
 }
 
 void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now,

@@ -16,6 +16,15 @@
 // command and ends with its sessions after idle_exit without one: an idle
 // writer holds none. Every idle_exit a thread also asks its workers to drop
 // what they cache (the head, the entities) if they have had no command since.
+//
+// Group commit (group_commit_max > 1, without overlap_commits): a thread
+// whose line holds several workers plans one batch of each of up to
+// group_commit_max of them, then stores the rows of all in one transaction
+// per storage server (one COMMIT and one log flush instead of one per
+// partition); a batch that is the only one of its turn and server is stored
+// by its worker alone, in one autocommit INSERT. When the transaction fails
+// before its COMMIT (a conflict, a lost session) nothing of it is stored and
+// each worker plans its batch again and stores it alone.
 #pragma once
 
 #include <chrono>
@@ -38,6 +47,7 @@ class BatchThreads {
     std::shared_ptr<sql::Storage> storage;  // where the lanes' sessions go
     size_t threads = 32;                    // >= 1
     bool overlap_commits = false;           // lanes have a spare session and a commit stage
+    size_t group_commit_max = 1;            // > 1: group commit (not with overlap_commits)
     std::chrono::milliseconds idle_exit{10000};
   };
 
@@ -70,6 +80,24 @@ class BatchThreads {
     // destroyed after the client is gone: it must not refer to it. Called
     // with the thread's lock held: it must not call back into BatchThreads.
     virtual std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) = 0;
+
+    // Group commit. A turn: PlanBatch, then Resume when it kept an append,
+    // then EndTurn; the lane is lent for each call only.
+    // Plans the next queued batch on `lane` and answers what needs no row.
+    // When the batch has rows to store it keeps it, unstored, and returns
+    // its append (valid until Resume); otherwise null.
+    virtual sql::EventAppend* PlanBatch(Lane& lane) = 0;
+    // What became of the append PlanBatch returned.
+    enum class Stored {
+      kAlone,      // the only one of its turn and server: the client stores it itself
+      kCommitted,  // committed in the thread's transaction
+      kNotStored,  // the transaction ended without its COMMIT: plan it again and store it alone
+      kUnknown,    // the COMMIT failed with `status`: it may have landed
+    };
+    virtual void Resume(Lane& lane, Stored stored, const Status& status) = 0;
+    // Ends the turn: true when commands are still queued (the client goes
+    // to the back of the line), false when it no longer is handed out.
+    virtual bool EndTurn() = 0;
   };
 
   explicit BatchThreads(Options options);
@@ -115,6 +143,9 @@ class BatchThreads {
   };
   Slot& SlotOf(size_t key) const { return *slots_[key % slots_.size()]; }
   void Loop(Slot& slot);
+  // Group commit: one turn of `clients` on `lane`.
+  void GroupTurn(const std::vector<Client*>& clients, Lane& lane);
+  bool grouping() const { return options_.group_commit_max > 1 && !options_.overlap_commits; }
   // Under slot.mu: each client drops what it caches if idle since idle_exit,
   // into `dropped` (destroyed by the caller once slot.mu is released).
   void SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now, std::vector<std::shared_ptr<void>>& dropped);

@@ -45,13 +45,23 @@ bool Eventually(const std::function<bool()>& done) {
   return true;
 }
 
-class BatchThreadsTest : public ::testing::TestWithParam<bool> {
+// How the threads commit: a batch at a time, overlapping, or grouping the
+// batches of several partitions in one transaction.
+enum class Mode { kOneByOne, kOverlapping, kGrouped };
+
+class BatchThreadsTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override { storage_ = MemoryStorage::Create(); }
 
+  static bool Overlap() { return GetParam() == Mode::kOverlapping; }
+  static size_t GroupMax() { return GetParam() == Mode::kGrouped ? 8 : 1; }
+
   void MakeThreads(size_t n, std::chrono::milliseconds idle_exit = 10s) {
-    threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{
-        .storage = storage_, .threads = n, .overlap_commits = GetParam(), .idle_exit = idle_exit});
+    threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
+                                                                    .threads = n,
+                                                                    .overlap_commits = Overlap(),
+                                                                    .group_commit_max = GroupMax(),
+                                                                    .idle_exit = idle_exit});
   }
 
   // Workers for partitions [0, n), thread keys 0..n-1; each commit notes its thread.
@@ -63,7 +73,7 @@ class BatchThreadsTest : public ::testing::TestWithParam<bool> {
       o.storage = storage_;
       o.batch_max = batch_max;
       o.cache_entries = 1000;
-      o.overlap_commits = GetParam();
+      o.overlap_commits = Overlap();
       o.threads = threads_.get();
       o.thread_key = p;
       o.idle_exit = idle_exit;
@@ -107,8 +117,12 @@ class BatchThreadsTest : public ::testing::TestWithParam<bool> {
   std::map<uint32_t, std::set<std::thread::id>> committed_on_;
   std::vector<std::string> order_;
 };
-INSTANTIATE_TEST_SUITE_P(Overlap, BatchThreadsTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Overlapping" : "OneByOne"; });
+INSTANTIATE_TEST_SUITE_P(Modes, BatchThreadsTest, ::testing::Values(Mode::kOneByOne, Mode::kOverlapping, Mode::kGrouped),
+                         [](const ::testing::TestParamInfo<Mode>& i) {
+                           return i.param == Mode::kOneByOne ? "OneByOne"
+                                  : i.param == Mode::kOverlapping ? "Overlapping"
+                                                                  : "Grouped";
+                         });
 
 // 48 partitions under load from 8 clients on 3 threads: at most 3 threads
 // and sessions (with overlap 6: each has a commit stage and a spare), each partition's batches on one thread,
@@ -141,8 +155,8 @@ TEST_P(BatchThreadsTest, ManyPartitionsShareFewThreadsAndSessionsAndEachStaysOnO
   for (const auto& rs : replies) {
     for (const Reply& r : rs) ASSERT_EQ(r.status, 200) << r.body;
   }
-  EXPECT_LE(most_threads.load(), GetParam() ? 6 : 3) << "batch threads beyond BatchThreads::Options::threads";
-  EXPECT_LE(storage_->calls(MemoryStorage::Op::kOpen), GetParam() ? 6u : 3u) << "sessions beyond one (two) per thread";
+  EXPECT_LE(most_threads.load(), Overlap() ? 6 : 3) << "batch threads beyond BatchThreads::Options::threads";
+  EXPECT_LE(storage_->calls(MemoryStorage::Op::kOpen), Overlap() ? 6u : 3u) << "sessions beyond one (two) per thread";
   std::set<std::thread::id> all;
   for (const auto& [p, ids] : committed_on_) {
     EXPECT_EQ(ids.size(), 1u) << "partition " << p << " was served by " << ids.size() << " threads";
@@ -168,7 +182,7 @@ TEST_P(BatchThreadsTest, ManyPartitionsShareFewThreadsAndSessionsAndEachStaysOnO
 TEST_P(BatchThreadsTest, ABusyPartitionGivesItsThreadUpAfterABatchWhenAnotherWaits) {
   MakeThreads(1);
   MakeWorkers(2, /*batch_max=*/10);
-  const MemoryStorage::Op held = GetParam() ? MemoryStorage::Op::kCommit : MemoryStorage::Op::kAppend;
+  const MemoryStorage::Op held = Overlap() ? MemoryStorage::Op::kCommit : MemoryStorage::Op::kAppend;
   storage_->Hold(held);
   std::promise<Reply> first;
   workers_[0]->Submit(Put("a", "a0", 0, &first, "a0"));
@@ -186,7 +200,7 @@ TEST_P(BatchThreadsTest, ABusyPartitionGivesItsThreadUpAfterABatchWhenAnotherWai
   ASSERT_NE(b, order_.end());
   // Before it: a0's batch, and with overlap the batch that grew behind it.
   const auto before = b - order_.begin();
-  EXPECT_LE(before, GetParam() ? 11 : 1) << "the second partition waited for more than one batch of the first";
+  EXPECT_LE(before, Overlap() ? 11 : 1) << "the second partition waited for more than one batch of the first";
 }
 
 // With nothing to do, the threads end with their sessions and the workers
@@ -252,13 +266,13 @@ TEST_P(BatchThreadsTest, AnOutageOfOneOfSeveralServersDropsTheThreadsCaches) {
   layout.placement[kType] = {0, 0, 1};  // partitions 0 and 1 on main, 2 on second
   auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
   threads_ = std::make_unique<BatchThreads>(
-      BatchThreads::Options{.storage = routed, .threads = 1, .overlap_commits = GetParam()});
+      BatchThreads::Options{.storage = routed, .threads = 1, .overlap_commits = Overlap(), .group_commit_max = GroupMax()});
   for (uint32_t p = 0; p < 3; ++p) {
     PartitionWorkerOptions o;
     o.type = kType;
     o.partition = p;
     o.storage = routed;
-    o.overlap_commits = GetParam();
+    o.overlap_commits = Overlap();
     o.threads = threads_.get();
     o.thread_key = 0;  // all three on the one thread
     workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
@@ -320,6 +334,189 @@ TEST_P(BatchThreadsTest, ABusyThreadDropsTheCachesOfItsIdlePartitions) {
   StopAll();
 }
 
+// Group commit, on the in-memory tables: each test makes several partitions'
+// batches meet in one turn of the thread by holding the batch of a blocker
+// partition in its INSERT while they queue.
+class GroupCommitTest : public BatchThreadsTest {
+ protected:
+  // Submits a command to `blocker`, holds its INSERT, runs `queue` (which
+  // submits the commands that should meet in one turn) and lets it go.
+  void BehindAHeldBatch(uint32_t blocker, const std::function<void()>& queue) {
+    const uint64_t appends = storage_->calls(MemoryStorage::Op::kAppend);
+    storage_->Hold(MemoryStorage::Op::kAppend);
+    std::promise<Reply> held;
+    workers_[blocker]->Submit(Put("blocker", "blocker-" + std::to_string(appends), 0, &held));
+    ASSERT_TRUE(Eventually([&] { return storage_->calls(MemoryStorage::Op::kAppend) > appends; }));
+    queue();
+    storage_->Release(MemoryStorage::Op::kAppend);
+    ASSERT_EQ(held.get_future().get().status, 200);
+  }
+
+  // The rows of partition p: event ids 1..n, each entity's versions 1..k,
+  // each command id once.
+  void ExpectDense(uint32_t p) {
+    const auto rows = storage_->Events(kType, p);
+    std::map<std::string, uint64_t> versions;
+    std::set<std::string> commands;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(rows[i].event_id, i + 1) << "partition " << p;
+      EXPECT_EQ(rows[i].version, ++versions[rows[i].entity_id]) << "partition " << p;
+      EXPECT_TRUE(commands.insert(rows[i].entity_id + "/" + rows[i].command_id).second)
+          << "partition " << p << ": " << rows[i].command_id << " stored twice";
+    }
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Grouped, GroupCommitTest, ::testing::Values(Mode::kGrouped),
+                         [](const ::testing::TestParamInfo<Mode>&) { return "Grouped"; });
+
+// Three partitions' batches that meet in one turn are stored by one COMMIT.
+TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
+  MakeThreads(1);
+  MakeWorkers(4);
+  std::vector<std::promise<Reply>> done(6);
+  const uint64_t commits = storage_->calls(MemoryStorage::Op::kCommit);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t i = 0; i < 6; ++i) {
+      workers_[1 + i % 3]->Submit(Put("e" + std::to_string(i), "c" + std::to_string(i), static_cast<int>(i), &done[i]));
+    }
+  });
+  for (auto& d : done) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["version"], 1);
+  }
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits + 1) << "not one COMMIT for the three partitions";
+  StopAll();
+  for (uint32_t p = 1; p <= 3; ++p) {
+    EXPECT_EQ(storage_->Events(kType, p).size(), 2u) << "partition " << p;
+    ExpectDense(p);
+  }
+}
+
+// When one partition's batch finds its head taken (another writer stored
+// event 2), nothing of the turn is stored at first; each partition then
+// stores its batch alone, the stale one after reading its head again.
+// Every command is answered 200 and stored once.
+TEST_P(GroupCommitTest, AConflictInOneBatchLetsEachPartitionStoreItsOwnAlone) {
+  MakeThreads(1);
+  MakeWorkers(4);
+  for (uint32_t p = 1; p <= 3; ++p) {  // each caches its head: 1
+    std::promise<Reply> first;
+    workers_[p]->Submit(Put("a", "first", 1, &first));
+    ASSERT_EQ(first.get_future().get().status, 200);
+  }
+  sql::EventRow other;
+  other.event_id = 2;
+  other.entity_id = "b";
+  other.version = 1;
+  other.command_id = "other-writer";
+  other.command_name = "put";
+  other.state = R"({"n":0})";
+  ASSERT_TRUE(storage_->Insert(kType, 2, other).ok());
+  const uint64_t commits = storage_->calls(MemoryStorage::Op::kCommit);
+  std::vector<std::promise<Reply>> done(3);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "second", 2, &done[p - 1]));
+  });
+  for (auto& d : done) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  }
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits) << "the failed turn committed something";
+  StopAll();
+  for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
+  EXPECT_EQ(storage_->Events(kType, 1).size(), 2u);
+  EXPECT_EQ(storage_->Events(kType, 2).size(), 3u);
+  EXPECT_EQ(storage_->Events(kType, 3).size(), 2u);
+}
+
+// A COMMIT lost with the session: the commands may have been stored, so each
+// is answered 503 (as a failed single INSERT is); retried with the same
+// Idempotency-Key they are stored once.
+TEST_P(GroupCommitTest, ACommitWithAnUnknownOutcomeAnswers503AndTheRetriesAreStoredOnce) {
+  MakeThreads(1);
+  MakeWorkers(4);
+  storage_->FailNext(MemoryStorage::Op::kCommit, Unavailable("connection lost"));
+  std::vector<std::promise<Reply>> lost(3), retried(3);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &lost[p - 1]));
+  });
+  for (auto& d : lost) EXPECT_EQ(d.get_future().get().status, 503);
+  for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &retried[p - 1]));
+  for (auto& d : retried) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["version"], 1);
+  }
+  StopAll();
+  for (uint32_t p = 1; p <= 3; ++p) {
+    EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
+    ExpectDense(p);
+  }
+}
+
+// A COMMIT refused as a conflict (a deadlock; Galera's certification) stored
+// nothing: each batch is planned again and stored alone, answered 200.
+TEST_P(GroupCommitTest, ACommitRefusedAsAConflictIsStoredAloneAfterwards) {
+  MakeThreads(1);
+  MakeWorkers(4);
+  storage_->FailNext(MemoryStorage::Op::kCommit, Aborted("MySQL error 1213 (40001): Deadlock found"));
+  std::vector<std::promise<Reply>> done(3);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &done[p - 1]));
+  });
+  for (auto& d : done) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  StopAll();
+  for (uint32_t p = 1; p <= 3; ++p) {
+    EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
+    ExpectDense(p);
+  }
+}
+
+// Partitions on two storage servers: one transaction per server, and the
+// only batch of its server is stored alone (one INSERT, no COMMIT).
+TEST_P(GroupCommitTest, OneTransactionPerStorageServer) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  sql::StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement[kType] = {0, 0, 0, 1};  // partitions 0-2 on main, 3 on second
+  storage_ = main;
+  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
+  threads_ = std::make_unique<BatchThreads>(
+      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
+  for (uint32_t p = 0; p < 4; ++p) {
+    PartitionWorkerOptions o;
+    o.type = kType;
+    o.partition = p;
+    o.storage = routed;
+    o.threads = threads_.get();
+    o.thread_key = 0;
+    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+    workers_.back()->Start();
+  }
+  const uint64_t second_appends = second->calls(MemoryStorage::Op::kAppend);
+  std::vector<std::promise<Reply>> done(3);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &done[p - 1]));
+  });
+  for (auto& d : done) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  StopAll();
+  EXPECT_EQ(main->calls(MemoryStorage::Op::kCommit), 1u) << "partitions 1 and 2 not in one transaction";
+  EXPECT_EQ(second->calls(MemoryStorage::Op::kCommit), 0u);
+  EXPECT_EQ(second->calls(MemoryStorage::Op::kAppend), second_appends + 1);
+  EXPECT_EQ(main->Events(kType, 1).size(), 1u);
+  EXPECT_EQ(main->Events(kType, 2).size(), 1u);
+  EXPECT_EQ(second->Events(kType, 3).size(), 1u);
+}
+
 // A client that only counts how the caches it drops are destroyed: with the
 // thread's lock free (another worker's Ready() goes on meanwhile) or held.
 class DroppingClient : public BatchThreads::Client {
@@ -329,6 +526,9 @@ class DroppingClient : public BatchThreads::Client {
     for (auto& t : checkers_) t.join();
   }
   bool Serve(BatchThreads::Lane&) override { return false; }
+  sql::EventAppend* PlanBatch(BatchThreads::Lane&) override { return nullptr; }
+  void Resume(BatchThreads::Lane&, Stored, const Status&) override {}
+  bool EndTurn() override { return false; }
   std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point) override {
     return std::shared_ptr<void>(new int(0), [this](void* p) {
       delete static_cast<int*>(p);
@@ -381,6 +581,9 @@ class SlowDropClient : public BatchThreads::Client {
  public:
   explicit SlowDropClient(std::chrono::milliseconds slow) : slow_(slow) {}
   bool Serve(BatchThreads::Lane&) override { return false; }
+  sql::EventAppend* PlanBatch(BatchThreads::Lane&) override { return nullptr; }
+  void Resume(BatchThreads::Lane&, Stored, const Status&) override {}
+  bool EndTurn() override { return false; }
   std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point) override {
     return std::shared_ptr<void>(new int(0), [this](void* p) {
       delete static_cast<int*>(p);

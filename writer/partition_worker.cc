@@ -97,7 +97,7 @@ void PartitionWorker::Submit(Command command) {
   command.reply(std::move(r));
 }
 
-bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
+void PartitionWorker::Borrow(BatchThreads::Lane& lane) {
   log_ = std::move(lane.log);
   spare_ = std::move(lane.spare);
   stage_ = std::move(lane.stage);
@@ -109,6 +109,27 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
     entities_.Clear();
     cached_under_ = lane.sessions;
   }
+}
+
+void PartitionWorker::Lend(BatchThreads::Lane& lane) {
+  lane.log = std::move(log_);
+  lane.spare = std::move(spare_);
+  lane.stage = std::move(stage_);
+  lane_sessions_ = nullptr;
+}
+
+std::deque<Command> PartitionWorker::TakeBatch() {
+  std::deque<Command> batch;
+  const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
+  for (size_t i = 0; i < n; ++i) {
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return batch;
+}
+
+bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
+  Borrow(lane);
   bool served = false;
   for (;;) {
     // After a batch, the thread goes to a worker waiting for one.
@@ -125,11 +146,7 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
       } else if (queue_.empty()) {
         break;
       } else {
-        const size_t n = std::min<size_t>(queue_.size(), options_.batch_max);
-        for (size_t i = 0; i < n; ++i) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
+        batch = TakeBatch();
       }
     }
     if (land) {
@@ -142,10 +159,47 @@ bool PartitionWorker::Serve(BatchThreads::Lane& lane) {
   // The lane goes back with nothing in flight (a conflict at its COMMIT
   // puts commands back in the queue).
   if (inflight_) (void)Land();
-  lane.log = std::move(log_);
-  lane.spare = std::move(spare_);
-  lane.stage = std::move(stage_);
-  lane_sessions_ = nullptr;
+  Lend(lane);
+  return EndTurn();
+}
+
+sql::EventAppend* PartitionWorker::PlanBatch(BatchThreads::Lane& lane) {
+  std::deque<Command> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch = TakeBatch();
+  }
+  if (batch.empty()) return nullptr;
+  Borrow(lane);
+  ProcessBatch(std::make_unique<BatchState>(std::move(batch)), /*keep=*/true);
+  Lend(lane);
+  return kept_ ? kept_->a.insert.get() : nullptr;
+}
+
+void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) {
+  std::unique_ptr<Kept> k = std::move(kept_);
+  Borrow(lane);
+  switch (stored) {
+    case Stored::kCommitted:
+      Committed(*k->b, k->a);
+      Finish(*k->b, k->a);
+      break;
+    case Stored::kAlone:
+      if (!AppendAlone(*k->b, k->a)) ProcessBatch(std::move(k->b), false, k->attempt + 1);
+      break;
+    case Stored::kNotStored:
+      // Nothing of the transaction landed: planned again (what was stale is
+      // found by the INSERT of its own), as one more attempt.
+      ProcessBatch(std::move(k->b), false, k->attempt + 1);
+      break;
+    case Stored::kUnknown:
+      FailAll(*k->b, status);
+      break;
+  }
+  Lend(lane);
+}
+
+bool PartitionWorker::EndTurn() {
   std::lock_guard lock(mu_);
   last_active_ = std::chrono::steady_clock::now();
   if (!queue_.empty()) return true;
@@ -319,10 +373,31 @@ void PartitionWorker::FailAll(BatchState& b, const Status& st) {
   }
 }
 
-void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
+bool PartitionWorker::AppendAlone(BatchState& b, Attempt& a) {
+  // One autocommit INSERT: one round trip, answered before the next batch.
+  Status st = SLUICE_FAILPOINT("writer.before_commit") ? Unavailable("failpoint writer.before_commit")
+                                                       : log_->Append(*a.insert);
+  if (st.ok()) {
+    Committed(b, a);
+    Finish(b, a);
+    return true;
+  }
+  if (st.code() != StatusCode::kAborted) {
+    FailAll(b, st);
+    return true;
+  }
+  st = ResolveConflict(b, st);
+  if (!st.ok() && st.code() != StatusCode::kAborted) {
+    FailAll(b, st);
+    return true;
+  }
+  return false;  // re-plan against reloaded state
+}
+
+void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned, bool keep, uint32_t attempt) {
   BatchState& b = *owned;
   commands_.BeginBatch();
-  for (uint32_t attempt = 0; attempt <= options_.conflict_retries;) {
+  while (attempt <= options_.conflict_retries) {
     Attempt a;
     // A new session or an unknown head drops or reloads what the batch in
     // flight builds on: it lands first.
@@ -372,18 +447,14 @@ void PartitionWorker::ProcessBatch(std::unique_ptr<BatchState> owned) {
     }
     if (a.writes.empty()) return Finish(b, a);
     if (!options_.overlap_commits) {
-      // One autocommit INSERT: one round trip, answered before the next batch.
-      st = SLUICE_FAILPOINT("writer.before_commit") ? Unavailable("failpoint writer.before_commit")
-                                                    : log_->Append(*a.insert);
-      if (st.ok()) {
-        Committed(b, a);
-        return Finish(b, a);
+      if (keep) {
+        // The batch thread stores it with other partitions' batches (Resume).
+        kept_ = std::make_unique<Kept>(Kept{std::move(owned), std::move(a), attempt});
+        return;
       }
-      if (st.code() != StatusCode::kAborted) return FailAll(b, st);
-      st = ResolveConflict(b, st);
-      if (!st.ok() && st.code() != StatusCode::kAborted) return FailAll(b, st);
+      if (AppendAlone(b, a)) return;
       ++attempt;
-      continue;  // re-plan against reloaded state
+      continue;
     }
     st = log_->Stage(*a.insert);
     if (!st.ok()) {

@@ -169,6 +169,7 @@ class PartitionWorker : private BatchThreads::Client {
   struct BatchState;
   struct Attempt;
   struct InFlight;  // a batch whose COMMIT runs on the stage
+  struct Kept;      // group commit: a planned batch the thread stores
   bool DeltaInstead(const EntityState& entity, const Json& after, Planned& p) const;
   // Whether a delta of `delta_bytes` may follow `entity` (snapshot_every,
   // snapshot_percent of a state of `state_bytes`).
@@ -185,12 +186,27 @@ class PartitionWorker : private BatchThreads::Client {
   // partition_worker.cc: the queue, serving it on a batch thread, and the loop of attempts.
   bool Serve(BatchThreads::Lane& lane) override;
   std::shared_ptr<void> DropIfIdleSince(std::chrono::steady_clock::time_point idle_since) override;
+  sql::EventAppend* PlanBatch(BatchThreads::Lane& lane) override;
+  void Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) override;
+  bool EndTurn() override;
+  // Takes the lane's sessions (and drops the caches when they were read
+  // under other sessions); Lend gives them back.
+  void Borrow(BatchThreads::Lane& lane);
+  void Lend(BatchThreads::Lane& lane);
+  // Up to batch_max queued commands.
+  std::deque<Command> TakeBatch();
   // Called on the commit stage's thread when a COMMIT returned.
   void CommitReturned();
   // Plans and inserts the batch and begins its COMMIT, or answers it when
   // it writes nothing or fails; what it cut (to keep the INSERT small) goes
-  // back to the front of the queue.
-  void ProcessBatch(std::unique_ptr<BatchState> b);
+  // back to the front of the queue. With `keep` (group commit) a batch
+  // with rows is kept in kept_ instead of inserted. Attempts count from
+  // `attempt`.
+  void ProcessBatch(std::unique_ptr<BatchState> b, bool keep = false, uint32_t attempt = 0);
+  // Stores the planned rows in one autocommit INSERT. True: the batch is
+  // done with (committed and answered, or failed); false: a conflict was
+  // resolved, plan it again.
+  bool AppendAlone(BatchState& b, Attempt& a);
   // Puts commands back at the front of the queue, in their order.
   void Requeue(std::deque<Command>& commands);
   // Requeues the commands the plan cut from the batch.
@@ -285,6 +301,7 @@ class PartitionWorker : private BatchThreads::Client {
   uint64_t* lane_sessions_ = nullptr;     // the lane's Lane::sessions while served
   uint64_t cached_under_ = 0;             // the Lane::sessions the caches were read under
   std::unique_ptr<InFlight> inflight_;    // the batch whose COMMIT the stage runs
+  std::unique_ptr<Kept> kept_;            // group commit: planned, stored by the thread
   std::optional<uint64_t> head_;  // last committed event_id, when known
   LruCache<std::string, EntityState> entities_;
   LruCache<std::string, RecentCommand> recent_;  // key: entity_id '\0' command_id

@@ -84,4 +84,12 @@ struct PartitionWorker::InFlight {
   std::optional<Status> outcome;  // known without a COMMIT (a failpoint)
 };
 
+// Group commit: a planned batch with rows that the batch thread stores
+// with other partitions' (BatchThreads::Client::PlanBatch).
+struct PartitionWorker::Kept {
+  std::unique_ptr<BatchState> b;
+  Attempt a;
+  uint32_t attempt = 0;  // ProcessBatch's attempt that planned it
+};
+
 }  // namespace sluice::writer

@@ -97,7 +97,8 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   if (!scripts.ok()) handlers_status_ = scripts.status();
   batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
                                                                         .threads = config_.writer.batch_threads,
-                                                                        .overlap_commits = config_.writer.overlap_commits});
+                                                                        .overlap_commits = config_.writer.overlap_commits,
+                                                                        .group_commit_max = config_.writer.group_commit_max});
   size_t thread_key = 0;  // the partition's place among the writer's
   for (const auto& [name, entity] : config_.entities) {
     TypeState& t = types_[name];
