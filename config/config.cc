@@ -24,6 +24,11 @@
 
 namespace sluice::config {
 
+uint32_t BatchThreadsFor(uint32_t configured, unsigned cores) {
+  if (configured != 0) return configured;
+  return std::clamp<uint32_t>(2 * std::max(cores, 1u), 4, 32);
+}
+
 std::string_view DurabilityBarrierName(DurabilityBarrier b) {
   switch (b) {
     case DurabilityBarrier::kAuto: return "auto";

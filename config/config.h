@@ -178,8 +178,9 @@ struct WriterConfig {
   uint32_t io_threads = 2;                // HTTP event-loop threads, 1..64
   uint32_t read_threads = 4;              // threads serving GETs from MySQL, 1..256
   // Threads running the partitions' batches, each with its MySQL session
-  // (two with overlap_commits); partition k of the writer on thread k mod n. 1..1024.
-  uint32_t batch_threads = 32;
+  // (two with overlap_commits); partition k of the writer on thread k mod n.
+  // 1..1024, or 0 (`auto`): BatchThreadsFor().
+  uint32_t batch_threads = 0;
   // The most partitions whose batches a batch thread stores in one
   // transaction (group commit, BatchThreads); 1: each batch in its own.
   // Not with overlap_commits. 1..1024.
@@ -261,6 +262,9 @@ enum class DurabilityBarrier {
   kOff,     // none: a crash of the MySQL server can leave views ahead of storage
 };
 std::string_view DurabilityBarrierName(DurabilityBarrier b);
+// writer.batch_threads as configured (0: auto) on a host of `cores` CPUs:
+// auto is twice the cores, between 4 and 32.
+uint32_t BatchThreadsFor(uint32_t configured, unsigned cores);
 
 // The engine's sampled anti-entropy (docs/configuration.md): per sink that
 // supports entity checks, a walk over its entity type's entities that

@@ -230,7 +230,11 @@ std::string Config::Redacted() const {
   out << YAML::Key << "max_json_depth" << YAML::Value << static_cast<unsigned>(writer.max_json_depth);
   out << YAML::Key << "io_threads" << YAML::Value << static_cast<unsigned>(writer.io_threads);
   out << YAML::Key << "read_threads" << YAML::Value << static_cast<unsigned>(writer.read_threads);
-  out << YAML::Key << "batch_threads" << YAML::Value << static_cast<unsigned>(writer.batch_threads);
+  if (writer.batch_threads == 0) {
+    out << YAML::Key << "batch_threads" << YAML::Value << "auto";
+  } else {
+    out << YAML::Key << "batch_threads" << YAML::Value << static_cast<unsigned>(writer.batch_threads);
+  }
   out << YAML::Key << "group_commit_max" << YAML::Value << static_cast<unsigned>(writer.group_commit_max);
   out << YAML::Key << "entity_cache_entries" << YAML::Value
       << static_cast<unsigned>(writer.entity_cache_entries);

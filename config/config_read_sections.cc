@@ -399,7 +399,19 @@ void ConfigReader::ReadWriter(const Field& at, WriterConfig* w) {
       {"max_json_depth", kOptional, [&](const Field& f) { ReadUint(f, 1, kMaxJsonDepthCap, &w->max_json_depth); }},
       {"io_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 64, &w->io_threads); }},
       {"read_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 256, &w->read_threads); }},
-      {"batch_threads", kOptional, [&](const Field& f) { ReadUint(f, 1, 1024, &w->batch_threads); }},
+      {"batch_threads", kOptional,
+       [&](const Field& f) {
+         constexpr std::string_view kExpected = "auto or an integer between 1 and 1024";
+         const auto text = PlainScalar(f, kExpected);
+         if (!text) return;
+         if (*text == "auto") {
+           w->batch_threads = 0;
+           return;
+         }
+         const auto v = ParseDecimal(*text);
+         if (!v || *v < 1 || *v > 1024) return Expected(f, kExpected, *text);
+         w->batch_threads = static_cast<uint32_t>(*v);
+       }},
       {"group_commit_max", kOptional, [&](const Field& f) { ReadUint(f, 1, 1024, &w->group_commit_max); }},
       {"entity_cache_entries", kOptional,
        [&](const Field& f) { ReadUint(f, 1, 10000000, &w->entity_cache_entries); }},

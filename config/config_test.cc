@@ -87,7 +87,7 @@ TEST(LoadConfig, OmittedKeysKeepTheirDefaults) {
   EXPECT_EQ(r->writer.listen_port, writer_defaults.listen_port);
   EXPECT_EQ(r->writer.max_body_bytes, writer_defaults.max_body_bytes);
   EXPECT_EQ(r->writer.read_threads, writer_defaults.read_threads);
-  EXPECT_EQ(r->writer.batch_threads, 32u);
+  EXPECT_EQ(r->writer.batch_threads, 0u);  // auto
   EXPECT_EQ(r->writer.group_commit_max, 32u);
   EXPECT_EQ(r->writer.allow_weak_durability, writer_defaults.allow_weak_durability);
   EXPECT_EQ(r->writer.push_thread_slice, std::chrono::microseconds(100));
@@ -371,6 +371,19 @@ TEST(LoadConfig, PushThreadSliceTakesMicroseconds) {
             "got \"100\"");
 }
 
+TEST(BatchThreadsFor, AutoIsTwiceTheCoresBetween4And32) {
+  EXPECT_EQ(BatchThreadsFor(0, 1), 4u);
+  EXPECT_EQ(BatchThreadsFor(0, 2), 4u);
+  EXPECT_EQ(BatchThreadsFor(0, 3), 6u);
+  EXPECT_EQ(BatchThreadsFor(0, 16), 32u);
+  EXPECT_EQ(BatchThreadsFor(0, 64), 32u);
+  EXPECT_EQ(BatchThreadsFor(0, 0), 4u);  // hardware_concurrency() unknown
+  EXPECT_EQ(BatchThreadsFor(100, 2), 100u);
+  Result<Config> r = LoadConfigFromString(std::string(kValid) + "writer: {batch_threads: auto}\n", kFile);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->writer.batch_threads, 0u);
+}
+
 TEST(LoadConfigErrors, GroupCommitMaxOutOfRange) {
   for (const std::string bad : {"0", "1025", "-1", "all"}) {
     const std::string e = Errors(std::string(kValid) + "writer: {group_commit_max: " + bad + "}\n");
@@ -384,7 +397,9 @@ TEST(LoadConfigErrors, GroupCommitMaxOutOfRange) {
 TEST(LoadConfigErrors, BatchThreadsOutOfRange) {
   for (const std::string bad : {"0", "1025", "-1", "many"}) {
     EXPECT_EQ(Errors(std::string(kValid) + "writer: {batch_threads: " + bad + "}\n").rfind(
-                  "t.yaml:10:25: writer.batch_threads: must be an integer between 1 and 1024, got \"" + bad + "\"", 0),
+                  "t.yaml:10:25: writer.batch_threads: must be auto or an integer between 1 and 1024, got \"" + bad +
+                      "\"",
+                  0),
               0u)
         << bad << ": " << Errors(std::string(kValid) + "writer: {batch_threads: " + bad + "}\n");
   }
@@ -630,7 +645,7 @@ TEST(Redacted, PrintsEveryFieldAndLoadsBack) {
             "  max_json_depth: 100\n"
             "  io_threads: 2\n"
             "  read_threads: 4\n"
-            "  batch_threads: 32\n"
+            "  batch_threads: auto\n"
             "  group_commit_max: 32\n"
             "  entity_cache_entries: 100000\n"
             "  conflict_retries: 16\n"

@@ -1,6 +1,7 @@
 #include "writer/writer_service.h"
 
 #include <array>
+#include <thread>
 #include <random>
 
 #include "archive/from_config.h"
@@ -96,7 +97,9 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
   batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
-                                                                        .threads = config_.writer.batch_threads,
+                                                                        .threads = config::BatchThreadsFor(
+                                                                            config_.writer.batch_threads,
+                                                                            std::thread::hardware_concurrency()),
                                                                         .overlap_commits = config_.writer.overlap_commits,
                                                                         .group_commit_max = config_.writer.group_commit_max});
   size_t thread_key = 0;  // the partition's place among the writer's
