@@ -217,6 +217,9 @@ TEST_P(TablesContractTest, StagedAppendsOfSeveralTablesAreOneTransaction) {
   EXPECT_TRUE(writer->Commit().ok());  // nothing staged
   EXPECT_EQ(*reader->Head("account", 0), 1u);
   EXPECT_EQ(*reader->Head("account", 1), 3u);
+  // Rolled back on the writer's session too: the row of `fine` can be appended.
+  Append(*writer, {{2, "a", 2, false}}, 0);
+  EXPECT_EQ(*reader->Head("account", 0), 2u);
 }
 
 TEST_P(TablesContractTest, HeadsGivesEachPartitionsHighestEventIdInOneCall) {

@@ -25,7 +25,8 @@ void BatchThreads::Remove(size_t key, Client* client) {
   Slot& s = SlotOf(key);
   std::lock_guard lock(s.mu);
   s.clients.erase(std::remove(s.clients.begin(), s.clients.end(), client), s.clients.end());
-  s.line.erase(std::remove(s.line.begin(), s.line.end(), client), s.line.end());
+  s.line.erase(std::remove_if(s.line.begin(), s.line.end(), [client](const auto& e) { return e.second == client; }),
+               s.line.end());
 }
 
 void BatchThreads::Ready(size_t key, Client* client) {
@@ -33,7 +34,7 @@ void BatchThreads::Ready(size_t key, Client* client) {
   std::thread ended;
   {
     std::lock_guard lock(s.mu);
-    s.line.push_back(client);
+    s.line.emplace_back(key, client);
     if (s.running) {
       s.cv.notify_one();
       return;
@@ -94,26 +95,26 @@ void BatchThreads::Loop(Slot& slot) {
         continue;
       }
       if (grouping()) {
-        std::vector<Client*> turn;
+        std::vector<std::pair<size_t, Client*>> turn;
         while (!slot.line.empty() && turn.size() < options_.group_commit_max) {
           turn.push_back(slot.line.front());
           slot.line.pop_front();
         }
         lock.unlock();
         GroupTurn(turn, *lane);
-        std::vector<Client*> more;
-        for (Client* c : turn) {
-          if (c->EndTurn()) more.push_back(c);
+        std::vector<std::pair<size_t, Client*>> more;
+        for (const auto& e : turn) {
+          if (e.second->EndTurn()) more.push_back(e);
         }
         lock.lock();
-        for (Client* c : more) slot.line.push_back(c);
+        for (const auto& e : more) slot.line.push_back(e);
       } else {
-        Client* client = slot.line.front();
+        const auto served = slot.line.front();
         slot.line.pop_front();
         lock.unlock();
-        const bool more = client->Serve(*lane);
+        const bool more = served.second->Serve(*lane);
         lock.lock();
-        if (more) slot.line.push_back(client);
+        if (more) slot.line.push_back(served);
       }
       const auto now = std::chrono::steady_clock::now();
       if (now - slot.last_sweep >= options_.idle_exit) {
@@ -131,43 +132,85 @@ void BatchThreads::Loop(Slot& slot) {
   dropped.clear();
 }
 
-void BatchThreads::GroupTurn(const std::vector<Client*>& clients, Lane& lane) {
-  // The kept appends by server, servers in the order they first came.
-  std::vector<std::vector<std::pair<Client*, sql::EventAppend*>>> by_server;
-  for (Client* c : clients) {
-    sql::EventAppend* append = c->PlanBatch(lane);
-    if (append == nullptr) continue;
-    auto it = std::find_if(by_server.begin(), by_server.end(),
-                           [&](const auto& g) { return g.front().second->server() == append->server(); });
-    if (it == by_server.end()) it = by_server.emplace(by_server.end());
-    it->emplace_back(c, append);
+struct BatchThreads::Member {
+  size_t key;
+  Client* client;
+  sql::EventAppend* append;
+  uint64_t sessions;  // the lane's when it was planned
+  Client::Stored stored = Client::Stored::kNotStored;
+  Status status = Status::Ok();
+};
+
+void BatchThreads::GroupTurn(const std::vector<std::pair<size_t, Client*>>& clients, Lane& lane) {
+  std::vector<Member> members;
+  for (const auto& [key, client] : clients) {
+    sql::EventAppend* append = client->PlanBatch(lane);
+    if (append != nullptr) members.push_back(Member{key, client, append, lane.sessions});
   }
-  for (auto& group : by_server) {
-    if (group.size() == 1) {
-      group.front().first->Resume(lane, Client::Stored::kAlone, Status::Ok());
-      continue;
+  // By server, then by key: each server's tables are locked in the order of
+  // the partitions, as every other writer does.
+  std::vector<Member*> order;
+  for (Member& m : members) order.push_back(&m);
+  std::stable_sort(order.begin(), order.end(), [](const Member* a, const Member* b) {
+    return std::pair(a->append->server(), a->key) < std::pair(b->append->server(), b->key);
+  });
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    std::vector<Member*> together;
+    for (; j < order.size() && order[j]->append->server() == order[i]->append->server(); ++j) {
+      // Planned on caches another worker of the turn has since made stale
+      // (it opened the sessions again): planned again (kNotStored).
+      if (order[j]->sessions == lane.sessions) together.push_back(order[j]);
     }
-    Client::Stored stored = Client::Stored::kCommitted;
-    Status st = Status::Ok();
+    i = j;
+    if (together.size() == 1) together.front()->stored = Client::Stored::kAlone;
+    if (together.size() > 1) StoreTogether(std::move(together), lane);
+  }
+  // Every transaction ended: now each lands its batch (caches, the
+  // engines' notices, pushes, replies), in the order of the line.
+  for (Member& m : members) m.client->Resume(lane, m.stored, m.status);
+}
+
+void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
+  while (members.size() > 1) {
     if (SLUICE_FAILPOINT("writer.before_commit")) {
-      st = Unavailable("failpoint writer.before_commit");
-      stored = Client::Stored::kUnknown;
-    } else {
-      for (auto& [client, append] : group) {
-        // A failed Stage leaves nothing staged: the transaction is gone.
-        st = lane.log->Stage(*append);
-        if (!st.ok()) break;
+      for (Member* m : members) {
+        m->stored = Client::Stored::kUnknown;
+        m->status = Unavailable("failpoint writer.before_commit");
       }
-      if (!st.ok()) {
-        stored = Client::Stored::kNotStored;
-      } else if (st = lane.log->Commit(); !st.ok()) {
-        // Refused at COMMIT (a deadlock, Galera's certification): rolled
-        // back. Otherwise (the session lost during the COMMIT) it may have landed.
-        stored = st.code() == StatusCode::kAborted ? Client::Stored::kNotStored : Client::Stored::kUnknown;
-      }
+      return;
     }
-    for (auto& [client, append] : group) client->Resume(lane, stored, st);
+    Status st = Status::Ok();
+    size_t failed = 0;
+    for (; failed < members.size(); ++failed) {
+      // A failed Stage leaves nothing staged: the transaction is gone.
+      st = lane.log->Stage(*members[failed]->append);
+      if (!st.ok()) break;
+    }
+    if (st.ok()) {
+      st = lane.log->Commit();
+      for (Member* m : members) {
+        m->status = st;
+        if (st.ok()) {
+          m->stored = Client::Stored::kCommitted;
+        } else if (st.code() == StatusCode::kAborted) {
+          // Refused at COMMIT (a deadlock, Galera's certification): rolled back.
+          m->stored = Client::Stored::kNotStored;
+        } else {
+          // The session lost during the COMMIT: it may have landed.
+          m->stored = Client::Stored::kUnknown;
+          if (st.code() != StatusCode::kUnavailable) m->status = Unavailable(st.message());
+        }
+      }
+      return;
+    }
+    if (st.code() != StatusCode::kAborted) return;  // all kNotStored: planned again, alone
+    // Its rows conflict: it resolves that alone; the others go in again.
+    members[failed]->stored = Client::Stored::kConflict;
+    members[failed]->status = st;
+    members.erase(members.begin() + static_cast<std::ptrdiff_t>(failed));
   }
+  if (members.size() == 1) members.front()->stored = Client::Stored::kAlone;
 }
 
 void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now,

@@ -21,10 +21,16 @@
 // whose line holds several workers plans one batch of each of up to
 // group_commit_max of them, then stores the rows of all in one transaction
 // per storage server (one COMMIT and one log flush instead of one per
-// partition); a batch that is the only one of its turn and server is stored
-// by its worker alone, in one autocommit INSERT. When the transaction fails
-// before its COMMIT (a conflict, a lost session) nothing of it is stored and
-// each worker plans its batch again and stores it alone.
+// partition), their tables in the order of the partitions' keys (so that
+// two writers lock them in the same order), and only then lets each worker
+// land its batch (caches, push, replies). A batch that is the only one of
+// its turn and server is stored by its worker alone, in one autocommit
+// INSERT. A batch whose INSERT hits a duplicate key leaves the transaction
+// (its worker resolves the conflict and stores it alone) and the others are
+// inserted again without it; after any other failure before the COMMIT
+// (a lost session) nothing is stored and each worker plans its batch again
+// and stores it alone. A batch planned before another worker of the turn
+// opened the sessions again is planned again too.
 #pragma once
 
 #include <chrono>
@@ -91,8 +97,9 @@ class BatchThreads {
     enum class Stored {
       kAlone,      // the only one of its turn and server: the client stores it itself
       kCommitted,  // committed in the thread's transaction
+      kConflict,   // its INSERT failed with `status` (kAborted: a duplicate key, a deadlock); not stored
       kNotStored,  // the transaction ended without its COMMIT: plan it again and store it alone
-      kUnknown,    // the COMMIT failed with `status`: it may have landed
+      kUnknown,    // the COMMIT failed with `status` (kUnavailable): it may have landed
     };
     virtual void Resume(Lane& lane, Stored stored, const Status& status) = 0;
     // Ends the turn: true when commands are still queued (the client goes
@@ -132,7 +139,7 @@ class BatchThreads {
   struct Slot {
     mutable std::mutex mu;
     std::condition_variable cv;
-    std::deque<Client*> line;
+    std::deque<std::pair<size_t, Client*>> line;  // (key, client)
     std::vector<Client*> clients;
     std::thread thread;
     bool running = false;  // `thread` serves the line (not ended after idle_exit)
@@ -143,8 +150,12 @@ class BatchThreads {
   };
   Slot& SlotOf(size_t key) const { return *slots_[key % slots_.size()]; }
   void Loop(Slot& slot);
-  // Group commit: one turn of `clients` on `lane`.
-  void GroupTurn(const std::vector<Client*>& clients, Lane& lane);
+  // Group commit: one turn of the clients (with their keys) on `lane`.
+  void GroupTurn(const std::vector<std::pair<size_t, Client*>>& clients, Lane& lane);
+  struct Member;
+  // Stores the members' appends (one server's, at least two) in one
+  // transaction, setting what became of each.
+  void StoreTogether(std::vector<Member*> members, Lane& lane);
   bool grouping() const { return options_.group_commit_max > 1 && !options_.overlap_commits; }
   // Under slot.mu: each client drops what it caches if idle since idle_exit,
   // into `dropped` (destroyed by the caller once slot.mu is released).

@@ -394,8 +394,8 @@ TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
 }
 
 // When one partition's batch finds its head taken (another writer stored
-// event 2), nothing of the turn is stored at first; each partition then
-// stores its batch alone, the stale one after reading its head again.
+// event 2), it leaves the transaction and stores its batch alone after
+// reading its head again; the other two are stored together without it.
 // Every command is answered 200 and stored once.
 TEST_P(GroupCommitTest, AConflictInOneBatchLetsEachPartitionStoreItsOwnAlone) {
   MakeThreads(1);
@@ -423,12 +423,46 @@ TEST_P(GroupCommitTest, AConflictInOneBatchLetsEachPartitionStoreItsOwnAlone) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(Json::parse(r.body)["version"], 2);
   }
-  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits) << "the failed turn committed something";
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits + 1)
+      << "partitions 1 and 3 were not stored together without the conflicting one";
   StopAll();
   for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
   EXPECT_EQ(storage_->Events(kType, 1).size(), 2u);
   EXPECT_EQ(storage_->Events(kType, 2).size(), 3u);
   EXPECT_EQ(storage_->Events(kType, 3).size(), 2u);
+}
+
+// A batch planned before another partition of the same turn found the
+// session broken (and answered 503) is not stored on what it planned: the
+// outage may have lost commits, so it reads its head again, as a batch
+// planned after the outage does.
+TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
+  MakeThreads(1);
+  MakeWorkers(4);
+  for (uint32_t p = 1; p <= 3; ++p) {  // each caches its head and entity "a"
+    std::promise<Reply> first;
+    workers_[p]->Submit(Put("a", "first", 1, &first));
+    ASSERT_EQ(first.get_future().get().status, 200);
+  }
+  std::promise<Reply> p1, p2, p3;
+  uint64_t heads = 0;
+  BehindAHeldBatch(0, [&] {
+    workers_[1]->Submit(Put("a", "second", 2, &p1));  // planned on its cached head
+    workers_[2]->Submit(Put("new", "second", 2, &p2));  // its read of "new" finds the session lost
+    workers_[3]->Submit(Put("a", "second", 2, &p3));
+    storage_->FailNext(MemoryStorage::Op::kLatestOf, Unavailable("connection lost"));
+    heads = storage_->calls(MemoryStorage::Op::kHead);
+  });
+  EXPECT_EQ(p2.get_future().get().status, 503);
+  for (auto* d : {&p1, &p3}) {
+    const Reply r = d->get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  }
+  EXPECT_EQ(storage_->calls(MemoryStorage::Op::kHead), heads + 2)
+      << "partition 1 stored a batch planned on its head from before the outage";
+  StopAll();
+  for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
 }
 
 // A COMMIT lost with the session: the commands may have been stored, so each

@@ -173,7 +173,9 @@ sql::EventAppend* PartitionWorker::PlanBatch(BatchThreads::Lane& lane) {
   Borrow(lane);
   ProcessBatch(std::make_unique<BatchState>(std::move(batch)), /*keep=*/true);
   Lend(lane);
-  return kept_ ? kept_->a.insert.get() : nullptr;
+  if (!kept_) return nullptr;
+  kept_->sessions = lane.sessions;
+  return kept_->a.insert.get();
 }
 
 void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) {
@@ -185,7 +187,22 @@ void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Stat
       Finish(*k->b, k->a);
       break;
     case Stored::kAlone:
-      if (!AppendAlone(*k->b, k->a)) ProcessBatch(std::move(k->b), false, k->attempt + 1);
+      // Planned on caches that another worker of the turn has since made
+      // stale (it opened the sessions again after an outage): planned again.
+      if (k->sessions != lane.sessions) {
+        ProcessBatch(std::move(k->b), false, k->attempt);
+      } else if (!AppendAlone(*k->b, k->a)) {
+        ProcessBatch(std::move(k->b), false, k->attempt + 1);
+      }
+      break;
+    case Stored::kConflict:
+      // As after a conflict of a single INSERT: what was stale is dropped,
+      // a raced retry answered from storage, the rest planned again.
+      if (Status st = ResolveConflict(*k->b, status); !st.ok() && st.code() != StatusCode::kAborted) {
+        FailAll(*k->b, st);
+      } else {
+        ProcessBatch(std::move(k->b), false, k->attempt + 1);
+      }
       break;
     case Stored::kNotStored:
       // Nothing of the transaction landed: planned again (what was stale is
