@@ -262,8 +262,8 @@ enum class DurabilityBarrier {
   kOff,     // none: a crash of the MySQL server can leave views ahead of storage
 };
 std::string_view DurabilityBarrierName(DurabilityBarrier b);
-// writer.batch_threads as configured (0: auto) on a host of `cores` CPUs:
-// auto is twice the cores, between 4 and 32.
+// writer.batch_threads as configured (0: auto) for a process that can use
+// `cores` CPUs (UsableCpus()): auto is twice the cores, between 4 and 32.
 uint32_t BatchThreadsFor(uint32_t configured, unsigned cores);
 
 // The engine's sampled anti-entropy (docs/configuration.md): per sink that

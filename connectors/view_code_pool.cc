@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/cpus.h"
 #include "core/log.h"
 #include "core/thread_name.h"
 
@@ -31,8 +32,7 @@ std::string Describe(const std::exception_ptr& e) {
 }  // namespace
 
 size_t ViewCodePool::DefaultSize() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return std::clamp<size_t>(cores == 0 ? 1 : cores, 1, 4);
+  return std::clamp<size_t>(UsableCpus(), 1, 4);
 }
 
 Result<std::unique_ptr<ViewCodePool>> ViewCodePool::Make(const ViewCode& like, size_t size) {

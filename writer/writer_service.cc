@@ -1,11 +1,11 @@
 #include "writer/writer_service.h"
 
 #include <array>
-#include <thread>
 #include <random>
 
 #include "archive/from_config.h"
 #include "connectors/sink.h"
+#include "core/cpus.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/names.h"
@@ -96,10 +96,13 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   };
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
+  const uint32_t threads = config::BatchThreadsFor(config_.writer.batch_threads, UsableCpus());
+  if (config_.writer.batch_threads == 0) {
+    Log(LogLevel::kInfo, "writer: " + std::to_string(threads) + " batch threads (writer.batch_threads: auto, " +
+                             std::to_string(UsableCpus()) + " CPUs)");
+  }
   batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
-                                                                        .threads = config::BatchThreadsFor(
-                                                                            config_.writer.batch_threads,
-                                                                            std::thread::hardware_concurrency()),
+                                                                        .threads = threads,
                                                                         .overlap_commits = config_.writer.overlap_commits,
                                                                         .group_commit_max = config_.writer.group_commit_max});
   size_t thread_key = 0;  // the partition's place among the writer's
