@@ -31,7 +31,8 @@ namespace sluice::connectors {
 
 class ViewCodePool {
  public:
-  // How many runtimes a pool gets by default: the machine's cores, at most 4.
+  // How many runtimes a pool gets by default: the CPUs the process can use
+  // (core/cpus.h), at most 4.
   static size_t DefaultSize();
 
   // `size` runtimes of `like`'s text (the caller's made here, each worker's
