@@ -4,27 +4,99 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
-#include <string>
 #include <thread>
+#include <vector>
 
 namespace sluice {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  return s;
+}
+
+std::optional<long long> Integer(std::string_view s) {
+  s = Trim(s);
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string ReadSmallFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+unsigned UnderQuota(long long quota, long long period, unsigned cpus) {
+  if (quota <= 0 || period <= 0) return cpus;  // -1 (v1) or "max" (v2): none
+  const long long allowed = (quota + period - 1) / period;
+  return static_cast<unsigned>(std::clamp<long long>(allowed, 1, std::max(cpus, 1u)));
+}
+
+// `dir` and each directory above it up to `top`, deepest first.
+std::vector<std::filesystem::path> UpTo(const std::filesystem::path& top, const std::string& below) {
+  std::vector<std::filesystem::path> dirs;
+  std::filesystem::path rel = std::filesystem::path(below).relative_path().lexically_normal();
+  for (;;) {
+    dirs.push_back(top / rel);
+    if (rel.empty() || rel == "." || !rel.has_parent_path()) break;
+    rel = rel.parent_path();
+  }
+  if (dirs.back() != top) dirs.push_back(top);
+  return dirs;
+}
+
+}  // namespace
 
 unsigned CpusUnderQuota(std::string_view cpu_max, unsigned cpus) {
+  cpu_max = Trim(cpu_max);
   const size_t space = cpu_max.find(' ');
   if (space == std::string_view::npos) return cpus;
-  const std::string_view quota_text = cpu_max.substr(0, space);
-  std::string_view period_text = cpu_max.substr(space + 1);
-  while (!period_text.empty() && (period_text.back() == '\n' || period_text.back() == ' ')) period_text.remove_suffix(1);
-  unsigned long long quota = 0, period = 0;
-  if (std::from_chars(quota_text.data(), quota_text.data() + quota_text.size(), quota).ec != std::errc() ||
-      std::from_chars(period_text.data(), period_text.data() + period_text.size(), period).ec != std::errc() ||
-      quota == 0 || period == 0) {
-    return cpus;  // "max": no quota
+  const auto quota = Integer(cpu_max.substr(0, space));
+  const auto period = Integer(cpu_max.substr(space + 1));
+  if (!quota || !period) return cpus;  // "max": no quota
+  return UnderQuota(*quota, *period, cpus);
+}
+
+unsigned CpusUnderCgroupQuotas(const std::string& cgroup_root, std::string_view proc_self_cgroup, unsigned cpus) {
+  const std::filesystem::path root(cgroup_root);
+  std::istringstream lines{std::string(proc_self_cgroup)};
+  for (std::string line; std::getline(lines, line);) {
+    // hierarchy-ID:controllers:path
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? std::string::npos : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {  // v2
+      for (const auto& dir : UpTo(root, path)) cpus = CpusUnderQuota(ReadSmallFile(dir / "cpu.max"), cpus);
+      continue;
+    }
+    std::istringstream names(controllers);
+    bool cpu = false;
+    for (std::string name; std::getline(names, name, ',');) cpu = cpu || name == "cpu";
+    if (!cpu) continue;
+    // v1: the cpu controller is mounted as cpu, or with cpuacct.
+    for (const char* mount : {"cpu", "cpu,cpuacct", "cpuacct,cpu"}) {
+      if (!std::filesystem::exists(root / mount)) continue;
+      for (const auto& dir : UpTo(root / mount, path)) {
+        const auto quota = Integer(ReadSmallFile(dir / "cpu.cfs_quota_us"));
+        const auto period = Integer(ReadSmallFile(dir / "cpu.cfs_period_us"));
+        if (quota && period) cpus = UnderQuota(*quota, *period, cpus);
+      }
+      break;
+    }
   }
-  const unsigned long long allowed = (quota + period - 1) / period;
-  return static_cast<unsigned>(std::clamp<unsigned long long>(allowed, 1, std::max(cpus, 1u)));
+  return std::max(cpus, 1u);
 }
 
 unsigned UsableCpus() {
@@ -34,10 +106,7 @@ unsigned UsableCpus() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = static_cast<unsigned>(CPU_COUNT(&set));
   if (cpus == 0) cpus = std::thread::hardware_concurrency();
   if (cpus == 0) cpus = 1;
-  std::ifstream in("/sys/fs/cgroup/cpu.max");
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  return CpusUnderQuota(text.str(), cpus);
+  return CpusUnderCgroupQuotas("/sys/fs/cgroup", ReadSmallFile("/proc/self/cgroup"), cpus);
 }
 
 }  // namespace sluice

@@ -158,21 +158,40 @@ void BatchThreads::GroupTurn(const std::vector<std::pair<size_t, Client*>>& clie
     size_t j = i;
     std::vector<Member*> together;
     for (; j < order.size() && order[j]->append->server() == order[i]->append->server(); ++j) {
-      // Planned on caches another worker of the turn has since made stale
-      // (it opened the sessions again): planned again (kNotStored).
+      // Planned on caches that an outage since may have made stale (another
+      // worker of the turn, or a store of another server, found the
+      // session broken): planned again (kNotStored).
       if (order[j]->sessions == lane.sessions) together.push_back(order[j]);
     }
     i = j;
-    if (together.size() == 1) together.front()->stored = Client::Stored::kAlone;
+    if (together.size() == 1) StoreAlone(*together.front(), lane);
     if (together.size() > 1) StoreTogether(std::move(together), lane);
   }
-  // Every transaction ended: now each lands its batch (caches, the
+  // Every batch of the turn is stored or not: now each lands (caches, the
   // engines' notices, pushes, replies), in the order of the line.
   for (Member& m : members) m.client->Resume(lane, m.stored, m.status);
 }
 
+void BatchThreads::StoreAlone(Member& m, Lane& lane) {
+  if (SLUICE_FAILPOINT("writer.before_commit")) {
+    m.stored = Client::Stored::kUnknown;
+    m.status = Unavailable("failpoint writer.before_commit");
+    return;
+  }
+  // One autocommit INSERT: one round trip.
+  m.status = lane.log->Append(*m.append);
+  if (m.status.ok()) {
+    m.stored = Client::Stored::kCommitted;
+  } else if (m.status.code() == StatusCode::kAborted) {
+    m.stored = Client::Stored::kConflict;
+  } else {
+    m.stored = Client::Stored::kUnknown;
+    if (m.status.code() == StatusCode::kUnavailable) Outage(lane);
+  }
+}
+
 void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
-  while (members.size() > 1) {
+  for (int round = 0; members.size() > 1; ++round) {
     if (SLUICE_FAILPOINT("writer.before_commit")) {
       for (Member* m : members) {
         m->stored = Client::Stored::kUnknown;
@@ -189,6 +208,7 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
     }
     if (st.ok()) {
       st = lane.log->Commit();
+      if (st.code() == StatusCode::kUnavailable) Outage(lane);
       for (Member* m : members) {
         m->status = st;
         if (st.ok()) {
@@ -204,13 +224,24 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
       }
       return;
     }
+    if (st.code() == StatusCode::kUnavailable) Outage(lane);
     if (st.code() != StatusCode::kAborted) return;  // all kNotStored: planned again, alone
-    // Its rows conflict: it resolves that alone; the others go in again.
+    // Its rows conflict (or its statement met a deadlock): it resolves
+    // that alone; the others go in again without it, once: after a second
+    // conflict they too are planned again and stored alone, so that a
+    // thread whose partitions all conflict (two writers racing) does not
+    // insert its batches again and again.
     members[failed]->stored = Client::Stored::kConflict;
     members[failed]->status = st;
     members.erase(members.begin() + static_cast<std::ptrdiff_t>(failed));
+    if (round == 1) return;
   }
-  if (members.size() == 1) members.front()->stored = Client::Stored::kAlone;
+  if (members.size() == 1) StoreAlone(*members.front(), lane);
+}
+
+void BatchThreads::Outage(Lane& lane) {
+  // Commits may have been lost: every worker of the thread reads again.
+  lane.sessions = NewSessions();
 }
 
 void BatchThreads::SweepLocked(Slot& slot, std::chrono::steady_clock::time_point now,

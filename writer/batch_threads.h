@@ -24,13 +24,13 @@
 // partition), their tables in the order of the partitions' keys (so that
 // two writers lock them in the same order), and only then lets each worker
 // land its batch (caches, push, replies). A batch that is the only one of
-// its turn and server is stored by its worker alone, in one autocommit
-// INSERT. A batch whose INSERT hits a duplicate key leaves the transaction
-// (its worker resolves the conflict and stores it alone) and the others are
-// inserted again without it; after any other failure before the COMMIT
-// (a lost session) nothing is stored and each worker plans its batch again
-// and stores it alone. A batch planned before another worker of the turn
-// opened the sessions again is planned again too.
+// its turn and server is stored alone, in one autocommit INSERT. A batch
+// whose INSERT hits a duplicate key leaves the transaction (its worker
+// resolves the conflict and stores it alone) and the others are inserted
+// again without it, once; after any other failure before the COMMIT (a
+// lost session) nothing is stored and each worker plans its batch again
+// and stores it alone. A batch planned before an outage the turn met (the
+// session found broken) is planned again too.
 #pragma once
 
 #include <chrono>
@@ -91,15 +91,14 @@ class BatchThreads {
     // then EndTurn; the lane is lent for each call only.
     // Plans the next queued batch on `lane` and answers what needs no row.
     // When the batch has rows to store it keeps it, unstored, and returns
-    // its append (valid until Resume); otherwise null.
+    // its append (valid until Resume); otherwise null. The thread stores it.
     virtual sql::EventAppend* PlanBatch(Lane& lane) = 0;
     // What became of the append PlanBatch returned.
     enum class Stored {
-      kAlone,      // the only one of its turn and server: the client stores it itself
-      kCommitted,  // committed in the thread's transaction
+      kCommitted,  // committed (with others, or alone in one autocommit INSERT)
       kConflict,   // its INSERT failed with `status` (kAborted: a duplicate key, a deadlock); not stored
-      kNotStored,  // the transaction ended without its COMMIT: plan it again and store it alone
-      kUnknown,    // the COMMIT failed with `status` (kUnavailable): it may have landed
+      kNotStored,  // not stored, not its fault: plan it again and store it alone
+      kUnknown,    // the INSERT or COMMIT failed with `status`: it may have landed (503 for kUnavailable)
     };
     virtual void Resume(Lane& lane, Stored stored, const Status& status) = 0;
     // Ends the turn: true when commands are still queued (the client goes
@@ -153,9 +152,12 @@ class BatchThreads {
   // Group commit: one turn of the clients (with their keys) on `lane`.
   void GroupTurn(const std::vector<std::pair<size_t, Client*>>& clients, Lane& lane);
   struct Member;
-  // Stores the members' appends (one server's, at least two) in one
-  // transaction, setting what became of each.
+  // Store the members' appends (one server's) and set what became of each:
+  // one in one autocommit INSERT; at least two in one transaction.
+  void StoreAlone(Member& member, Lane& lane);
   void StoreTogether(std::vector<Member*> members, Lane& lane);
+  // A store found the session broken: the workers' caches go (Lane::sessions).
+  static void Outage(Lane& lane);
   bool grouping() const { return options_.group_commit_max > 1 && !options_.overlap_commits; }
   // Under slot.mu: each client drops what it caches if idle since idle_exit,
   // into `dropped` (destroyed by the caller once slot.mu is released).

@@ -465,6 +465,59 @@ TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
   for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
 }
 
+// With two storage servers, a group's INSERT that finds one server's session
+// lost is an outage: nothing of the turn is stored on what was planned
+// before it, and every batch reads its head again before it is stored
+// alone, also on the server that did not fail (a session per server: the
+// event log stays healthy while the other answers).
+TEST_P(GroupCommitTest, AnOutageAtTheGroupsInsertMakesEveryBatchOfTheTurnReadAgain) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  sql::StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement[kType] = {0, 0, 1, 1};  // partitions 0 and 1 on main, 2 and 3 on second
+  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
+  threads_ = std::make_unique<BatchThreads>(
+      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
+  for (uint32_t p = 0; p < 4; ++p) {
+    PartitionWorkerOptions o;
+    o.type = kType;
+    o.partition = p;
+    o.storage = routed;
+    o.threads = threads_.get();
+    o.thread_key = p;
+    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+    workers_.back()->Start();
+  }
+  for (uint32_t p : {0u, 1u, 3u}) {  // each caches its head and entity "a"
+    std::promise<Reply> first;
+    workers_[p]->Submit(Put("a", "first", 1, &first));
+    ASSERT_EQ(first.get_future().get().status, 200);
+  }
+  storage_ = second;  // the blocker, partition 2, is there
+  std::vector<std::promise<Reply>> done(3);
+  uint64_t main_heads = 0, second_heads = 0;
+  BehindAHeldBatch(2, [&] {
+    workers_[0]->Submit(Put("a", "second", 2, &done[0]));
+    workers_[1]->Submit(Put("a", "second", 2, &done[1]));
+    workers_[3]->Submit(Put("a", "second", 2, &done[2]));
+    main->FailNext(MemoryStorage::Op::kAppend, Unavailable("connection lost"));
+    main_heads = main->calls(MemoryStorage::Op::kHead);
+    second_heads = second->calls(MemoryStorage::Op::kHead);
+  });
+  for (auto& d : done) {
+    const Reply r = d.get_future().get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  }
+  EXPECT_EQ(main->calls(MemoryStorage::Op::kHead), main_heads + 2) << "partitions 0 and 1 kept their heads";
+  EXPECT_EQ(second->calls(MemoryStorage::Op::kHead), second_heads + 1) << "partition 3 kept its head";
+  StopAll();
+  EXPECT_EQ(main->Events(kType, 0).size(), 2u);
+  EXPECT_EQ(main->Events(kType, 1).size(), 2u);
+  EXPECT_EQ(second->Events(kType, 3).size(), 2u);
+}
+
 // A COMMIT lost with the session: the commands may have been stored, so each
 // is answered 503 (as a failed single INSERT is); retried with the same
 // Idempotency-Key they are stored once.

@@ -173,9 +173,7 @@ sql::EventAppend* PartitionWorker::PlanBatch(BatchThreads::Lane& lane) {
   Borrow(lane);
   ProcessBatch(std::make_unique<BatchState>(std::move(batch)), /*keep=*/true);
   Lend(lane);
-  if (!kept_) return nullptr;
-  kept_->sessions = lane.sessions;
-  return kept_->a.insert.get();
+  return kept_ ? kept_->a.insert.get() : nullptr;
 }
 
 void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) {
@@ -185,15 +183,6 @@ void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Stat
     case Stored::kCommitted:
       Committed(*k->b, k->a);
       Finish(*k->b, k->a);
-      break;
-    case Stored::kAlone:
-      // Planned on caches that another worker of the turn has since made
-      // stale (it opened the sessions again after an outage): planned again.
-      if (k->sessions != lane.sessions) {
-        ProcessBatch(std::move(k->b), false, k->attempt);
-      } else if (!AppendAlone(*k->b, k->a)) {
-        ProcessBatch(std::move(k->b), false, k->attempt + 1);
-      }
       break;
     case Stored::kConflict:
       // As after a conflict of a single INSERT: what was stale is dropped,

@@ -96,10 +96,11 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   };
   auto scripts = handlers::LoadHandlerScripts(config_);
   if (!scripts.ok()) handlers_status_ = scripts.status();
-  const uint32_t threads = config::BatchThreadsFor(config_.writer.batch_threads, UsableCpus());
+  const unsigned cpus = UsableCpus();
+  const uint32_t threads = config::BatchThreadsFor(config_.writer.batch_threads, cpus);
   if (config_.writer.batch_threads == 0) {
     Log(LogLevel::kInfo, "writer: " + std::to_string(threads) + " batch threads (writer.batch_threads: auto, " +
-                             std::to_string(UsableCpus()) + " CPUs)");
+                             std::to_string(cpus) + " CPUs)");
   }
   batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
                                                                         .threads = threads,
