@@ -69,6 +69,7 @@ unsigned CpusUnderQuota(std::string_view cpu_max, unsigned cpus) {
 
 unsigned CpusUnderCgroupQuotas(const std::string& cgroup_root, std::string_view proc_self_cgroup, unsigned cpus) {
   const std::filesystem::path root(cgroup_root);
+  bool named = false;  // /proc/self/cgroup named a cgroup with the cpu controller
   std::istringstream lines{std::string(proc_self_cgroup)};
   for (std::string line; std::getline(lines, line);) {
     // hierarchy-ID:controllers:path
@@ -76,8 +77,11 @@ unsigned CpusUnderCgroupQuotas(const std::string& cgroup_root, std::string_view 
     const size_t b = a == std::string::npos ? std::string::npos : line.find(':', a + 1);
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1);
-    const std::string path = line.substr(b + 1);
+    std::string path = line.substr(b + 1);
+    // Outside this cgroup namespace ("/../x"): only what it sees as its root.
+    if (path.find("..") != std::string::npos) path = "/";
     if (line.compare(0, a, "0") == 0 && controllers.empty()) {  // v2
+      named = true;
       for (const auto& dir : UpTo(root, path)) cpus = CpusUnderQuota(ReadSmallFile(dir / "cpu.max"), cpus);
       continue;
     }
@@ -85,9 +89,13 @@ unsigned CpusUnderCgroupQuotas(const std::string& cgroup_root, std::string_view 
     bool cpu = false;
     for (std::string name; std::getline(names, name, ',');) cpu = cpu || name == "cpu";
     if (!cpu) continue;
-    // v1: the cpu controller is mounted as cpu, or with cpuacct.
-    for (const char* mount : {"cpu", "cpu,cpuacct", "cpuacct,cpu"}) {
-      if (!std::filesystem::exists(root / mount)) continue;
+    named = true;
+    // v1: the cpu controller is mounted by the name of its controllers, or
+    // as cpu, or with cpuacct.
+    for (const std::string& mount : {controllers, std::string("cpu"), std::string("cpu,cpuacct"),
+                                    std::string("cpuacct,cpu")}) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(root / mount, ec)) continue;
       for (const auto& dir : UpTo(root / mount, path)) {
         const auto quota = Integer(ReadSmallFile(dir / "cpu.cfs_quota_us"));
         const auto period = Integer(ReadSmallFile(dir / "cpu.cfs_period_us"));
@@ -96,6 +104,8 @@ unsigned CpusUnderCgroupQuotas(const std::string& cgroup_root, std::string_view 
       break;
     }
   }
+  // /proc/self/cgroup unreadable: the quota of the cgroup root it sees.
+  if (!named) cpus = CpusUnderQuota(ReadSmallFile(root / "cpu.max"), cpus);
   return std::max(cpus, 1u);
 }
 

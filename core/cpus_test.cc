@@ -52,7 +52,8 @@ TEST_F(CgroupTree, V2TakesTheSmallestQuotaOfTheCgroupAndItsParents) {
 TEST_F(CgroupTree, V2InsideItsOwnNamespaceReadsTheRoot) {
   Write("cpu.max", "200000 100000\n");  // a container: its cgroup is the root it sees
   EXPECT_EQ(CpusUnderCgroupQuotas(root_.string(), "0::/\n", 32), 2u);
-  EXPECT_EQ(CpusUnderCgroupQuotas(root_.string(), "", 32), 32u);  // /proc/self/cgroup unreadable
+  EXPECT_EQ(CpusUnderCgroupQuotas(root_.string(), "", 32), 2u);  // /proc/self/cgroup unreadable: the root
+  EXPECT_EQ(CpusUnderCgroupQuotas(root_.string(), "0::/../elsewhere\n", 32), 2u);  // outside the namespace
 }
 
 TEST_F(CgroupTree, V1ReadsTheCpuControllersQuota) {

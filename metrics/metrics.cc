@@ -24,6 +24,7 @@ constexpr std::string_view kWriterCommandDuration = "sluice_writer_command_durat
 constexpr std::string_view kWriterReplays = "sluice_writer_idempotent_replays_total";
 constexpr std::string_view kWriterBatchEvents = "sluice_writer_batch_events";
 constexpr std::string_view kWriterConflicts = "sluice_writer_conflicts_total";
+constexpr std::string_view kWriterTransactionPartitions = "sluice_writer_transaction_partitions";
 constexpr std::string_view kWriterPushed = "sluice_writer_push_events_total";
 constexpr std::string_view kWriterForwarded = "sluice_writer_forwarded_total";
 constexpr std::string_view kWriterPushDuration = "sluice_writer_push_duration_seconds";
@@ -93,6 +94,8 @@ const std::vector<MetricInfo> kMetricList = {
     {kWriterBatchEvents, "histogram", "Events committed per multi-row INSERT, by entity type."},
     {kWriterConflicts, "counter",
      "Duplicate-key conflicts that made a batch reload and re-plan, by entity type and unique key."},
+    {kWriterTransactionPartitions, "histogram",
+     "Partitions whose batches one committed transaction stored (group commit: more than 1)."},
     {kWriterForwarded, "counter",
      "Commands for a partition another writer owns, by entity type and outcome: forwarded (the owner "
      "answered) or handled_here (the owner could not be reached)."},
@@ -269,6 +272,9 @@ CommandMetrics::CommandMetrics(Registry& r, const std::string& type, const std::
   replays_ = &r.Counter(kWriterReplays).Add({{"type", type}, {"command", command}});
   latency_ = &r.Histogram(kWriterCommandDuration).Add({{"type", type}, {"command", command}}, kLatencyBuckets);
 }
+
+WriterMetrics::WriterMetrics(Registry& r)
+    : registry_(r), transaction_partitions_(&r.Histogram(kWriterTransactionPartitions).Add({}, kSizeBuckets)) {}
 
 WriterTypeMetrics::WriterTypeMetrics(Registry& r, const std::string& type) {
   batch_events_ = &r.Histogram(kWriterBatchEvents).Add({{"type", type}}, kSizeBuckets);

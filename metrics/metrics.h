@@ -187,8 +187,10 @@ class PushMetrics {
 // them while setting up (they lock), keep the reference on the hot path.
 class WriterMetrics {
  public:
-  explicit WriterMetrics(Registry& r) : registry_(r) {}
+  explicit WriterMetrics(Registry& r);
   CommandMetrics& ForCommand(const std::string& type, const std::string& command);
+  // A transaction that stored the batches of `partitions` partitions committed.
+  void TransactionCommitted(size_t partitions) { transaction_partitions_->Observe(static_cast<double>(partitions)); }
   WriterTypeMetrics& ForType(const std::string& type);
   PushMetrics& ForPush(const std::string& sink);
   // Convenience for the push path: ForPush(sink) then Succeeded/Failed.
@@ -197,6 +199,7 @@ class WriterMetrics {
 
  private:
   Registry& registry_;
+  prometheus::Histogram* transaction_partitions_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<CommandMetrics>> commands_;  // type '\0' command
   std::map<std::string, std::unique_ptr<WriterTypeMetrics>> types_;

@@ -112,6 +112,16 @@ TEST(Metrics, ConflictsAreCountedByKeyName) {
   EXPECT_EQ(Sample(text, R"(sluice_writer_conflicts_total{key="other",type="account"})"), 1);
 }
 
+TEST(Metrics, TransactionsCountThePartitionsTheyStored) {
+  Registry r;
+  WriterMetrics w(r);
+  w.TransactionCommitted(1);
+  w.TransactionCommitted(3);
+  const std::string text = r.Text();
+  EXPECT_EQ(Sample(text, "sluice_writer_transaction_partitions_count"), 2);
+  EXPECT_EQ(Sample(text, "sluice_writer_transaction_partitions_sum"), 4);
+}
+
 TEST(Metrics, PushResultsBySinkAndReason) {
   Registry r;
   WriterMetrics w(r);

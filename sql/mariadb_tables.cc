@@ -367,6 +367,8 @@ class MariaDbEventLog : public EventLog {
       // A duplicate key leaves the transaction open, a deadlock has ended it.
       staged_ = false;
       if (c->healthy()) (void)c->Execute("ROLLBACK");
+      // The session lost at the ROLLBACK: an outage, whatever the INSERT said.
+      if (!c->healthy() && st.code() != StatusCode::kUnavailable) return Unavailable(st.message());
       return st;
     }
     staged_ = true;
@@ -383,6 +385,8 @@ class MariaDbEventLog : public EventLog {
     // A COMMIT refused with the session still up (a deadlock has ended the
     // transaction already): nothing of it may ride on a later COMMIT.
     if (!st.ok() && c->healthy()) (void)c->Execute("ROLLBACK");
+    // The session lost at the ROLLBACK: an outage, whatever the COMMIT said.
+    if (!st.ok() && !c->healthy() && st.code() != StatusCode::kUnavailable) return Unavailable(st.message());
     return st;
   }
 

@@ -176,17 +176,19 @@ void BatchThreads::StoreAlone(Member& m, Lane& lane) {
   if (SLUICE_FAILPOINT("writer.before_commit")) {
     m.stored = Client::Stored::kUnknown;
     m.status = Unavailable("failpoint writer.before_commit");
+    Outage(lane);
     return;
   }
   // One autocommit INSERT: one round trip.
   m.status = lane.log->Append(*m.append);
   if (m.status.ok()) {
     m.stored = Client::Stored::kCommitted;
+    if (options_.metrics) options_.metrics->TransactionCommitted(1);
   } else if (m.status.code() == StatusCode::kAborted) {
     m.stored = Client::Stored::kConflict;
   } else {
     m.stored = Client::Stored::kUnknown;
-    if (m.status.code() == StatusCode::kUnavailable) Outage(lane);
+    Outage(lane);
   }
 }
 
@@ -197,6 +199,7 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
         m->stored = Client::Stored::kUnknown;
         m->status = Unavailable("failpoint writer.before_commit");
       }
+      Outage(lane);
       return;
     }
     Status st = Status::Ok();
@@ -208,7 +211,8 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
     }
     if (st.ok()) {
       st = lane.log->Commit();
-      if (st.code() == StatusCode::kUnavailable) Outage(lane);
+      if (!st.ok() && st.code() != StatusCode::kAborted) Outage(lane);
+      if (st.ok() && options_.metrics) options_.metrics->TransactionCommitted(members.size());
       for (Member* m : members) {
         m->status = st;
         if (st.ok()) {

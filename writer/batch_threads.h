@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "metrics/metrics.h"
 #include "sql/tables.h"
 #include "writer/commit_stage.h"
 
@@ -54,6 +55,7 @@ class BatchThreads {
     size_t threads = 32;                    // >= 1
     bool overlap_commits = false;           // lanes have a spare session and a commit stage
     size_t group_commit_max = 1;            // > 1: group commit (not with overlap_commits)
+    metrics::WriterMetrics* metrics = nullptr;  // transactions by partitions; may be null
     std::chrono::milliseconds idle_exit{10000};
   };
 
@@ -63,9 +65,10 @@ class BatchThreads {
     std::unique_ptr<sql::EventLog> spare;   // overlap: the other session
     std::unique_ptr<CommitStage> stage;     // overlap: runs the COMMITs
     // Which sessions these are: a new number (NewSessions()) each time a
-    // worker opens them again. A worker whose caches were read under other
-    // sessions drops them (another worker of the thread may have reopened
-    // them after an outage in which commits were lost).
+    // worker opens them again or answers an outage, and each time a group
+    // commit's store finds the session broken. A worker whose caches were
+    // read under other sessions drops them (the outage may have lost
+    // commits).
     uint64_t sessions = 0;
   };
   // A number for newly opened sessions, unique in the process (never 0).

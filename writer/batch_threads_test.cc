@@ -369,9 +369,13 @@ class GroupCommitTest : public BatchThreadsTest {
 INSTANTIATE_TEST_SUITE_P(Grouped, GroupCommitTest, ::testing::Values(Mode::kGrouped),
                          [](const ::testing::TestParamInfo<Mode>&) { return "Grouped"; });
 
-// Three partitions' batches that meet in one turn are stored by one COMMIT.
+// Three partitions' batches that meet in one turn are stored by one COMMIT,
+// and sluice_writer_transaction_partitions says so.
 TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
-  MakeThreads(1);
+  metrics::Registry registry;
+  metrics::WriterMetrics writer_metrics(registry);
+  threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{
+      .storage = storage_, .threads = 1, .group_commit_max = GroupMax(), .metrics = &writer_metrics});
   MakeWorkers(4);
   std::vector<std::promise<Reply>> done(6);
   const uint64_t commits = storage_->calls(MemoryStorage::Op::kCommit);
@@ -387,6 +391,10 @@ TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
   }
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits + 1) << "not one COMMIT for the three partitions";
   StopAll();
+  // The blocker's transaction of one partition, the group's of three.
+  const std::string text = registry.Text();
+  EXPECT_NE(text.find("sluice_writer_transaction_partitions_count 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sluice_writer_transaction_partitions_sum 4\n"), std::string::npos) << text;
   for (uint32_t p = 1; p <= 3; ++p) {
     EXPECT_EQ(storage_->Events(kType, p).size(), 2u) << "partition " << p;
     ExpectDense(p);
@@ -516,6 +524,61 @@ TEST_P(GroupCommitTest, AnOutageAtTheGroupsInsertMakesEveryBatchOfTheTurnReadAga
   EXPECT_EQ(main->Events(kType, 0).size(), 2u);
   EXPECT_EQ(main->Events(kType, 1).size(), 2u);
   EXPECT_EQ(second->Events(kType, 3).size(), 2u);
+}
+
+// A batch committed in a turn that then met an outage (another partition's
+// read found its server's session lost and answered 503) keeps its reply,
+// but its partition reads its head again before its next batch: the caches
+// it leaves were read before the outage.
+TEST_P(GroupCommitTest, ABatchCommittedBeforeAnOutageOfTheTurnReadsItsHeadAgainNextTime) {
+  auto main = MemoryStorage::Create();
+  auto second = MemoryStorage::Create();
+  sql::StorageLayout layout;
+  layout.servers = {{"main", {}}, {"second", {}}};
+  layout.placement[kType] = {0, 1, 0};  // the blocker 0 and partition 2 on main, 1 on second
+  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
+  threads_ = std::make_unique<BatchThreads>(
+      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
+  for (uint32_t p = 0; p < 3; ++p) {
+    PartitionWorkerOptions o;
+    o.type = kType;
+    o.partition = p;
+    o.storage = routed;
+    o.threads = threads_.get();
+    o.thread_key = p;
+    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+    workers_.back()->Start();
+  }
+  for (uint32_t p : {1u, 2u}) {  // each caches its head
+    std::promise<Reply> first;
+    workers_[p]->Submit(Put("a", "first", 1, &first));
+    ASSERT_EQ(first.get_future().get().status, 200);
+  }
+  sql::EventRow other;  // another writer takes partition 1's next event_id
+  other.event_id = 2;
+  other.entity_id = "b";
+  other.version = 1;
+  other.command_id = "other-writer";
+  other.command_name = "put";
+  other.state = R"({"n":0})";
+  ASSERT_TRUE(second->Insert(kType, 1, other).ok());
+  storage_ = main;
+  std::promise<Reply> c, a;
+  BehindAHeldBatch(0, [&] {
+    workers_[1]->Submit(Put("a", "second", 2, &c));  // conflicts, then its head read finds the session lost
+    workers_[2]->Submit(Put("a", "second", 2, &a));  // committed alone
+    second->FailNext(MemoryStorage::Op::kHead, Unavailable("connection lost"));
+  });
+  EXPECT_EQ(c.get_future().get().status, 503);
+  const Reply r = a.get_future().get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  const uint64_t heads = main->calls(MemoryStorage::Op::kHead);
+  std::promise<Reply> next;
+  workers_[2]->Submit(Put("a", "third", 3, &next));
+  ASSERT_EQ(next.get_future().get().status, 200);
+  EXPECT_EQ(main->calls(MemoryStorage::Op::kHead), heads + 1)
+      << "partition 2 kept the head it committed before the outage";
+  StopAll();
 }
 
 // A COMMIT lost with the session: the commands may have been stored, so each

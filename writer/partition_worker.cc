@@ -173,7 +173,9 @@ sql::EventAppend* PartitionWorker::PlanBatch(BatchThreads::Lane& lane) {
   Borrow(lane);
   ProcessBatch(std::make_unique<BatchState>(std::move(batch)), /*keep=*/true);
   Lend(lane);
-  return kept_ ? kept_->a.insert.get() : nullptr;
+  if (!kept_) return nullptr;
+  kept_->sessions = lane.sessions;
+  return kept_->a.insert.get();
 }
 
 void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) {
@@ -183,6 +185,10 @@ void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Stat
     case Stored::kCommitted:
       Committed(*k->b, k->a);
       Finish(*k->b, k->a);
+      // Planned before an outage the turn met afterwards: the head and
+      // states it leaves are not trusted under the new sessions (the outage
+      // may have lost this commit too); the next batch reads them.
+      if (k->sessions != lane.sessions) DropCaches(k->b->batch);
       break;
     case Stored::kConflict:
       // As after a conflict of a single INSERT: what was stale is dropped,

@@ -105,7 +105,8 @@ WriterService::WriterService(config::Config config, CommitHook on_commit, metric
   batch_threads_ = std::make_unique<BatchThreads>(BatchThreads::Options{.storage = storage_,
                                                                         .threads = threads,
                                                                         .overlap_commits = config_.writer.overlap_commits,
-                                                                        .group_commit_max = config_.writer.group_commit_max});
+                                                                        .group_commit_max = config_.writer.group_commit_max,
+                                                                        .metrics = &metrics_});
   size_t thread_key = 0;  // the partition's place among the writer's
   for (const auto& [name, entity] : config_.entities) {
     TypeState& t = types_[name];
