@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -352,6 +353,65 @@ class GroupCommitTest : public BatchThreadsTest {
     ASSERT_EQ(held.get_future().get().status, 200);
   }
 
+  // Partitions [0, n) over two servers, `placement[p]` the server of
+  // partition p, all on one batch thread; `main` and `second` their tables.
+  void MakeTwoServers(const std::vector<size_t>& placement) {
+    main_ = MemoryStorage::Create();
+    second_ = MemoryStorage::Create();
+    sql::StorageLayout layout;
+    layout.servers = {{"main", {}}, {"second", {}}};
+    layout.placement[kType] = placement;
+    auto routed =
+        std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main_, second_});
+    threads_ = std::make_unique<BatchThreads>(
+        BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
+    for (uint32_t p = 0; p < placement.size(); ++p) {
+      PartitionWorkerOptions o;
+      o.type = kType;
+      o.partition = p;
+      o.storage = routed;
+      o.threads = threads_.get();
+      o.thread_key = p;
+      workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
+      workers_.back()->Start();
+    }
+  }
+
+  // A command to each of the partitions, answered: each caches its head
+  // and entity "a".
+  void CacheHeads(std::initializer_list<uint32_t> partitions) {
+    for (uint32_t p : partitions) {
+      std::promise<Reply> first;
+      workers_[p]->Submit(Put("a", "first", 1, &first));
+      ASSERT_EQ(first.get_future().get().status, 200);
+    }
+  }
+
+  // Another writer stores event `event_id` of partition p in `tables`.
+  static void OtherWriterStores(MemoryStorage& tables, uint32_t p, uint64_t event_id) {
+    sql::EventRow other;
+    other.event_id = event_id;
+    other.entity_id = "b";
+    other.version = 1;
+    other.command_id = "other-writer";
+    other.command_name = "put";
+    other.state = R"({"n":0})";
+    ASSERT_TRUE(tables.Insert(kType, p, other).ok());
+  }
+
+  // Every reply 200, of `version` when given.
+  static void ExpectStored(std::vector<std::promise<Reply>>& done, std::optional<int> version = std::nullopt) {
+    for (auto& d : done) {
+      const Reply r = d.get_future().get();
+      ASSERT_EQ(r.status, 200) << r.body;
+      if (version) {
+        EXPECT_EQ(Json::parse(r.body)["version"], *version);
+      }
+    }
+  }
+
+  std::shared_ptr<MemoryStorage> main_, second_;
+
   // The rows of partition p: event ids 1..n, each entity's versions 1..k,
   // each command id once.
   void ExpectDense(uint32_t p) {
@@ -384,11 +444,7 @@ TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
       workers_[1 + i % 3]->Submit(Put("e" + std::to_string(i), "c" + std::to_string(i), static_cast<int>(i), &done[i]));
     }
   });
-  for (auto& d : done) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Json::parse(r.body)["version"], 1);
-  }
+  ExpectStored(done, 1);
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits + 1) << "not one COMMIT for the three partitions";
   StopAll();
   // The blocker's transaction of one partition, the group's of three.
@@ -408,29 +464,14 @@ TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
 TEST_P(GroupCommitTest, AConflictInOneBatchLetsEachPartitionStoreItsOwnAlone) {
   MakeThreads(1);
   MakeWorkers(4);
-  for (uint32_t p = 1; p <= 3; ++p) {  // each caches its head: 1
-    std::promise<Reply> first;
-    workers_[p]->Submit(Put("a", "first", 1, &first));
-    ASSERT_EQ(first.get_future().get().status, 200);
-  }
-  sql::EventRow other;
-  other.event_id = 2;
-  other.entity_id = "b";
-  other.version = 1;
-  other.command_id = "other-writer";
-  other.command_name = "put";
-  other.state = R"({"n":0})";
-  ASSERT_TRUE(storage_->Insert(kType, 2, other).ok());
+  CacheHeads({1, 2, 3});
+  OtherWriterStores(*storage_, 2, 2);
   const uint64_t commits = storage_->calls(MemoryStorage::Op::kCommit);
   std::vector<std::promise<Reply>> done(3);
   BehindAHeldBatch(0, [&] {
     for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "second", 2, &done[p - 1]));
   });
-  for (auto& d : done) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Json::parse(r.body)["version"], 2);
-  }
+  ExpectStored(done, 2);
   EXPECT_EQ(storage_->calls(MemoryStorage::Op::kCommit), commits + 1)
       << "partitions 1 and 3 were not stored together without the conflicting one";
   StopAll();
@@ -447,11 +488,7 @@ TEST_P(GroupCommitTest, AConflictInOneBatchLetsEachPartitionStoreItsOwnAlone) {
 TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
   MakeThreads(1);
   MakeWorkers(4);
-  for (uint32_t p = 1; p <= 3; ++p) {  // each caches its head and entity "a"
-    std::promise<Reply> first;
-    workers_[p]->Submit(Put("a", "first", 1, &first));
-    ASSERT_EQ(first.get_future().get().status, 200);
-  }
+  CacheHeads({1, 2, 3});
   std::promise<Reply> p1, p2, p3;
   uint64_t heads = 0;
   BehindAHeldBatch(0, [&] {
@@ -479,51 +516,26 @@ TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
 // alone, also on the server that did not fail (a session per server: the
 // event log stays healthy while the other answers).
 TEST_P(GroupCommitTest, AnOutageAtTheGroupsInsertMakesEveryBatchOfTheTurnReadAgain) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  sql::StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement[kType] = {0, 0, 1, 1};  // partitions 0 and 1 on main, 2 and 3 on second
-  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
-  threads_ = std::make_unique<BatchThreads>(
-      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
-  for (uint32_t p = 0; p < 4; ++p) {
-    PartitionWorkerOptions o;
-    o.type = kType;
-    o.partition = p;
-    o.storage = routed;
-    o.threads = threads_.get();
-    o.thread_key = p;
-    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
-    workers_.back()->Start();
-  }
-  for (uint32_t p : {0u, 1u, 3u}) {  // each caches its head and entity "a"
-    std::promise<Reply> first;
-    workers_[p]->Submit(Put("a", "first", 1, &first));
-    ASSERT_EQ(first.get_future().get().status, 200);
-  }
-  storage_ = second;  // the blocker, partition 2, is there
+  MakeTwoServers({0, 0, 1, 1});  // partitions 0 and 1 on main, 2 and 3 on second
+  CacheHeads({0, 1, 3});
+  storage_ = second_;  // the blocker, partition 2, is there
   std::vector<std::promise<Reply>> done(3);
   uint64_t main_heads = 0, second_heads = 0;
   BehindAHeldBatch(2, [&] {
     workers_[0]->Submit(Put("a", "second", 2, &done[0]));
     workers_[1]->Submit(Put("a", "second", 2, &done[1]));
     workers_[3]->Submit(Put("a", "second", 2, &done[2]));
-    main->FailNext(MemoryStorage::Op::kAppend, Unavailable("connection lost"));
-    main_heads = main->calls(MemoryStorage::Op::kHead);
-    second_heads = second->calls(MemoryStorage::Op::kHead);
+    main_->FailNext(MemoryStorage::Op::kAppend, Unavailable("connection lost"));
+    main_heads = main_->calls(MemoryStorage::Op::kHead);
+    second_heads = second_->calls(MemoryStorage::Op::kHead);
   });
-  for (auto& d : done) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Json::parse(r.body)["version"], 2);
-  }
-  EXPECT_EQ(main->calls(MemoryStorage::Op::kHead), main_heads + 2) << "partitions 0 and 1 kept their heads";
-  EXPECT_EQ(second->calls(MemoryStorage::Op::kHead), second_heads + 1) << "partition 3 kept its head";
+  ExpectStored(done, 2);
+  EXPECT_EQ(main_->calls(MemoryStorage::Op::kHead), main_heads + 2) << "partitions 0 and 1 kept their heads";
+  EXPECT_EQ(second_->calls(MemoryStorage::Op::kHead), second_heads + 1) << "partition 3 kept its head";
   StopAll();
-  EXPECT_EQ(main->Events(kType, 0).size(), 2u);
-  EXPECT_EQ(main->Events(kType, 1).size(), 2u);
-  EXPECT_EQ(second->Events(kType, 3).size(), 2u);
+  EXPECT_EQ(main_->Events(kType, 0).size(), 2u);
+  EXPECT_EQ(main_->Events(kType, 1).size(), 2u);
+  EXPECT_EQ(second_->Events(kType, 3).size(), 2u);
 }
 
 // A batch committed in a turn that then met an outage (another partition's
@@ -531,52 +543,24 @@ TEST_P(GroupCommitTest, AnOutageAtTheGroupsInsertMakesEveryBatchOfTheTurnReadAga
 // but its partition reads its head again before its next batch: the caches
 // it leaves were read before the outage.
 TEST_P(GroupCommitTest, ABatchCommittedBeforeAnOutageOfTheTurnReadsItsHeadAgainNextTime) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  sql::StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement[kType] = {0, 1, 0};  // the blocker 0 and partition 2 on main, 1 on second
-  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
-  threads_ = std::make_unique<BatchThreads>(
-      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
-  for (uint32_t p = 0; p < 3; ++p) {
-    PartitionWorkerOptions o;
-    o.type = kType;
-    o.partition = p;
-    o.storage = routed;
-    o.threads = threads_.get();
-    o.thread_key = p;
-    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
-    workers_.back()->Start();
-  }
-  for (uint32_t p : {1u, 2u}) {  // each caches its head
-    std::promise<Reply> first;
-    workers_[p]->Submit(Put("a", "first", 1, &first));
-    ASSERT_EQ(first.get_future().get().status, 200);
-  }
-  sql::EventRow other;  // another writer takes partition 1's next event_id
-  other.event_id = 2;
-  other.entity_id = "b";
-  other.version = 1;
-  other.command_id = "other-writer";
-  other.command_name = "put";
-  other.state = R"({"n":0})";
-  ASSERT_TRUE(second->Insert(kType, 1, other).ok());
-  storage_ = main;
+  MakeTwoServers({0, 1, 0});  // the blocker 0 and partition 2 on main, 1 on second
+  CacheHeads({1, 2});
+  OtherWriterStores(*second_, 1, 2);  // partition 1's next event_id is taken
+  storage_ = main_;
   std::promise<Reply> c, a;
   BehindAHeldBatch(0, [&] {
     workers_[1]->Submit(Put("a", "second", 2, &c));  // conflicts, then its head read finds the session lost
     workers_[2]->Submit(Put("a", "second", 2, &a));  // committed alone
-    second->FailNext(MemoryStorage::Op::kHead, Unavailable("connection lost"));
+    second_->FailNext(MemoryStorage::Op::kHead, Unavailable("connection lost"));
   });
   EXPECT_EQ(c.get_future().get().status, 503);
   const Reply r = a.get_future().get();
   ASSERT_EQ(r.status, 200) << r.body;
-  const uint64_t heads = main->calls(MemoryStorage::Op::kHead);
+  const uint64_t heads = main_->calls(MemoryStorage::Op::kHead);
   std::promise<Reply> next;
   workers_[2]->Submit(Put("a", "third", 3, &next));
   ASSERT_EQ(next.get_future().get().status, 200);
-  EXPECT_EQ(main->calls(MemoryStorage::Op::kHead), heads + 1)
+  EXPECT_EQ(main_->calls(MemoryStorage::Op::kHead), heads + 1)
       << "partition 2 kept the head it committed before the outage";
   StopAll();
 }
@@ -594,11 +578,7 @@ TEST_P(GroupCommitTest, ACommitWithAnUnknownOutcomeAnswers503AndTheRetriesAreSto
   });
   for (auto& d : lost) EXPECT_EQ(d.get_future().get().status, 503);
   for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &retried[p - 1]));
-  for (auto& d : retried) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Json::parse(r.body)["version"], 1);
-  }
+  ExpectStored(retried, 1);
   StopAll();
   for (uint32_t p = 1; p <= 3; ++p) {
     EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
@@ -616,10 +596,7 @@ TEST_P(GroupCommitTest, ACommitRefusedAsAConflictIsStoredAloneAfterwards) {
   BehindAHeldBatch(0, [&] {
     for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &done[p - 1]));
   });
-  for (auto& d : done) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-  }
+  ExpectStored(done);
   StopAll();
   for (uint32_t p = 1; p <= 3; ++p) {
     EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
@@ -630,41 +607,21 @@ TEST_P(GroupCommitTest, ACommitRefusedAsAConflictIsStoredAloneAfterwards) {
 // Partitions on two storage servers: one transaction per server, and the
 // only batch of its server is stored alone (one INSERT, no COMMIT).
 TEST_P(GroupCommitTest, OneTransactionPerStorageServer) {
-  auto main = MemoryStorage::Create();
-  auto second = MemoryStorage::Create();
-  sql::StorageLayout layout;
-  layout.servers = {{"main", {}}, {"second", {}}};
-  layout.placement[kType] = {0, 0, 0, 1};  // partitions 0-2 on main, 3 on second
-  storage_ = main;
-  auto routed = std::make_shared<sql::RoutedStorage>(layout, std::vector<std::shared_ptr<sql::Storage>>{main, second});
-  threads_ = std::make_unique<BatchThreads>(
-      BatchThreads::Options{.storage = routed, .threads = 1, .group_commit_max = GroupMax()});
-  for (uint32_t p = 0; p < 4; ++p) {
-    PartitionWorkerOptions o;
-    o.type = kType;
-    o.partition = p;
-    o.storage = routed;
-    o.threads = threads_.get();
-    o.thread_key = 0;
-    workers_.push_back(std::make_unique<PartitionWorker>(std::move(o)));
-    workers_.back()->Start();
-  }
-  const uint64_t second_appends = second->calls(MemoryStorage::Op::kAppend);
+  MakeTwoServers({0, 0, 0, 1});  // partitions 0-2 on main, 3 on second
+  storage_ = main_;
+  const uint64_t second_appends = second_->calls(MemoryStorage::Op::kAppend);
   std::vector<std::promise<Reply>> done(3);
   BehindAHeldBatch(0, [&] {
     for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &done[p - 1]));
   });
-  for (auto& d : done) {
-    const Reply r = d.get_future().get();
-    ASSERT_EQ(r.status, 200) << r.body;
-  }
+  ExpectStored(done);
   StopAll();
-  EXPECT_EQ(main->calls(MemoryStorage::Op::kCommit), 1u) << "partitions 1 and 2 not in one transaction";
-  EXPECT_EQ(second->calls(MemoryStorage::Op::kCommit), 0u);
-  EXPECT_EQ(second->calls(MemoryStorage::Op::kAppend), second_appends + 1);
-  EXPECT_EQ(main->Events(kType, 1).size(), 1u);
-  EXPECT_EQ(main->Events(kType, 2).size(), 1u);
-  EXPECT_EQ(second->Events(kType, 3).size(), 1u);
+  EXPECT_EQ(main_->calls(MemoryStorage::Op::kCommit), 1u) << "partitions 1 and 2 not in one transaction";
+  EXPECT_EQ(second_->calls(MemoryStorage::Op::kCommit), 0u);
+  EXPECT_EQ(second_->calls(MemoryStorage::Op::kAppend), second_appends + 1);
+  EXPECT_EQ(main_->Events(kType, 1).size(), 1u);
+  EXPECT_EQ(main_->Events(kType, 2).size(), 1u);
+  EXPECT_EQ(second_->Events(kType, 3).size(), 1u);
 }
 
 // A client that only counts how the caches it drops are destroyed: with the
