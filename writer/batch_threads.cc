@@ -173,12 +173,7 @@ void BatchThreads::GroupTurn(const std::vector<std::pair<size_t, Client*>>& clie
 }
 
 void BatchThreads::StoreAlone(Member& m, Lane& lane) {
-  if (SLUICE_FAILPOINT("writer.before_commit")) {
-    m.stored = Client::Stored::kUnknown;
-    m.status = Unavailable("failpoint writer.before_commit");
-    Outage(lane);
-    return;
-  }
+  if (FailBeforeCommit({&m}, lane)) return;
   // One autocommit INSERT: one round trip.
   m.status = lane.log->Append(*m.append);
   if (m.status.ok()) {
@@ -194,14 +189,7 @@ void BatchThreads::StoreAlone(Member& m, Lane& lane) {
 
 void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
   for (int round = 0; members.size() > 1; ++round) {
-    if (SLUICE_FAILPOINT("writer.before_commit")) {
-      for (Member* m : members) {
-        m->stored = Client::Stored::kUnknown;
-        m->status = Unavailable("failpoint writer.before_commit");
-      }
-      Outage(lane);
-      return;
-    }
+    if (FailBeforeCommit(members, lane)) return;
     Status st = Status::Ok();
     size_t failed = 0;
     for (; failed < members.size(); ++failed) {
@@ -241,6 +229,17 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
     if (round == 1) return;
   }
   if (members.size() == 1) StoreAlone(*members.front(), lane);
+}
+
+bool BatchThreads::FailBeforeCommit(const std::vector<Member*>& members, Lane& lane) {
+  if (!SLUICE_FAILPOINT("writer.before_commit")) return false;
+  // As a session lost before the store: may have landed, an outage.
+  for (Member* m : members) {
+    m->stored = Client::Stored::kUnknown;
+    m->status = Unavailable("failpoint writer.before_commit");
+  }
+  Outage(lane);
+  return true;
 }
 
 void BatchThreads::Outage(Lane& lane) {

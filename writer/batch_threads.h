@@ -161,6 +161,9 @@ class BatchThreads {
   void StoreTogether(std::vector<Member*> members, Lane& lane);
   // A store found the session broken: the workers' caches go (Lane::sessions).
   static void Outage(Lane& lane);
+  // The failpoint writer.before_commit: true when it fired, the members'
+  // stores then failed as after a lost session.
+  static bool FailBeforeCommit(const std::vector<Member*>& members, Lane& lane);
   bool grouping() const { return options_.group_commit_max > 1 && !options_.overlap_commits; }
   // Under slot.mu: each client drops what it caches if idle since idle_exit,
   // into `dropped` (destroyed by the caller once slot.mu is released).

@@ -412,6 +412,14 @@ class GroupCommitTest : public BatchThreadsTest {
 
   std::shared_ptr<MemoryStorage> main_, second_;
 
+  // Partitions 1..3 hold `rows` rows each, dense.
+  void ExpectEachOfThreeHolds(size_t rows) {
+    for (uint32_t p = 1; p <= 3; ++p) {
+      EXPECT_EQ(storage_->Events(kType, p).size(), rows) << "partition " << p;
+      ExpectDense(p);
+    }
+  }
+
   // The rows of partition p: event ids 1..n, each entity's versions 1..k,
   // each command id once.
   void ExpectDense(uint32_t p) {
@@ -451,10 +459,7 @@ TEST_P(GroupCommitTest, TheBatchesOfSeveralPartitionsCommitInOneTransaction) {
   const std::string text = registry.Text();
   EXPECT_NE(text.find("sluice_writer_transaction_partitions_count 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("sluice_writer_transaction_partitions_sum 4\n"), std::string::npos) << text;
-  for (uint32_t p = 1; p <= 3; ++p) {
-    EXPECT_EQ(storage_->Events(kType, p).size(), 2u) << "partition " << p;
-    ExpectDense(p);
-  }
+  ExpectEachOfThreeHolds(2);
 }
 
 // When one partition's batch finds its head taken (another writer stored
@@ -580,10 +585,7 @@ TEST_P(GroupCommitTest, ACommitWithAnUnknownOutcomeAnswers503AndTheRetriesAreSto
   for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "k", 1, &retried[p - 1]));
   ExpectStored(retried, 1);
   StopAll();
-  for (uint32_t p = 1; p <= 3; ++p) {
-    EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
-    ExpectDense(p);
-  }
+  ExpectEachOfThreeHolds(1);
 }
 
 // A COMMIT refused as a conflict (a deadlock; Galera's certification) stored
@@ -598,10 +600,7 @@ TEST_P(GroupCommitTest, ACommitRefusedAsAConflictIsStoredAloneAfterwards) {
   });
   ExpectStored(done);
   StopAll();
-  for (uint32_t p = 1; p <= 3; ++p) {
-    EXPECT_EQ(storage_->Events(kType, p).size(), 1u) << "partition " << p;
-    ExpectDense(p);
-  }
+  ExpectEachOfThreeHolds(1);
 }
 
 // Partitions on two storage servers: one transaction per server, and the

@@ -173,22 +173,23 @@ sql::EventAppend* PartitionWorker::PlanBatch(BatchThreads::Lane& lane) {
   Borrow(lane);
   ProcessBatch(std::make_unique<BatchState>(std::move(batch)), /*keep=*/true);
   Lend(lane);
-  if (!kept_) return nullptr;
-  kept_->sessions = lane.sessions;
-  return kept_->a.insert.get();
+  return kept_ ? kept_->a.insert.get() : nullptr;
 }
 
 void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Status& status) {
   std::unique_ptr<Kept> k = std::move(kept_);
+  // The turn met an outage after this batch was planned (Borrow drops the
+  // caches read before it).
+  const bool outage_since_plan = lane.sessions != cached_under_;
   Borrow(lane);
   switch (stored) {
     case Stored::kCommitted:
       Committed(*k->b, k->a);
       Finish(*k->b, k->a);
-      // Planned before an outage the turn met afterwards: the head and
-      // states it leaves are not trusted under the new sessions (the outage
-      // may have lost this commit too); the next batch reads them.
-      if (k->sessions != lane.sessions) DropCaches(k->b->batch);
+      // The head and states it leaves are not trusted under the new
+      // sessions either (the outage may have lost this commit too): the
+      // next batch reads them.
+      if (outage_since_plan) DropCaches(k->b->batch);
       break;
     case Stored::kConflict:
       // As after a conflict of a single INSERT: what was stale is dropped,

@@ -90,7 +90,6 @@ struct PartitionWorker::Kept {
   std::unique_ptr<BatchState> b;
   Attempt a;
   uint32_t attempt = 0;  // ProcessBatch's attempt that planned it
-  uint64_t sessions = 0;  // the lane's Lane::sessions when it was planned
 };
 
 }  // namespace sluice::writer
