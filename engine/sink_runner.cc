@@ -292,7 +292,7 @@ bool SinkRunner::Outdated(uint32_t partition, uint64_t epoch) const {
 
 void SinkRunner::Work::Add(Batch&& batch) {
   const size_t begin = events.size();
-  if (events.empty()) {
+  if (events.capacity() == 0) {  // the first batch, nothing reserved: take its vector as it is
     events = std::move(batch.events);
   } else {
     events.insert(events.end(), std::make_move_iterator(batch.events.begin()),
@@ -791,22 +791,33 @@ void SinkRunner::ApplyLoop() {
     if (!Checkpoint()) break;
     Work work;
     {
-      std::unique_lock lock(mu_);
-      queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
-                         [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
-      if (stopping_) break;
-      // The first batch, then the next ones while everything fits in one
-      // chunk; none while controls wait (the next Checkpoint runs them). The
-      // flush below runs either way: controls that come often (the
-      // anti-entropy's) must not hold back the offsets.
-      const size_t chunk_max = loop_->chunk_max();
-      while (controls_.empty() && !queue_.empty()) {
-        Batch& next = queue_.front();
-        if (!work.events.empty() && work.events.size() + next.events.size() > chunk_max) break;
-        if (!Outdated(next)) work.Add(std::move(next));
-        queue_.pop_front();
-        if (work.events.size() >= chunk_max) break;
+      std::vector<Batch> taken;
+      size_t events = 0;
+      {
+        std::unique_lock lock(mu_);
+        queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
+                           [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
+        if (stopping_) break;
+        // The first batch, then the next ones while everything fits in one
+        // chunk; none while controls wait (the next Checkpoint runs them). The
+        // flush below runs either way: controls that come often (the
+        // anti-entropy's) must not hold back the offsets.
+        const size_t chunk_max = loop_->chunk_max();
+        while (controls_.empty() && !queue_.empty()) {
+          Batch& next = queue_.front();
+          if (events > 0 && events + next.events.size() > chunk_max) break;
+          if (!Outdated(next)) {
+            events += next.events.size();
+            taken.push_back(std::move(next));
+          }
+          queue_.pop_front();
+          if (events >= chunk_max) break;
+        }
       }
+      // Joined outside the lock (the reader goes on meanwhile), each event
+      // moved once into room made for all of them.
+      if (taken.size() > 1) work.events.reserve(events);
+      for (Batch& b : taken) work.Add(std::move(b));
     }
     if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader

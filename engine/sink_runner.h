@@ -228,6 +228,7 @@ class SinkRunner {
     };
     std::vector<connectors::ChangeEvent> events;
     std::vector<Segment> segments;
+    // Appends the batch's events (takes its vector when nothing is held or reserved).
     void Add(Batch&& batch);
   };
   struct Control {
