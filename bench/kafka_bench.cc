@@ -343,20 +343,39 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   return Finish(a, b, seconds, records, cpu.Compare(before, after, b.total_events()), problems, nullptr);
 }
 
+// Deletes every topic of the run (named "<run id>-..."): the scenarios'
+// topics hold a backlog each, and a disk fills after a few dozen runs.
+int Cleanup(const Args& a, const config::SinkConfig& sink) {
+  auto rk = Client(sink, RD_KAFKA_PRODUCER);
+  if (!rk.ok()) {
+    std::cerr << "kafka_bench: " << rk.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto topics = kafka::TopicsStartingWith(rk->get(), a.run_id + "-", kTimeout);
+  Status st = topics.ok() ? kafka::DeleteTopics(rk->get(), *topics, kTimeout) : topics.status();
+  if (!st.ok()) {
+    std::cerr << "kafka_bench: " << st.message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << "kafka_bench: deleted " << topics->size() << " topics of run " << a.run_id << "\n";
+  return kExitOk;
+}
+
 int Main(int argc, char** argv) {
   Args a;
   std::string format = "text";
   std::vector<std::string> watch;
   po::options_description opts(
       "kafka_bench: drain a backlog into Kafka with the kafka sink, and the plain-producer baseline\n\n"
-      "usage: kafka_bench --mode load|drain|raw --config FILE [options]\n\n"
+      "usage: kafka_bench --mode load|drain|raw|cleanup --config FILE [options]\n\n"
       "  load   the engine_bench backlog into the event tables of FILE's (sluice init'ed) database\n"
       "  drain  time `sluice sync --config FILE` (one kafka sink) until the topic holds every event;\n"
       "         RSS, CPU; then read the topic back: one record per event, versions 1..V per key\n"
       "  raw    baseline: the same records from one plain librdkafka producer (acks=all, idempotent),\n"
-      "         into the topic of --sink (created with the same partitions), then read back the same way\n\n"
+      "         into the topic of --sink (created with the same partitions), then read back the same way\n"
+      "  cleanup  delete every topic of the run (\"<run id>-...\") from the brokers of FILE's kafka sink\n\n"
       "options");
-  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain or raw")(
+  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain, raw or cleanup")(
       "config", po::value(&a.config_path), "sluice config file")(
       "sink", po::value(&a.sink), "the kafka sink of FILE (default: its first sink)")(
       "run-id", po::value(&a.run_id), "backlog id (the same for load, drain and raw)")(
@@ -385,9 +404,10 @@ int Main(int argc, char** argv) {
     std::cerr << "kafka_bench: " << error << "\n";
     return kExitUsage;
   }
-  if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw") || a.config_path.empty() || a.run_id.empty() ||
+  if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw" && a.mode != "cleanup") || a.config_path.empty() ||
+      a.run_id.empty() ||
       (a.mode == "drain" && a.sluice.empty()) || (format != "kv" && format != "text")) {
-    std::cerr << "kafka_bench: need --mode load|drain|raw, --config, --run-id (and --sluice for drain); see --help\n";
+    std::cerr << "kafka_bench: need --mode load|drain|raw|cleanup, --config, --run-id (and --sluice for drain); see --help\n";
     return kExitUsage;
   }
   auto cfg = config::LoadConfig(a.config_path, connectors::BuiltinSinkTypes());
@@ -432,6 +452,7 @@ int Main(int argc, char** argv) {
     std::cerr << "kafka_bench: no kafka sink " << a.sink << " in " << a.config_path << "\n";
     return kExitUsage;
   }
+  if (a.mode == "cleanup") return Cleanup(a, *sink);
   return a.mode == "drain" ? Drain(a, *sink, backlog) : Raw(a, *sink, backlog);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -251,38 +252,96 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
   return out;
 }
 
-Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,
-                   std::chrono::milliseconds timeout) {
+namespace {
+
+// One admin request on topics: `issue` sends it with the options and the
+// reply queue, `results` picks the per-topic results out of the reply, and a
+// topic whose error `fine` accepts counts as done. `what` names the request
+// in errors.
+Status TopicAdmin(rd_kafka_t* rk, rd_kafka_admin_op_t op, std::chrono::milliseconds timeout, const std::string& what,
+                  const std::function<void(rd_kafka_AdminOptions_t*, rd_kafka_queue_t*)>& issue,
+                  const std::function<const rd_kafka_topic_result_t**(rd_kafka_event_t*, size_t*)>& results,
+                  const std::function<bool(rd_kafka_resp_err_t)>& fine) {
   char errstr[512];
-  rd_kafka_NewTopic_t* nt =
-      rd_kafka_NewTopic_new(topic.c_str(), partitions, replication_factor, errstr, sizeof(errstr));
-  if (nt == nullptr) return InvalidArgument("topic " + topic + ": " + errstr);
   rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
-  rd_kafka_AdminOptions_t* opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+  rd_kafka_AdminOptions_t* opts = rd_kafka_AdminOptions_new(rk, op);
   rd_kafka_AdminOptions_set_request_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
   rd_kafka_AdminOptions_set_operation_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
-  rd_kafka_CreateTopics(rk, &nt, 1, opts, queue);
+  issue(opts, queue);
   rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, static_cast<int>(timeout.count()) + 1000);
-  Status st = Unavailable("creating topic " + topic + ": no answer in time");
+  Status st = Unavailable(what + ": no answer in time");
   if (ev != nullptr) {
+    size_t n = 0;
+    const rd_kafka_topic_result_t** topics = nullptr;
     if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      st = FromErr(rd_kafka_event_error(ev), "creating topic " + topic);
-    } else if (const rd_kafka_CreateTopics_result_t* res = rd_kafka_event_CreateTopics_result(ev)) {
-      size_t n = 0;
-      const rd_kafka_topic_result_t** results = rd_kafka_CreateTopics_result_topics(res, &n);
+      st = FromErr(rd_kafka_event_error(ev), what);
+    } else if ((topics = results(ev, &n)) != nullptr) {
       st = Status::Ok();
       for (size_t i = 0; i < n; ++i) {
-        const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[i]);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) continue;
-        const char* msg = rd_kafka_topic_result_error_string(results[i]);
-        st = FromErr(err, "creating topic " + topic + (msg != nullptr ? std::string(" (") + msg + ")" : ""));
+        const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(topics[i]);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || fine(err)) continue;
+        const char* msg = rd_kafka_topic_result_error_string(topics[i]);
+        st = FromErr(err, what + " (" + rd_kafka_topic_result_name(topics[i]) +
+                              (msg != nullptr ? std::string(": ") + msg : "") + ")");
       }
     }
     rd_kafka_event_destroy(ev);
   }
   rd_kafka_AdminOptions_destroy(opts);
   rd_kafka_queue_destroy(queue);
+  return st;
+}
+
+}  // namespace
+
+Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,
+                   std::chrono::milliseconds timeout) {
+  char errstr[512];
+  rd_kafka_NewTopic_t* nt =
+      rd_kafka_NewTopic_new(topic.c_str(), partitions, replication_factor, errstr, sizeof(errstr));
+  if (nt == nullptr) return InvalidArgument("topic " + topic + ": " + errstr);
+  Status st = TopicAdmin(
+      rk, RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout, "creating topic " + topic,
+      [&](rd_kafka_AdminOptions_t* opts, rd_kafka_queue_t* queue) { rd_kafka_CreateTopics(rk, &nt, 1, opts, queue); },
+      [](rd_kafka_event_t* ev, size_t* n) -> const rd_kafka_topic_result_t** {
+        const rd_kafka_CreateTopics_result_t* res = rd_kafka_event_CreateTopics_result(ev);
+        return res == nullptr ? nullptr : rd_kafka_CreateTopics_result_topics(res, n);
+      },
+      [](rd_kafka_resp_err_t err) { return err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS; });
   rd_kafka_NewTopic_destroy(nt);
+  return st;
+}
+
+Result<std::vector<std::string>> TopicsStartingWith(rd_kafka_t* rk, const std::string& prefix,
+                                                    std::chrono::milliseconds timeout) {
+  const rd_kafka_metadata_t* md = nullptr;
+  const rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 1, nullptr, &md, static_cast<int>(timeout.count()));
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) return WithBrokerError(FromErr(err, "listing topics"), rk);
+  std::vector<std::string> out;
+  for (int i = 0; i < md->topic_cnt; ++i) {
+    const std::string_view name = md->topics[i].topic;
+    if (name.rfind("__", 0) != 0 && name.rfind(prefix, 0) == 0) out.emplace_back(name);
+  }
+  rd_kafka_metadata_destroy(md);
+  return out;
+}
+
+Status DeleteTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, std::chrono::milliseconds timeout) {
+  if (topics.empty()) return Status::Ok();
+  std::vector<rd_kafka_DeleteTopic_t*> dts;
+  dts.reserve(topics.size());
+  for (const std::string& t : topics) dts.push_back(rd_kafka_DeleteTopic_new(t.c_str()));
+  Status st = TopicAdmin(
+      rk, RD_KAFKA_ADMIN_OP_DELETETOPICS, timeout, "deleting " + std::to_string(topics.size()) + " topics",
+      [&](rd_kafka_AdminOptions_t* opts, rd_kafka_queue_t* queue) {
+        rd_kafka_DeleteTopics(rk, dts.data(), dts.size(), opts, queue);
+      },
+      [](rd_kafka_event_t* ev, size_t* n) -> const rd_kafka_topic_result_t** {
+        const rd_kafka_DeleteTopics_result_t* res = rd_kafka_event_DeleteTopics_result(ev);
+        return res == nullptr ? nullptr : rd_kafka_DeleteTopics_result_topics(res, n);
+      },
+      [](rd_kafka_resp_err_t err) { return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART; });
+  rd_kafka_DeleteTopic_destroy_array(dts.data(), dts.size());
   return st;
 }
 

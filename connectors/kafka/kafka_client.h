@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "connectors/kafka/kafka_options.h"
 #include "core/status.h"
@@ -58,6 +59,14 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
 // Creates `topic`; ok when it already exists.
 Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,
                    std::chrono::milliseconds timeout);
+
+// Every topic of the cluster whose name starts with `prefix` (internal
+// topics, those starting with "__", never).
+Result<std::vector<std::string>> TopicsStartingWith(rd_kafka_t* rk, const std::string& prefix,
+                                                    std::chrono::milliseconds timeout);
+
+// Deletes `topics`; ok for a topic that does not exist (any more).
+Status DeleteTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, std::chrono::milliseconds timeout);
 
 struct Watermarks {
   int64_t low = 0;   // first offset still stored
