@@ -274,8 +274,11 @@ Status TopicAdmin(rd_kafka_t* rk, rd_kafka_admin_op_t op, std::chrono::milliseco
     size_t n = 0;
     const rd_kafka_topic_result_t** topics = nullptr;
     if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      st = FromErr(rd_kafka_event_error(ev), what);
-    } else if ((topics = results(ev, &n)) != nullptr) {
+      const char* reason = rd_kafka_event_error_string(ev);
+      st = FromErr(rd_kafka_event_error(ev), what + (reason != nullptr ? std::string(" (") + reason + ")" : ""));
+    } else if ((topics = results(ev, &n)) == nullptr) {
+      st = Internal(what + ": unexpected reply " + rd_kafka_event_name(ev));
+    } else {
       st = Status::Ok();
       for (size_t i = 0; i < n; ++i) {
         const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(topics[i]);
