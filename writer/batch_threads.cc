@@ -137,7 +137,7 @@ struct BatchThreads::Member {
   Client* client;
   sql::EventAppend* append;
   uint64_t sessions;  // the lane's when it was planned
-  Client::Stored stored = Client::Stored::kNotStored;
+  Client::Stored stored = Client::Stored::kLeftOut;
   Status status = Status::Ok();
 };
 
@@ -160,7 +160,7 @@ void BatchThreads::GroupTurn(const std::vector<std::pair<size_t, Client*>>& clie
     for (; j < order.size() && order[j]->append->server() == order[i]->append->server(); ++j) {
       // Planned on caches that an outage since may have made stale (another
       // worker of the turn, or a store of another server, found the
-      // session broken): planned again (kNotStored).
+      // session broken): planned again (kLeftOut).
       if (order[j]->sessions == lane.sessions) together.push_back(order[j]);
     }
     i = j;
@@ -217,7 +217,13 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
       return;
     }
     if (st.code() == StatusCode::kUnavailable) Outage(lane);
-    if (st.code() != StatusCode::kAborted) return;  // all kNotStored: planned again, alone
+    if (st.code() != StatusCode::kAborted) {  // nothing staged is left: each planned again, alone
+      for (Member* m : members) {
+        m->stored = Client::Stored::kNotStored;
+        m->status = st;
+      }
+      return;
+    }
     // Its rows conflict (or its statement met a deadlock): it resolves
     // that alone; the others go in again without it, once: after a second
     // conflict they too are planned again and stored alone, so that a

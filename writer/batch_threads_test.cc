@@ -74,6 +74,7 @@ class BatchThreadsTest : public ::testing::TestWithParam<Mode> {
       o.storage = storage_;
       o.batch_max = batch_max;
       o.cache_entries = 1000;
+      o.conflict_retries = conflict_retries_;
       o.overlap_commits = Overlap();
       o.threads = threads_.get();
       o.thread_key = p;
@@ -114,6 +115,7 @@ class BatchThreadsTest : public ::testing::TestWithParam<Mode> {
   std::shared_ptr<MemoryStorage> storage_;
   std::unique_ptr<BatchThreads> threads_;
   std::vector<std::unique_ptr<PartitionWorker>> workers_;
+  uint32_t conflict_retries_ = 16;  // of the workers MakeWorkers makes
   std::mutex mu_;
   std::map<uint32_t, std::set<std::thread::id>> committed_on_;
   std::vector<std::string> order_;
@@ -513,6 +515,28 @@ TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
       << "partition 1 stored a batch planned on its head from before the outage";
   StopAll();
   for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
+}
+
+// A batch left out of its turn by another partition's outage is planned
+// again without using up an attempt: with no retry left (conflict_retries
+// 0) it is still stored.
+TEST_P(GroupCommitTest, ABatchLeftOutOfItsTurnDoesNotUseUpAnAttempt) {
+  conflict_retries_ = 0;
+  MakeThreads(1);
+  MakeWorkers(4);
+  CacheHeads({1, 2});
+  std::promise<Reply> p1, p2;
+  BehindAHeldBatch(0, [&] {
+    workers_[1]->Submit(Put("a", "second", 2, &p1));  // planned on its cached head
+    workers_[2]->Submit(Put("new", "second", 2, &p2));  // its read of "new" finds the session lost
+    storage_->FailNext(MemoryStorage::Op::kLatestOf, Unavailable("connection lost"));
+  });
+  EXPECT_EQ(p2.get_future().get().status, 503);
+  const Reply r = p1.get_future().get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  StopAll();
+  ExpectDense(1);
 }
 
 // With two storage servers, a group's INSERT that finds one server's session

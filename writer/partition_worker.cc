@@ -205,6 +205,12 @@ void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Stat
       // found by the INSERT of its own), as one more attempt.
       ProcessBatch(std::move(k->b), false, k->attempt + 1);
       break;
+    case Stored::kLeftOut:
+      // Other batches kept it out (an outage of the turn since it was
+      // planned, or their conflicts): planned again and stored alone at
+      // once, the same attempt (the next one alone counts its own).
+      ProcessBatch(std::move(k->b), false, k->attempt);
+      break;
     case Stored::kUnknown:
       FailAll(*k->b, status);
       break;
