@@ -217,13 +217,7 @@ void BatchThreads::StoreTogether(std::vector<Member*> members, Lane& lane) {
       return;
     }
     if (st.code() == StatusCode::kUnavailable) Outage(lane);
-    if (st.code() != StatusCode::kAborted) {  // nothing staged is left: each planned again, alone
-      for (Member* m : members) {
-        m->stored = Client::Stored::kNotStored;
-        m->status = st;
-      }
-      return;
-    }
+    if (st.code() != StatusCode::kAborted) return;  // nothing staged is left: each planned again, alone (kLeftOut)
     // Its rows conflict (or its statement met a deadlock): it resolves
     // that alone; the others go in again without it, once: after a second
     // conflict they too are planned again and stored alone, so that a

@@ -100,8 +100,8 @@ class BatchThreads {
     enum class Stored {
       kCommitted,  // committed (with others, or alone in one autocommit INSERT)
       kConflict,   // its INSERT failed with `status` (kAborted: a duplicate key, a deadlock); not stored
-      kNotStored,  // its transaction failed (refused at COMMIT, an outage): plan it again, alone, one more attempt
-      kLeftOut,    // not stored because of other batches: plan it again, alone, not counted as an attempt
+      kNotStored,  // its transaction was refused at COMMIT: plan it again, alone, one more attempt
+      kLeftOut,    // not stored because of the turn (an outage, others' conflicts): plan it again, alone, same attempt
       kUnknown,    // the INSERT or COMMIT failed with `status`: it may have landed (503 for kUnavailable)
     };
     virtual void Resume(Lane& lane, Stored stored, const Status& status) = 0;

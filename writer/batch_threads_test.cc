@@ -521,7 +521,7 @@ TEST_P(GroupCommitTest, ABatchPlannedBeforeAnOutageOfTheTurnIsPlannedAgain) {
 // again without using up an attempt: with no retry left (conflict_retries
 // 0) it is still stored.
 TEST_P(GroupCommitTest, ABatchLeftOutOfItsTurnDoesNotUseUpAnAttempt) {
-  conflict_retries_ = 0;
+  conflict_retries_ = 0;  // below the config's 1..1000: one attempt, so a counted one shows as a 503
   MakeThreads(1);
   MakeWorkers(4);
   CacheHeads({1, 2});
@@ -537,6 +537,29 @@ TEST_P(GroupCommitTest, ABatchLeftOutOfItsTurnDoesNotUseUpAnAttempt) {
   EXPECT_EQ(Json::parse(r.body)["version"], 2);
   StopAll();
   ExpectDense(1);
+}
+
+// Two batches of a turn conflict, one after the other: the third, rolled
+// back with them twice, is planned again without using up an attempt.
+TEST_P(GroupCommitTest, ABatchRolledBackForOthersConflictsDoesNotUseUpAnAttempt) {
+  conflict_retries_ = 0;  // below the config's 1..1000: one attempt, so a counted one shows as a 503
+  MakeThreads(1);
+  MakeWorkers(4);
+  CacheHeads({1, 2, 3});
+  OtherWriterStores(*storage_, 1, 2);
+  OtherWriterStores(*storage_, 2, 2);
+  std::vector<std::promise<Reply>> done(3);
+  BehindAHeldBatch(0, [&] {
+    for (uint32_t p = 1; p <= 3; ++p) workers_[p]->Submit(Put("a", "second", 2, &done[p - 1]));
+  });
+  EXPECT_EQ(done[0].get_future().get().status, 503);  // its own conflict, and no retry left
+  EXPECT_EQ(done[1].get_future().get().status, 503);
+  const Reply r = done[2].get_future().get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["version"], 2);
+  StopAll();
+  EXPECT_EQ(storage_->Events(kType, 3).size(), 2u);
+  for (uint32_t p = 1; p <= 3; ++p) ExpectDense(p);
 }
 
 // With two storage servers, a group's INSERT that finds one server's session

@@ -201,14 +201,16 @@ void PartitionWorker::Resume(BatchThreads::Lane& lane, Stored stored, const Stat
       }
       break;
     case Stored::kNotStored:
-      // Nothing of the transaction landed: planned again (what was stale is
-      // found by the INSERT of its own), as one more attempt.
+      // The transaction was refused at its COMMIT, nothing landed: planned
+      // again (what was stale is found by the INSERT of its own), as one
+      // more attempt, as after a conflict.
       ProcessBatch(std::move(k->b), false, k->attempt + 1);
       break;
     case Stored::kLeftOut:
-      // Other batches kept it out (an outage of the turn since it was
-      // planned, or their conflicts): planned again and stored alone at
-      // once, the same attempt (the next one alone counts its own).
+      // The turn kept it out (an outage since it was planned or at the
+      // group's INSERT, or other batches' conflicts): planned again and
+      // stored alone at once, the same attempt (the next one alone counts
+      // its own).
       ProcessBatch(std::move(k->b), false, k->attempt);
       break;
     case Stored::kUnknown:
