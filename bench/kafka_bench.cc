@@ -343,8 +343,8 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   return Finish(a, b, seconds, records, cpu.Compare(before, after, b.total_events()), problems, nullptr);
 }
 
-// Deletes every topic of the run (named "<run id>-..."): the scenarios'
-// topics hold a backlog each, and a disk fills after a few dozen runs.
+// Deletes every topic of the run (named "<run id>-..."): each of the
+// scenarios' topics holds a copy of the backlog.
 int Cleanup(const Args& a, const config::SinkConfig& sink) {
   auto rk = Client(sink, RD_KAFKA_PRODUCER);
   if (!rk.ok()) {

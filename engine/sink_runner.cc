@@ -784,41 +784,44 @@ connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors:
   return Next::kContinue;
 }
 
+bool SinkRunner::TakeWork(Work& work) {
+  std::vector<Batch> taken;
+  size_t events = 0;
+  {
+    std::unique_lock lock(mu_);
+    queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
+                       [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
+    if (stopping_) return false;
+    // The first batch, then the next ones while everything fits in one
+    // chunk; none while controls wait (the next Checkpoint runs them). The
+    // applier's flush runs either way: controls that come often (the
+    // anti-entropy's) must not hold back the offsets.
+    const size_t chunk_max = loop_->chunk_max();
+    while (controls_.empty() && !queue_.empty()) {
+      Batch& next = queue_.front();
+      if (events > 0 && events + next.events.size() > chunk_max) break;
+      if (!Outdated(next)) {
+        events += next.events.size();
+        taken.push_back(std::move(next));
+      }
+      queue_.pop_front();
+      if (events >= chunk_max) break;
+    }
+  }
+  // Joined outside the lock (the reader goes on meanwhile), each event moved
+  // once into room made for all of them.
+  if (taken.size() > 1) work.events.reserve(events);
+  for (Batch& b : taken) work.Add(std::move(b));
+  return true;
+}
+
 void SinkRunner::ApplyLoop() {
   Backoff flush_backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto last_idle_tick = std::chrono::steady_clock::now();
   for (;;) {
     if (!Checkpoint()) break;
     Work work;
-    {
-      std::vector<Batch> taken;
-      size_t events = 0;
-      {
-        std::unique_lock lock(mu_);
-        queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
-                           [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
-        if (stopping_) break;
-        // The first batch, then the next ones while everything fits in one
-        // chunk; none while controls wait (the next Checkpoint runs them). The
-        // flush below runs either way: controls that come often (the
-        // anti-entropy's) must not hold back the offsets.
-        const size_t chunk_max = loop_->chunk_max();
-        while (controls_.empty() && !queue_.empty()) {
-          Batch& next = queue_.front();
-          if (events > 0 && events + next.events.size() > chunk_max) break;
-          if (!Outdated(next)) {
-            events += next.events.size();
-            taken.push_back(std::move(next));
-          }
-          queue_.pop_front();
-          if (events >= chunk_max) break;
-        }
-      }
-      // Joined outside the lock (the reader goes on meanwhile), each event
-      // moved once into room made for all of them.
-      if (taken.size() > 1) work.events.reserve(events);
-      for (Batch& b : taken) work.Add(std::move(b));
-    }
+    if (!TakeWork(work)) break;
     if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader
       if (!ApplyWork(work)) break;

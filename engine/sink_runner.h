@@ -241,6 +241,10 @@ class SinkRunner {
   void ReadLoop();
   void PrepareLoop();
   void ApplyLoop();
+  // Applier thread: waits up to a flush interval for read batches and takes
+  // those that fit in one chunk into `work` (none while controls wait);
+  // false when the runner stops.
+  bool TakeWork(Work& work);
   // Under mu_: the events read and not yet taken by the applier.
   size_t InFlightLocked() const;
   // The anti-entropy's Compare: runs CompareAndRepair on the applier thread
