@@ -164,8 +164,9 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("connections", po::value(&a.lag.connections)->default_value(64), "lag: keep-alive HTTP connections")
     ("sample", po::value(&a.lag.sample)->default_value(300), "lag: entities the sampler polls; history: entities read")
     ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
-    ("source", po::value(&a.lag.source)->default_value("http"), "lag: http (commands to --url) | storage (rows into the event tables) | kafka_raw (a kafka sink's records produced straight into its topic, no sluice)")
+    ("source", po::value(&a.lag.source)->default_value("http"), "lag: http (commands to --url) | storage (rows into the event tables) | kafka_raw (a kafka sink's records produced straight into its topic, no sluice; in transactions when the sink is transactional)")
     ("storage-writers", po::value(&a.lag.storage_writers)->default_value(4), "lag, source storage: inserting threads, one transaction each per round")
+    ("raw-tx-producers", po::value(&a.lag.raw_tx_producers)->default_value(1), "lag, source kafka_raw with a transactional sink: producers per source partition, taking the rounds in turn")
     ("dump-lags", po::value(&a.lag.dump_path), "lag: write every lag sample to this file (committed_at_us lag_us entity version)")
     ("format", po::value<std::string>()->default_value("text"), "text | kv (one line of key=value)");
   // clang-format on
@@ -202,6 +203,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     if (a.lag.source != "http" && a.lag.source != "storage" && a.lag.source != "kafka_raw") {
       throw Usage{"--source must be http, storage or kafka_raw"};
     }
+    if (a.lag.raw_tx_producers < 1 || a.lag.raw_tx_producers > 8) throw Usage{"--raw-tx-producers must be 1..8"};
     if (a.lag.source == "http") {
       if (a.url.empty()) throw Usage{"--mode lag needs --url (or --source storage)"};
       ParseUrl(a.url, a.lag);

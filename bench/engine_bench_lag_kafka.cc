@@ -2,6 +2,8 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -143,54 +145,172 @@ Result<std::unique_ptr<LagObserver>> KafkaLagObserver(const config::SinkConfig& 
 struct KafkaRawLoad::Client {
   kafka::KafkaHandle producer;
   rd_kafka_topic_t* topic = nullptr;
-  int32_t topic_partitions = 0;
   std::atomic<uint64_t> failed{0};  // delivery reports with an error
   ~Client() {
     if (topic != nullptr) rd_kafka_topic_destroy(topic);
   }
 };
 
+// A transactional baseline's source partition: the records due for it, taken
+// by its thread a round at a time.
+struct KafkaRawLoad::Lane {
+  std::mutex mu;
+  std::condition_variable ready;
+  std::vector<Record> records;
+  bool done = false;
+};
+
 KafkaRawLoad::KafkaRawLoad(const LagOptions& o, const config::SinkConfig& sink, uint32_t partitions)
-    : o_(o), sink_(sink), partitions_(partitions), version_(o.entities, 0) {}
+    : o_(o),
+      sink_(sink),
+      partitions_(partitions),
+      transactional_(sink.Options<kafka::KafkaSinkOptions>().transactional),
+      version_(o.entities, 0) {}
 
 KafkaRawLoad::~KafkaRawLoad() = default;
 
-Status KafkaRawLoad::Open() {
+Result<std::unique_ptr<KafkaRawLoad::Client>> KafkaRawLoad::NewProducer(const std::string& transactional_id) {
   const auto& options = sink_.Options<kafka::KafkaSinkOptions>();
-  client_ = std::make_unique<Client>();
+  auto client = std::make_unique<Client>();
   kafka::ClientOptions c;
   c.type = RD_KAFKA_PRODUCER;
   c.client_id = "engine_bench_raw";
   c.delivery_report = &OnDelivery;
-  c.opaque = &client_->failed;
-  ASSIGN_OR_RETURN(client_->producer, kafka::NewClient(options, c));
+  c.opaque = &client->failed;
+  c.transactional_id = transactional_id;
+  ASSIGN_OR_RETURN(client->producer, kafka::NewClient(options, c));
+  if (!transactional_id.empty()) {
+    if (rd_kafka_error_t* error = rd_kafka_init_transactions(client->producer.get(), 30000)) {
+      const std::string message = rd_kafka_error_string(error);
+      rd_kafka_error_destroy(error);
+      return Unavailable("kafka_raw: init_transactions " + transactional_id + ": " + message);
+    }
+  }
+  return client;
+}
+
+Status KafkaRawLoad::Open() {
+  const auto& options = sink_.Options<kafka::KafkaSinkOptions>();
+  ASSIGN_OR_RETURN(auto first, NewProducer(""));
+  rd_kafka_t* rk = first->producer.get();
   const std::string topic = kafka::TopicName(options.topic, sink_.entity);
-  auto count = kafka::TopicPartitionCount(client_->producer.get(), topic, kMetadataTimeout);
+  auto count = kafka::TopicPartitionCount(rk, topic, kMetadataTimeout);
   if (!count.ok() && count.status().code() == StatusCode::kNotFound) {
     const int32_t partitions = static_cast<int32_t>(options.partitions != 0 ? options.partitions : partitions_);
-    RETURN_IF_ERROR(kafka::CreateTopic(client_->producer.get(), topic, partitions,
-                                       static_cast<int32_t>(options.replication_factor), kMetadataTimeout));
+    RETURN_IF_ERROR(kafka::CreateTopic(rk, topic, partitions, static_cast<int32_t>(options.replication_factor),
+                                       kMetadataTimeout));
     const auto until = Clock::now() + kMetadataTimeout;
     do {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      count = kafka::TopicPartitionCount(client_->producer.get(), topic, kMetadataTimeout);
+      count = kafka::TopicPartitionCount(rk, topic, kMetadataTimeout);
     } while (!count.ok() && Clock::now() < until);
   }
   if (!count.ok()) return count.status();
-  client_->topic_partitions = *count;
-  client_->topic = rd_kafka_topic_new(client_->producer.get(), topic.c_str(), nullptr);
-  if (client_->topic == nullptr) return Internal("kafka: cannot make a topic handle for " + topic);
+  topic_partitions_ = *count;
+  if (transactional_) {
+    // As the sink: a producer (or o_.raw_tx_producers, taking the rounds in
+    // turn) per source partition, each transactional id taken before the run.
+    for (uint32_t p = 0; p < partitions_; ++p) {
+      for (uint32_t j = 0; j < std::max<uint32_t>(1, o_.raw_tx_producers); ++j) {
+        ASSIGN_OR_RETURN(auto c, NewProducer(o_.run_id + "-raw-" + std::to_string(p) + "-" + std::to_string(j)));
+        clients_.push_back(std::move(c));
+      }
+    }
+  } else {
+    clients_.push_back(std::move(first));
+  }
+  for (auto& c : clients_) {
+    c->topic = rd_kafka_topic_new(c->producer.get(), topic.c_str(), nullptr);
+    if (c->topic == nullptr) return Internal("kafka: cannot make a topic handle for " + topic);
+  }
   return Status::Ok();
+}
+
+bool KafkaRawLoad::Produce(Client& c, Record& r, Clock::time_point give_up) {
+  rd_kafka_t* rk = c.producer.get();
+  rd_kafka_resp_err_t err;
+  while ((err = rd_kafka_producev(rk, RD_KAFKA_V_RKT(c.topic), RD_KAFKA_V_PARTITION(r.topic_partition),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_KEY(r.key.data(), r.key.size()),
+                                  RD_KAFKA_V_VALUE(r.value.data(), r.value.size()), RD_KAFKA_V_HEADERS(r.headers),
+                                  RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
+         Clock::now() < give_up) {
+    rd_kafka_poll(rk, 1);  // delivery reports free room; a broker gone for good ends the run
+  }
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_headers_destroy(r.headers);
+    Problem(std::string("kafka_raw: cannot produce: ") + rd_kafka_err2str(err));
+  }
+  r.headers = nullptr;  // librdkafka's now
+  return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void KafkaRawLoad::Problem(std::string p) {
+  std::lock_guard lock(problems_mu_);
+  problems_.push_back(std::move(p));
+}
+
+std::vector<std::string> KafkaRawLoad::problems() const {
+  std::lock_guard lock(problems_mu_);
+  return problems_;
+}
+
+// A source partition's rounds as transactions: begin, the records due since
+// the last round, commit (which waits for them and for the coordinator);
+// with several producers, each round on the next one.
+void KafkaRawLoad::RunLane(uint32_t p, Lane& lane, Clock::time_point give_up) {
+  const uint32_t producers = std::max<uint32_t>(1, o_.raw_tx_producers);
+  uint32_t turn = 0;
+  std::vector<Record> round;
+  auto check = [&](rd_kafka_error_t* error, const char* what) {
+    if (error == nullptr) return true;
+    Problem(std::string("kafka_raw: partition ") + std::to_string(p) + ": " + what + ": " +
+            rd_kafka_error_string(error));
+    rd_kafka_error_destroy(error);
+    return false;
+  };
+  for (bool ok = true;;) {
+    round.clear();
+    {
+      std::unique_lock lock(lane.mu);
+      lane.ready.wait(lock, [&] { return !lane.records.empty() || lane.done; });
+      if (lane.records.empty()) return;
+      round.swap(lane.records);
+    }
+    if (!ok) {  // a failed transaction ends the lane: its records are dropped
+      for (auto& r : round) rd_kafka_headers_destroy(r.headers);
+      continue;
+    }
+    Client& c = *clients_[p * producers + turn];
+    turn = (turn + 1) % producers;
+    ok = check(rd_kafka_begin_transaction(c.producer.get()), "begin");
+    for (auto& r : round) {
+      if (ok) {
+        ok = Produce(c, r, give_up);
+      } else {
+        rd_kafka_headers_destroy(r.headers);
+      }
+    }
+    if (ok) ok = check(rd_kafka_commit_transaction(c.producer.get(), 30000), "commit");
+  }
 }
 
 void KafkaRawLoad::Run(Clock::time_point start, uint64_t total, Clock::time_point window_begin,
                        Clock::time_point end) {
-  rd_kafka_t* rk = client_->producer.get();
   const auto format = sink_.Options<kafka::KafkaSinkOptions>().format;
+  const auto give_up = end + std::chrono::seconds(30);
   const std::string note = MakeNote(o_.run_id, 30);
   std::vector<uint32_t> partition_of(o_.entities);
   for (uint64_t k = 0; k < o_.entities; ++k) partition_of[k] = PartitionOf(LagEntityId(o_.run_id, k), partitions_);
   std::vector<uint64_t> next_event_id(partitions_, 1);
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::vector<std::thread> threads;
+  if (transactional_) {
+    for (uint32_t p = 0; p < partitions_; ++p) {
+      lanes.push_back(std::make_unique<Lane>());
+      threads.emplace_back([this, p, &lane = *lanes.back(), give_up] { RunLane(p, lane, give_up); });
+    }
+  }
   auto due_at = [&](uint64_t i) {
     return start +
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(static_cast<double>(i) / o_.rate));
@@ -198,9 +318,10 @@ void KafkaRawLoad::Run(Clock::time_point start, uint64_t total, Clock::time_poin
   connectors::ChangeEvent e;
   e.entity_type = sink_.entity;
   e.command_name = "patch";
-  std::string value;
+  std::vector<std::vector<Record>> due(partitions_);
   uint64_t i = 0;
-  while (i < total) {
+  bool failed = false;
+  while (i < total && !failed) {
     const auto now = Clock::now();
     if (now >= end) {
       unsent += total - i;
@@ -218,46 +339,60 @@ void KafkaRawLoad::Run(Clock::time_point start, uint64_t total, Clock::time_poin
       e.state = R"({"balance":)" + std::to_string(i) + R"(,"note":")" + note + R"(","owner":"o)" +
                 std::to_string(k % 1000) + "\"}";
       e.committed_at_us = RealtimeMicros();
-      value.clear();
-      kafka::AppendValue(value, e, format);
+      Record r;
+      r.key = e.entity_id;
+      kafka::AppendValue(r.value, e, format);
       const std::string version = std::to_string(e.version), event_id = std::to_string(e.event_id),
                         partition = std::to_string(e.partition);
-      rd_kafka_headers_t* headers = rd_kafka_headers_new(4);
+      r.headers = rd_kafka_headers_new(4);
       auto add = [&](std::string_view name, std::string_view v) {
-        rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), v.data(),
+        rd_kafka_header_add(r.headers, name.data(), static_cast<ssize_t>(name.size()), v.data(),
                             static_cast<ssize_t>(v.size()));
       };
       add(kafka::kHeaderEntityType, e.entity_type);
       add(kafka::kHeaderVersion, version);
       add(kafka::kHeaderEventId, event_id);
       add(kafka::kHeaderPartition, partition);
-      const int32_t tp = static_cast<int32_t>(p % static_cast<uint32_t>(client_->topic_partitions));
-      rd_kafka_resp_err_t err;
-      const auto give_up = end + std::chrono::seconds(30);
-      while ((err = rd_kafka_producev(rk, RD_KAFKA_V_RKT(client_->topic), RD_KAFKA_V_PARTITION(tp),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_KEY(e.entity_id.data(), e.entity_id.size()),
-                                      RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_HEADERS(headers),
-                                      RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
-             Clock::now() < give_up) {
-        rd_kafka_poll(rk, 1);  // delivery reports free room; a broker gone for good ends the run
-      }
-      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        rd_kafka_headers_destroy(headers);
-        problems_.push_back(std::string("kafka_raw: cannot produce: ") + rd_kafka_err2str(err));
-        return;
+      r.topic_partition = static_cast<int32_t>(p % static_cast<uint32_t>(topic_partitions_));
+      if (transactional_) {
+        due[p].push_back(std::move(r));
+      } else if (!Produce(*clients_[0], r, give_up)) {
+        failed = true;
+        break;
       }
       produced_[{static_cast<uint32_t>(k), e.version}] = e.committed_at_us;
       ++produced_count;
       if (now >= window_begin) ++window_events;
     }
+    for (uint32_t p = 0; p < due.size(); ++p) {  // the round's records to their partitions' transactions
+      if (due[p].empty()) continue;
+      Lane& lane = *lanes[p];
+      {
+        std::lock_guard lock(lane.mu);
+        for (auto& r : due[p]) lane.records.push_back(std::move(r));
+      }
+      due[p].clear();
+      lane.ready.notify_one();
+    }
     backlog = n;
-    rd_kafka_poll(rk, 0);  // delivery reports
-    if (i < total) std::this_thread::sleep_until(std::min(due_at(i), end));
+    if (!transactional_) rd_kafka_poll(clients_[0]->producer.get(), 0);  // delivery reports
+    if (i < total && !failed) std::this_thread::sleep_until(std::min(due_at(i), end));
   }
-  if (rd_kafka_flush(rk, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) problems_.push_back("kafka_raw: flush timed out");
-  if (client_->failed.load() > 0) {
-    problems_.push_back("kafka_raw: " + std::to_string(client_->failed.load()) + " records were not delivered");
+  for (auto& lane : lanes) {
+    {
+      std::lock_guard lock(lane->mu);
+      lane->done = true;
+    }
+    lane->ready.notify_one();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& c : clients_) {
+    if (!transactional_ && rd_kafka_flush(c->producer.get(), 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      Problem("kafka_raw: flush timed out");
+    }
+    if (c->failed.load() > 0) {
+      Problem("kafka_raw: " + std::to_string(c->failed.load()) + " records were not delivered");
+    }
   }
 }
 

@@ -68,6 +68,9 @@ struct LagOptions {
   // events, produced straight into its topic (KafkaRawLoad), the baseline.
   std::string source = "http";
   uint32_t storage_writers = 4;
+  // kafka_raw with a transactional sink: producers per source partition,
+  // taking the rounds in turn (1: as the sink).
+  uint32_t raw_tx_producers = 1;
 };
 
 }  // namespace sluice::bench

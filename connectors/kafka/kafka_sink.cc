@@ -1,14 +1,17 @@
 #include "connectors/kafka/kafka_sink.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <thread>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -577,70 +580,44 @@ class KafkaSink final : public Sink {
         break;
       }
     }
-    // Every delivery report in (the producers send at the same time).
-    for (const uint32_t p : begun) {
-      rd_kafka_t* rk = fenced_.at(p)->producer.get();
-      while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
-    }
-    std::vector<uint32_t> to_commit;
-    for (const uint32_t p : begun) {
-      bool sent = failure.ok();
-      for (size_t i : of_partition[p]) {
-        const Pending& r = pending_[i];
-        if (out.results[i].outcome == Outcome::kRejected && !r.reported) continue;  // refused before sending
-        if (r.reported && r.err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
-        sent = false;
-        const ChangeEvent& e = events[i];
-        if (r.reported && IsPermanentRecordError(r.err)) {
-          // Refused by the broker inside the transaction, which it spoils: the
-          // retried batch leaves this record out.
-          refused_[{e.partition, e.event_id}] = std::string("kafka refused the record: ") + rd_kafka_err2str(r.err);
-        }
-        if (failure.ok()) {
-          failure = Unavailable(PartitionWhere(p) + (r.reported ? std::string("delivery failed: ") +
-                                                                       rd_kafka_err2str(r.err)
-                                                                 : std::string("records not delivered in time")) +
-                                "; its transaction is aborted");
-        }
-      }
-      if (!sent) {
-        Abort(p);
-        continue;
-      }
-      to_commit.push_back(p);
-    }
-    // The transactions commit at the same time: each commit is a round trip
-    // to the transaction coordinator, one after the other they would add up.
-    std::vector<std::pair<Status, TxnError>> committed(to_commit.size());
+    // Each begun partition ends its transaction on a thread of its own (the
+    // last on this one): every delivery report in, then commit, or abort
+    // when a record did not make it. At the same time, because each is a
+    // round trip or two to the brokers, and because a flush is what sends a
+    // producer's records at once: one after the other, each producer's
+    // records would wait for the flushes before it (or for linger.ms).
+    std::vector<TxnEnd> ended(begun.size());
     {
-      const auto until = std::max(deadline, Clock::now() + kMetadataTimeout);  // each gets its own time
+      const bool produced = failure.ok();
+      const auto until = std::max(deadline, Clock::now() + kMetadataTimeout);  // each commit gets its own time
       std::vector<std::thread> threads;
-      for (size_t k = 0; k < to_commit.size(); ++k) {
-        rd_kafka_t* rk = fenced_.at(to_commit[k])->producer.get();
-        auto commit = [rk, until, where = PartitionWhere(to_commit[k]), out = &committed[k]] {
-          *out = Commit(rk, until, where);
+      for (size_t k = 0; k < begun.size(); ++k) {
+        const uint32_t p = begun[k];
+        auto end = [this, p, produced, deadline, until, &events, &out, &indexes = of_partition[p], e = &ended[k]] {
+          *e = EndTransaction(p, fenced_.at(p)->producer.get(), produced, indexes, events, out, deadline, until);
         };
-        if (k + 1 == to_commit.size()) {
-          commit();  // the last on this thread
+        if (k + 1 == begun.size()) {
+          end();
         } else {
-          threads.emplace_back(commit);
+          threads.emplace_back(end);
         }
       }
       for (auto& t : threads) t.join();
     }
-    for (size_t k = 0; k < to_commit.size(); ++k) {
-      const uint32_t p = to_commit[k];
-      const auto& [st, kind] = committed[k];
-      if (!st.ok()) {
+    for (size_t k = 0; k < begun.size(); ++k) {
+      const uint32_t p = begun[k];
+      TxnEnd& e = ended[k];
+      for (auto& [key, why] : e.refused) refused_[key] = std::move(why);
+      if (!e.status.ok() && failure.ok()) failure = e.status;
+      if (!e.committed) {
         // Not committed (or not known to be): aborted, or dropped when the
         // producer can do nothing more; the next producer of p reads back
         // whatever did commit.
-        if (kind.fatal) {
+        if (e.kind.fatal) {
           fenced_.erase(p);
         } else {
           Abort(p);
         }
-        if (failure.ok()) failure = st;
         continue;
       }
       for (size_t i : of_partition[p]) {
@@ -651,6 +628,51 @@ class KafkaSink final : public Sink {
       }
     }
     return failure;
+  }
+
+  // How a partition's transaction ended (EndTransaction).
+  struct TxnEnd {
+    bool committed = false;
+    Status status = Status::Ok();  // why not
+    TxnError kind;                 // of a failed commit
+    std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::string>> refused;  // for refused_
+  };
+
+  // Source partition p's part of a transactional batch, after its records
+  // were produced (`produced`: every partition's were): waits for their
+  // delivery reports until `deadline` and commits by `until` when each was
+  // delivered (or refused before it was sent). Reads pending_ and out only
+  // at `indexes` (its records, whose reports this thread serves); touches
+  // nothing else of the sink (runs on its own thread).
+  TxnEnd EndTransaction(uint32_t p, rd_kafka_t* rk, bool produced, const std::vector<size_t>& indexes,
+                        std::span<const ChangeEvent> events, const ApplyResult& out, Clock::time_point deadline,
+                        Clock::time_point until) const {
+    TxnEnd end;
+    while (rd_kafka_outq_len(rk) > 0 && Clock::now() < deadline) rd_kafka_flush(rk, 200);
+    bool sent = produced;
+    for (size_t i : indexes) {
+      const Pending& r = pending_[i];
+      if (out.results[i].outcome == Outcome::kRejected && !r.reported) continue;  // refused before sending
+      if (r.reported && r.err == RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+      sent = false;
+      const ChangeEvent& e = events[i];
+      if (r.reported && IsPermanentRecordError(r.err)) {
+        // Refused by the broker inside the transaction, which it spoils: the
+        // retried batch leaves this record out.
+        end.refused.push_back(
+            {{e.partition, e.event_id}, std::string("kafka refused the record: ") + rd_kafka_err2str(r.err)});
+      }
+      if (end.status.ok()) {
+        end.status = Unavailable(PartitionWhere(p) +
+                                 (r.reported ? std::string("delivery failed: ") + rd_kafka_err2str(r.err)
+                                             : std::string("records not delivered in time")) +
+                                 "; its transaction is aborted");
+      }
+    }
+    if (!sent) return end;
+    std::tie(end.status, end.kind) = Commit(rk, until, PartitionWhere(p));
+    end.committed = end.status.ok();
+    return end;
   }
 
   // Commits a producer's open transaction, repeating what librdkafka says
@@ -746,7 +768,10 @@ class KafkaSink final : public Sink {
     const auto index = static_cast<size_t>(reinterpret_cast<uintptr_t>(m->_private));
     if (index >= self->pending_.size() || self->pending_[index].reported) return;
     self->pending_[index] = Pending{true, m->err};
-    if (self->outstanding_ > 0) --self->outstanding_;
+    // Transactional: served by each partition's own thread (EndTransaction).
+    size_t n = self->outstanding_.load(std::memory_order_relaxed);
+    while (n > 0 && !self->outstanding_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
   }
 
   bool AllPartitionsAnswer(rd_kafka_t* rk, int32_t partitions) const {
@@ -842,7 +867,7 @@ class KafkaSink final : public Sink {
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
   std::vector<Pending> pending_;  // per event of the Apply in progress
   std::string value_buffer_;      // the record value being produced
-  size_t outstanding_ = 0;
+  std::atomic<size_t> outstanding_{0};
 };
 
 }  // namespace

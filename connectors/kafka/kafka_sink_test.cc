@@ -374,6 +374,60 @@ TEST(KafkaSink, RecordTooLargeIsRejectedAndTheRestDelivered) {
   EXPECT_EQ(ReadTopic(topic).size(), 2u);
 }
 
+// A record the broker refuses (larger than the topic's max.message.bytes,
+// small enough for the producer) spoils its own partition's transaction
+// only: that one is aborted, the batch's other partition commits, and the
+// retried batch dead-letters the record and carries on. Nothing is lost or
+// published twice. (The broker refuses a whole produce request, so the
+// refused record is alone in its partition's batch here.) The partitions end
+// their transactions each on its own: before, the first failure aborted the
+// partitions looked at after it.
+TEST(KafkaSink, ABrokerRefusedRecordAbortsOnlyItsOwnPartitionsTransaction) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("refused");
+  std::string error;
+  ASSERT_TRUE(testing::CreateTopic(topic, 2, &error, {{"max.message.bytes", "2000"}})) << error;
+  for (int i = 0; i < 100; ++i) {  // until both partitions have their leader
+    error.clear();
+    ReadTopic(topic, &error);
+    if (error.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(error, "");
+  auto c = LoadWith("    topic: " + topic + "\n    delivery_timeout: 5s\n");
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  // Partition 0 (topic partition 0) first: the refused one is looked at first.
+  std::vector<ChangeEvent> batch = Events(0, 1, 1);
+  batch[0].state = R"({"n":")" + std::string(5000, 'x') + R"("})";
+  for (const ChangeEvent& e : Events(1, 1, 4)) batch.push_back(e);  // topic partition 1
+  auto r = sink->Apply(batch);
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+  EXPECT_NE(r.status.message().find("partition 0: delivery failed"), std::string::npos) << r.status.message();
+  auto records = ReadTopic(topic, &error);
+  EXPECT_EQ(records.size(), 4u) << error;  // partition 1's transaction committed
+  for (const auto& rec : records) EXPECT_EQ(rec.key, "p1");
+
+  sink->Close();  // as the engine does after a failed batch
+  ASSERT_OK(sink->Open());
+  r = sink->Apply(batch);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 4);  // partition 1, read back
+  ASSERT_EQ(r.results.size(), 5u);
+  EXPECT_EQ(r.results[0].outcome, Outcome::kRejected);  // dead-lettered
+  EXPECT_NE(r.results[0].reason.find("kafka refused the record"), std::string::npos) << r.results[0].reason;
+  r = sink->Apply(Events(0, 2, 3));  // partition 0 carries on
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
+  records = ReadTopic(topic, &error);
+  EXPECT_EQ(records.size(), 6u) << error;
+  std::map<std::string, int> seen;
+  for (const auto& rec : records) ++seen[rec.key + "/" + rec.headers.at("sluice-version")];
+  EXPECT_EQ(seen.size(), 6u);  // each once
+  EXPECT_EQ(seen.count("p0/1"), 0u);
+}
+
 TEST(KafkaSink, MissingTopicWithoutCreateTopicIsAConfigurationError) {
   SLUICE_REQUIRE_KAFKA();
   auto c = LoadWith("    topic: " + UniqueTopic("missing") + "\n");

@@ -156,7 +156,8 @@ std::vector<KafkaRecord> ReadTopic(const std::string& topic, std::string* error,
   return out;
 }
 
-bool CreateTopic(const std::string& topic, int partitions, std::string* error) {
+bool CreateTopic(const std::string& topic, int partitions, std::string* error,
+                 const std::map<std::string, std::string>& configs) {
   Handle rk = NewHandle(RD_KAFKA_PRODUCER, error);
   if (!rk) return false;
   char errstr[512];
@@ -164,6 +165,13 @@ bool CreateTopic(const std::string& topic, int partitions, std::string* error) {
   if (nt == nullptr) {
     *error = errstr;
     return false;
+  }
+  for (const auto& [name, value] : configs) {
+    if (rd_kafka_resp_err_t err = rd_kafka_NewTopic_set_config(nt, name.c_str(), value.c_str())) {
+      *error = name + ": " + rd_kafka_err2str(err);
+      rd_kafka_NewTopic_destroy(nt);
+      return false;
+    }
   }
   rd_kafka_queue_t* q = rd_kafka_queue_new(rk.get());
   rd_kafka_CreateTopics(rk.get(), &nt, 1, nullptr, q);

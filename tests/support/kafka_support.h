@@ -55,8 +55,10 @@ class OpenTransaction {
   void* rk_;  // rd_kafka_t
 };
 
-// Creates a topic (ok when it exists); false with *error on failure.
-bool CreateTopic(const std::string& topic, int partitions, std::string* error);
+// Creates a topic (ok when it exists) with the given topic configs
+// (max.message.bytes, ...); false with *error on failure.
+bool CreateTopic(const std::string& topic, int partitions, std::string* error,
+                 const std::map<std::string, std::string>& configs = {});
 
 // Produces records with the given headers to one partition and waits for
 // delivery (a test uses it to leave what a crashed batch would leave).
