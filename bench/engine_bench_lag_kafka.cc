@@ -207,6 +207,9 @@ Status KafkaRawLoad::Open() {
   }
   if (!count.ok()) return count.status();
   topic_partitions_ = *count;
+  if (!transactional_ && o_.raw_tx_producers != 1) {
+    return InvalidArgument("kafka_raw: raw_tx_producers needs a transactional sink");
+  }
   if (transactional_) {
     // As the sink: a producer (or o_.raw_tx_producers, taking the rounds in
     // turn) per source partition, each transactional id taken before the run.
@@ -269,6 +272,13 @@ void KafkaRawLoad::RunLane(uint32_t p, Lane& lane, Clock::time_point give_up) {
     rd_kafka_error_destroy(error);
     return false;
   };
+  // A failed transaction is aborted (not left open to hold back the
+  // consumers of its topic partition) and ends the lane: the run reports it.
+  auto abort_open = [&](Client& c) {
+    if (rd_kafka_error_t* error = rd_kafka_abort_transaction(c.producer.get(), 30000)) {
+      rd_kafka_error_destroy(error);
+    }
+  };
   for (bool ok = true;;) {
     round.clear();
     {
@@ -283,7 +293,11 @@ void KafkaRawLoad::RunLane(uint32_t p, Lane& lane, Clock::time_point give_up) {
     }
     Client& c = *clients_[p * producers + turn];
     turn = (turn + 1) % producers;
-    ok = check(rd_kafka_begin_transaction(c.producer.get()), "begin");
+    if (!check(rd_kafka_begin_transaction(c.producer.get()), "begin")) {
+      ok = false;
+      for (auto& r : round) rd_kafka_headers_destroy(r.headers);
+      continue;
+    }
     for (auto& r : round) {
       if (ok) {
         ok = Produce(c, r, give_up);
@@ -292,6 +306,7 @@ void KafkaRawLoad::RunLane(uint32_t p, Lane& lane, Clock::time_point give_up) {
       }
     }
     if (ok) ok = check(rd_kafka_commit_transaction(c.producer.get(), 30000), "commit");
+    if (!ok) abort_open(c);
   }
 }
 

@@ -59,7 +59,8 @@ class KafkaRawLoad {
   std::atomic<uint64_t> produced_count{0}, window_events{0}, unsent{0}, backlog{0};
   // Per entity, the last version produced (after Run()).
   uint64_t version(uint64_t k) const { return version_[k]; }
-  // (entity, version) -> when it was handed to librdkafka, us since the epoch (after Run()).
+  // (entity, version) -> when it came due (handed to librdkafka, or to its
+  // partition's thread), us since the epoch (after Run()).
   const std::map<std::pair<uint32_t, uint64_t>, int64_t>& produced() const { return produced_; }
   std::vector<std::string> problems() const;
 

@@ -11,6 +11,7 @@
 #include <span>
 #include <thread>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -580,12 +581,13 @@ class KafkaSink final : public Sink {
         break;
       }
     }
-    // Each begun partition ends its transaction on a thread of its own (the
-    // last on this one): every delivery report in, then commit, or abort
-    // when a record did not make it. At the same time, because each is a
-    // round trip or two to the brokers, and because a flush is what sends a
-    // producer's records at once: one after the other, each producer's
-    // records would wait for the flushes before it (or for linger.ms).
+    // Each begun partition waits for its delivery reports and commits on a
+    // thread of its own (the last on this one), at the same time: each is a
+    // round trip or two to the brokers, and a flush is what sends a
+    // producer's records at once (one after the other, each producer's
+    // records would wait for the flushes before it, or for linger.ms). A
+    // partition whose records did not all make it, or whose commit failed,
+    // is aborted afterwards, here.
     std::vector<TxnEnd> ended(begun.size());
     {
       const bool produced = failure.ok();
@@ -598,8 +600,12 @@ class KafkaSink final : public Sink {
         };
         if (k + 1 == begun.size()) {
           end();
-        } else {
+          continue;
+        }
+        try {
           threads.emplace_back(end);
+        } catch (const std::system_error&) {
+          end();  // no thread to be had (the process's limit): this one, in turn
         }
       }
       for (auto& t : threads) t.join();
