@@ -1,7 +1,6 @@
 #include "connectors/kafka/kafka_sink.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -551,7 +550,6 @@ class KafkaSink final : public Sink {
     std::map<uint32_t, std::vector<size_t>> of_partition;
     for (size_t i : send) of_partition[events[i].partition].push_back(i);
     const auto deadline = Clock::now() + options().delivery_timeout;
-    outstanding_ = 0;
     Status failure = Status::Ok();
     std::vector<uint32_t> begun;
     for (const auto& [p, indexes] : of_partition) {
@@ -574,7 +572,6 @@ class KafkaSink final : public Sink {
           continue;
         }
         if (!st.ok()) break;
-        ++outstanding_;
       }
       if (!st.ok()) {
         failure = st;
@@ -774,10 +771,9 @@ class KafkaSink final : public Sink {
     const auto index = static_cast<size_t>(reinterpret_cast<uintptr_t>(m->_private));
     if (index >= self->pending_.size() || self->pending_[index].reported) return;
     self->pending_[index] = Pending{true, m->err};
-    // Transactional: served by each partition's own thread (EndTransaction).
-    size_t n = self->outstanding_.load(std::memory_order_relaxed);
-    while (n > 0 && !self->outstanding_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
-    }
+    // Idempotent only (its Apply counts them); the transactional partitions'
+    // threads (EndTransaction) leave it at 0.
+    if (self->outstanding_ > 0) --self->outstanding_;
   }
 
   bool AllPartitionsAnswer(rd_kafka_t* rk, int32_t partitions) const {
@@ -873,7 +869,7 @@ class KafkaSink final : public Sink {
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
   std::vector<Pending> pending_;  // per event of the Apply in progress
   std::string value_buffer_;      // the record value being produced
-  std::atomic<size_t> outstanding_{0};
+  size_t outstanding_ = 0;  // idempotent: records of the Apply without a delivery report
 };
 
 }  // namespace
