@@ -3,6 +3,7 @@
 #include <openssl/x509.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -201,6 +202,11 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
         std::find(std::begin(kProducerOnly), std::end(kProducerOnly), name) != std::end(kProducerOnly);
     if (producer || !producer_only) settings.emplace_back(name, value);
   }
+  if (producer && options.max_message_bytes > 0 && options.max_message_bytes < ProducerMessageLimit(config)) {
+    // Set last, over the sink's own value: see ClientOptions.
+    settings.emplace_back("message.max.bytes",
+                          std::to_string(std::max(options.max_message_bytes, kLibrdkafkaMinMessageMaxBytes)));
+  }
   for (auto& property : config.SecurityProperties()) settings.push_back(std::move(property));
   for (const auto& [name, value] : settings) {
     if (Status st = Set(conf, name, value); !st.ok()) return fail(st);
@@ -254,6 +260,45 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
 
 namespace {
 
+// Where an admin request's reply is polled from; destroyed with it.
+struct AdminReply {
+  rd_kafka_queue_t* queue = nullptr;
+  rd_kafka_AdminOptions_t* options = nullptr;
+  rd_kafka_event_t* event = nullptr;  // nullptr: no answer in time
+  AdminReply(const AdminReply&) = delete;
+  AdminReply& operator=(const AdminReply&) = delete;
+  AdminReply() = default;
+  ~AdminReply() {
+    if (event != nullptr) rd_kafka_event_destroy(event);
+    if (options != nullptr) rd_kafka_AdminOptions_destroy(options);
+    if (queue != nullptr) rd_kafka_queue_destroy(queue);
+  }
+};
+
+// Sends one admin request (`issue`, with its options and reply queue) and
+// waits for the reply until `timeout` (and a second more).
+void AdminRequest(rd_kafka_t* rk, rd_kafka_admin_op_t op, std::chrono::milliseconds timeout,
+                  const std::function<void(rd_kafka_AdminOptions_t*, rd_kafka_queue_t*)>& issue, AdminReply& reply) {
+  char errstr[512];
+  reply.queue = rd_kafka_queue_new(rk);
+  reply.options = rd_kafka_AdminOptions_new(rk, op);
+  rd_kafka_AdminOptions_set_request_timeout(reply.options, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
+  if (op == RD_KAFKA_ADMIN_OP_CREATETOPICS || op == RD_KAFKA_ADMIN_OP_DELETETOPICS) {
+    rd_kafka_AdminOptions_set_operation_timeout(reply.options, static_cast<int>(timeout.count()), errstr,
+                                                sizeof(errstr));
+  }
+  issue(reply.options, reply.queue);
+  reply.event = rd_kafka_queue_poll(reply.queue, static_cast<int>(timeout.count()) + 1000);
+}
+
+// The error of a whole admin reply (not of one of its topics), or ok.
+Status ReplyError(rd_kafka_event_t* ev, const std::string& what) {
+  if (ev == nullptr) return Unavailable(what + ": no answer in time");
+  if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::Ok();
+  const char* reason = rd_kafka_event_error_string(ev);
+  return FromErr(rd_kafka_event_error(ev), what + (reason != nullptr ? std::string(" (") + reason + ")" : ""));
+}
+
 // One admin request on topics: `issue` sends it with the options and the
 // reply queue, `results` picks the per-topic results out of the reply, and a
 // topic whose error `fine` accepts counts as done. `what` names the request
@@ -262,36 +307,20 @@ Status TopicAdmin(rd_kafka_t* rk, rd_kafka_admin_op_t op, std::chrono::milliseco
                   const std::function<void(rd_kafka_AdminOptions_t*, rd_kafka_queue_t*)>& issue,
                   const std::function<const rd_kafka_topic_result_t**(rd_kafka_event_t*, size_t*)>& results,
                   const std::function<bool(rd_kafka_resp_err_t)>& fine) {
-  char errstr[512];
-  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
-  rd_kafka_AdminOptions_t* opts = rd_kafka_AdminOptions_new(rk, op);
-  rd_kafka_AdminOptions_set_request_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
-  rd_kafka_AdminOptions_set_operation_timeout(opts, static_cast<int>(timeout.count()), errstr, sizeof(errstr));
-  issue(opts, queue);
-  rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, static_cast<int>(timeout.count()) + 1000);
-  Status st = Unavailable(what + ": no answer in time");
-  if (ev != nullptr) {
-    size_t n = 0;
-    const rd_kafka_topic_result_t** topics = nullptr;
-    if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      const char* reason = rd_kafka_event_error_string(ev);
-      st = FromErr(rd_kafka_event_error(ev), what + (reason != nullptr ? std::string(" (") + reason + ")" : ""));
-    } else if ((topics = results(ev, &n)) == nullptr) {
-      st = Internal(what + ": unexpected reply " + rd_kafka_event_name(ev));
-    } else {
-      st = Status::Ok();
-      for (size_t i = 0; i < n; ++i) {
-        const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(topics[i]);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || fine(err)) continue;
-        const char* msg = rd_kafka_topic_result_error_string(topics[i]);
-        st = FromErr(err, what + " (" + rd_kafka_topic_result_name(topics[i]) +
-                              (msg != nullptr ? std::string(": ") + msg : "") + ")");
-      }
-    }
-    rd_kafka_event_destroy(ev);
+  AdminReply reply;
+  AdminRequest(rk, op, timeout, issue, reply);
+  RETURN_IF_ERROR(ReplyError(reply.event, what));
+  size_t n = 0;
+  const rd_kafka_topic_result_t** topics = results(reply.event, &n);
+  if (topics == nullptr) return Internal(what + ": unexpected reply " + rd_kafka_event_name(reply.event));
+  Status st = Status::Ok();
+  for (size_t i = 0; i < n; ++i) {
+    const rd_kafka_resp_err_t err = rd_kafka_topic_result_error(topics[i]);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR || fine(err)) continue;
+    const char* msg = rd_kafka_topic_result_error_string(topics[i]);
+    st = FromErr(err, what + " (" + rd_kafka_topic_result_name(topics[i]) +
+                          (msg != nullptr ? std::string(": ") + msg : "") + ")");
   }
-  rd_kafka_AdminOptions_destroy(opts);
-  rd_kafka_queue_destroy(queue);
   return st;
 }
 
@@ -346,6 +375,51 @@ Status DeleteTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, std:
       [](rd_kafka_resp_err_t err) { return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART; });
   rd_kafka_DeleteTopic_destroy_array(dts.data(), dts.size());
   return st;
+}
+
+Result<int64_t> TopicMessageLimit(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout) {
+  const std::string what = "configs of topic " + topic;
+  rd_kafka_ConfigResource_t* resource = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+  AdminReply reply;
+  AdminRequest(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout, [&](rd_kafka_AdminOptions_t* opts, rd_kafka_queue_t* q) {
+    rd_kafka_DescribeConfigs(rk, &resource, 1, opts, q);
+  }, reply);
+  rd_kafka_ConfigResource_destroy(resource);
+  RETURN_IF_ERROR(ReplyError(reply.event, what));
+  const rd_kafka_DescribeConfigs_result_t* result = rd_kafka_event_DescribeConfigs_result(reply.event);
+  size_t n = 0;
+  const rd_kafka_ConfigResource_t** resources =
+      result == nullptr ? nullptr : rd_kafka_DescribeConfigs_result_resources(result, &n);
+  if (resources == nullptr || n != 1) return Internal(what + ": unexpected reply " + rd_kafka_event_name(reply.event));
+  if (const rd_kafka_resp_err_t err = rd_kafka_ConfigResource_error(resources[0])) {
+    const char* reason = rd_kafka_ConfigResource_error_string(resources[0]);
+    return FromErr(err, what + (reason != nullptr ? std::string(" (") + reason + ")" : ""));
+  }
+  size_t count = 0;
+  const rd_kafka_ConfigEntry_t** entries = rd_kafka_ConfigResource_configs(resources[0], &count);
+  for (size_t i = 0; i < count; ++i) {
+    if (std::strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") != 0) continue;
+    const char* value = rd_kafka_ConfigEntry_value(entries[i]);
+    int64_t limit = 0;
+    const std::string_view text = value != nullptr ? value : "";
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), limit);
+    if (ec != std::errc() || end != text.data() + text.size() || limit <= 0) {
+      return Internal(what + ": max.message.bytes is '" + std::string(text) + "'");
+    }
+    return limit;
+  }
+  return Internal(what + ": no max.message.bytes in the reply");
+}
+
+int64_t ProducerMessageLimit(const KafkaSinkOptions& config) {
+  int64_t limit = kLibrdkafkaMessageMaxBytes;
+  if (const auto it = config.properties.find("message.max.bytes"); it != config.properties.end()) {
+    const std::string& v = it->second;
+    int64_t set = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), set);
+    if (ec == std::errc() && end == v.data() + v.size() && set > 0) limit = set;
+  }
+  return limit;
 }
 
 Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int32_t partition,

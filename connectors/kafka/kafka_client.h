@@ -43,7 +43,21 @@ struct ClientOptions {
   // end (the high watermark); a read_committed handle's gives the last
   // stable offset (the start of the oldest open transaction).
   bool read_uncommitted = false;
+  // Producer only, when above 0: message.max.bytes at most this (the topic's
+  // limit less a record batch's framing, see TopicMessageLimit), so that
+  // librdkafka refuses a record over it when it is produced and never builds
+  // a batch of records the broker refuses whole (a batch stops growing at
+  // message.max.bytes, and a record alone in its batch then fits).
+  int64_t max_message_bytes = 0;
 };
+
+// librdkafka's default message.max.bytes and the least it takes.
+inline constexpr int64_t kLibrdkafkaMessageMaxBytes = 1000000;
+inline constexpr int64_t kLibrdkafkaMinMessageMaxBytes = 1000;
+// What a record batch adds to its records (Kafka's RecordBatch header:
+// offset, length, epoch, magic, crc, attributes, ... the record count). The
+// broker holds the whole batch to the topic's max.message.bytes.
+inline constexpr int64_t kRecordBatchOverhead = 61;
 
 // A producer (idempotent, acks=all, gapless, records never expire in its queue,
 // then the sink's properties; or transactional, see ClientOptions) or a
@@ -55,6 +69,15 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
 // The number of partitions of `topic`; kNotFound when the cluster says it
 // does not exist, kUnavailable when the cluster does not answer in time.
 Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout);
+
+// The largest record batch the brokers take for `topic`: its effective
+// max.message.bytes (the topic's own, else the brokers' default), read with
+// DescribeConfigs. kFailedPrecondition when the client may not describe it.
+Result<int64_t> TopicMessageLimit(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout);
+
+// The producer's message.max.bytes: the sink's property, else librdkafka's
+// default.
+int64_t ProducerMessageLimit(const KafkaSinkOptions& config);
 
 // Creates `topic`; ok when it already exists.
 Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <thread>
 #include <string>
@@ -35,6 +36,8 @@ constexpr int kCloseGrace = 2000;
 // Records read back per step while looking for the last sluice-positions
 // header of a topic partition; each further step reads four times as many.
 constexpr int64_t kFirstRecoveryWindow = 256;
+// At most this many records refused once as too large are remembered.
+constexpr size_t kMaxSizeRefused = 10000;
 // Idle producers closed per Sink::Idle() call (about one a second).
 constexpr size_t kClosePerIdle = 32;
 
@@ -95,6 +98,13 @@ class KafkaSink final : public Sink {
     }
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     const int32_t partitions = *count;
+    RETURN_IF_ERROR(ReadMessageLimit(producer->get()));
+    if (!transactional() && message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options())) {
+      // Made before the topic's limit was known (nothing produced yet): made
+      // again, held to it.
+      producer = Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
+      if (!producer.ok()) return producer.status();
+    }
     if (!transactional()) {
       if (Status st = Recover(partitions); !st.ok()) return st.WithContext("sink '" + config_.name + "'");
       rkt_ = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
@@ -386,9 +396,46 @@ class KafkaSink final : public Sink {
     client_options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
     client_options.delivery_report = delivery_report;
     if (delivery_report != nullptr) client_options.opaque = this;
+    client_options.max_message_bytes = std::max<int64_t>(message_limit_, 0);
     auto client = NewClient(options(), client_options);
     if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
     return client;
+  }
+
+  // The record batch limit of the topic (re-read at every Open: it may have
+  // been lowered since), which the producers made after this are held to.
+  // Without the right to read it, the producers keep their own limit, and a
+  // batch over the topic's is refused whole (see RefusedForGood).
+  Status ReadMessageLimit(rd_kafka_t* rk) {
+    auto limit = TopicMessageLimit(rk, topic_, kMetadataTimeout);
+    if (limit.ok()) {
+      message_limit_ = *limit - kRecordBatchOverhead;
+      return Status::Ok();
+    }
+    if (limit.status().code() != StatusCode::kFailedPrecondition) {
+      return limit.status().WithContext("sink '" + config_.name + "'");
+    }
+    if (message_limit_ != -1) {
+      Log(LogLevel::kWarn, Where() + "cannot read the topic's max.message.bytes (" + limit.status().message() +
+                               "); records are held to the producer's message.max.bytes only");
+    }
+    message_limit_ = -1;  // warned; no limit
+    return Status::Ok();
+  }
+
+  // A record the broker refused for good (`err`: IsPermanentRecordError)?
+  // A size refusal may be its batch's, not its own: a topic limit lowered
+  // since Open (or one the sink could not read) lets a batch of records that
+  // each fit grow past it, and the broker refuses the batch whole. So the
+  // first size refusal of a record is not final: the batch fails, the engine
+  // re-opens the sink (which reads the limit again) and retries, and only a
+  // record refused again is given up.
+  bool RefusedForGood(const std::pair<uint32_t, uint64_t>& key, rd_kafka_resp_err_t err) {
+    if (err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && err != RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) return true;
+    if (size_refused_.erase(key) != 0) return true;
+    if (size_refused_.size() >= kMaxSizeRefused) size_refused_.clear();  // bounded: at worst, one more retry
+    size_refused_.insert(key);
+    return false;
   }
 
   int32_t TopicPartitionOf(uint32_t source_partition) const {
@@ -449,7 +496,13 @@ class KafkaSink final : public Sink {
         continue;
       }
       if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        return InvalidArgument(std::string("the record is too large for the producer: ") + rd_kafka_err2str(err));
+        const bool topic_limit = message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options());
+        return InvalidArgument(
+            std::string("the record is too large for ") +
+            (topic_limit ? "topic " + topic_ + " (max.message.bytes " +
+                               std::to_string(message_limit_ + kRecordBatchOverhead) + ")"
+                         : std::string("the producer (message.max.bytes)")) +
+            ": " + rd_kafka_err2str(err));
       }
       return Unavailable(Where() + "cannot queue a record: " + rd_kafka_err2str(err));
     }
@@ -528,7 +581,7 @@ class KafkaSink final : public Sink {
         uint64_t& d = delivered_[e.partition];
         d = std::max(d, e.event_id);
         out.results[i].outcome = Outcome::kApplied;
-      } else if (IsPermanentRecordError(p.err)) {
+      } else if (IsPermanentRecordError(p.err) && RefusedForGood({e.partition, e.event_id}, p.err)) {
         const std::string reason = std::string("kafka refused the record: ") + rd_kafka_err2str(p.err);
         out.results[i] = {Outcome::kRejected, reason};
         refused_[{e.partition, e.event_id}] = reason;
@@ -610,7 +663,9 @@ class KafkaSink final : public Sink {
     for (size_t k = 0; k < begun.size(); ++k) {
       const uint32_t p = begun[k];
       TxnEnd& e = ended[k];
-      for (auto& [key, why] : e.refused) refused_[key] = std::move(why);
+      for (auto& [key, err] : e.refused) {
+        if (RefusedForGood(key, err)) refused_[key] = std::string("kafka refused the record: ") + rd_kafka_err2str(err);
+      }
       if (!e.status.ok() && failure.ok()) failure = e.status;
       if (!e.committed) {
         // Not committed (or not known to be): aborted, or dropped when the
@@ -638,7 +693,7 @@ class KafkaSink final : public Sink {
     bool committed = false;
     Status status = Status::Ok();  // why not
     TxnError kind;                 // of a failed commit
-    std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::string>> refused;  // for refused_
+    std::vector<std::pair<std::pair<uint32_t, uint64_t>, rd_kafka_resp_err_t>> refused;  // by the broker
   };
 
   // Source partition p's part of a transactional batch, after its records
@@ -662,8 +717,7 @@ class KafkaSink final : public Sink {
       if (r.reported && IsPermanentRecordError(r.err)) {
         // Refused by the broker inside the transaction, which it spoils: the
         // retried batch leaves this record out.
-        end.refused.push_back(
-            {{e.partition, e.event_id}, std::string("kafka refused the record: ") + rd_kafka_err2str(r.err)});
+        end.refused.push_back({{e.partition, e.event_id}, r.err});
       }
       if (end.status.ok()) {
         end.status = Unavailable(PartitionWhere(p) +
@@ -867,6 +921,11 @@ class KafkaSink final : public Sink {
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
+  std::set<std::pair<uint32_t, uint64_t>> size_refused_;  // refused once as too large (RefusedForGood)
+  // What the producers made from now on hold records to (ClientOptions::
+  // max_message_bytes): the topic's batch limit less a batch's framing; 0
+  // before Open read it, -1 when it could not be read.
+  int64_t message_limit_ = 0;
   std::vector<Pending> pending_;  // per event of the Apply in progress
   std::string value_buffer_;      // the record value being produced
   size_t outstanding_ = 0;  // idempotent: records of the Apply without a delivery report

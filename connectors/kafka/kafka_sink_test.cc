@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include "config/config.h"
@@ -374,58 +375,111 @@ TEST(KafkaSink, RecordTooLargeIsRejectedAndTheRestDelivered) {
   EXPECT_EQ(ReadTopic(topic).size(), 2u);
 }
 
-// A record the broker refuses (larger than the topic's max.message.bytes,
-// small enough for the producer) spoils its own partition's transaction
-// only: that one is aborted, the batch's other partition commits, and the
-// retried batch dead-letters the record and carries on. Nothing is lost or
-// published twice. (The broker refuses a whole produce request, so the
-// refused record is alone in its partition's batch here.) The partitions end
-// their transactions each on its own: before, the first failure aborted the
-// partitions looked at after it.
-TEST(KafkaSink, ABrokerRefusedRecordAbortsOnlyItsOwnPartitionsTransaction) {
-  SLUICE_REQUIRE_KAFKA();
-  const std::string topic = UniqueTopic("refused");
+// A sink on a topic the test created, open once every partition of the
+// topic has its leader; null (the test fails) when it cannot open.
+std::unique_ptr<Sink> OpenOn(const std::string& topic, bool transactional) {
   std::string error;
-  ASSERT_TRUE(testing::CreateTopic(topic, 2, &error, {{"max.message.bytes", "2000"}})) << error;
-  for (int i = 0; i < 100; ++i) {  // until both partitions have their leader
+  for (int i = 0; i < 100; ++i) {
     error.clear();
     ReadTopic(topic, &error);
     if (error.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(error, "");
-  auto c = LoadWith("    topic: " + topic + "\n    delivery_timeout: 5s\n");
-  auto sink = Make(c);
-  ASSERT_TRUE(sink);
-  ASSERT_OK(sink->Open());
-  // Partition 0 (topic partition 0) first: the refused one is looked at first.
-  std::vector<ChangeEvent> batch = Events(0, 1, 1);
-  batch[0].state = R"({"n":")" + std::string(5000, 'x') + R"("})";
-  for (const ChangeEvent& e : Events(1, 1, 4)) batch.push_back(e);  // topic partition 1
-  auto r = sink->Apply(batch);
-  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
-  EXPECT_NE(r.status.message().find("partition 0: delivery failed"), std::string::npos) << r.status.message();
-  auto records = ReadTopic(topic, &error);
-  EXPECT_EQ(records.size(), 4u) << error;  // partition 1's transaction committed
-  for (const auto& rec : records) EXPECT_EQ(rec.key, "p1");
+  EXPECT_EQ(error, "");
+  auto sink = Make(LoadWith("    topic: " + topic + "\n    delivery_timeout: 5s\n    transactional: " +
+                            (transactional ? "true" : "false") + "\n"));
+  if (!sink) return nullptr;
+  const Status st = sink->Open();
+  EXPECT_TRUE(st.ok()) << st.message();
+  return st.ok() ? std::move(sink) : nullptr;
+}
 
-  sink->Close();  // as the engine does after a failed batch
-  ASSERT_OK(sink->Open());
-  r = sink->Apply(batch);
-  ASSERT_TRUE(r.status.ok()) << r.status.message();
-  EXPECT_EQ(Count(r)[Outcome::kStale], 4);  // partition 1, read back
-  ASSERT_EQ(r.results.size(), 5u);
-  EXPECT_EQ(r.results[0].outcome, Outcome::kRejected);  // dead-lettered
-  EXPECT_NE(r.results[0].reason.find("kafka refused the record"), std::string::npos) << r.results[0].reason;
-  r = sink->Apply(Events(0, 2, 3));  // partition 0 carries on
-  ASSERT_TRUE(r.status.ok()) << r.status.message();
-  EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
-  records = ReadTopic(topic, &error);
-  EXPECT_EQ(records.size(), 6u) << error;
-  std::map<std::string, int> seen;
-  for (const auto& rec : records) ++seen[rec.key + "/" + rec.headers.at("sluice-version")];
-  EXPECT_EQ(seen.size(), 6u);  // each once
-  EXPECT_EQ(seen.count("p0/1"), 0u);
+std::string Padded(size_t bytes) { return R"({"pad":")" + std::string(bytes, 'x') + R"("})"; }
+
+// Records that each fit the topic's max.message.bytes are all delivered,
+// however many of them a batch holds, and a record over it is refused alone:
+// the producers are held to the topic's limit (read at Open), so librdkafka
+// never builds a batch the broker refuses whole. Before, 30 records of 300
+// bytes went in requests the broker refused, and every one was dead-lettered.
+TEST(KafkaSink, ATopicsSmallerMessageLimitRefusesOnlyTheRecordOverIt) {
+  SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+    SCOPED_TRACE(transactional ? "transactional" : "idempotent");
+    const std::string topic = UniqueTopic("limit");
+    std::string error;
+    ASSERT_TRUE(testing::CreateTopic(topic, 1, &error, {{"max.message.bytes", "2000"}})) << error;
+    auto sink = OpenOn(topic, transactional);
+    ASSERT_TRUE(sink);
+    auto batch = Events(0, 1, 30);
+    for (ChangeEvent& e : batch) e.state = Padded(300);
+    batch[9].state = Padded(5000);
+    auto r = sink->Apply(batch);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(Count(r)[Outcome::kApplied], 29);
+    ASSERT_EQ(r.results.size(), 30u);
+    EXPECT_EQ(r.results[9].outcome, Outcome::kRejected);
+    EXPECT_NE(r.results[9].reason.find("max.message.bytes 2000"), std::string::npos) << r.results[9].reason;
+    const auto records = ReadTopic(topic, &error);
+    EXPECT_EQ(records.size(), 29u) << error;
+    std::set<std::string> versions;
+    for (const auto& rec : records) versions.insert(rec.headers.at("sluice-version"));
+    EXPECT_EQ(versions.size(), 29u);
+    EXPECT_EQ(versions.count("10"), 0u);
+  }
+}
+
+// A topic limit lowered after Open: the broker refuses the requests the
+// producers built to the old one. That refusal is not taken as final (it may
+// be the batch's, not the record's): the batch fails, the re-opened sink
+// reads the new limit and refuses only the record over it. Transactional: the
+// refusal spoils only its own partition's transaction, which is aborted,
+// while the batch's other partition commits (the partitions end their
+// transactions each on its own). Nothing is lost or published twice.
+TEST(KafkaSink, ALimitLoweredAfterOpenCostsOneRetryAndRefusesOnlyTheRecordOverIt) {
+  SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+    SCOPED_TRACE(transactional ? "transactional" : "idempotent");
+    const std::string topic = UniqueTopic("lowered");
+    std::string error;
+    ASSERT_TRUE(testing::CreateTopic(topic, 2, &error)) << error;
+    auto sink = OpenOn(topic, transactional);
+    ASSERT_TRUE(sink);
+    ASSERT_TRUE(testing::SetTopicConfigs(topic, {{"max.message.bytes", "2000"}}, &error)) << error;
+    // Partition 0 (topic partition 0) first: the refused one is looked at first.
+    std::vector<ChangeEvent> batch = Events(0, 1, 3);
+    batch[0].state = Padded(5000);
+    for (const ChangeEvent& e : Events(1, 1, 4)) batch.push_back(e);  // topic partition 1
+    auto r = sink->Apply(batch);
+    EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+    EXPECT_NE(r.status.message().find("Message size too large"), std::string::npos) << r.status.message();
+    if (transactional) {
+      EXPECT_NE(r.status.message().find("partition 0: delivery failed"), std::string::npos) << r.status.message();
+      const auto records = ReadTopic(topic, &error);
+      EXPECT_EQ(records.size(), 4u) << error;  // partition 1's transaction committed
+      for (const auto& rec : records) EXPECT_EQ(rec.key, "p1");
+    }
+
+    sink->Close();  // as the engine does after a failed batch
+    ASSERT_OK(sink->Open());
+    r = sink->Apply(batch);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    ASSERT_EQ(r.results.size(), 7u);
+    EXPECT_EQ(r.results[0].outcome, Outcome::kRejected);  // dead-lettered
+    EXPECT_NE(r.results[0].reason.find("max.message.bytes 2000"), std::string::npos) << r.results[0].reason;
+    for (size_t i = 1; i < 7; ++i) EXPECT_NE(r.results[i].outcome, Outcome::kRejected) << i;
+    if (transactional) {
+      EXPECT_EQ(Count(r)[Outcome::kStale], 4);  // partition 1, read back
+    }
+    r = sink->Apply(Events(0, 4, 5));  // partition 0 carries on
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
+    const auto records = ReadTopic(topic, &error);
+    EXPECT_EQ(records.size(), 8u) << error;
+    std::map<std::string, int> seen;
+    for (const auto& rec : records) ++seen[rec.key + "/" + rec.headers.at("sluice-version")];
+    EXPECT_EQ(seen.size(), 8u);  // each once
+    EXPECT_EQ(seen.count("p0/1"), 0u);
+  }
 }
 
 TEST(KafkaSink, MissingTopicWithoutCreateTopicIsAConfigurationError) {

@@ -2,13 +2,15 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include <chrono>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 
 namespace sluice::testing {
 namespace {
@@ -17,6 +19,28 @@ struct Destroy {
   void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
 };
 using Handle = std::unique_ptr<rd_kafka_t, Destroy>;
+
+struct DestroyEvent {
+  void operator()(rd_kafka_event_t* ev) const { rd_kafka_event_destroy(ev); }
+};
+using Event = std::unique_ptr<rd_kafka_event_t, DestroyEvent>;
+
+// Sends one admin request (`issue`, given the reply queue) and waits for the
+// reply: the event, or null with *error (`what` names the request).
+Event AdminCall(rd_kafka_t* rk, const std::string& what, const std::function<void(rd_kafka_queue_t*)>& issue,
+                std::string* error) {
+  rd_kafka_queue_t* q = rd_kafka_queue_new(rk);
+  issue(q);
+  Event ev(rd_kafka_queue_poll(q, 20000));
+  rd_kafka_queue_destroy(q);
+  if (!ev) {
+    *error = "no answer to " + what;
+  } else if (rd_kafka_event_error(ev.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    *error = what + ": " + rd_kafka_event_error_string(ev.get());
+    ev.reset();
+  }
+  return ev;
+}
 
 // Test clients stay quiet: a refused connection is what some tests expect.
 void Quiet(const rd_kafka_t*, int, const char*, const char*) {}
@@ -173,30 +197,80 @@ bool CreateTopic(const std::string& topic, int partitions, std::string* error,
       return false;
     }
   }
-  rd_kafka_queue_t* q = rd_kafka_queue_new(rk.get());
-  rd_kafka_CreateTopics(rk.get(), &nt, 1, nullptr, q);
-  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, 20000);
+  const Event ev = AdminCall(rk.get(), "CreateTopics", [&](rd_kafka_queue_t* q) {
+    rd_kafka_CreateTopics(rk.get(), &nt, 1, nullptr, q);
+  }, error);
+  rd_kafka_NewTopic_destroy(nt);
   bool ok = false;
-  if (ev == nullptr) {
-    *error = "no answer to CreateTopics";
-  } else if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    *error = rd_kafka_event_error_string(ev);
-  } else {
+  if (ev) {
     size_t n = 0;
     const rd_kafka_topic_result_t** res =
-        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev.get()), &n);
     ok = n == 1 && (rd_kafka_topic_result_error(res[0]) == RD_KAFKA_RESP_ERR_NO_ERROR ||
                     rd_kafka_topic_result_error(res[0]) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS);
     if (!ok) *error = n == 1 ? rd_kafka_err2str(rd_kafka_topic_result_error(res[0])) : "no result";
   }
-  if (ev != nullptr) rd_kafka_event_destroy(ev);
-  rd_kafka_queue_destroy(q);
-  rd_kafka_NewTopic_destroy(nt);
   // Metadata reaches the broker's cache shortly after creation.
   for (int i = 0; ok && i < 50 && PartitionCount(rk.get(), topic, nullptr) != partitions; ++i) {
     rd_kafka_poll(rk.get(), 100);
   }
   return ok;
+}
+
+namespace {
+
+// True when the cluster describes `topic` with every one of `configs`.
+bool TopicConfigsAre(rd_kafka_t* rk, const std::string& topic, const std::map<std::string, std::string>& configs) {
+  rd_kafka_ConfigResource_t* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+  std::string error;
+  const Event ev = AdminCall(rk, "DescribeConfigs", [&](rd_kafka_queue_t* q) {
+    rd_kafka_DescribeConfigs(rk, &res, 1, nullptr, q);
+  }, &error);
+  rd_kafka_ConfigResource_destroy(res);
+  size_t matched = 0;
+  if (ev) {
+    size_t n = 0;
+    const rd_kafka_ConfigResource_t** rs =
+        rd_kafka_DescribeConfigs_result_resources(rd_kafka_event_DescribeConfigs_result(ev.get()), &n);
+    size_t count = 0;
+    const rd_kafka_ConfigEntry_t** entries = n == 1 ? rd_kafka_ConfigResource_configs(rs[0], &count) : nullptr;
+    for (size_t i = 0; i < count; ++i) {
+      const auto it = configs.find(rd_kafka_ConfigEntry_name(entries[i]));
+      const char* value = rd_kafka_ConfigEntry_value(entries[i]);
+      if (it != configs.end() && value != nullptr && it->second == value) ++matched;
+    }
+  }
+  return matched == configs.size();
+}
+
+}  // namespace
+
+bool SetTopicConfigs(const std::string& topic, const std::map<std::string, std::string>& configs,
+                     std::string* error) {
+  Handle rk = NewHandle(RD_KAFKA_PRODUCER, error);
+  if (!rk) return false;
+  rd_kafka_ConfigResource_t* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+  for (const auto& [name, value] : configs) rd_kafka_ConfigResource_set_config(res, name.c_str(), value.c_str());
+  const Event ev = AdminCall(rk.get(), "AlterConfigs", [&](rd_kafka_queue_t* q) {
+    rd_kafka_AlterConfigs(rk.get(), &res, 1, nullptr, q);
+  }, error);
+  rd_kafka_ConfigResource_destroy(res);
+  bool ok = false;
+  if (ev) {
+    size_t n = 0;
+    const rd_kafka_ConfigResource_t** rs =
+        rd_kafka_AlterConfigs_result_resources(rd_kafka_event_AlterConfigs_result(ev.get()), &n);
+    ok = n == 1 && rd_kafka_ConfigResource_error(rs[0]) == RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (!ok) *error = n == 1 ? rd_kafka_err2str(rd_kafka_ConfigResource_error(rs[0])) : "no result";
+  }
+  // The brokers apply the change a moment after the controller took it: the
+  // call returns once a broker describes the topic with it.
+  for (int i = 0; ok && i < 100; ++i) {
+    if (TopicConfigsAre(rk.get(), topic, configs)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (ok) *error = "the brokers did not describe topic " + topic + " with the new configs in time";
+  return false;
 }
 
 namespace {

@@ -60,6 +60,11 @@ class OpenTransaction {
 bool CreateTopic(const std::string& topic, int partitions, std::string* error,
                  const std::map<std::string, std::string>& configs = {});
 
+// Sets a topic's configs to `configs` (AlterConfigs: the topic's other
+// configs go back to the brokers' defaults); false with *error on failure.
+bool SetTopicConfigs(const std::string& topic, const std::map<std::string, std::string>& configs,
+                     std::string* error);
+
 // Produces records with the given headers to one partition and waits for
 // delivery (a test uses it to leave what a crashed batch would leave).
 bool ProduceRaw(const std::string& topic, int32_t partition, const std::vector<KafkaRecord>& records,
