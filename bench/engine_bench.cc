@@ -64,8 +64,9 @@ modes:
               each with whole partitions, into --sink's table (re-created by the sink in
               its own shape)
   es_raw      baseline: the same documents as plain _bulk index actions (no version
-              check), the sink's batch_max per request, one connection, into --sink's
-              index (re-created as the sink creates it)
+              check; with --es-versioned, each with its version and version_type
+              external, as the sink writes them), the sink's batch_max per request,
+              one connection, into --sink's index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
               or `sluice writer` (--url) while a sampler polls --sample entities' keys of
               the redis --sink; lag = first seen in Redis - committed_at; verifies.
@@ -108,6 +109,7 @@ struct Args {
   uint32_t threads = 2;
   uint32_t rows_per_insert = 1000;
   uint32_t pipeline = 1000;
+  bool es_versioned = false;
   double timeout = 300;
   uint32_t engines = 1;
   uint32_t kills = 20;
@@ -148,6 +150,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("threads", po::value(&a.threads)->default_value(2), "load, mysql_raw: concurrent INSERT connections")
     ("rows-per-insert", po::value(&a.rows_per_insert)->default_value(1000), "load, mysql_raw: rows per statement")
     ("pipeline", po::value(&a.pipeline)->default_value(1000), "redis_raw: SETs per round trip")
+    ("es-versioned", po::bool_switch(&a.es_versioned), "es_raw: index actions with version_type external")
     ("sluice", po::value(&a.sluice), "the sluice binary (drain; verification)")
     ("log", po::value(&a.log_path)->default_value("engine_bench_sluice.log"), "where child processes write their output")
     ("no-verify", po::bool_switch(&a.no_verify), "skip `sluice verify` at the end")
@@ -426,11 +429,12 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "es_raw") {
     Backlog backlog(spec);
-    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog);
+    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog, a.es_versioned);
     if (!r.ok()) {
       failed = r.status();
     } else {
       report.Add("batch", static_cast<uint64_t>(sink->batch_max));
+      report.Add("versioned", static_cast<uint64_t>(a.es_versioned ? 1 : 0));
       add_write(*r);
       verified = VerifySink(a, sink->name, report, problems);
     }

@@ -123,7 +123,7 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
 }
 
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
-                              const Backlog& backlog) {
+                              const Backlog& backlog, bool versioned) {
   RETURN_IF_ERROR(DropEsIndex(sink, server));
   {
     // The index as the sink creates it (same mapping and settings).
@@ -157,6 +157,11 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
           const Backlog::Event e = backlog.At(p, id);
           body += R"({"index":{"_id":)";
           AppendJsonString(body, backlog.EntityId(e.entity));
+          if (versioned) {
+            body += R"(,"version":)";
+            body += std::to_string(e.version);
+            body += R"(,"version_type":"external")";
+          }
           body += "}}\n";
           body += backlog.State(e.entity, e.version);
           body += '\n';

@@ -52,10 +52,12 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
                                          const std::vector<std::string>& ids);
 
 // Baseline: the backlog's documents as plain index actions (no version
-// check), sink.batch_max per _bulk request, partition by partition in
-// event order, on one connection, into the sink's index (dropped, then
-// created by the sink itself, opened through MakeSink, with its mapping).
+// check; `versioned`: each with its version, version_type external, the
+// check the sink asks for), sink.batch_max per _bulk request, partition by
+// partition in event order, on one connection, into the sink's index
+// (dropped, then created by the sink itself, opened through MakeSink, with
+// its mapping).
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
-                              const Backlog& backlog);
+                              const Backlog& backlog, bool versioned);
 
 }  // namespace sluice::bench

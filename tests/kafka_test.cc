@@ -8,6 +8,8 @@
 //   (c) offsets rewound to 0: the replay is all stale, the topic unchanged
 //   (d) Kafka stopped for a while during a load: lag grows and recovers,
 //       nothing lost, nothing repeated
+//   (e) a topic limit the sink may not read, below the requests it builds:
+//       every event still arrives once, none dead-lettered
 #include <atomic>
 #include <map>
 #include <random>
@@ -128,6 +130,31 @@ TEST(KafkaEngine, KilledSixTimesDuringALoadLeavesNoDuplicate) {
   ExpectTopicMatchesStorage(s);
   // The last engine found the delivered records in the topic and skipped them.
   EXPECT_GT(SinkTotal(StatusJson(s.path), "feed", "stale"), 0u);
+}
+
+// (e) The topic's max.message.bytes is smaller than the requests the
+// producer builds, and the sink may not read it (the failpoint stands for a
+// principal without DescribeConfigs): the broker refuses whole requests of
+// records that each fit. The first refusal is not final; the re-opened sink
+// sends one record per request, and every event arrives once.
+TEST(KafkaEngine, ATopicLimitTheSinkMayNotReadDeadLettersNothingThatFits) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_KAFKA();
+  auto s = MakeStack("knolimit", 2);
+  std::string error;
+  ASSERT_TRUE(CreateTopic(s.topic, 2, &error, {{"max.message.bytes", "1500"}})) << error;
+  ::setenv("SLUICE_FAILPOINTS", "kafka.sink.describe_configs=error", 1);
+  auto serve = Start(s, "serve");
+  ::unsetenv("SLUICE_FAILPOINTS");
+  EXPECT_EQ(MixedLoad(s.cfg.port, 600, 50, 8, 5), 600);
+  std::string out;
+  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
+  ExpectTopicMatchesStorage(s);
+  const auto st = StatusJson(s.path);
+  EXPECT_EQ(SinkTotal(st, "feed", "dead_lettered"), 0u);
+  const std::string log = serve->Log();
+  EXPECT_NE(log.find("cannot read the topic's max.message.bytes"), std::string::npos);
+  EXPECT_NE(log.find("Message size too large"), std::string::npos) << "the broker never refused a request";
 }
 
 TEST(KafkaEngine, RewindToZeroReplaysAsStaleAndAddsNoRecord) {

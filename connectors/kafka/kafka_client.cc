@@ -203,10 +203,14 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
     if (producer || !producer_only) settings.emplace_back(name, value);
   }
   if (producer && options.max_message_bytes > 0 && options.max_message_bytes < ProducerMessageLimit(config)) {
-    // Set last, over the sink's own value: see ClientOptions.
+    // Set last, over the sink's own values: see ClientOptions. A batch stops
+    // growing at the smaller of the two; batch.size also goes below the
+    // least message.max.bytes librdkafka takes.
     settings.emplace_back("message.max.bytes",
                           std::to_string(std::max(options.max_message_bytes, kLibrdkafkaMinMessageMaxBytes)));
+    settings.emplace_back("batch.size", std::to_string(std::min(options.max_message_bytes, ProducerBatchSize(config))));
   }
+  if (producer && options.one_record_per_batch) settings.emplace_back("batch.num.messages", "1");
   for (auto& property : config.SecurityProperties()) settings.push_back(std::move(property));
   for (const auto& [name, value] : settings) {
     if (Status st = Set(conf, name, value); !st.ok()) return fail(st);
@@ -379,21 +383,41 @@ Status DeleteTopics(rd_kafka_t* rk, const std::vector<std::string>& topics, std:
 
 Result<int64_t> TopicMessageLimit(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout) {
   const std::string what = "configs of topic " + topic;
+  // A topic just created may not be known yet to the broker asked (the
+  // caller found it in the metadata): asked again later. A cluster that
+  // cannot describe configs is told apart from one that did not answer.
+  auto error = [&](rd_kafka_resp_err_t err, const char* reason) -> Status {
+    const std::string text = what + (reason != nullptr ? std::string(" (") + reason + ")" : "");
+    switch (err) {
+      case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+      case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+        return Unavailable(text + ": " + rd_kafka_err2str(err));
+      case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
+      case RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE:
+      case RD_KAFKA_RESP_ERR_INVALID_REQUEST:
+      case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
+        return FailedPrecondition(text + ": " + rd_kafka_err2str(err));
+      default:
+        return FromErr(err, text);
+    }
+  };
   rd_kafka_ConfigResource_t* resource = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
   AdminReply reply;
   AdminRequest(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout, [&](rd_kafka_AdminOptions_t* opts, rd_kafka_queue_t* q) {
     rd_kafka_DescribeConfigs(rk, &resource, 1, opts, q);
   }, reply);
   rd_kafka_ConfigResource_destroy(resource);
-  RETURN_IF_ERROR(ReplyError(reply.event, what));
+  if (reply.event == nullptr) return Unavailable(what + ": no answer in time");
+  if (const rd_kafka_resp_err_t err = rd_kafka_event_error(reply.event)) {
+    return error(err, rd_kafka_event_error_string(reply.event));
+  }
   const rd_kafka_DescribeConfigs_result_t* result = rd_kafka_event_DescribeConfigs_result(reply.event);
   size_t n = 0;
   const rd_kafka_ConfigResource_t** resources =
       result == nullptr ? nullptr : rd_kafka_DescribeConfigs_result_resources(result, &n);
   if (resources == nullptr || n != 1) return Internal(what + ": unexpected reply " + rd_kafka_event_name(reply.event));
   if (const rd_kafka_resp_err_t err = rd_kafka_ConfigResource_error(resources[0])) {
-    const char* reason = rd_kafka_ConfigResource_error_string(resources[0]);
-    return FromErr(err, what + (reason != nullptr ? std::string(" (") + reason + ")" : ""));
+    return error(err, rd_kafka_ConfigResource_error_string(resources[0]));
   }
   size_t count = 0;
   const rd_kafka_ConfigEntry_t** entries = rd_kafka_ConfigResource_configs(resources[0], &count);
@@ -411,15 +435,26 @@ Result<int64_t> TopicMessageLimit(rd_kafka_t* rk, const std::string& topic, std:
   return Internal(what + ": no max.message.bytes in the reply");
 }
 
+namespace {
+
+// A positive integer property of the sink's, else `otherwise`.
+int64_t IntegerProperty(const KafkaSinkOptions& config, const std::string& name, int64_t otherwise) {
+  const auto it = config.properties.find(name);
+  if (it == config.properties.end()) return otherwise;
+  const std::string& v = it->second;
+  int64_t set = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), set);
+  return ec == std::errc() && end == v.data() + v.size() && set > 0 ? set : otherwise;
+}
+
+}  // namespace
+
 int64_t ProducerMessageLimit(const KafkaSinkOptions& config) {
-  int64_t limit = kLibrdkafkaMessageMaxBytes;
-  if (const auto it = config.properties.find("message.max.bytes"); it != config.properties.end()) {
-    const std::string& v = it->second;
-    int64_t set = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), set);
-    if (ec == std::errc() && end == v.data() + v.size() && set > 0) limit = set;
-  }
-  return limit;
+  return IntegerProperty(config, "message.max.bytes", kLibrdkafkaMessageMaxBytes);
+}
+
+int64_t ProducerBatchSize(const KafkaSinkOptions& config) {
+  return IntegerProperty(config, "batch.size", kLibrdkafkaBatchSize);
 }
 
 Result<Watermarks> QueryWatermarks(rd_kafka_t* rk, const std::string& topic, int32_t partition,

@@ -43,16 +43,22 @@ struct ClientOptions {
   // end (the high watermark); a read_committed handle's gives the last
   // stable offset (the start of the oldest open transaction).
   bool read_uncommitted = false;
-  // Producer only, when above 0: message.max.bytes at most this (the topic's
-  // limit less a record batch's framing, see TopicMessageLimit), so that
-  // librdkafka refuses a record over it when it is produced and never builds
-  // a batch of records the broker refuses whole (a batch stops growing at
-  // message.max.bytes, and a record alone in its batch then fits).
+  // Producer only, when above 0: message.max.bytes and batch.size at most
+  // this (the topic's limit less a record batch's framing, see
+  // TopicMessageLimit), so that librdkafka refuses a record over it when it
+  // is produced and never builds a batch of records the broker refuses whole
+  // (a batch stops growing at the smaller of the two, and a record alone in
+  // its batch then fits). librdkafka counts records uncompressed.
   int64_t max_message_bytes = 0;
+  // Producer only: one record per produce request (batch.num.messages=1),
+  // for a topic whose limit is not known.
+  bool one_record_per_batch = false;
 };
 
-// librdkafka's default message.max.bytes and the least it takes.
+// librdkafka's defaults of message.max.bytes and batch.size, and the least
+// message.max.bytes it takes.
 inline constexpr int64_t kLibrdkafkaMessageMaxBytes = 1000000;
+inline constexpr int64_t kLibrdkafkaBatchSize = 1000000;
 inline constexpr int64_t kLibrdkafkaMinMessageMaxBytes = 1000;
 // What a record batch adds to its records (Kafka's RecordBatch header:
 // offset, length, epoch, magic, crc, attributes, ... the record count). The
@@ -72,12 +78,16 @@ Result<int32_t> TopicPartitionCount(rd_kafka_t* rk, const std::string& topic, st
 
 // The largest record batch the brokers take for `topic`: its effective
 // max.message.bytes (the topic's own, else the brokers' default), read with
-// DescribeConfigs. kFailedPrecondition when the client may not describe it.
+// DescribeConfigs. kFailedPrecondition when the client may not describe it
+// or the cluster cannot; kUnavailable when no answer came, or the broker
+// asked does not know the topic yet.
 Result<int64_t> TopicMessageLimit(rd_kafka_t* rk, const std::string& topic, std::chrono::milliseconds timeout);
 
 // The producer's message.max.bytes: the sink's property, else librdkafka's
 // default.
 int64_t ProducerMessageLimit(const KafkaSinkOptions& config);
+// The producer's batch.size: the sink's property, else librdkafka's default.
+int64_t ProducerBatchSize(const KafkaSinkOptions& config);
 
 // Creates `topic`; ok when it already exists.
 Status CreateTopic(rd_kafka_t* rk, const std::string& topic, int32_t partitions, int32_t replication_factor,

@@ -19,6 +19,7 @@
 #include "connectors/kafka/kafka_client.h"
 #include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
+#include "core/failpoint.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -36,8 +37,9 @@ constexpr int kCloseGrace = 2000;
 // Records read back per step while looking for the last sluice-positions
 // header of a topic partition; each further step reads four times as many.
 constexpr int64_t kFirstRecoveryWindow = 256;
-// At most this many records refused once as too large are remembered.
-constexpr size_t kMaxSizeRefused = 10000;
+// At most this many records refused once as too large are remembered (more
+// than the largest batch): past it, a size refusal is final at once.
+constexpr size_t kMaxSizeRefused = 1000000;
 // Idle producers closed per Sink::Idle() call (about one a second).
 constexpr size_t kClosePerIdle = 32;
 
@@ -62,6 +64,7 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Status::Ok();
+    message_limit_ = 0;  // read again below; the first handle is made without it
     // Transactional: this handle only asks for metadata and where each topic
     // partition ends (read_uncommitted: past any open transaction); each
     // source partition gets its own producer (Fence).
@@ -123,6 +126,7 @@ class KafkaSink final : public Sink {
     }
     out.results.resize(events.size());
     pending_.assign(events.size(), Pending{});
+    limit_checked_ = false;
     if (transactional()) {
       // Every source partition of the batch is fenced first: whatever a
       // former owner left in an open transaction is aborted, and what it
@@ -397,29 +401,60 @@ class KafkaSink final : public Sink {
     client_options.delivery_report = delivery_report;
     if (delivery_report != nullptr) client_options.opaque = this;
     client_options.max_message_bytes = std::max<int64_t>(message_limit_, 0);
+    // The topic's limit unknown and a request refused as too large: each
+    // record goes in a request of its own, so that only one over the limit
+    // is refused.
+    client_options.one_record_per_batch = message_limit_ < 0 && size_refusal_seen_;
     auto client = NewClient(options(), client_options);
     if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
     return client;
   }
 
   // The record batch limit of the topic (re-read at every Open: it may have
-  // been lowered since), which the producers made after this are held to.
-  // Without the right to read it, the producers keep their own limit, and a
-  // batch over the topic's is refused whole (see RefusedForGood).
+  // changed since), which the producers made after this are held to.
+  // Without the right to read it (or a cluster that cannot tell), the
+  // producers keep their own limit, and a batch over the topic's is refused
+  // whole (see RefusedForGood and ClientOptions::one_record_per_batch).
   Status ReadMessageLimit(rd_kafka_t* rk) {
-    auto limit = TopicMessageLimit(rk, topic_, kMetadataTimeout);
+    auto limit = SLUICE_FAILPOINT("kafka.sink.describe_configs")
+                     ? Result<int64_t>(FailedPrecondition("failpoint kafka.sink.describe_configs"))
+                     : TopicMessageLimit(rk, topic_, kMetadataTimeout);
     if (limit.ok()) {
       message_limit_ = *limit - kRecordBatchOverhead;
       return Status::Ok();
     }
-    if (limit.status().code() != StatusCode::kFailedPrecondition) {
+    if (limit.status().code() == StatusCode::kUnavailable) {
       return limit.status().WithContext("sink '" + config_.name + "'");
     }
-    if (message_limit_ != -1) {
+    if (!limit_warned_) {
       Log(LogLevel::kWarn, Where() + "cannot read the topic's max.message.bytes (" + limit.status().message() +
                                "); records are held to the producer's message.max.bytes only");
+      limit_warned_ = true;
     }
-    message_limit_ = -1;  // warned; no limit
+    message_limit_ = -1;
+    return Status::Ok();
+  }
+
+  // True when the producers are held to the topic's limit, below their own.
+  bool HeldToTopicLimit() const { return message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options()); }
+
+  // Event e (at index i) refused by librdkafka before it was sent (`why`:
+  // too large): rejected, unless the producers are held to a topic limit
+  // that was raised since Open (read again, once per batch), in which case
+  // the batch fails (kUnavailable) and the re-opened sink follows the new
+  // limit.
+  Status RefuseBeforeSending(const ChangeEvent& e, size_t i, const Status& why, ApplyResult& out) {
+    if (HeldToTopicLimit() && !limit_checked_) {
+      limit_checked_ = true;
+      auto now = TopicMessageLimit(producer_.get(), topic_, kMetadataTimeout);
+      if (now.ok() && *now - kRecordBatchOverhead > message_limit_) {
+        return Unavailable(Where() + "the max.message.bytes of topic " + topic_ + " was raised to " +
+                           std::to_string(*now) + " since the sink opened; it opens again to follow it");
+      }
+      if (!now.ok() && now.status().code() == StatusCode::kUnavailable) return now.status().WithContext(Where());
+    }
+    out.results[i] = {Outcome::kRejected, why.message()};
+    refused_[{e.partition, e.event_id}] = why.message();
     return Status::Ok();
   }
 
@@ -433,8 +468,9 @@ class KafkaSink final : public Sink {
   bool RefusedForGood(const std::pair<uint32_t, uint64_t>& key, rd_kafka_resp_err_t err) {
     if (err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && err != RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) return true;
     if (size_refused_.erase(key) != 0) return true;
-    if (size_refused_.size() >= kMaxSizeRefused) size_refused_.clear();  // bounded: at worst, one more retry
+    if (size_refused_.size() >= kMaxSizeRefused) return true;  // bounded: past it, the first refusal is final
     size_refused_.insert(key);
+    size_refusal_seen_ = true;
     return false;
   }
 
@@ -496,7 +532,7 @@ class KafkaSink final : public Sink {
         continue;
       }
       if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        const bool topic_limit = message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options());
+        const bool topic_limit = HeldToTopicLimit();
         return InvalidArgument(
             std::string("the record is too large for ") +
             (topic_limit ? "topic " + topic_ + " (max.message.bytes " +
@@ -551,15 +587,12 @@ class KafkaSink final : public Sink {
       std::string positions;
       if (last_of_partition[tp] == i) positions = PositionsAfterBatch(tp, batch_max);
       Status st = Produce(producer_.get(), rkt_, e, tp, i, positions, deadline);
-      if (st.code() == StatusCode::kInvalidArgument) {
-        out.results[i] = {Outcome::kRejected, st.message()};
-        refused_[{e.partition, e.event_id}] = st.message();
-        continue;
-      }
+      if (st.code() == StatusCode::kInvalidArgument) st = RefuseBeforeSending(e, i, st, out);
       if (!st.ok()) {
         failure = st;
         break;
       }
+      if (out.results[i].outcome == Outcome::kRejected) continue;
       ++outstanding_;
     }
     // The offset may pass an event only once its delivery report is in.
@@ -578,6 +611,7 @@ class KafkaSink final : public Sink {
       if (!p.reported) continue;
       const ChangeEvent& e = events[i];
       if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (!size_refused_.empty()) size_refused_.erase({e.partition, e.event_id});
         uint64_t& d = delivered_[e.partition];
         d = std::max(d, e.event_id);
         out.results[i].outcome = Outcome::kApplied;
@@ -619,11 +653,8 @@ class KafkaSink final : public Sink {
       for (size_t i : indexes) {
         const ChangeEvent& e = events[i];
         st = Produce(f.producer.get(), f.rkt, e, TopicPartitionOf(p), i, "", deadline);
-        if (st.code() == StatusCode::kInvalidArgument) {  // refused before it was sent: the transaction goes on
-          out.results[i] = {Outcome::kRejected, st.message()};
-          refused_[{e.partition, e.event_id}] = st.message();
-          continue;
-        }
+        // Refused before it was sent: the transaction goes on.
+        if (st.code() == StatusCode::kInvalidArgument) st = RefuseBeforeSending(e, i, st, out);
         if (!st.ok()) break;
       }
       if (!st.ok()) {
@@ -680,6 +711,7 @@ class KafkaSink final : public Sink {
       }
       for (size_t i : of_partition[p]) {
         if (!pending_[i].reported) continue;
+        if (!size_refused_.empty()) size_refused_.erase({p, events[i].event_id});
         uint64_t& d = delivered_[p];
         d = std::max(d, events[i].event_id);
         out.results[i].outcome = Outcome::kApplied;
@@ -922,9 +954,12 @@ class KafkaSink final : public Sink {
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
   std::set<std::pair<uint32_t, uint64_t>> size_refused_;  // refused once as too large (RefusedForGood)
+  bool size_refusal_seen_ = false;                         // ever
+  bool limit_warned_ = false;
+  bool limit_checked_ = false;  // in this Apply (RefuseBeforeSending)
   // What the producers made from now on hold records to (ClientOptions::
   // max_message_bytes): the topic's batch limit less a batch's framing; 0
-  // before Open read it, -1 when it could not be read.
+  // while Open has not read it, -1 when it could not be read.
   int64_t message_limit_ = 0;
   std::vector<Pending> pending_;  // per event of the Apply in progress
   std::string value_buffer_;      // the record value being produced

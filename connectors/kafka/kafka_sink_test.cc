@@ -377,7 +377,7 @@ TEST(KafkaSink, RecordTooLargeIsRejectedAndTheRestDelivered) {
 
 // A sink on a topic the test created, open once every partition of the
 // topic has its leader; null (the test fails) when it cannot open.
-std::unique_ptr<Sink> OpenOn(const std::string& topic, bool transactional) {
+std::unique_ptr<Sink> OpenOn(const std::string& topic, bool transactional, const std::string& more_yaml = "") {
   std::string error;
   for (int i = 0; i < 100; ++i) {
     error.clear();
@@ -387,7 +387,7 @@ std::unique_ptr<Sink> OpenOn(const std::string& topic, bool transactional) {
   }
   EXPECT_EQ(error, "");
   auto sink = Make(LoadWith("    topic: " + topic + "\n    delivery_timeout: 5s\n    transactional: " +
-                            (transactional ? "true" : "false") + "\n"));
+                            (transactional ? "true" : "false") + "\n" + more_yaml));
   if (!sink) return nullptr;
   const Status st = sink->Open();
   EXPECT_TRUE(st.ok()) << st.message();
@@ -442,7 +442,8 @@ TEST(KafkaSink, ALimitLoweredAfterOpenCostsOneRetryAndRefusesOnlyTheRecordOverIt
     const std::string topic = UniqueTopic("lowered");
     std::string error;
     ASSERT_TRUE(testing::CreateTopic(topic, 2, &error)) << error;
-    auto sink = OpenOn(topic, transactional);
+    // A linger long enough that partition 0's three records go in one request.
+    auto sink = OpenOn(topic, transactional, "    properties: {linger.ms: 50}\n");
     ASSERT_TRUE(sink);
     ASSERT_TRUE(testing::SetTopicConfigs(topic, {{"max.message.bytes", "2000"}}, &error)) << error;
     // Partition 0 (topic partition 0) first: the refused one is looked at first.
@@ -479,6 +480,37 @@ TEST(KafkaSink, ALimitLoweredAfterOpenCostsOneRetryAndRefusesOnlyTheRecordOverIt
     for (const auto& rec : records) ++seen[rec.key + "/" + rec.headers.at("sluice-version")];
     EXPECT_EQ(seen.size(), 8u);  // each once
     EXPECT_EQ(seen.count("p0/1"), 0u);
+  }
+}
+
+// A topic limit raised after Open: a record over the old limit and under
+// the new one is not dead-lettered. The batch fails once, and the re-opened
+// sink, held to the new limit, delivers it.
+TEST(KafkaSink, ALimitRaisedAfterOpenDeliversTheRecordsItNowTakes) {
+  SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+    SCOPED_TRACE(transactional ? "transactional" : "idempotent");
+    const std::string topic = UniqueTopic("raised");
+    std::string error;
+    ASSERT_TRUE(testing::CreateTopic(topic, 1, &error, {{"max.message.bytes", "2000"}})) << error;
+    auto sink = OpenOn(topic, transactional);
+    ASSERT_TRUE(sink);
+    ASSERT_TRUE(testing::SetTopicConfigs(topic, {{"max.message.bytes", "1048588"}}, &error)) << error;
+    std::vector<ChangeEvent> batch = Events(0, 1, 3);
+    batch[1].state = Padded(5000);
+    auto r = sink->Apply(batch);
+    EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.message();
+    EXPECT_NE(r.status.message().find("was raised to 1048588"), std::string::npos) << r.status.message();
+    sink->Close();
+    ASSERT_OK(sink->Open());
+    r = sink->Apply(batch);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    ASSERT_EQ(r.results.size(), 3u);
+    EXPECT_EQ(r.results[1].outcome, Outcome::kApplied) << r.results[1].reason;
+    const auto records = ReadTopic(topic, &error);
+    EXPECT_EQ(records.size(), 3u) << error;
+    const auto problems = testing::CheckVersionsPerKey(records);
+    EXPECT_TRUE(problems.empty()) << problems.front();
   }
 }
 
