@@ -136,25 +136,37 @@ TEST(KafkaEngine, KilledSixTimesDuringALoadLeavesNoDuplicate) {
 // producer builds, and the sink may not read it (the failpoint stands for a
 // principal without DescribeConfigs): the broker refuses whole requests of
 // records that each fit. The first refusal is not final; the re-opened sink
-// sends one record per request, and every event arrives once.
+// sends one record per request, and every event arrives once. Both modes.
 TEST(KafkaEngine, ATopicLimitTheSinkMayNotReadDeadLettersNothingThatFits) {
+#ifndef SLUICE_FAILPOINTS
+  GTEST_SKIP() << "built without failpoints (-DSLUICE_FAILPOINTS=OFF)";
+#endif
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_KAFKA();
-  auto s = MakeStack("knolimit", 2);
-  std::string error;
-  ASSERT_TRUE(CreateTopic(s.topic, 2, &error, {{"max.message.bytes", "1500"}})) << error;
-  ::setenv("SLUICE_FAILPOINTS", "kafka.sink.describe_configs=error", 1);
-  auto serve = Start(s, "serve");
-  ::unsetenv("SLUICE_FAILPOINTS");
-  EXPECT_EQ(MixedLoad(s.cfg.port, 600, 50, 8, 5), 600);
-  std::string out;
-  ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
-  ExpectTopicMatchesStorage(s);
-  const auto st = StatusJson(s.path);
-  EXPECT_EQ(SinkTotal(st, "feed", "dead_lettered"), 0u);
-  const std::string log = serve->Log();
-  EXPECT_NE(log.find("cannot read the topic's max.message.bytes"), std::string::npos);
-  EXPECT_NE(log.find("Message size too large"), std::string::npos) << "the broker never refused a request";
+  for (const bool transactional : {false, true}) {
+    SCOPED_TRACE(transactional ? "transactional" : "idempotent");
+    auto s = MakeStack(transactional ? "knolimit_tx" : "knolimit", 2);
+    if (transactional) {
+      s.cfg.extra_yaml += "    transactional: true\n";
+      s.path = s.cfg.Write();
+    }
+    std::string error;
+    ASSERT_TRUE(CreateTopic(s.topic, 2, &error, {{"max.message.bytes", "1500"}})) << error;
+    ::setenv("SLUICE_FAILPOINTS", "kafka.sink.describe_configs=error", 1);
+    auto serve = Start(s, "serve");
+    ::unsetenv("SLUICE_FAILPOINTS");
+    EXPECT_EQ(MixedLoad(s.cfg.port, 600, 50, 8, 5), 600);
+    std::string out;
+    ASSERT_TRUE(WaitCaughtUp(s.path, 120s, &out)) << out;
+    ExpectTopicMatchesStorage(s);
+    const auto st = StatusJson(s.path);
+    EXPECT_EQ(SinkTotal(st, "feed", "dead_lettered"), 0u);
+    const std::string log = serve->Log();
+    EXPECT_NE(log.find("cannot read the topic's max.message.bytes"), std::string::npos);
+    // The broker did refuse requests, and the retry sent one record per request.
+    EXPECT_NE(log.find("Message size too large"), std::string::npos);
+    EXPECT_NE(log.find("sends one record per request"), std::string::npos);
+  }
 }
 
 TEST(KafkaEngine, RewindToZeroReplaysAsStaleAndAddsNoRecord) {

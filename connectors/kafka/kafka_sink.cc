@@ -102,7 +102,7 @@ class KafkaSink final : public Sink {
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     const int32_t partitions = *count;
     RETURN_IF_ERROR(ReadMessageLimit(producer->get()));
-    if (!transactional() && message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options())) {
+    if (!transactional() && (HeldToTopicLimit() || OneRecordPerBatch())) {
       // Made before the topic's limit was known (nothing produced yet): made
       // again, held to it.
       producer = Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
@@ -401,10 +401,11 @@ class KafkaSink final : public Sink {
     client_options.delivery_report = delivery_report;
     if (delivery_report != nullptr) client_options.opaque = this;
     client_options.max_message_bytes = std::max<int64_t>(message_limit_, 0);
-    // The topic's limit unknown and a request refused as too large: each
-    // record goes in a request of its own, so that only one over the limit
-    // is refused.
-    client_options.one_record_per_batch = message_limit_ < 0 && size_refusal_seen_;
+    client_options.one_record_per_batch = type == RD_KAFKA_PRODUCER && OneRecordPerBatch();
+    if (client_options.one_record_per_batch) {
+      Log(LogLevel::kWarn, Where() + "the broker refused a request as too large and the topic's max.message.bytes "
+                                     "is unknown: this producer sends one record per request");
+    }
     auto client = NewClient(options(), client_options);
     if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
     return client;
@@ -438,6 +439,12 @@ class KafkaSink final : public Sink {
   // True when the producers are held to the topic's limit, below their own.
   bool HeldToTopicLimit() const { return message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options()); }
 
+  // True when the producers made now send one record per request: the
+  // topic's limit is unknown and records the broker refused as too large
+  // wait for their second try (RefusedForGood), which then refuses only a
+  // record over the limit, not the records that share its request.
+  bool OneRecordPerBatch() const { return message_limit_ < 0 && !size_refused_.empty(); }
+
   // Event e (at index i) refused by librdkafka before it was sent (`why`:
   // too large): rejected, unless the producers are held to a topic limit
   // that was raised since Open (read again, once per batch), in which case
@@ -446,12 +453,14 @@ class KafkaSink final : public Sink {
   Status RefuseBeforeSending(const ChangeEvent& e, size_t i, const Status& why, ApplyResult& out) {
     if (HeldToTopicLimit() && !limit_checked_) {
       limit_checked_ = true;
-      auto now = TopicMessageLimit(producer_.get(), topic_, kMetadataTimeout);
+      auto now = TopicMessageLimit(producer_.get(), topic_, kHealthTimeout);
       if (now.ok() && *now - kRecordBatchOverhead > message_limit_) {
         return Unavailable(Where() + "the max.message.bytes of topic " + topic_ + " was raised to " +
                            std::to_string(*now) + " since the sink opened; it opens again to follow it");
       }
-      if (!now.ok() && now.status().code() == StatusCode::kUnavailable) return now.status().WithContext(Where());
+      if (!now.ok() && now.status().code() == StatusCode::kUnavailable) {
+        return now.status().WithContext("sink '" + config_.name + "'");
+      }
     }
     out.results[i] = {Outcome::kRejected, why.message()};
     refused_[{e.partition, e.event_id}] = why.message();
@@ -468,9 +477,15 @@ class KafkaSink final : public Sink {
   bool RefusedForGood(const std::pair<uint32_t, uint64_t>& key, rd_kafka_resp_err_t err) {
     if (err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && err != RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) return true;
     if (size_refused_.erase(key) != 0) return true;
-    if (size_refused_.size() >= kMaxSizeRefused) return true;  // bounded: past it, the first refusal is final
+    if (size_refused_.size() >= kMaxSizeRefused) {  // bounded: past it, the first refusal is final
+      if (!size_refused_full_warned_) {
+        Log(LogLevel::kWarn, Where() + std::to_string(kMaxSizeRefused) +
+                                 " records wait for a second try after a size refusal: further ones are refused at once");
+        size_refused_full_warned_ = true;
+      }
+      return true;
+    }
     size_refused_.insert(key);
-    size_refusal_seen_ = true;
     return false;
   }
 
@@ -549,13 +564,14 @@ class KafkaSink final : public Sink {
   // Which events to produce: not yet in the topic (recovered or delivered by
   // this process) and not already refused by the broker; the others get
   // their result in `out` here.
-  std::vector<size_t> ToSend(std::span<const ChangeEvent> events, ApplyResult& out) const {
+  std::vector<size_t> ToSend(std::span<const ChangeEvent> events, ApplyResult& out) {
     std::vector<size_t> send;
     send.reserve(events.size());
     for (size_t i = 0; i < events.size(); ++i) {
       const ChangeEvent& e = events[i];
       if (const auto it = delivered_.find(e.partition); it != delivered_.end() && e.event_id <= it->second) {
         out.results[i].outcome = Outcome::kStale;
+        if (!size_refused_.empty()) size_refused_.erase({e.partition, e.event_id});  // in the topic after all
         continue;
       }
       if (const auto it = refused_.find({e.partition, e.event_id}); it != refused_.end()) {
@@ -954,7 +970,7 @@ class KafkaSink final : public Sink {
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
   std::set<std::pair<uint32_t, uint64_t>> size_refused_;  // refused once as too large (RefusedForGood)
-  bool size_refusal_seen_ = false;                         // ever
+  bool size_refused_full_warned_ = false;
   bool limit_warned_ = false;
   bool limit_checked_ = false;  // in this Apply (RefuseBeforeSending)
   // What the producers made from now on hold records to (ClientOptions::
