@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
+#include <thread>
+#include <mutex>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -123,7 +126,7 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
 }
 
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
-                              const Backlog& backlog, bool versioned) {
+                              const Backlog& backlog, bool versioned, uint32_t connections) {
   RETURN_IF_ERROR(DropEsIndex(sink, server));
   {
     // The index as the sink creates it (same mapping and settings).
@@ -132,23 +135,20 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
     creator->Close();
   }
   ASSIGN_OR_RETURN(const std::string index, BenchIndexName(sink));
-  HttpConnection connection(server);
-  HttpConnection* client = &connection;
   const std::string path = "/" + index + "/_bulk?filter_path=errors,items.*.error";
   const uint32_t batch = std::max<uint32_t>(1, sink.batch_max);
   const BacklogSpec& spec = backlog.spec();
+  connections = std::max<uint32_t>(1, connections);
 
   WriteResult r;
+  std::mutex mu;  // r.problems
   std::atomic<uint64_t> done{0};
-  std::string body;
-  const auto start = Clock::now();
-  {
-    uint64_t last_done = 0;
-    double last_t = 0;
-    ProgressLine progress("raw _bulk", [&](double t) {
-      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "documents");
-    });
-    for (uint32_t p = 0; p < spec.partitions; ++p) {
+  // Connection k sends the partitions p with p % connections == k, each in
+  // event order.
+  auto send = [&](uint32_t k) -> Status {
+    HttpConnection client(server);
+    std::string body;
+    for (uint32_t p = k; p < spec.partitions; p += connections) {
       const uint64_t n = backlog.PartitionEvents(p);
       for (uint64_t first = 1; first <= n; first += batch) {
         const uint64_t last = std::min<uint64_t>(n, first + batch - 1);
@@ -166,18 +166,34 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
           body += backlog.State(e.entity, e.version);
           body += '\n';
         }
-        ASSIGN_OR_RETURN(auto reply, client->Send("POST", path, body, "application/x-ndjson"));
+        ASSIGN_OR_RETURN(auto reply, client.Send("POST", path, body, "application/x-ndjson"));
         if (reply.status != 200) {
           return Unavailable("_bulk: HTTP " + std::to_string(reply.status) + ": " + Excerpt(reply.body));
         }
         if (reply.body.find("\"errors\":false") == std::string::npos) {
+          std::lock_guard lock(mu);
           r.problems.push_back("_bulk reported item errors: " + reply.body.substr(0, 300));
           if (r.problems.size() > 8) return Internal("the server refuses the documents: " + r.problems.front());
         }
         done.fetch_add(last - first + 1);
       }
     }
+    return Status::Ok();
+  };
+  const auto start = Clock::now();
+  std::vector<Status> results(connections, Status::Ok());
+  {
+    uint64_t last_done = 0;
+    double last_t = 0;
+    ProgressLine progress("raw _bulk", [&](double t) {
+      return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "documents");
+    });
+    std::vector<std::thread> threads;
+    for (uint32_t k = 1; k < connections; ++k) threads.emplace_back([&, k] { results[k] = send(k); });
+    results[0] = send(0);
+    for (std::thread& t : threads) t.join();
   }
+  for (const Status& st : results) RETURN_IF_ERROR(st);
   r.seconds = SecondsSince(start);
   r.events = done.load();
   r.applied = r.events;

@@ -33,6 +33,7 @@ class ElasticsearchKeys : public config::SinkOptionsRead {
         {"api_key", false, [this](const Field& f) { r_.ReadSecret(f, &o().api_key); }},
         {"connect_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().connect_timeout); }},
         {"request_timeout", false, [this](const Field& f) { r_.ReadTimeout(f, &o().request_timeout); }},
+        {"connections", false, [this](const Field& f) { r_.ReadUint(f, 1, 16, &o().connections); }},
     };
     tls_.Add(keys);
     return keys;
@@ -137,6 +138,7 @@ void PrintElasticsearchSink(const config::SinkConfig& sink, config::SinkOptionPr
   if (!es.api_key.empty()) out.Secret("api_key", es.api_key);
   out.Duration("connect_timeout", es.connect_timeout);
   out.Duration("request_timeout", es.request_timeout);
+  out.Value("connections", uint64_t{es.connections});
   config::PrintTls(es.tls, out);
 }
 

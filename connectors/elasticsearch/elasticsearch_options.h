@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "config/tls_options.h"
@@ -39,6 +40,10 @@ struct ElasticsearchSinkOptions {
   std::string api_key;
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds request_timeout{30000};  // one _bulk request, end to end
+  // _bulk requests of one batch sent at once, each on its own connection,
+  // the batch split by entity id (each connection gets its own ids, in
+  // batch order).
+  uint32_t connections = 1;  // 1..16
   // tls_ca, tls_cert, tls_key, tls_verify: only with an https:// url
   // (docs/security.md).
   config::TlsClientOptions tls;

@@ -50,7 +50,11 @@ TEST(ElasticsearchConfig, DefaultsAndIndexTemplate) {
   EXPECT_TRUE(es.auto_create);
   EXPECT_EQ(es.connect_timeout, std::chrono::milliseconds(2000));
   EXPECT_EQ(es.request_timeout, std::chrono::milliseconds(30000));
+  EXPECT_EQ(es.connections, 1u);
   EXPECT_TRUE(es.mapping_json.empty());
+  r = Load("    url: http://127.0.0.1:19200\n    connections: 3\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sinks.at(0).Options<ElasticsearchSinkOptions>().connections, 3u);
   EXPECT_TRUE(es.username.empty() && es.password.empty() && es.api_key.empty());
 }
 
@@ -124,6 +128,10 @@ TEST(ElasticsearchConfigErrors, OneLinePerProblem) {
   EXPECT_EQ(Errors("    url: http://h\n    request_timeout: soon\n"),
             "t.yaml:10:22: sinks[0].request_timeout: must be a duration such as 500ms, 2s, 1m or 24h, got "
             "\"soon\"");
+  for (const char* bad : {"0", "17", "two"}) {
+    const std::string e = Errors(std::string("    url: http://h\n    connections: ") + bad + "\n");
+    EXPECT_EQ(e.rfind("t.yaml:10:18: sinks[0].connections: ", 0), 0u) << e;
+  }
   // Another type's keys are misplaced here, and ours there.
   EXPECT_EQ(Errors("    url: http://h\n    table: t\n"),
             "t.yaml:10:5: sinks[0].table: only for mysql sinks (this sink is type elasticsearch)");

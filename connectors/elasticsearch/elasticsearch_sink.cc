@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -112,30 +114,90 @@ class ElasticsearchSink final : public Sink {
   }
 
  private:
+  // One _bulk request of a batch: the connection it goes over, its NDJSON,
+  // which events of the batch it holds (in batch order), and the reply.
+  struct Lane {
+    RestClient* client = nullptr;
+    std::string body;  // kept for its capacity
+    std::vector<size_t> sent;
+    Result<HttpResponse> response = HttpResponse{};
+  };
+
+  // The batch split by entity id over the sink's connections, one _bulk
+  // each, sent at once (the first on this thread): an entity's events stay
+  // in one request, in batch order.
   ApplyResult Index(std::span<const ChangeEvent> events, std::string_view version_type) {
     ApplyResult out;
     out.results.resize(events.size());
-    body_.clear();
-    sent_.clear();
+    if (Status st = MakeLanes(); !st.ok()) return Fail(st);
+    for (Lane& lane : lanes_) {
+      lane.body.clear();
+      lane.sent.clear();
+    }
     for (size_t i = 0; i < events.size(); ++i) {
-      std::string reason = AppendBulkItem(events[i], body_, version_type);
+      Lane& lane = lanes_[lanes_.size() == 1 ? 0 : std::hash<std::string_view>{}(events[i].entity_id) % lanes_.size()];
+      std::string reason = AppendBulkItem(events[i], lane.body, version_type);
       if (reason.empty()) {
-        sent_.push_back(i);
+        lane.sent.push_back(i);
       } else {
         out.results[i] = {Outcome::kRejected, std::move(reason)};
       }
     }
-    if (sent_.empty()) return out;
+    std::vector<std::thread> threads;
+    Lane* here = nullptr;
+    for (Lane& lane : lanes_) {
+      if (lane.sent.empty()) continue;
+      if (here == nullptr) {
+        here = &lane;
+        continue;
+      }
+      try {
+        threads.emplace_back([this, &lane] { SendBulk(lane); });
+      } catch (const std::system_error&) {
+        SendBulk(lane);  // no thread to be had (the process's limit): in turn
+      }
+    }
+    if (here != nullptr) SendBulk(*here);
+    for (std::thread& t : threads) t.join();
+    for (const Lane& lane : lanes_) {
+      if (lane.sent.empty()) continue;
+      if (Status st = TakeReply(lane, out); !st.ok()) return Fail(st);
+    }
+    return out;
+  }
 
-    Result<HttpResponse> response = Send("POST", index_path_ + std::string(kBulkQuery), body_, "application/x-ndjson");
-    if (!response.ok()) return Fail(response.status());
-    if (response->status != 200) return Fail(HttpError(*response, "_bulk"));
-    Result<std::vector<BulkItem>> items = ParseBulkResponse(response->body, sent_.size());
-    if (!items.ok()) return Fail(Unavailable(where_ + ": " + items.status().message()));
+  // The lanes, one per connection (the first is the sink's own client).
+  Status MakeLanes() {
+    if (!lanes_.empty()) return Status::Ok();
+    std::vector<Lane> lanes(std::max<uint32_t>(1, es_.connections));
+    lanes[0].client = client_.get();
+    for (size_t k = 1; k < lanes.size(); ++k) {
+      auto client = RestClient::Make(ClientOptions(cfg_));
+      if (!client.ok()) return client.status();
+      lanes[k].client = client->get();
+      lane_clients_.push_back(std::move(client).value());
+    }
+    lanes_ = std::move(lanes);
+    return Status::Ok();
+  }
 
-    for (size_t k = 0; k < sent_.size(); ++k) {
+  // Runs on a thread of its own: touches only `lane` (and reads the path).
+  void SendBulk(Lane& lane) const {
+    lane.response = lane.client->Send("POST", index_path_ + std::string(kBulkQuery), lane.body, "application/x-ndjson");
+    if (!lane.response.ok()) lane.client->Disconnect();
+  }
+
+  // The outcome of each event of a lane's request, from its reply; an error
+  // fails the whole batch.
+  Status TakeReply(const Lane& lane, ApplyResult& out) {
+    if (!lane.response.ok()) return Unavailable(where_ + ": " + lane.response.status().message());
+    const HttpResponse& response = *lane.response;
+    if (response.status != 200) return HttpError(response, "_bulk");
+    Result<std::vector<BulkItem>> items = ParseBulkResponse(response.body, lane.sent.size());
+    if (!items.ok()) return Unavailable(where_ + ": " + items.status().message());
+    for (size_t k = 0; k < lane.sent.size(); ++k) {
       const BulkItem& item = (*items)[k];
-      EventResult& result = out.results[sent_[k]];
+      EventResult& result = out.results[lane.sent[k]];
       switch (ClassifyItem(item)) {
         case ItemClass::kApplied: result.outcome = Outcome::kApplied; break;
         case ItemClass::kStale: result.outcome = Outcome::kStale; break;
@@ -144,14 +206,14 @@ class ElasticsearchSink final : public Sink {
           result.reason = "elasticsearch refused the document (HTTP " + std::to_string(item.status) + "): " + item.error;
           break;
         case ItemClass::kUnavailable:
-          return Fail(Unavailable(where_ + ": _bulk item failed with HTTP " + std::to_string(item.status) + ": " +
-                                  item.error));
+          return Unavailable(where_ + ": _bulk item failed with HTTP " + std::to_string(item.status) + ": " +
+                             item.error);
         case ItemClass::kMisconfigured:
-          return Fail(FailedPrecondition(where_ + ": " + item.error +
-                                         " (the index vanished and the server does not create it)"));
+          return FailedPrecondition(where_ + ": " + item.error +
+                                    " (the index vanished and the server does not create it)");
       }
     }
-    return out;
+    return Status::Ok();
   }
 
  public:
@@ -161,7 +223,10 @@ class ElasticsearchSink final : public Sink {
     return HttpError(r, "GET /");
   }
 
-  void Close() override { client_->Disconnect(); }
+  void Close() override {
+    client_->Disconnect();
+    for (auto& c : lane_clients_) c->Disconnect();
+  }
 
   // After a _refresh, so that every document written before the call is seen.
   Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string> ids)>& each) override {
@@ -468,8 +533,8 @@ class ElasticsearchSink final : public Sink {
   // its first Open() has picked and cleared its own index.
   std::string shadow_of_;
   bool shadow_prepared_ = false;
-  std::string body_;          // the NDJSON of the batch being applied (kept for its capacity)
-  std::vector<size_t> sent_;  // events of the batch in the request, in order
+  std::vector<Lane> lanes_;  // made at the first batch (MakeLanes)
+  std::vector<std::unique_ptr<RestClient>> lane_clients_;  // the connections of lanes 1..
 };
 
 }  // namespace

@@ -130,6 +130,42 @@ TEST_F(ElasticsearchSinkTest, AppliesNewerVersionsAndSkipsOlderOnes) {
   EXPECT_EQ(b["_source"]["owner"], "bob");
 }
 
+// connections: 4 splits a batch by entity id over four _bulk requests sent at
+// once; every event's outcome comes back to its own place in the batch, and
+// each entity's events keep their order (its newest version wins, an older
+// one after it is stale).
+TEST_F(ElasticsearchSinkTest, ConnectionsSplitABatchByEntityAndEachOutcomeComesBackToItsEvent) {
+  sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().connections = 4;
+  auto sink = MakeOpenSink();
+  ASSERT_NE(sink, nullptr);
+  std::vector<ChangeEvent> batch;
+  std::vector<Outcome> expected;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    for (int e = 0; e < 40; ++e) {
+      batch.push_back(Event("e" + std::to_string(e), v, R"({"v":)" + std::to_string(v) + "}"));
+      expected.push_back(Outcome::kApplied);
+    }
+  }
+  batch.push_back(Event("e3", 2, R"({"v":2})"));  // older than e3's 5, after it
+  expected.push_back(Outcome::kStale);
+  batch.push_back(Event("e7", 6, "[1]"));  // not an object: refused before sending
+  expected.push_back(Outcome::kRejected);
+  batch.push_back(Event("e7", 7, R"({"v":7})"));
+  expected.push_back(Outcome::kApplied);
+  ApplyResult r = sink->Apply(batch);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Outcomes(r), expected);
+  for (int e = 0; e < 40; ++e) {
+    const Json doc = Doc("e" + std::to_string(e));
+    EXPECT_EQ(doc["_version"], e == 7 ? 7 : 5) << e;
+  }
+  r = sink->Apply(batch);  // a replay: all stale but the refused one
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(r.results[i].outcome, expected[i] == Outcome::kRejected ? Outcome::kRejected : Outcome::kStale) << i;
+  }
+}
+
 TEST_F(ElasticsearchSinkTest, DeleteLeavesATombstoneThatNoOlderWriteResurrects) {
   auto sink = MakeOpenSink();
   ASSERT_NE(sink, nullptr);
