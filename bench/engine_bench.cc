@@ -20,6 +20,7 @@
 
 #include "bench/bench_common.h"
 #include "connectors/builtin_sink_types.h"
+#include "connectors/elasticsearch/elasticsearch_options.h"
 #include "bench/engine_bench_archive.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_drain.h"
@@ -66,7 +67,7 @@ modes:
   es_raw      baseline: the same documents as plain _bulk index actions (no version
               check; with --es-versioned, each with its version and version_type
               external, as the sink writes them), the sink's batch_max per request,
-              over --threads connections (each with whole partitions), into --sink's
+              over the sink's connections (each with whole partitions), into --sink's
               index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
               or `sluice writer` (--url) while a sampler polls --sample entities' keys of
@@ -148,7 +149,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("label", po::value(&a.label), "a name for this run in the report (default: the mode)")
     ("entities", po::value(&a.entities)->default_value(100000), "entities of the backlog; lag: entities written")
     ("versions", po::value(&a.versions)->default_value(10), "versions per entity in the backlog")
-    ("threads", po::value(&a.threads)->default_value(2), "load, mysql_raw: concurrent INSERT connections; es_raw: _bulk connections")
+    ("threads", po::value(&a.threads)->default_value(2), "load, mysql_raw: concurrent INSERT connections")
     ("rows-per-insert", po::value(&a.rows_per_insert)->default_value(1000), "load, mysql_raw: rows per statement")
     ("pipeline", po::value(&a.pipeline)->default_value(1000), "redis_raw: SETs per round trip")
     ("es-versioned", po::bool_switch(&a.es_versioned), "es_raw: index actions with version_type external")
@@ -430,13 +431,14 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "es_raw") {
     Backlog backlog(spec);
-    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog, a.es_versioned, a.threads);
+    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog, a.es_versioned);
     if (!r.ok()) {
       failed = r.status();
     } else {
       report.Add("batch", static_cast<uint64_t>(sink->batch_max));
       report.Add("versioned", static_cast<uint64_t>(a.es_versioned ? 1 : 0));
-      report.Add("connections", static_cast<uint64_t>(a.threads));
+      report.Add("connections",
+                 uint64_t{sink->Options<connectors::elasticsearch::ElasticsearchSinkOptions>().connections});
       add_write(*r);
       verified = VerifySink(a, sink->name, report, problems);
     }

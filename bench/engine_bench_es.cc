@@ -13,6 +13,7 @@
 
 #include "bench/bench_common.h"
 #include "core/json.h"
+#include "connectors/elasticsearch/elasticsearch_options.h"
 #include "connectors/sink.h"
 
 namespace sluice::bench {
@@ -126,7 +127,7 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
 }
 
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
-                              const Backlog& backlog, bool versioned, uint32_t connections) {
+                              const Backlog& backlog, bool versioned) {
   RETURN_IF_ERROR(DropEsIndex(sink, server));
   {
     // The index as the sink creates it (same mapping and settings).
@@ -138,7 +139,8 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
   const std::string path = "/" + index + "/_bulk?filter_path=errors,items.*.error";
   const uint32_t batch = std::max<uint32_t>(1, sink.batch_max);
   const BacklogSpec& spec = backlog.spec();
-  connections = std::max<uint32_t>(1, connections);
+  const uint32_t connections =
+      std::max<uint32_t>(1, sink.Options<connectors::elasticsearch::ElasticsearchSinkOptions>().connections);
 
   WriteResult r;
   std::mutex mu;  // r.problems

@@ -52,10 +52,10 @@ TEST(ElasticsearchConfig, DefaultsAndIndexTemplate) {
   EXPECT_EQ(es.request_timeout, std::chrono::milliseconds(30000));
   EXPECT_EQ(es.connections, 1u);
   EXPECT_TRUE(es.mapping_json.empty());
-  r = Load("    url: http://127.0.0.1:19200\n    connections: 3\n");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->sinks.at(0).Options<ElasticsearchSinkOptions>().connections, 3u);
   EXPECT_TRUE(es.username.empty() && es.password.empty() && es.api_key.empty());
+  const Result<Config> three = Load("    url: http://127.0.0.1:19200\n    connections: 3\n");
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->sinks.at(0).Options<ElasticsearchSinkOptions>().connections, 3u);
 }
 
 TEST(ElasticsearchConfig, SecretsComeFromTheEnvironmentAndAreRedacted) {

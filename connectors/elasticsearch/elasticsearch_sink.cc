@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <exception>
 #include <functional>
 #include <span>
 #include <string>
@@ -144,6 +145,7 @@ class ElasticsearchSink final : public Sink {
       }
     }
     std::vector<std::thread> threads;
+    threads.reserve(lanes_.size());  // emplace_back never reallocates: a failed start throws system_error only
     Lane* here = nullptr;
     for (Lane& lane : lanes_) {
       if (lane.sent.empty()) continue;
@@ -159,10 +161,18 @@ class ElasticsearchSink final : public Sink {
     }
     if (here != nullptr) SendBulk(*here);
     for (std::thread& t : threads) t.join();
+    // A lane that says the sink is misconfigured wins over one that says
+    // try again, whichever lane the entities hashed to.
+    Status failure = Status::Ok();
     for (const Lane& lane : lanes_) {
       if (lane.sent.empty()) continue;
-      if (Status st = TakeReply(lane, out); !st.ok()) return Fail(st);
+      Status st = TakeReply(lane, out);
+      if (!st.ok() && (failure.ok() || (failure.code() == StatusCode::kUnavailable &&
+                                        st.code() != StatusCode::kUnavailable))) {
+        failure = std::move(st);
+      }
     }
+    if (!failure.ok()) return Fail(failure);
     return out;
   }
 
@@ -170,21 +180,29 @@ class ElasticsearchSink final : public Sink {
   Status MakeLanes() {
     if (!lanes_.empty()) return Status::Ok();
     std::vector<Lane> lanes(std::max<uint32_t>(1, es_.connections));
+    std::vector<std::unique_ptr<RestClient>> clients;
     lanes[0].client = client_.get();
     for (size_t k = 1; k < lanes.size(); ++k) {
       auto client = RestClient::Make(ClientOptions(cfg_));
       if (!client.ok()) return client.status();
       lanes[k].client = client->get();
-      lane_clients_.push_back(std::move(client).value());
+      clients.push_back(std::move(client).value());
     }
     lanes_ = std::move(lanes);
+    lane_clients_ = std::move(clients);
     return Status::Ok();
   }
 
-  // Runs on a thread of its own: touches only `lane` (and reads the path).
-  void SendBulk(Lane& lane) const {
-    lane.response = lane.client->Send("POST", index_path_ + std::string(kBulkQuery), lane.body, "application/x-ndjson");
-    if (!lane.response.ok()) lane.client->Disconnect();
+  // Runs on a thread of its own: touches only `lane` (and reads the path);
+  // nothing escapes it.
+  void SendBulk(Lane& lane) const noexcept {
+    try {
+      lane.response =
+          lane.client->Send("POST", index_path_ + std::string(kBulkQuery), lane.body, "application/x-ndjson");
+      if (!lane.response.ok()) lane.client->Disconnect();
+    } catch (const std::exception& e) {
+      lane.response = Internal(std::string("_bulk: ") + e.what());
+    }
   }
 
   // The outcome of each event of a lane's request, from its reply; an error
