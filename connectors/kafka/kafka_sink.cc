@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <thread>
 #include <string>
@@ -19,6 +18,7 @@
 #include "connectors/kafka/kafka_client.h"
 #include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
+#include "connectors/kafka/topic_limit.h"
 #include "core/failpoint.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -37,9 +37,6 @@ constexpr int kCloseGrace = 2000;
 // Records read back per step while looking for the last sluice-positions
 // header of a topic partition; each further step reads four times as many.
 constexpr int64_t kFirstRecoveryWindow = 256;
-// At most this many records refused once as too large are remembered (more
-// than the largest batch): past it, a size refusal is final at once.
-constexpr size_t kMaxSizeRefused = 1000000;
 // Idle producers closed per Sink::Idle() call (about one a second).
 constexpr size_t kClosePerIdle = 32;
 
@@ -48,7 +45,8 @@ class KafkaSink final : public Sink {
   KafkaSink(config::SinkConfig config, uint32_t source_partitions)
       : config_(std::move(config)),
         source_partitions_(source_partitions),
-        topic_(TopicName(options().topic, config_.entity)) {}
+        topic_(TopicName(options().topic, config_.entity)),
+        limit_(config_.name, topic_, ProducerMessageLimit(options()), &KafkaSink::ReadTopicLimit) {}
   ~KafkaSink() override { Close(); }
 
   const std::string& name() const override { return config_.name; }
@@ -64,7 +62,7 @@ class KafkaSink final : public Sink {
 
   Status Open() override {
     if (producer_) return Status::Ok();
-    message_limit_ = 0;  // read again below; the first handle is made without it
+    limit_.Forget();  // read again below; the first handle is made without it
     // Transactional: this handle only asks for metadata and where each topic
     // partition ends (read_uncommitted: past any open transaction); each
     // source partition gets its own producer (Fence).
@@ -101,8 +99,8 @@ class KafkaSink final : public Sink {
     }
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     const int32_t partitions = *count;
-    RETURN_IF_ERROR(ReadMessageLimit(producer->get()));
-    if (!transactional() && (HeldToTopicLimit() || OneRecordPerBatch())) {
+    RETURN_IF_ERROR(limit_.Read(producer->get(), kMetadataTimeout));
+    if (!transactional() && (limit_.Held() || limit_.OneRecordPerBatch())) {
       // Made before the topic's limit was known (nothing produced yet): made
       // again, held to it.
       producer = Client(RD_KAFKA_PRODUCER, "", &KafkaSink::OnDelivery);
@@ -126,7 +124,7 @@ class KafkaSink final : public Sink {
     }
     out.results.resize(events.size());
     pending_.assign(events.size(), Pending{});
-    limit_checked_ = false;
+    limit_.NewBatch();
     if (transactional()) {
       // Every source partition of the batch is fenced first: whatever a
       // former owner left in an open transaction is aborted, and what it
@@ -400,8 +398,8 @@ class KafkaSink final : public Sink {
     client_options.client_id = "sluice-" + config_.name + (purpose.empty() ? "" : "-" + purpose);
     client_options.delivery_report = delivery_report;
     if (delivery_report != nullptr) client_options.opaque = this;
-    client_options.max_message_bytes = std::max<int64_t>(message_limit_, 0);
-    client_options.one_record_per_batch = type == RD_KAFKA_PRODUCER && OneRecordPerBatch();
+    client_options.max_message_bytes = limit_.producer_cap();
+    client_options.one_record_per_batch = type == RD_KAFKA_PRODUCER && limit_.OneRecordPerBatch();
     if (client_options.one_record_per_batch) {
       Log(LogLevel::kWarn, Where() + "the broker refused a request as too large and the topic's max.message.bytes "
                                      "is unknown: this producer sends one record per request");
@@ -411,82 +409,23 @@ class KafkaSink final : public Sink {
     return client;
   }
 
-  // The record batch limit of the topic (re-read at every Open: it may have
-  // changed since), which the producers made after this are held to.
-  // Without the right to read it (or a cluster that cannot tell), the
-  // producers keep their own limit, and a batch over the topic's is refused
-  // whole (see RefusedForGood and ClientOptions::one_record_per_batch).
-  Status ReadMessageLimit(rd_kafka_t* rk) {
-    auto limit = SLUICE_FAILPOINT("kafka.sink.describe_configs")
-                     ? Result<int64_t>(FailedPrecondition("failpoint kafka.sink.describe_configs"))
-                     : TopicMessageLimit(rk, topic_, kMetadataTimeout);
-    if (limit.ok()) {
-      message_limit_ = *limit - kRecordBatchOverhead;
-      return Status::Ok();
+  // The topic's max.message.bytes (TopicLimit's reader); the failpoint
+  // stands for a client without the right to read it.
+  static Result<int64_t> ReadTopicLimit(rd_kafka_t* rk, const std::string& topic, milliseconds timeout) {
+    if (SLUICE_FAILPOINT("kafka.sink.describe_configs")) {
+      return FailedPrecondition("failpoint kafka.sink.describe_configs");
     }
-    if (limit.status().code() == StatusCode::kUnavailable) {
-      return limit.status().WithContext("sink '" + config_.name + "'");
-    }
-    if (!limit_warned_) {
-      Log(LogLevel::kWarn, Where() + "cannot read the topic's max.message.bytes (" + limit.status().message() +
-                               "); records are held to the producer's message.max.bytes only");
-      limit_warned_ = true;
-    }
-    message_limit_ = -1;
-    return Status::Ok();
+    return TopicMessageLimit(rk, topic, timeout);
   }
 
-  // True when the producers are held to the topic's limit, below their own.
-  bool HeldToTopicLimit() const { return message_limit_ > 0 && message_limit_ < ProducerMessageLimit(options()); }
-
-  // True when the producers made now send one record per request: the
-  // topic's limit is unknown and records the broker refused as too large
-  // wait for their second try (RefusedForGood), which then refuses only a
-  // record over the limit, not the records that share its request.
-  bool OneRecordPerBatch() const { return message_limit_ < 0 && !size_refused_.empty(); }
-
   // Event e (at index i) refused by librdkafka before it was sent (`why`:
-  // too large): rejected, unless the producers are held to a topic limit
-  // that was raised since Open (read again, once per batch), in which case
-  // the batch fails (kUnavailable) and the re-opened sink follows the new
-  // limit.
+  // too large): rejected, unless TopicLimit::RefusalStands says the batch
+  // fails instead.
   Status RefuseBeforeSending(const ChangeEvent& e, size_t i, const Status& why, ApplyResult& out) {
-    if (HeldToTopicLimit() && !limit_checked_) {
-      limit_checked_ = true;
-      auto now = TopicMessageLimit(producer_.get(), topic_, kHealthTimeout);
-      if (now.ok() && *now - kRecordBatchOverhead > message_limit_) {
-        return Unavailable(Where() + "the max.message.bytes of topic " + topic_ + " was raised to " +
-                           std::to_string(*now) + " since the sink opened; it opens again to follow it");
-      }
-      if (!now.ok() && now.status().code() == StatusCode::kUnavailable) {
-        return now.status().WithContext("sink '" + config_.name + "'");
-      }
-    }
+    RETURN_IF_ERROR(limit_.RefusalStands(producer_.get(), kHealthTimeout));
     out.results[i] = {Outcome::kRejected, why.message()};
     refused_[{e.partition, e.event_id}] = why.message();
     return Status::Ok();
-  }
-
-  // A record the broker refused for good (`err`: IsPermanentRecordError)?
-  // A size refusal may be its batch's, not its own: a topic limit lowered
-  // since Open (or one the sink could not read) lets a batch of records that
-  // each fit grow past it, and the broker refuses the batch whole. So the
-  // first size refusal of a record is not final: the batch fails, the engine
-  // re-opens the sink (which reads the limit again) and retries, and only a
-  // record refused again is given up.
-  bool RefusedForGood(const std::pair<uint32_t, uint64_t>& key, rd_kafka_resp_err_t err) {
-    if (err != RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && err != RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE) return true;
-    if (size_refused_.erase(key) != 0) return true;
-    if (size_refused_.size() >= kMaxSizeRefused) {  // bounded: past it, the first refusal is final
-      if (!size_refused_full_warned_) {
-        Log(LogLevel::kWarn, Where() + std::to_string(kMaxSizeRefused) +
-                                 " records wait for a second try after a size refusal: further ones are refused at once");
-        size_refused_full_warned_ = true;
-      }
-      return true;
-    }
-    size_refused_.insert(key);
-    return false;
   }
 
   int32_t TopicPartitionOf(uint32_t source_partition) const {
@@ -546,15 +485,7 @@ class KafkaSink final : public Sink {
         rd_kafka_poll(producer, 10);  // serves delivery reports, which frees room
         continue;
       }
-      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        const bool topic_limit = HeldToTopicLimit();
-        return InvalidArgument(
-            std::string("the record is too large for ") +
-            (topic_limit ? "topic " + topic_ + " (max.message.bytes " +
-                               std::to_string(message_limit_ + kRecordBatchOverhead) + ")"
-                         : std::string("the producer (message.max.bytes)")) +
-            ": " + rd_kafka_err2str(err));
-      }
+      if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) return InvalidArgument(limit_.TooLarge(err));
       return Unavailable(Where() + "cannot queue a record: " + rd_kafka_err2str(err));
     }
   }
@@ -571,7 +502,7 @@ class KafkaSink final : public Sink {
       const ChangeEvent& e = events[i];
       if (const auto it = delivered_.find(e.partition); it != delivered_.end() && e.event_id <= it->second) {
         out.results[i].outcome = Outcome::kStale;
-        if (!size_refused_.empty()) size_refused_.erase({e.partition, e.event_id});  // in the topic after all
+        limit_.InTopic({e.partition, e.event_id});  // in the topic after all
         continue;
       }
       if (const auto it = refused_.find({e.partition, e.event_id}); it != refused_.end()) {
@@ -627,11 +558,11 @@ class KafkaSink final : public Sink {
       if (!p.reported) continue;
       const ChangeEvent& e = events[i];
       if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (!size_refused_.empty()) size_refused_.erase({e.partition, e.event_id});
+        limit_.InTopic({e.partition, e.event_id});
         uint64_t& d = delivered_[e.partition];
         d = std::max(d, e.event_id);
         out.results[i].outcome = Outcome::kApplied;
-      } else if (IsPermanentRecordError(p.err) && RefusedForGood({e.partition, e.event_id}, p.err)) {
+      } else if (IsPermanentRecordError(p.err) && limit_.RefusedForGood({e.partition, e.event_id}, p.err)) {
         const std::string reason = std::string("kafka refused the record: ") + rd_kafka_err2str(p.err);
         out.results[i] = {Outcome::kRejected, reason};
         refused_[{e.partition, e.event_id}] = reason;
@@ -711,7 +642,7 @@ class KafkaSink final : public Sink {
       const uint32_t p = begun[k];
       TxnEnd& e = ended[k];
       for (auto& [key, err] : e.refused) {
-        if (RefusedForGood(key, err)) refused_[key] = std::string("kafka refused the record: ") + rd_kafka_err2str(err);
+        if (limit_.RefusedForGood(key, err)) refused_[key] = std::string("kafka refused the record: ") + rd_kafka_err2str(err);
       }
       if (!e.status.ok() && failure.ok()) failure = e.status;
       if (!e.committed) {
@@ -727,7 +658,7 @@ class KafkaSink final : public Sink {
       }
       for (size_t i : of_partition[p]) {
         if (!pending_[i].reported) continue;
-        if (!size_refused_.empty()) size_refused_.erase({p, events[i].event_id});
+        limit_.InTopic({p, events[i].event_id});
         uint64_t& d = delivered_[p];
         d = std::max(d, events[i].event_id);
         out.results[i].outcome = Outcome::kApplied;
@@ -969,14 +900,7 @@ class KafkaSink final : public Sink {
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why
-  std::set<std::pair<uint32_t, uint64_t>> size_refused_;  // refused once as too large (RefusedForGood)
-  bool size_refused_full_warned_ = false;
-  bool limit_warned_ = false;
-  bool limit_checked_ = false;  // in this Apply (RefuseBeforeSending)
-  // What the producers made from now on hold records to (ClientOptions::
-  // max_message_bytes): the topic's batch limit less a batch's framing; 0
-  // while Open has not read it, -1 when it could not be read.
-  int64_t message_limit_ = 0;
+  TopicLimit limit_;  // what the producers hold records to, and what a size refusal means
   std::vector<Pending> pending_;  // per event of the Apply in progress
   std::string value_buffer_;      // the record value being produced
   size_t outstanding_ = 0;  // idempotent: records of the Apply without a delivery report
