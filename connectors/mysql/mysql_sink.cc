@@ -46,6 +46,7 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
     : cfg_(std::move(cfg)), params_(std::move(params)), where_(params_.database + "." + options().table) {
   const size_t lanes = std::max<size_t>(1, options().connections);
   hints_.assign(lanes, VersionHints((options().version_cache + lanes - 1) / lanes));
+  absent_.assign(lanes, AbsentGuesses());
   const std::string table = sql::QuoteIdent(options().table);
   std::vector<std::string> cols;
   for (const auto& c : options().columns) cols.push_back(sql::QuoteIdent(c.name));

@@ -58,6 +58,8 @@ Result<std::unique_ptr<Sink>> MakeMysqlSink(const config::SinkConfig& sink, cons
 struct HintStats {
   uint64_t reads_skipped = 0;  // ids written without the locking read
   uint64_t wrong_guesses = 0;  // transactions rolled back and decided again
+  uint64_t inserted_unread = 0;  // new entities (version 1) inserted without the read
+  uint64_t wrong_inserts = 0;    // transactions rolled back because such a row existed
 };
 // The hint statistics of a sink made by MakeMysqlSink; nullopt for any other sink.
 std::optional<HintStats> HintStatsOf(const Sink& sink);

@@ -185,10 +185,11 @@ void MysqlSink::Rollback(std::unique_ptr<sql::Connection>& conn) {
 }
 
 Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results,
-                                     bool use_hints) {
+                                     bool guess) {
   std::unique_ptr<sql::Connection>& conn = Lane(lane);
   VersionHints& hints = hints_[lane];
-  use_hints = use_hints && hints.enabled();
+  guess = guess && hints.enabled();
+  const bool guess_absent = guess && absent_[lane].Allowed();
   if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
   // Per distinct id: the version the view holds, then as decided so far,
   // and the index of the last applied event, the one written.
@@ -199,6 +200,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     size_t events = 0;
     uint64_t first_version = 0;
     bool hinted = false;  // not read: `stored` is the lane's hint
+    bool absent = false;  // not read: guessed to have no row (its first version is 1)
   };
   std::unordered_map<std::string_view, IdState> ids;
   ids.reserve(chunk.size());
@@ -214,16 +216,26 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   // if not (someone wrote a newer one, or the row is gone) it counts 0 or 1,
   // and the hinted rows' own upsert below tells. Several events of one id
   // are always read: a count could not tell which of them were stale.
+  // An id without a hint whose first event in the chunk is version 1 (its
+  // creation: versions are never reused) is not read either: it is guessed
+  // to have no row and is written by a plain INSERT, which fails on the
+  // primary key when a row is there after all (a replay, the push path
+  // first); then the chunk is decided again with every id read.
   std::string sql;
   sql.reserve(select_prefix_.size() + 16 + chunk.size() * 8);
   sql += select_prefix_;
   size_t to_read = 0;
   for (auto& [key, id] : ids) {
-    if (use_hints && id.events == 1) {
-      if (const auto hint = hints.Find(key); hint && *hint < id.first_version) {
+    if (guess) {
+      const auto hint = hints.Find(key);
+      if (id.events == 1 && hint && *hint < id.first_version) {
         id.hinted = true;
         id.stored = *hint;
         reads_skipped_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (guess_absent && !hint && id.first_version == 1) {
+        id.absent = true;
         continue;
       }
     }
@@ -234,7 +246,8 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
 
   RETURN_IF_ERROR(BeginAndLockRows(conn, to_read > 0 ? sql : std::string(),
                                    [&](const std::string& id, std::optional<uint64_t> version) {
-                                     if (auto it = ids.find(id); it != ids.end() && !it->second.hinted) {
+                                     if (auto it = ids.find(id);
+                                         it != ids.end() && !it->second.hinted && !it->second.absent) {
                                        it->second.stored = version;
                                      }
                                    }));
@@ -279,20 +292,38 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     remember();
     return Status::Ok();
   }
+  const auto guessed_wrong = [&](std::atomic<uint64_t>& counter) -> Status {
+    counter.fetch_add(1, std::memory_order_relaxed);
+    Rollback(conn);
+    if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
+    for (const auto& [key, id] : ids) {
+      if (id.hinted) hints.Forget(key);
+    }
+    return ApplyInTransaction(lane, chunk, results, false);
+  };
   // In primary key order, like the locks.
   std::sort(winners.begin(), winners.end(),
             [&](size_t a, size_t b) { return chunk[a].event->entity_id < chunk[b].event->entity_id; });
 
-  // Two statements at most: the rows that were read, then the hinted ones.
-  // The hinted rows are kept apart because only their affected-row count
-  // proves anything: a read row the SELECT did not find is not locked (READ
-  // COMMITTED takes no gap locks), so a concurrent insert may change its
-  // count either way.
-  const auto partition = std::stable_partition(
-      winners.begin(), winners.end(), [&](size_t w) { return !ids.find(chunk[w].event->entity_id)->second.hinted; });
-  const std::span<const size_t> read_rows(winners.begin(), partition);
-  const std::span<const size_t> hinted_rows(partition, winners.end());
-  const auto upsert = [&](std::span<const size_t> rows) -> Result<uint64_t> {
+  // Three statements at most: the rows that were read, the hinted ones,
+  // the ones guessed absent. The hinted rows are kept apart because only
+  // their affected-row count proves anything: a read row the SELECT did not
+  // find is not locked (READ COMMITTED takes no gap locks), so a concurrent
+  // insert may change its count either way. The absent ones get no ON
+  // DUPLICATE KEY clause: a row that is there fails the statement.
+  enum Kind { kRead = 0, kHinted = 1, kAbsent = 2 };
+  const auto kind_of = [&](size_t w) {
+    const IdState& id = ids.find(chunk[w].event->entity_id)->second;
+    return id.hinted ? kHinted : id.absent ? kAbsent : kRead;
+  };
+  std::stable_sort(winners.begin(), winners.end(), [&](size_t a, size_t b) { return kind_of(a) < kind_of(b); });
+  const auto hinted_begin =
+      std::partition_point(winners.begin(), winners.end(), [&](size_t w) { return kind_of(w) == kRead; });
+  const auto absent_begin =
+      std::partition_point(hinted_begin, winners.end(), [&](size_t w) { return kind_of(w) != kAbsent; });
+  const std::span<const size_t> rows_of[] = {{winners.begin(), hinted_begin}, {hinted_begin, absent_begin},
+                                             {absent_begin, winners.end()}};
+  const auto write = [&](std::span<const size_t> rows, bool upsert) -> Result<uint64_t> {
     size_t bytes = insert_prefix_.size() + upsert_suffix_.size();
     for (const size_t w : rows) {
       bytes += 2 * chunk[w].event->entity_id.size() + kValueOverheadBytes * (chunk[w].values.size() + 4);
@@ -306,36 +337,32 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
       if (k > 0) sql += ',';
       AppendRow(*conn, p, sql);
     }
-    sql += upsert_suffix_;
+    if (upsert) sql += upsert_suffix_;
     if (sql.size() > max_statement_bytes_) {
       return InvalidArgument("the row needs a statement of " + std::to_string(sql.size()) +
                              " bytes, more than the server's max_allowed_packet allows");
     }
     return conn->Execute(sql);
   };
-  for (const bool hinted : {false, true}) {
-    const std::span<const size_t> rows = hinted ? hinted_rows : read_rows;
+  for (const Kind kind : {kRead, kHinted, kAbsent}) {
+    const std::span<const size_t> rows = rows_of[kind];
     if (rows.empty()) continue;
-    auto written = upsert(rows);
+    auto written = write(rows, kind != kAbsent);
     if (!written.ok()) {
+      if (kind == kAbsent && sql::DuplicateKeyName(written.status()) == "PRIMARY") {
+        absent_[lane].Wrong();
+        return guessed_wrong(wrong_inserts_);
+      }
       Rollback(conn);
       return written.status();
     }
-    if (!hinted) continue;
+    if (kind != kHinted) continue;
     // A hinted row exists (the sink saw it committed), and the row lock of
     // the upsert makes its count exact: 2 when it still held an older
     // version and took the event; 0 (1 with CLIENT_FOUND_ROWS) when someone
     // wrote a newer version; 1 when the row was deleted. So the sum is 2 per
     // row only when every guess was right.
-    if (*written != 2 * rows.size()) {
-      wrong_guesses_.fetch_add(1, std::memory_order_relaxed);
-      Rollback(conn);
-      if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
-      for (const auto& [key, id] : ids) {
-        if (id.hinted) hints.Forget(key);
-      }
-      return ApplyInTransaction(lane, chunk, results, false);
-    }
+    if (*written != 2 * rows.size()) return guessed_wrong(wrong_guesses_);
   }
   if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
     Rollback(conn);
@@ -343,6 +370,10 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     return committed.status();
   }
   remember();
+  if (!rows_of[kAbsent].empty()) {
+    absent_[lane].Right();
+    inserted_unread_.fetch_add(rows_of[kAbsent].size(), std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 

@@ -13,6 +13,7 @@
 // within Apply, one thread per lane, each with its own connection and hints.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,32 @@ class VersionHints {
   std::unordered_map<std::string, uint64_t, Hash, std::equal_to<>> map_;
 };
 
+// Whether a lane guesses that an entity's first version (1) finds no row and
+// inserts it without the locking read (see ApplyInTransaction). A wrong
+// guess costs a rolled-back chunk, so after one the lane stops guessing for
+// 1, 2, 4, ... up to kMaxSkip chunks, and a right one resets that: a view
+// whose new entities are mostly there already (the push path wrote them
+// first, a replay) soon reads them, as without the guess.
+class AbsentGuesses {
+ public:
+  static constexpr uint32_t kMaxSkip = 1024;
+  // True when this chunk may guess; counts the chunk otherwise.
+  bool Allowed() {
+    if (skip_ == 0) return true;
+    --skip_;
+    return false;
+  }
+  void Right() { penalty_ = 0; }
+  void Wrong() {
+    penalty_ = penalty_ == 0 ? 1 : std::min(penalty_ * 2, kMaxSkip);
+    skip_ = penalty_;
+  }
+
+ private:
+  uint32_t skip_ = 0;
+  uint32_t penalty_ = 0;
+};
+
 // One event of a batch. Its state is parsed only when the event is to be
 // written (stale and superseded events never need their columns), at most once.
 struct PreparedEvent {
@@ -119,7 +146,9 @@ class MysqlSink final : public Sink {
   ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
   Status PromoteRebuildShadow() override;
-  HintStats hint_stats() const { return {reads_skipped_.load(), wrong_guesses_.load()}; }
+  HintStats hint_stats() const {
+    return {reads_skipped_.load(), wrong_guesses_.load(), inserted_unread_.load(), wrong_inserts_.load()};
+  }
 
  private:
   // A shadow's first Open(): an empty table made from the sink's current
@@ -139,10 +168,12 @@ class MysqlSink final : public Sink {
   // One transaction; on a data error, one transaction per event.
   Status ApplyChunk(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results);
   // Decides and writes `chunk` in one transaction; rolls back on failure.
-  // With `use_hints`, ids whose lane hint is older than their one event are
-  // not read; a wrong guess rolls back and decides again with every id read.
+  // With `guess`, ids whose lane hint is older than their one event are not
+  // read, nor (AbsentGuesses) ids whose first event is version 1 and that
+  // have no hint; a wrong guess rolls back and decides again with every id
+  // read.
   Status ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk, std::span<EventResult> results,
-                            bool use_hints = true);
+                            bool guess = true);
   // BEGIN, then (unless `select` is empty) runs `select` (SELECT id, _version
   // ... FOR UPDATE) and calls `each` with every row's id and version; rolls
   // back when the read fails.
@@ -183,8 +214,11 @@ class MysqlSink final : public Sink {
   std::vector<std::unique_ptr<sql::Connection>> lanes_;
   // Per lane (0..connections-1), used only by that lane's thread.
   std::vector<VersionHints> hints_;
+  std::vector<AbsentGuesses> absent_;
   std::atomic<uint64_t> reads_skipped_{0};
   std::atomic<uint64_t> wrong_guesses_{0};
+  std::atomic<uint64_t> inserted_unread_{0};
+  std::atomic<uint64_t> wrong_inserts_{0};
   bool open_ = false;
   // Set on a rebuild shadow: the live table it will replace, and whether its
   // fresh table has been made yet.
