@@ -19,7 +19,6 @@
 #include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
 #include "connectors/kafka/topic_limit.h"
-#include "core/failpoint.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -46,7 +45,7 @@ class KafkaSink final : public Sink {
       : config_(std::move(config)),
         source_partitions_(source_partitions),
         topic_(TopicName(options().topic, config_.entity)),
-        limit_(config_.name, topic_, ProducerMessageLimit(options()), &KafkaSink::ReadTopicLimit) {}
+        limit_(config_.name, topic_, ProducerMessageLimit(options()), &TopicMessageLimit) {}
   ~KafkaSink() override { Close(); }
 
   const std::string& name() const override { return config_.name; }
@@ -407,15 +406,6 @@ class KafkaSink final : public Sink {
     auto client = NewClient(options(), client_options);
     if (!client.ok()) return FailedPrecondition(Where() + client.status().message());
     return client;
-  }
-
-  // The topic's max.message.bytes (TopicLimit's reader); the failpoint
-  // stands for a client without the right to read it.
-  static Result<int64_t> ReadTopicLimit(rd_kafka_t* rk, const std::string& topic, milliseconds timeout) {
-    if (SLUICE_FAILPOINT("kafka.sink.describe_configs")) {
-      return FailedPrecondition("failpoint kafka.sink.describe_configs");
-    }
-    return TopicMessageLimit(rk, topic, timeout);
   }
 
   // Event e (at index i) refused by librdkafka before it was sent (`why`:

@@ -1,6 +1,7 @@
 #include "connectors/kafka/topic_limit.h"
 
 #include "connectors/kafka/kafka_client.h"
+#include "core/failpoint.h"
 #include "core/log.h"
 
 namespace sluice::connectors::kafka {
@@ -15,7 +16,10 @@ TopicLimit::TopicLimit(const std::string& sink, std::string topic, int64_t produ
       max_remembered_(max_remembered) {}
 
 Status TopicLimit::Read(rd_kafka_t* rk, std::chrono::milliseconds timeout) {
-  auto limit = read_(rk, topic_, timeout);
+  // The failpoint stands for a client without the right to read the limit.
+  auto limit = SLUICE_FAILPOINT("kafka.sink.describe_configs")
+                   ? Result<int64_t>(FailedPrecondition("failpoint kafka.sink.describe_configs"))
+                   : read_(rk, topic_, timeout);
   if (limit.ok()) {
     limit_ = *limit - kRecordBatchOverhead;
     return Status::Ok();

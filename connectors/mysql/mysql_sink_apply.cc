@@ -149,8 +149,10 @@ Status MysqlSink::ApplyChunk(size_t lane, std::span<PreparedEvent> chunk, std::s
   const Status batch = ApplyInTransaction(lane, chunk, results);
   if (batch.ok()) return batch;
   if (!IsDataError(batch)) return Fail(batch, "applying a batch");
+  // Each event alone, read rather than guessed: a refusal is then decided on
+  // the row as it is (an event older than its row is stale, not rejected).
   for (size_t i = 0; i < chunk.size(); ++i) {
-    const Status one = ApplyInTransaction(lane, chunk.subspan(i, 1), results.subspan(i, 1));
+    const Status one = ApplyInTransaction(lane, chunk.subspan(i, 1), results.subspan(i, 1), false);
     if (one.ok()) continue;
     if (!IsDataError(one)) return Fail(one, "applying event " + std::to_string(chunk[i].event->event_id));
     results[i] = {Outcome::kRejected, one.message()};
@@ -189,7 +191,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   std::unique_ptr<sql::Connection>& conn = Lane(lane);
   VersionHints& hints = hints_[lane];
   guess = guess && hints.enabled();
-  const bool guess_absent = guess && absent_[lane].Allowed();
+  std::optional<bool> guess_absent;  // asked once, when the chunk has a candidate
   if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
   // Per distinct id: the version the view holds, then as decided so far,
   // and the index of the last applied event, the one written.
@@ -225,18 +227,22 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   sql.reserve(select_prefix_.size() + 16 + chunk.size() * 8);
   sql += select_prefix_;
   size_t to_read = 0;
+  size_t hinted = 0;
   for (auto& [key, id] : ids) {
     if (guess) {
       const auto hint = hints.Find(key);
       if (id.events == 1 && hint && *hint < id.first_version) {
         id.hinted = true;
         id.stored = *hint;
-        reads_skipped_.fetch_add(1, std::memory_order_relaxed);
+        ++hinted;
         continue;
       }
-      if (guess_absent && !hint && id.first_version == 1) {
-        id.absent = true;
-        continue;
+      if (!hint && id.first_version == 1) {
+        if (!guess_absent) guess_absent = absent_[lane].Allowed();
+        if (*guess_absent) {
+          id.absent = true;
+          continue;
+        }
       }
     }
     if (to_read++ > 0) sql += ',';
@@ -253,9 +259,11 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
                                    }));
 
   // Decide in event order; when an event to be written turns out to have an
-  // unreadable state it is rejected and the decisions are made again without it.
+  // unreadable state it is rejected and the decisions are made again without
+  // it. Unless its id was guessed: read, it might have been stale instead.
   std::vector<size_t> winners;
   winners.reserve(ids.size());
+  bool unverified = false;
   for (bool decided = false; !decided;) {
     for (auto& [id, state] : ids) {
       state.version = state.stored;
@@ -277,10 +285,26 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     }
     decided = true;
     for (size_t& w : winners) {
-      w = ids.find(chunk[w].event->entity_id)->second.winner;
-      if (!Extract(chunk[w], results[w])) decided = false;
+      const IdState& id = ids.find(chunk[w].event->entity_id)->second;
+      w = id.winner;
+      if (Extract(chunk[w], results[w])) continue;
+      decided = false;
+      unverified = unverified || id.hinted || id.absent;
     }
   }
+  // Decides the chunk again with every id read, after a guess proved wrong
+  // (`counter`) or could not be checked.
+  const auto read_instead = [&](std::atomic<uint64_t>* counter) -> Status {
+    if (counter != nullptr) counter->fetch_add(1, std::memory_order_relaxed);
+    Rollback(conn);
+    if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
+    for (const auto& [key, id] : ids) {
+      if (id.hinted) hints.Forget(key);
+    }
+    for (PreparedEvent& p : chunk) p.rejected = false;  // decided under the guess
+    return ApplyInTransaction(lane, chunk, results, false);
+  };
+  if (unverified) return read_instead(nullptr);
   // Every id of the chunk, as committed: remembered once the commit is in.
   const auto remember = [&] {
     for (const auto& [key, id] : ids) {
@@ -292,15 +316,6 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     remember();
     return Status::Ok();
   }
-  const auto guessed_wrong = [&](std::atomic<uint64_t>& counter) -> Status {
-    counter.fetch_add(1, std::memory_order_relaxed);
-    Rollback(conn);
-    if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
-    for (const auto& [key, id] : ids) {
-      if (id.hinted) hints.Forget(key);
-    }
-    return ApplyInTransaction(lane, chunk, results, false);
-  };
   // In primary key order, like the locks.
   std::sort(winners.begin(), winners.end(),
             [&](size_t a, size_t b) { return chunk[a].event->entity_id < chunk[b].event->entity_id; });
@@ -311,16 +326,17 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   // find is not locked (READ COMMITTED takes no gap locks), so a concurrent
   // insert may change its count either way. The absent ones get no ON
   // DUPLICATE KEY clause: a row that is there fails the statement.
-  enum Kind { kRead = 0, kHinted = 1, kAbsent = 2 };
-  const auto kind_of = [&](size_t w) {
+  enum Kind : uint8_t { kRead = 0, kHinted = 1, kAbsent = 2 };
+  std::vector<Kind> kind_of(chunk.size(), kRead);
+  for (const size_t w : winners) {
     const IdState& id = ids.find(chunk[w].event->entity_id)->second;
-    return id.hinted ? kHinted : id.absent ? kAbsent : kRead;
-  };
-  std::stable_sort(winners.begin(), winners.end(), [&](size_t a, size_t b) { return kind_of(a) < kind_of(b); });
+    kind_of[w] = id.hinted ? kHinted : id.absent ? kAbsent : kRead;
+  }
+  std::stable_sort(winners.begin(), winners.end(), [&](size_t a, size_t b) { return kind_of[a] < kind_of[b]; });
   const auto hinted_begin =
-      std::partition_point(winners.begin(), winners.end(), [&](size_t w) { return kind_of(w) == kRead; });
+      std::partition_point(winners.begin(), winners.end(), [&](size_t w) { return kind_of[w] == kRead; });
   const auto absent_begin =
-      std::partition_point(hinted_begin, winners.end(), [&](size_t w) { return kind_of(w) != kAbsent; });
+      std::partition_point(hinted_begin, winners.end(), [&](size_t w) { return kind_of[w] != kAbsent; });
   const std::span<const size_t> rows_of[] = {{winners.begin(), hinted_begin}, {hinted_begin, absent_begin},
                                              {absent_begin, winners.end()}};
   const auto write = [&](std::span<const size_t> rows, bool upsert) -> Result<uint64_t> {
@@ -349,9 +365,13 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     if (rows.empty()) continue;
     auto written = write(rows, kind != kAbsent);
     if (!written.ok()) {
-      if (kind == kAbsent && sql::DuplicateKeyName(written.status()) == "PRIMARY") {
+      // A guessed row the INSERT refused: there after all (a duplicate on
+      // the primary key), or a value refused, which only a read can tell
+      // from a stale replay.
+      if (kind == kAbsent && IsDataError(written.status())) {
+        if (sql::DuplicateKeyName(written.status()) != "PRIMARY") return read_instead(nullptr);
         absent_[lane].Wrong();
-        return guessed_wrong(wrong_inserts_);
+        return read_instead(&wrong_inserts_);
       }
       Rollback(conn);
       return written.status();
@@ -362,7 +382,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     // version and took the event; 0 (1 with CLIENT_FOUND_ROWS) when someone
     // wrote a newer version; 1 when the row was deleted. So the sum is 2 per
     // row only when every guess was right.
-    if (*written != 2 * rows.size()) return guessed_wrong(wrong_guesses_);
+    if (*written != 2 * rows.size()) return read_instead(&wrong_guesses_);
   }
   if (auto committed = conn->Execute("COMMIT"); !committed.ok()) {
     Rollback(conn);
@@ -370,6 +390,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     return committed.status();
   }
   remember();
+  reads_skipped_.fetch_add(hinted, std::memory_order_relaxed);
   if (!rows_of[kAbsent].empty()) {
     absent_[lane].Right();
     inserted_unread_.fetch_add(rows_of[kAbsent].size(), std::memory_order_relaxed);

@@ -91,9 +91,10 @@ class VersionHints {
 // Whether a lane guesses that an entity's first version (1) finds no row and
 // inserts it without the locking read (see ApplyInTransaction). A wrong
 // guess costs a rolled-back chunk, so after one the lane stops guessing for
-// 1, 2, 4, ... up to kMaxSkip chunks, and a right one resets that: a view
-// whose new entities are mostly there already (the push path wrote them
-// first, a replay) soon reads them, as without the guess.
+// the next 1, 2, 4, ... up to kMaxSkip chunks that have such an entity, and
+// each right one halves that: a view whose new entities are mostly there
+// already (the push path wrote them first, a replay) mostly reads them, as
+// without the guess.
 class AbsentGuesses {
  public:
   static constexpr uint32_t kMaxSkip = 1024;
@@ -103,7 +104,7 @@ class AbsentGuesses {
     --skip_;
     return false;
   }
-  void Right() { penalty_ = 0; }
+  void Right() { penalty_ /= 2; }
   void Wrong() {
     penalty_ = penalty_ == 0 ? 1 : std::min(penalty_ * 2, kMaxSkip);
     skip_ = penalty_;
