@@ -71,17 +71,21 @@ MysqlSink::MysqlSink(config::SinkConfig cfg, sql::ConnectParams params)
   insert_prefix_ += ") VALUES ";
 
   // Every assignment is guarded, and `_version` comes last because MySQL
-  // evaluates the assignments left to right on the updated row.
+  // evaluates the assignments left to right on the updated row. The first
+  // one refuses the row (1048, a data error: the event is rejected) when
+  // the row it clashed with is another entity's, on a unique key the
+  // operator added: MySQL would otherwise update that entity's row.
+  const std::string same_id = "`id`=IF(`id` = VALUES(`id`), `id`, NULL), ";
   static constexpr std::string_view kNewer = "IF(VALUES(`_version`) > `_version`, VALUES(";
-  upsert_suffix_ = " ON DUPLICATE KEY UPDATE ";
+  upsert_suffix_ = " ON DUPLICATE KEY UPDATE " + same_id;
   for (const auto& c : cols) {
     upsert_suffix_.append(c).append("=").append(kNewer).append(c).append("), ").append(c).append("), ");
   }
   upsert_suffix_.append("`_deleted`=").append(kNewer).append("`_deleted`), `_deleted`), ");
   upsert_suffix_.append("`_version`=").append(kNewer).append("`_version`), `_version`)");
   static constexpr std::string_view kNotOlder = "IF(VALUES(`_version`) >= `_version`, VALUES(";
-  repair_suffix_not_older_ = " ON DUPLICATE KEY UPDATE ";
-  repair_suffix_any_ = " ON DUPLICATE KEY UPDATE ";
+  repair_suffix_not_older_ = " ON DUPLICATE KEY UPDATE " + same_id;
+  repair_suffix_any_ = " ON DUPLICATE KEY UPDATE " + same_id;
   for (const auto& c : cols) {
     repair_suffix_not_older_.append(c).append("=").append(kNotOlder).append(c).append("), ").append(c).append("), ");
     repair_suffix_any_.append(c).append("=VALUES(").append(c).append("), ");

@@ -25,6 +25,15 @@ void AppendUint(std::string& out, uint64_t v) {
 
 }  // namespace
 
+std::string RefusalText(const Status& refused) {
+  // The upsert's first assignment sets `id` NULL on a clash with another
+  // entity's row (see the constructor).
+  if (sql::MysqlErrorCode(refused) == 1048 && refused.message().find("'id'") != std::string::npos) {
+    return "another entity's row holds the same value in a unique key of the table (" + refused.message() + ")";
+  }
+  return refused.message();
+}
+
 // The row of `p` in an INSERT's VALUES list: (id, version, deleted, columns...).
 void AppendRow(sql::Connection& conn, const PreparedEvent& p, std::string& sql) {
   sql += '(';
@@ -155,7 +164,7 @@ Status MysqlSink::ApplyChunk(size_t lane, std::span<PreparedEvent> chunk, std::s
     const Status one = ApplyInTransaction(lane, chunk.subspan(i, 1), results.subspan(i, 1), false);
     if (one.ok()) continue;
     if (!IsDataError(one)) return Fail(one, "applying event " + std::to_string(chunk[i].event->event_id));
-    results[i] = {Outcome::kRejected, one.message()};
+    results[i] = {Outcome::kRejected, RefusalText(one)};
   }
   return Status::Ok();
 }
@@ -428,7 +437,7 @@ ApplyResult MysqlSink::Repair(std::span<const ChangeEvent> events, RepairGuard g
         const Status one = RepairInTransaction(chunk.subspan(i, 1), chunk_results.subspan(i, 1), guard);
         if (one.ok()) continue;
         if (IsDataError(one)) {
-          chunk_results[i] = {Outcome::kRejected, one.message()};
+          chunk_results[i] = {Outcome::kRejected, RefusalText(one)};
         } else {
           st = one;
         }

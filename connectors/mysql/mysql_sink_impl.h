@@ -125,6 +125,9 @@ struct PreparedEvent {
   bool rejected = false;                           // its state cannot be read: rejected without SQL
 };
 
+// Why MySQL refused an event's row, for its kRejected result.
+std::string RefusalText(const Status& refused);
+
 // The row of `p` in an INSERT's VALUES list: (id, version, deleted, columns...).
 void AppendRow(sql::Connection& conn, const PreparedEvent& p, std::string& sql);
 

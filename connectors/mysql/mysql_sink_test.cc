@@ -358,6 +358,54 @@ TEST_F(MysqlSinkTest, FirstVersionsAreInsertedUnreadAndARowThereAfterAllIsDecide
   EXPECT_EQ(HintStatsOf(*plain)->inserted_unread, 0u);
 }
 
+// A unique key the operator added on a mapped column: an event whose value
+// is another entity's already is rejected, and that entity's row stays as it
+// was (MySQL's ON DUPLICATE KEY UPDATE would update the row it clashed with),
+// whether the event's id was read, hinted or guessed new, and in a repair.
+TEST_F(MysqlSinkTest, AValueAnotherEntityHoldsInAUniqueKeyIsRejectedAndThatRowUntouched) {
+  auto sink = MakeOpen();
+  ASSERT_TRUE(sink);
+  Exec("ALTER TABLE order_view ADD UNIQUE KEY uk_name (name)");
+  EXPECT_EQ(Letters(sink->Apply(std::vector{Put("y", 1, R"({"name":"dup"})"), Put("x", 1, R"({"name":"x1"})")})),
+            "AA");
+  // x hinted (v2), then z new (v1, guessed), then w read (two events), then
+  // a fresh sink with nothing hinted.
+  auto fresh = MakeOpen();
+  ASSERT_TRUE(fresh);
+  for (auto* s : {sink.get(), fresh.get()}) {
+    for (const auto& batch : {std::vector{Put("x", 9, R"({"name":"dup"})"), Put("v", 1, R"({"name":"v1"})")},
+                              std::vector{Put("z", 1, R"({"name":"dup"})"), Put("u", 1, R"({"name":"u1"})")},
+                              std::vector{Put("w", 3, R"({"name":"w3"})"), Put("w", 4, R"({"name":"dup"})")}}) {
+      const ApplyResult r = s->Apply(batch);
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      ASSERT_EQ(r.results.size(), 2u);
+      const size_t refused = batch[1].state == R"({"name":"dup"})" ? 1 : 0;
+      const size_t other = 1 - refused;
+      EXPECT_EQ(r.results[refused].outcome, Outcome::kRejected) << batch[refused].entity_id;
+      const std::string& why = r.results[refused].reason;
+      EXPECT_TRUE(why.find("another entity's row") != std::string::npos || why.find("uk_name") != std::string::npos)
+          << why;
+      EXPECT_NE(r.results[other].outcome, Outcome::kRejected) << batch[other].entity_id;
+    }
+  }
+  EXPECT_EQ(Row("y"), "1 0 dup NULL");
+  EXPECT_EQ(Row("x"), "1 0 x1 NULL");
+  EXPECT_EQ(Row("z"), "none");
+  EXPECT_EQ(Row("w"), "3 0 w3 NULL");
+  EXPECT_EQ(Row("v"), "1 0 v1 NULL");
+  EXPECT_EQ(Row("u"), "1 0 u1 NULL");
+
+  for (const RepairGuard guard : {RepairGuard::kAny, RepairGuard::kNotOlder}) {
+    const ApplyResult repaired =
+        sink->Repair(std::vector{Put("x", 10, R"({"name":"dup"})"), Put("t", 7, R"({"name":"dup"})")}, guard);
+    ASSERT_TRUE(repaired.status.ok()) << repaired.status.ToString();
+    EXPECT_EQ(Letters(repaired), "RR");
+    EXPECT_EQ(Row("y"), "1 0 dup NULL");
+    EXPECT_EQ(Row("x"), "1 0 x1 NULL");
+    EXPECT_EQ(Row("t"), "none");
+  }
+}
+
 // Hints per connection, hinted deletes, and a chunk that mixes hinted rows
 // with rows that must be read.
 TEST_F(MysqlSinkTest, HintsOnSeveralConnectionsWithDeletesAndMixedChunks) {
