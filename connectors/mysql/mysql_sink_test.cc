@@ -426,7 +426,7 @@ TEST_F(MysqlSinkTest, HintsOnSeveralConnectionsWithDeletesAndMixedChunks) {
   EXPECT_EQ(Row("k1"), "2 0 two NULL");
 
   // Someone else writes k1 and k2 ahead; k4 appears in the chunk twice (read);
-  // n1 is new (read, missing); the rest are hinted.
+  // n1 is new (inserted unread); the rest are hinted.
   EXPECT_EQ(Letters(other->Apply(std::vector{Put("k1", 7, R"({"name":"k1"})"), Del("k2", 7)})), "AA");
   std::vector<ChangeEvent> v3;
   std::string want;
