@@ -374,11 +374,10 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     if (rows.empty()) continue;
     auto written = write(rows, kind != kAbsent);
     if (!written.ok()) {
-      // A guessed row the INSERT refused: there after all (a duplicate on
-      // the primary key), or a value refused, which only a read can tell
-      // from a stale replay.
-      if (kind == kAbsent && IsDataError(written.status())) {
-        if (sql::DuplicateKeyName(written.status()) != "PRIMARY") return read_instead(nullptr);
+      // A guessed row there after all: a duplicate on the primary key. Any
+      // other refusal goes back as a data error, and ApplyChunk's replay
+      // decides each event on its row as read (a stale replay stays stale).
+      if (kind == kAbsent && sql::DuplicateKeyName(written.status()) == "PRIMARY") {
         absent_[lane].Wrong();
         return read_instead(&wrong_inserts_);
       }
