@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -202,6 +203,10 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
   guess = guess && hints.enabled();
   std::optional<bool> guess_absent;  // asked once, when the chunk has a candidate
   if (!conn || !conn->healthy()) return Unavailable(Context() + ": the MySQL connection was lost");
+  // How an id's row is known: read (SELECT ... FOR UPDATE), from the lane's
+  // hint, or guessed absent (its first version is 1). Also the order of the
+  // statements that write them.
+  enum Kind : uint8_t { kRead = 0, kHinted = 1, kAbsent = 2 };
   // Per distinct id: the version the view holds, then as decided so far,
   // and the index of the last applied event, the one written.
   struct IdState {
@@ -210,8 +215,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     size_t winner = SIZE_MAX;
     size_t events = 0;
     uint64_t first_version = 0;
-    bool hinted = false;  // not read: `stored` is the lane's hint
-    bool absent = false;  // not read: guessed to have no row (its first version is 1)
+    Kind kind = kRead;  // kHinted: `stored` is the lane's hint
   };
   std::unordered_map<std::string_view, IdState> ids;
   ids.reserve(chunk.size());
@@ -241,7 +245,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     if (guess) {
       const auto hint = hints.Find(key);
       if (id.events == 1 && hint && *hint < id.first_version) {
-        id.hinted = true;
+        id.kind = kHinted;
         id.stored = *hint;
         ++hinted;
         continue;
@@ -249,7 +253,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
       if (!hint && id.first_version == 1) {
         if (!guess_absent) guess_absent = absent_[lane].Allowed();
         if (*guess_absent) {
-          id.absent = true;
+          id.kind = kAbsent;
           continue;
         }
       }
@@ -261,8 +265,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
 
   RETURN_IF_ERROR(BeginAndLockRows(conn, to_read > 0 ? sql : std::string(),
                                    [&](const std::string& id, std::optional<uint64_t> version) {
-                                     if (auto it = ids.find(id);
-                                         it != ids.end() && !it->second.hinted && !it->second.absent) {
+                                     if (auto it = ids.find(id); it != ids.end() && it->second.kind == kRead) {
                                        it->second.stored = version;
                                      }
                                    }));
@@ -298,7 +301,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
       w = id.winner;
       if (Extract(chunk[w], results[w])) continue;
       decided = false;
-      unverified = unverified || id.hinted || id.absent;
+      unverified = unverified || id.kind != kRead;
     }
   }
   // Decides the chunk again with every id read, after a guess proved wrong
@@ -308,7 +311,7 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     Rollback(conn);
     if (!conn) return Unavailable(Context() + ": the MySQL connection was lost");
     for (const auto& [key, id] : ids) {
-      if (id.hinted) hints.Forget(key);
+      if (id.kind == kHinted) hints.Forget(key);
     }
     for (PreparedEvent& p : chunk) p.rejected = false;  // decided under the guess
     return ApplyInTransaction(lane, chunk, results, false);
@@ -325,23 +328,18 @@ Status MysqlSink::ApplyInTransaction(size_t lane, std::span<PreparedEvent> chunk
     remember();
     return Status::Ok();
   }
-  // In primary key order, like the locks.
-  std::sort(winners.begin(), winners.end(),
-            [&](size_t a, size_t b) { return chunk[a].event->entity_id < chunk[b].event->entity_id; });
-
   // Three statements at most: the rows that were read, the hinted ones,
   // the ones guessed absent. The hinted rows are kept apart because only
   // their affected-row count proves anything: a read row the SELECT did not
   // find is not locked (READ COMMITTED takes no gap locks), so a concurrent
   // insert may change its count either way. The absent ones get no ON
   // DUPLICATE KEY clause: a row that is there fails the statement.
-  enum Kind : uint8_t { kRead = 0, kHinted = 1, kAbsent = 2 };
+  // Each statement's rows in primary key order, like the locks.
   std::vector<Kind> kind_of(chunk.size(), kRead);
-  for (const size_t w : winners) {
-    const IdState& id = ids.find(chunk[w].event->entity_id)->second;
-    kind_of[w] = id.hinted ? kHinted : id.absent ? kAbsent : kRead;
-  }
-  std::stable_sort(winners.begin(), winners.end(), [&](size_t a, size_t b) { return kind_of[a] < kind_of[b]; });
+  for (const size_t w : winners) kind_of[w] = ids.find(chunk[w].event->entity_id)->second.kind;
+  std::sort(winners.begin(), winners.end(), [&](size_t a, size_t b) {
+    return std::tie(kind_of[a], chunk[a].event->entity_id) < std::tie(kind_of[b], chunk[b].event->entity_id);
+  });
   const auto hinted_begin =
       std::partition_point(winners.begin(), winners.end(), [&](size_t w) { return kind_of[w] == kRead; });
   const auto absent_begin =
