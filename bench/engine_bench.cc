@@ -62,13 +62,13 @@ modes:
               (--pipeline per round trip), one hiredis connection, into --sink's key space
   mysql_raw   baseline: multi-row INSERT ... ON DUPLICATE KEY UPDATE of the same rows
               (--rows-per-insert per statement, autocommit) over --threads connections,
-              each with whole partitions, into --sink's table (re-created by the sink in
-              its own shape)
+              connection t with the partitions p % threads == t, into --sink's table
+              (re-created by the sink in its own shape)
   es_raw      baseline: the same documents as plain _bulk index actions (no version
               check; with --es-versioned, each with its version and version_type
               external, as the sink writes them), the sink's batch_max per request,
-              over the sink's connections (each with whole partitions), into --sink's
-              index (re-created as the sink creates it)
+              over the sink's connections (connection k with the partitions
+              p % connections == k), into --sink's index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
               or `sluice writer` (--url) while a sampler polls --sample entities' keys of
               the redis --sink; lag = first seen in Redis - committed_at; verifies.
@@ -88,8 +88,12 @@ modes:
               and in order; events/s, CPU of --watch processes
   cleanup     delete the keys of every redis sink in FILE
 
-The backlog modes (load, direct, redis_raw, mysql_raw) regenerate the same events from
---run-id, --entities and --versions: give them the same values. Modes that write a view
+The backlog modes (load, direct, redis_raw, mysql_raw, es_raw) regenerate the same events
+from --run-id, --entities and --versions: give them the same values. The raw baselines write
+the events partition by partition (--order partitions), or, with --order engine, in the
+order and chunks the sync engine drains them in (read passes over the partitions in groups
+of up to 16, engine.batch_max per group, batches joined into the sink's chunks), as direct
+always does. Modes that write a view
 finish with `sluice verify --config FILE --sink NAME` (needs --sluice) unless --no-verify;
 its time (verify_s) and its own peak RSS (verify_rss_mib, the child's ru_maxrss) are reported.
 
@@ -112,6 +116,7 @@ struct Args {
   uint32_t rows_per_insert = 1000;
   uint32_t pipeline = 1000;
   bool es_versioned = false;
+  std::string order = "partitions";
   double timeout = 300;
   uint32_t engines = 1;
   uint32_t kills = 20;
@@ -153,6 +158,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("rows-per-insert", po::value(&a.rows_per_insert)->default_value(1000), "load, mysql_raw: rows per statement")
     ("pipeline", po::value(&a.pipeline)->default_value(1000), "redis_raw: SETs per round trip")
     ("es-versioned", po::bool_switch(&a.es_versioned), "es_raw: index actions with version_type external")
+    ("order", po::value(&a.order)->default_value("partitions"), "redis_raw, mysql_raw, es_raw: partitions (each whole, one after the other) | engine (as the sync engine reads and chunks a backlog)")
     ("sluice", po::value(&a.sluice), "the sluice binary (drain; verification)")
     ("log", po::value(&a.log_path)->default_value("engine_bench_sluice.log"), "where child processes write their output")
     ("no-verify", po::bool_switch(&a.no_verify), "skip `sluice verify` at the end")
@@ -230,6 +236,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
   a.lag.watch = a.watch;
   a.lag.watch.insert(a.lag.watch.begin(), {"engine_bench", getpid()});
   a.lag.run_id = a.run_id;
+  if (a.order != "partitions" && a.order != "engine") throw Usage{"--order: partitions or engine, not '" + a.order + "'"};
   if (a.label.empty()) a.label = a.mode;
   return a;
 }
@@ -334,6 +341,8 @@ int Run(const Args& a) {
   Report report;
   report.Add("mode", a.mode);
   report.Add("label", a.label);
+  const Backlog::Order order = a.order == "engine" ? Backlog::Order::kEngine : Backlog::Order::kPartitions;
+  if (a.mode.ends_with("_raw")) report.Add("order", a.order);
   std::vector<std::string> problems;
   bool verified = true;
   Status failed = Status::Ok();
@@ -410,7 +419,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "redis_raw") {
     Backlog backlog(spec);
-    auto r = RawRedisSets(*sink, a.servers.redis, backlog, a.pipeline);
+    auto r = RawRedisSets(*sink, a.servers.redis, backlog, a.pipeline, order, cfg->engine.batch_max);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -420,7 +429,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "mysql_raw") {
     Backlog backlog(spec);
-    auto r = RawMysqlUpserts(*cfg, *sink, backlog, a.rows_per_insert, a.threads);
+    auto r = RawMysqlUpserts(*cfg, *sink, backlog, a.rows_per_insert, a.threads, order);
     if (!r.ok()) {
       failed = r.status();
     } else {
@@ -431,7 +440,7 @@ int Run(const Args& a) {
     }
   } else if (a.mode == "es_raw") {
     Backlog backlog(spec);
-    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog, a.es_versioned);
+    auto r = RawEsBulk(*cfg, *sink, a.servers.opensearch, backlog, a.es_versioned, order);
     if (!r.ok()) {
       failed = r.status();
     } else {

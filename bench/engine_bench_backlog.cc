@@ -16,6 +16,7 @@
 #include "connectors/mysql/mysql_options.h"
 #include "connectors/sink.h"
 #include "core/partitioner.h"
+#include "engine/read_groups.h"
 #include "sql/params.h"
 #include "sql/schema.h"
 
@@ -47,6 +48,63 @@ Backlog::Backlog(BacklogSpec spec) : spec_(std::move(spec)) {
     ids_.push_back(spec_.run_id + "-a" + std::to_string(k));
     members_[PartitionOf(ids_.back(), spec_.partitions)].push_back(k);
   }
+}
+
+std::vector<Backlog::Chunk> Backlog::Chunks(Order order, uint32_t batch_max, uint32_t chunk, uint32_t offset,
+                                            uint32_t stride) const {
+  chunk = std::max<uint32_t>(1, chunk);
+  stride = std::max<uint32_t>(1, stride);
+  std::vector<Chunk> out;
+  // A batch larger than a chunk goes alone, in chunks (ApplyLoop).
+  const auto split = [&](const Run& batch) {
+    for (uint64_t first = batch.first; first <= batch.last; first += chunk) {
+      out.push_back(Chunk{Run{batch.partition, first, std::min<uint64_t>(batch.last, first + chunk - 1)}});
+    }
+  };
+  if (order == Order::kPartitions) {
+    for (uint32_t p = offset; p < spec_.partitions; p += stride) {
+      if (PartitionEvents(p) > 0) split(Run{p, 1, PartitionEvents(p)});
+    }
+    return out;
+  }
+  // The engine reads every partition; a writer of several takes its
+  // partitions' share of each chunk.
+  const auto mine = [&](const Run& run) { return run.partition % stride == offset; };
+  std::vector<uint64_t> read(spec_.partitions, 0);
+  std::vector<uint32_t> backlogged;
+  for (uint32_t p = 0; p < spec_.partitions; ++p) {
+    if (PartitionEvents(p) > 0) backlogged.push_back(p);
+  }
+  Chunk joined;
+  uint64_t events = 0;
+  const auto flush = [&] {
+    std::erase_if(joined, [&](const Run& run) { return !mine(run); });
+    if (!joined.empty()) out.push_back(std::move(joined));
+    joined.clear();
+    events = 0;
+  };
+  while (!backlogged.empty()) {
+    std::vector<uint32_t> still;
+    for (const engine::ReadGroup& group : engine::BacklogReadGroups(backlogged, batch_max)) {
+      for (const uint32_t p : group.partitions) {
+        const Run batch{p, read[p] + 1, std::min<uint64_t>(PartitionEvents(p), read[p] + group.limit)};
+        read[p] = batch.last;
+        if (read[p] < PartitionEvents(p)) still.push_back(p);
+        const uint64_t size = batch.last - batch.first + 1;
+        if (events > 0 && events + size > chunk) flush();
+        if (size > chunk) {
+          if (mine(batch)) split(batch);
+          continue;
+        }
+        joined.push_back(batch);
+        events += size;
+        if (events >= chunk) flush();
+      }
+    }
+    backlogged.swap(still);
+  }
+  flush();
+  return out;
 }
 
 uint64_t Backlog::Balance(uint64_t entity, uint32_t version) const {
@@ -197,20 +255,17 @@ Result<LoadResult> LoadBacklog(const sql::ConnectParams& mysql, const Backlog& b
 }
 
 Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint& redis, const Backlog& backlog,
-                                 uint32_t pipeline) {
+                                 uint32_t pipeline, Backlog::Order order, uint32_t batch_max) {
   if (sink.type != "redis") return InvalidArgument("sink " + sink.name + " is not a redis sink");
   ASSIGN_OR_RETURN(auto keys, BenchRedisKeys(sink));
   ASSIGN_OR_RETURN(auto conn, RedisConn::Open(redis));
   RETURN_IF_ERROR(conn->DeleteMatching(keys.ScanPattern()).status());
   ASSIGN_OR_RETURN(const double usec_before, conn->WriteCommandMicros());
-  pipeline = std::max<uint32_t>(1, pipeline);
-  const BacklogSpec& spec = backlog.spec();
+  const std::vector<Backlog::Chunk> chunks = backlog.Chunks(order, batch_max, pipeline);
 
   WriteResult r;
   std::atomic<uint64_t> done{0};
-  std::vector<std::string> key_buf(pipeline), value_buf(pipeline);
-  std::vector<const char*> argv(3);
-  std::vector<size_t> lens(3);
+  std::string key, value;
   const auto start = Clock::now();
   {
     uint64_t last_done = 0;
@@ -218,30 +273,27 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint&
     ProgressLine progress("redis raw SET", [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "SETs");
     });
-    for (uint32_t p = 0; p < spec.partitions; ++p) {
-      const uint64_t n = backlog.PartitionEvents(p);
-      for (uint64_t first = 1; first <= n; first += pipeline) {
-        const uint64_t last = std::min<uint64_t>(n, first + pipeline - 1);
-        for (uint64_t id = first; id <= last; ++id) {
-          const Backlog::Event e = backlog.At(p, id);
-          std::string& key = key_buf[id - first];
-          std::string& value = value_buf[id - first];
+    for (const Backlog::Chunk& chunk : chunks) {
+      uint64_t sent = 0;
+      for (const Backlog::Run& run : chunk) {
+        for (uint64_t id = run.first; id <= run.last; ++id, ++sent) {
+          const Backlog::Event e = backlog.At(run.partition, id);
           key = keys.Key(backlog.EntityId(e.entity));
           value = backlog.RedisValue(e.entity, e.version);
           const char* args[] = {"SET", key.data(), value.data()};
           const size_t arg_lens[] = {3, key.size(), value.size()};
-          RETURN_IF_ERROR(conn->AppendArgv(3, args, arg_lens));
+          RETURN_IF_ERROR(conn->AppendArgv(3, args, arg_lens));  // hiredis copies the arguments
         }
-        for (uint64_t id = first; id <= last; ++id) {
-          ASSIGN_OR_RETURN(auto reply, conn->Read());
-          if (reply->type != REDIS_REPLY_STATUS) {
-            r.problems.push_back("SET did not answer OK: " +
-                                 std::string(reply->str ? std::string(reply->str, reply->len) : "?"));
-            if (r.problems.size() > 8) return Internal("redis refuses the SETs: " + r.problems.front());
-          }
-        }
-        done.fetch_add(last - first + 1);
       }
+      for (uint64_t k = 0; k < sent; ++k) {
+        ASSIGN_OR_RETURN(auto reply, conn->Read());
+        if (reply->type != REDIS_REPLY_STATUS) {
+          r.problems.push_back("SET did not answer OK: " +
+                               std::string(reply->str ? std::string(reply->str, reply->len) : "?"));
+          if (r.problems.size() > 8) return Internal("redis refuses the SETs: " + r.problems.front());
+        }
+      }
+      done.fetch_add(sent);
     }
   }
   r.seconds = SecondsSince(start);
@@ -253,7 +305,8 @@ Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint&
 }
 
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
-                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads) {
+                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads,
+                                    Backlog::Order order) {
   if (sink.type != "mysql") return InvalidArgument("sink " + sink.name + " is not a mysql sink");
   const auto& view = sink.Options<connectors::mysql::MysqlSinkOptions>();
   if (view.columns.size() != 3 || view.columns[0].pointer != "/owner" || view.columns[1].pointer != "/balance" ||
@@ -284,6 +337,10 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   // One connection per thread; thread t upserts partitions t, t + threads, ...
   // so that every entity's rows go over one connection, in order.
   threads = std::max<uint32_t>(1, std::min(threads, spec.partitions));
+  std::vector<std::vector<Backlog::Chunk>> chunks;
+  for (uint32_t t = 0; t < threads; ++t) {
+    chunks.push_back(backlog.Chunks(order, config.engine.batch_max, rows_per_insert, t, threads));
+  }
   std::vector<std::unique_ptr<sql::Connection>> conns;
   conns.push_back(std::move(conn));
   while (conns.size() < threads) {
@@ -298,15 +355,14 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
   const auto upsert = [&](uint32_t t) {
     sql::Connection& c = *conns[t];
     std::string q, owner, balance, note;
-    for (uint32_t p = t; p < spec.partitions; p += threads) {
-      const uint64_t n = backlog.PartitionEvents(p);
-      for (uint64_t first = 1; first <= n; first += rows_per_insert) {
-        const uint64_t last = std::min<uint64_t>(n, first + rows_per_insert - 1);
-        q = prefix;
-        for (uint64_t id = first; id <= last; ++id) {
-          const Backlog::Event e = backlog.At(p, id);
+    for (const Backlog::Chunk& chunk : chunks[t]) {
+      q = prefix;
+      uint64_t rows = 0;
+      for (const Backlog::Run& run : chunk) {
+        for (uint64_t id = run.first; id <= run.last; ++id, ++rows) {
+          const Backlog::Event e = backlog.At(run.partition, id);
           backlog.ViewColumns(e.entity, e.version, owner, balance, note);
-          if (id > first) q += ',';
+          if (rows > 0) q += ',';
           q += '(';
           c.AppendQuoted(q, backlog.EntityId(e.entity));
           q += ',' + std::to_string(e.version) + ",0,";
@@ -317,14 +373,14 @@ Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::
           c.AppendQuoted(q, note);
           q += ')';
         }
-        q += suffix;
-        if (Status st = c.Execute(q).status(); !st.ok()) {
-          std::lock_guard lock(failed_mu);
-          if (failed.ok()) failed = st;
-          return;
-        }
-        done.fetch_add(last - first + 1);
       }
+      q += suffix;
+      if (Status st = c.Execute(q).status(); !st.ok()) {
+        std::lock_guard lock(failed_mu);
+        if (failed.ok()) failed = st;
+        return;
+      }
+      done.fetch_add(rows);
     }
   };
   const auto start = Clock::now();
@@ -385,10 +441,9 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
   ASSIGN_OR_RETURN(auto view, connectors::MakeSink(sink, config));
   RETURN_IF_ERROR(view->Open());
 
-  const uint64_t read_batch = std::max<uint32_t>(1, config.engine.batch_max);
-  const size_t chunk = std::max<uint32_t>(1, sink.batch_max);
-  std::vector<uint64_t> position(spec.partitions, 0);
-  std::vector<connectors::ChangeEvent> batch;
+  const std::vector<Backlog::Chunk> chunks =
+      backlog.Chunks(Backlog::Order::kEngine, config.engine.batch_max, sink.batch_max);
+  std::vector<connectors::ChangeEvent> part;
   WriteResult r;
   std::atomic<uint64_t> done{0};
   Clock::duration busy{};
@@ -399,43 +454,33 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
     ProgressLine progress("direct Apply " + sink.name, [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "events applied");
     });
-    for (bool any = true; any;) {
-      any = false;
-      for (uint32_t p = 0; p < spec.partitions; ++p) {
-        const uint64_t n = backlog.PartitionEvents(p);
-        if (position[p] >= n) continue;
-        any = true;
-        batch.clear();
-        const uint64_t last = std::min(n, position[p] + read_batch);
-        const int64_t now_us = RealtimeMicros();
-        for (uint64_t id = position[p] + 1; id <= last; ++id) {
-          batch.push_back(backlog.ChangeEventAt(p, id, now_us));
-        }
-        position[p] = last;
-        const std::span<const connectors::ChangeEvent> all(batch);
-        for (size_t begin = 0; begin < all.size(); begin += chunk) {
-          const auto part = all.subspan(begin, std::min(chunk, all.size() - begin));
-          const auto t0 = Clock::now();
-          connectors::ApplyResult applied = view->Apply(part);
-          busy += Clock::now() - t0;
-          if (!applied.status.ok()) {
-            view->Close();
-            return applied.status.WithContext("sink " + sink.name);
-          }
-          if (applied.results.size() != part.size()) return Internal("the sink returned the wrong number of results");
-          for (const auto& er : applied.results) {
-            switch (er.outcome) {
-              case connectors::Outcome::kApplied: ++r.applied; break;
-              case connectors::Outcome::kStale: ++r.stale; break;
-              case connectors::Outcome::kRejected:
-                ++r.rejected;
-                if (r.problems.size() < 8) r.problems.push_back("rejected: " + er.reason);
-                break;
-            }
-          }
-          done.fetch_add(part.size());
+    for (const Backlog::Chunk& chunk : chunks) {
+      part.clear();
+      const int64_t now_us = RealtimeMicros();
+      for (const Backlog::Run& run : chunk) {
+        for (uint64_t id = run.first; id <= run.last; ++id) {
+          part.push_back(backlog.ChangeEventAt(run.partition, id, now_us));
         }
       }
+      const auto t0 = Clock::now();
+      connectors::ApplyResult applied = view->Apply(part);
+      busy += Clock::now() - t0;
+      if (!applied.status.ok()) {
+        view->Close();
+        return applied.status.WithContext("sink " + sink.name);
+      }
+      if (applied.results.size() != part.size()) return Internal("the sink returned the wrong number of results");
+      for (const auto& er : applied.results) {
+        switch (er.outcome) {
+          case connectors::Outcome::kApplied: ++r.applied; break;
+          case connectors::Outcome::kStale: ++r.stale; break;
+          case connectors::Outcome::kRejected:
+            ++r.rejected;
+            if (r.problems.size() < 8) r.problems.push_back("rejected: " + er.reason);
+            break;
+        }
+      }
+      done.fetch_add(part.size());
     }
   }
   view->Close();

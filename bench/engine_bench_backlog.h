@@ -17,6 +17,8 @@
 //   ApplyDirect    the sink's own Apply() on the same events, in the engine's
 //                  order and chunking, without reading MySQL: what the sink
 //                  costs alone
+// The baselines go partition by partition, or in the order and chunking the
+// sync engine drains the backlog in (Backlog::Chunks, Order::kEngine).
 //
 // Threads: every function runs on the calling thread and joins any thread it
 // starts before returning.
@@ -62,6 +64,28 @@ class Backlog {
     const auto& m = members_[p];
     return Event{m[i % m.size()], static_cast<uint32_t>(i / m.size() + 1)};
   }
+
+  // A run of partition p's event_ids, first..last.
+  struct Run {
+    uint32_t partition = 0;
+    uint64_t first = 0, last = 0;
+  };
+  using Chunk = std::vector<Run>;
+  enum class Order {
+    kPartitions,  // each partition whole, one after the other
+    // As the sync engine drains a backlog: passes over the partitions not yet
+    // read to the end, in the reader's groups (engine/read_groups.h), each
+    // partition's read a batch; the applier joins consecutive batches while
+    // they fit in one chunk (SinkRunner::TakeWork) and splits larger ones.
+    kEngine,
+  };
+  // The backlog of the partitions p with p % stride == offset (one writer of
+  // `stride`) in `order`, as chunks of at most `chunk` events; batch_max is
+  // the engine's (kEngine). kEngine with a stride: the writer's share of each
+  // chunk the engine makes of every partition (a sink over several
+  // connections splits its chunks by entity id instead).
+  std::vector<Chunk> Chunks(Order order, uint32_t batch_max, uint32_t chunk, uint32_t offset = 0,
+                            uint32_t stride = 1) const;
 
   const std::string& EntityId(uint64_t entity) const { return ids_[entity]; }
   // The event with event_id of partition p as the engine hands it to a sink
@@ -114,19 +138,21 @@ struct WriteResult {
   std::vector<std::string> problems;
 };
 
-// SET <key of entity> <RedisValue> for every event, `pipeline` per round trip.
+// SET <key of entity> <RedisValue> for every event, `pipeline` per round
+// trip, in `order` (batch_max: the engine's, for Order::kEngine).
 Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint& redis, const Backlog& backlog,
-                                 uint32_t pipeline);
+                                 uint32_t pipeline, Backlog::Order order, uint32_t batch_max);
 
 // Into `sink`'s table (dropped and re-created with the sink's shape):
-// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, over
-// `threads` connections at once, each with whole partitions.
+// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, in `order`,
+// over `threads` connections at once (connection t with the partitions
+// p % threads == t).
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
-                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads);
+                                    const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads,
+                                    Backlog::Order order);
 
-// sink.Apply() over the backlog: batches of engine.batch_max events per
-// partition, round-robin over partitions as the engine's reader goes, each
-// applied in chunks of sink.batch_max.
+// sink.Apply() over the backlog in the engine's order (Order::kEngine),
+// chunks of sink.batch_max.
 // The sink comes from the public MakeSink; `servers` is where the benchmark
 // empties the view before it starts.
 Result<WriteResult> ApplyDirect(const config::Config& config, const config::SinkConfig& sink, const ViewServers& servers,

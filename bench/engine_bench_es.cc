@@ -127,7 +127,7 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
 }
 
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
-                              const Backlog& backlog, bool versioned) {
+                              const Backlog& backlog, bool versioned, Backlog::Order order) {
   RETURN_IF_ERROR(DropEsIndex(sink, server));
   {
     // The index as the sink creates it (same mapping and settings).
@@ -138,25 +138,22 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
   ASSIGN_OR_RETURN(const std::string index, BenchIndexName(sink));
   const std::string path = "/" + index + "/_bulk?filter_path=errors,items.*.error";
   const uint32_t batch = std::max<uint32_t>(1, sink.batch_max);
-  const BacklogSpec& spec = backlog.spec();
   const uint32_t connections =
       std::max<uint32_t>(1, sink.Options<connectors::elasticsearch::ElasticsearchSinkOptions>().connections);
 
   WriteResult r;
   std::mutex mu;  // r.problems
   std::atomic<uint64_t> done{0};
-  // Connection k sends the partitions p with p % connections == k, each in
-  // event order.
+  // Connection k sends the partitions p with p % connections == k, in `order`.
   auto send = [&](uint32_t k) -> Status {
     HttpConnection client(server);
     std::string body;
-    for (uint32_t p = k; p < spec.partitions; p += connections) {
-      const uint64_t n = backlog.PartitionEvents(p);
-      for (uint64_t first = 1; first <= n; first += batch) {
-        const uint64_t last = std::min<uint64_t>(n, first + batch - 1);
-        body.clear();
-        for (uint64_t id = first; id <= last; ++id) {
-          const Backlog::Event e = backlog.At(p, id);
+    for (const Backlog::Chunk& chunk : backlog.Chunks(order, config.engine.batch_max, batch, k, connections)) {
+      body.clear();
+      uint64_t documents = 0;
+      for (const Backlog::Run& run : chunk) {
+        for (uint64_t id = run.first; id <= run.last; ++id, ++documents) {
+          const Backlog::Event e = backlog.At(run.partition, id);
           body += R"({"index":{"_id":)";
           AppendJsonString(body, backlog.EntityId(e.entity));
           if (versioned) {
@@ -168,17 +165,17 @@ Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkCo
           body += backlog.State(e.entity, e.version);
           body += '\n';
         }
-        ASSIGN_OR_RETURN(auto reply, client.Send("POST", path, body, "application/x-ndjson"));
-        if (reply.status != 200) {
-          return Unavailable("_bulk: HTTP " + std::to_string(reply.status) + ": " + Excerpt(reply.body));
-        }
-        if (reply.body.find("\"errors\":false") == std::string::npos) {
-          std::lock_guard lock(mu);
-          r.problems.push_back("_bulk reported item errors: " + reply.body.substr(0, 300));
-          if (r.problems.size() > 8) return Internal("the server refuses the documents: " + r.problems.front());
-        }
-        done.fetch_add(last - first + 1);
       }
+      ASSIGN_OR_RETURN(auto reply, client.Send("POST", path, body, "application/x-ndjson"));
+      if (reply.status != 200) {
+        return Unavailable("_bulk: HTTP " + std::to_string(reply.status) + ": " + Excerpt(reply.body));
+      }
+      if (reply.body.find("\"errors\":false") == std::string::npos) {
+        std::lock_guard lock(mu);
+        r.problems.push_back("_bulk reported item errors: " + reply.body.substr(0, 300));
+        if (r.problems.size() > 8) return Internal("the server refuses the documents: " + r.problems.front());
+      }
+      done.fetch_add(documents);
     }
     return Status::Ok();
   };

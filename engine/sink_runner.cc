@@ -10,21 +10,12 @@
 #include "core/thread_name.h"
 #include "engine/before_states.h"
 #include "engine/event_reader.h"
+#include "engine/read_groups.h"
 #include "sql/mariadb_tables.h"
 
 namespace sluice::engine {
 
 using connectors::Outcome;
-
-namespace {
-
-// The most partitions that may hold a backlog one read statement takes
-// (ReadLoop): a UNION ALL of 16 ordered, limited SELECTs costs MariaDB little
-// more than one, and each partition's share of batch_max stays large enough
-// that most partitions of a modest backlog are read to the end in one pass.
-constexpr size_t kBacklogGroupMax = 16;
-
-}  // namespace
 
 SinkRunner::SinkRunner(SinkRunnerOptions options, std::unique_ptr<connectors::Sink> sink)
     : options_(std::move(options)),
@@ -381,17 +372,9 @@ void SinkRunner::ReadLoop() {
     std::erase_if(backlogged, [&](const auto& b) { return !std::binary_search(owned.begin(), owned.end(), b.first); });
     for (const uint32_t p : owned) backlogged.try_emplace(p, true);
     // Partitions that may hold a backlog share statements of at most
-    // batch_max events: up to kBacklogGroupMax of them, each limited to its
-    // share, read when the queue has room for a batch (a drain keeps its
-    // memory bound; over many partitions with a little backlog each, a pass
-    // costs a statement per 16 partitions, not one per partition). The others
-    // are read together in one statement, one round trip per pass, which is
-    // what a pass costs once the engine keeps up.
-    struct Group {
-      std::vector<uint32_t> partitions;
-      uint32_t limit;  // per partition
-    };
-    std::vector<Group> groups;
+    // batch_max events (engine/read_groups.h), read when the queue has room
+    // for a batch. The others are read together in one statement, one round
+    // trip per pass, which is what a pass costs once the engine keeps up.
     std::vector<uint32_t> backlog, together;
     for (const uint32_t p : owned) {
       if (backlogged[p]) {
@@ -401,18 +384,12 @@ void SinkRunner::ReadLoop() {
       }
     }
     const uint32_t batch_max = options_.engine.batch_max;
-    // At most batch_max partitions share one, so that each reads at least one event.
-    const size_t group_max = std::min<size_t>(kBacklogGroupMax, batch_max);
-    for (size_t n = (backlog.size() + group_max - 1) / group_max, i = 0; i < n; ++i) {
-      const auto first = backlog.begin() + i * backlog.size() / n, last = backlog.begin() + (i + 1) * backlog.size() / n;
-      const auto size = static_cast<uint32_t>(last - first);
-      groups.push_back(Group{{first, last}, std::max<uint32_t>(1, batch_max / size)});
-    }
-    if (!together.empty()) groups.push_back(Group{std::move(together), batch_max});
+    std::vector<ReadGroup> groups = BacklogReadGroups(backlog, batch_max);
+    if (!together.empty()) groups.push_back(ReadGroup{std::move(together), batch_max});
     read_all = false;
     retry.clear();
     const size_t read_ahead = size_t{options_.engine.inflight_batches - 1} * batch_max;
-    for (const Group& group : groups) {
+    for (const ReadGroup& group : groups) {
       std::vector<std::pair<uint32_t, uint64_t>> from;
       {
         std::unique_lock lock(mu_);
