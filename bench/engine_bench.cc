@@ -61,12 +61,12 @@ modes:
   redis_raw   baseline: SET <key> <the same json value> for every event, pipelined
               (--pipeline per round trip), one hiredis connection, into --sink's key space
   mysql_raw   baseline: multi-row INSERT ... ON DUPLICATE KEY UPDATE of the same rows
-              (--rows-per-insert per statement, autocommit) over --threads connections,
+              (up to --rows-per-insert per statement, autocommit) over --threads connections,
               connection t with the partitions p % threads == t, into --sink's table
               (re-created by the sink in its own shape)
   es_raw      baseline: the same documents as plain _bulk index actions (no version
               check; with --es-versioned, each with its version and version_type
-              external, as the sink writes them), the sink's batch_max per request,
+              external, as the sink writes them), up to the sink's batch_max per request,
               over the sink's connections (connection k with the partitions
               p % connections == k), into --sink's index (re-created as the sink creates it)
   lag         open-loop HTTP load at --rate commands/s against a running `sluice serve`
@@ -86,14 +86,16 @@ modes:
               the backlog (--run-id, --entities, --versions as loaded) from the writer at
               --url, one keep-alive connection; every history must be the backlog's, whole
               and in order; events/s, CPU of --watch processes
-  cleanup     delete the keys of every redis sink in FILE
+  cleanup     delete the keys of every redis sink and the index of every elasticsearch
+              sink in FILE
 
 The backlog modes (load, direct, redis_raw, mysql_raw, es_raw) regenerate the same events
 from --run-id, --entities and --versions: give them the same values. The raw baselines write
 the events partition by partition (--order partitions), or, with --order engine, in the
-order and chunks the sync engine drains them in (read passes over the partitions in groups
-of up to 16, engine.batch_max per group, batches joined into the sink's chunks), as direct
-always does. Modes that write a view
+order the sync engine drains them in (read passes over the partitions in groups of up to
+16, engine.batch_max per group, batches joined into chunks of --pipeline, --rows-per-insert
+or the sink's batch_max; with several connections each takes its partitions' share of a
+chunk), as direct always does with the sink's batch_max. Modes that write a view
 finish with `sluice verify --config FILE --sink NAME` (needs --sluice) unless --no-verify;
 its time (verify_s) and its own peak RSS (verify_rss_mib, the child's ru_maxrss) are reported.
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "bench/bench_common.h"
@@ -70,11 +71,12 @@ std::vector<Backlog::Chunk> Backlog::Chunks(Order order, uint32_t batch_max, uin
   // The engine reads every partition; a writer of several takes its
   // partitions' share of each chunk.
   const auto mine = [&](const Run& run) { return run.partition % stride == offset; };
+  // At the start every partition may hold a backlog; one stays backlogged
+  // while its last read filled its share (SinkRunner::ReadLoop), so one read
+  // to its end exactly is read once more, finding nothing.
   std::vector<uint64_t> read(spec_.partitions, 0);
-  std::vector<uint32_t> backlogged;
-  for (uint32_t p = 0; p < spec_.partitions; ++p) {
-    if (PartitionEvents(p) > 0) backlogged.push_back(p);
-  }
+  std::vector<uint32_t> backlogged(spec_.partitions);
+  std::iota(backlogged.begin(), backlogged.end(), 0);
   Chunk joined;
   uint64_t events = 0;
   const auto flush = [&] {
@@ -89,8 +91,9 @@ std::vector<Backlog::Chunk> Backlog::Chunks(Order order, uint32_t batch_max, uin
       for (const uint32_t p : group.partitions) {
         const Run batch{p, read[p] + 1, std::min<uint64_t>(PartitionEvents(p), read[p] + group.limit)};
         read[p] = batch.last;
-        if (read[p] < PartitionEvents(p)) still.push_back(p);
-        const uint64_t size = batch.last - batch.first + 1;
+        const uint64_t size = batch.last + 1 - batch.first;
+        if (size >= group.limit) still.push_back(p);
+        if (size == 0) continue;
         if (events > 0 && events + size > chunk) flush();
         if (size > chunk) {
           if (mine(batch)) split(batch);

@@ -76,14 +76,17 @@ class Backlog {
     // As the sync engine drains a backlog: passes over the partitions not yet
     // read to the end, in the reader's groups (engine/read_groups.h), each
     // partition's read a batch; the applier joins consecutive batches while
-    // they fit in one chunk (SinkRunner::TakeWork) and splits larger ones.
+    // they fit in one chunk (SinkRunner::TakeWork) and splits larger ones
+    // (ApplyLoop). It assumes the applier always finds the next batches
+    // read, as in a drain that the sink, not the reader, holds back.
     kEngine,
   };
   // The backlog of the partitions p with p % stride == offset (one writer of
   // `stride`) in `order`, as chunks of at most `chunk` events; batch_max is
   // the engine's (kEngine). kEngine with a stride: the writer's share of each
-  // chunk the engine makes of every partition (a sink over several
-  // connections splits its chunks by entity id instead).
+  // chunk the engine makes of every partition, about chunk / stride events
+  // (a sink over several connections splits its chunks by entity id
+  // instead).
   std::vector<Chunk> Chunks(Order order, uint32_t batch_max, uint32_t chunk, uint32_t offset = 0,
                             uint32_t stride = 1) const;
 
@@ -143,10 +146,11 @@ struct WriteResult {
 Result<WriteResult> RawRedisSets(const config::SinkConfig& sink, const Endpoint& redis, const Backlog& backlog,
                                  uint32_t pipeline, Backlog::Order order, uint32_t batch_max);
 
-// Into `sink`'s table (dropped and re-created with the sink's shape):
-// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, in `order`,
-// over `threads` connections at once (connection t with the partitions
-// p % threads == t).
+// Into `sink`'s table (dropped and re-created with the sink's shape): up to
+// `rows_per_insert` rows per INSERT ... ON DUPLICATE KEY UPDATE, in `order`
+// (Backlog::Chunks), over `threads` connections at once (connection t with
+// the partitions p % threads == t; in the engine's order its share of each
+// chunk, about rows_per_insert / threads rows).
 Result<WriteResult> RawMysqlUpserts(const config::Config& config, const config::SinkConfig& sink,
                                     const Backlog& backlog, uint32_t rows_per_insert, uint32_t threads,
                                     Backlog::Order order);

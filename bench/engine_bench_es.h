@@ -53,10 +53,11 @@ Result<std::vector<uint64_t>> EsVersions(HttpConnection& client, const std::stri
 
 // Baseline: the backlog's documents as plain index actions (no version
 // check; `versioned`: each with its version, version_type external, the
-// check the sink asks for), sink.batch_max per _bulk request, in `order`
-// (Backlog::Chunks), over the sink's `connections` at once (each connection
-// with the partitions p % connections == k, streaming its requests on its
-// own), into the sink's index (dropped, then created by the sink itself,
+// check the sink asks for), up to sink.batch_max per _bulk request, in
+// `order` (Backlog::Chunks), over the sink's `connections` at once (each
+// connection with the partitions p % connections == k, streaming its
+// requests on its own; in the engine's order its share of each chunk), into
+// the sink's index (dropped, then created by the sink itself,
 // opened through MakeSink, with its mapping).
 Result<WriteResult> RawEsBulk(const config::Config& config, const config::SinkConfig& sink, const Endpoint& server,
                               const Backlog& backlog, bool versioned, Backlog::Order order);
