@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -446,10 +447,39 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
 
   const std::vector<Backlog::Chunk> chunks =
       backlog.Chunks(Backlog::Order::kEngine, config.engine.batch_max, sink.batch_max);
-  std::vector<connectors::ChangeEvent> part;
+  // As the engine's applier drives it: a sink that pipelines
+  // (Capabilities::pipeline) gets the next chunk before the last one's
+  // results, up to that many in flight.
+  const size_t pipeline = std::max<uint32_t>(1, view->capabilities().pipeline);
+  std::deque<std::vector<connectors::ChangeEvent>> parts;  // in flight (pipelining), oldest first
   WriteResult r;
   std::atomic<uint64_t> done{0};
   Clock::duration busy{};
+  const auto take = [&](const connectors::ApplyResult& applied, size_t events) -> Status {
+    if (!applied.status.ok()) return applied.status.WithContext("sink " + sink.name);
+    if (applied.results.size() != events) return Internal("the sink returned the wrong number of results");
+    for (const auto& er : applied.results) {
+      switch (er.outcome) {
+        case connectors::Outcome::kApplied: ++r.applied; break;
+        case connectors::Outcome::kStale: ++r.stale; break;
+        case connectors::Outcome::kRejected:
+          ++r.rejected;
+          if (r.problems.size() < 8) r.problems.push_back("rejected: " + er.reason);
+          break;
+      }
+    }
+    done.fetch_add(events);
+    return Status::Ok();
+  };
+  // The oldest chunk in flight.
+  const auto receive = [&]() -> Status {
+    const auto t0 = Clock::now();
+    connectors::ApplyResult applied = view->Receive();
+    busy += Clock::now() - t0;
+    const Status st = take(applied, parts.front().size());
+    parts.pop_front();
+    return st;
+  };
   const auto start = Clock::now();
   {
     uint64_t last_done = 0;
@@ -457,33 +487,38 @@ Result<WriteResult> ApplyDirect(const config::Config& config, const config::Sink
     ProgressLine progress("direct Apply " + sink.name, [&](double t) {
       return RateText(done.load(), backlog.total_events(), t, last_done, last_t, "events applied");
     });
+    Status failed;
     for (const Backlog::Chunk& chunk : chunks) {
-      part.clear();
+      std::vector<connectors::ChangeEvent> part;
       const int64_t now_us = RealtimeMicros();
       for (const Backlog::Run& run : chunk) {
         for (uint64_t id = run.first; id <= run.last; ++id) {
           part.push_back(backlog.ChangeEventAt(run.partition, id, now_us));
         }
       }
-      const auto t0 = Clock::now();
-      connectors::ApplyResult applied = view->Apply(part);
-      busy += Clock::now() - t0;
-      if (!applied.status.ok()) {
-        view->Close();
-        return applied.status.WithContext("sink " + sink.name);
-      }
-      if (applied.results.size() != part.size()) return Internal("the sink returned the wrong number of results");
-      for (const auto& er : applied.results) {
-        switch (er.outcome) {
-          case connectors::Outcome::kApplied: ++r.applied; break;
-          case connectors::Outcome::kStale: ++r.stale; break;
-          case connectors::Outcome::kRejected:
-            ++r.rejected;
-            if (r.problems.size() < 8) r.problems.push_back("rejected: " + er.reason);
-            break;
+      if (pipeline == 1) {
+        const auto t0 = Clock::now();
+        connectors::ApplyResult applied = view->Apply(part);
+        busy += Clock::now() - t0;
+        failed = take(applied, part.size());
+      } else {
+        if (parts.size() == pipeline) failed = receive();
+        if (failed.ok()) {
+          const auto t0 = Clock::now();
+          parts.push_back(std::move(part));
+          view->Send(parts.back());
+          busy += Clock::now() - t0;
         }
       }
-      done.fetch_add(part.size());
+      if (!failed.ok()) break;
+    }
+    while (!parts.empty()) {
+      const Status st = receive();
+      if (failed.ok()) failed = st;
+    }
+    if (!failed.ok()) {
+      view->Close();
+      return failed;
     }
   }
   view->Close();

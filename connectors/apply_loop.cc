@@ -36,23 +36,69 @@ ChunkResult ApplyLoop::ApplyChunk(std::span<const ChangeEvent> chunk) {
   ChunkResult r;
   r.events = chunk;
   if (!open_) r.status = OpenSink();
-  if (r.status.ok()) {
-    const auto start = std::chrono::steady_clock::now();
-    ApplyResult applied = sink_->Apply(chunk);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.applied = true;
-    r.status = std::move(applied.status);
-    r.results = std::move(applied.results);
+  if (!r.status.ok()) {
+    Settle(r, ApplyResult{r.status, {}});
+    return r;
   }
-  if (r.status.ok() && r.results.size() != chunk.size()) {
+  const auto start = std::chrono::steady_clock::now();
+  ApplyResult applied = sink_->Apply(chunk);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.applied = true;
+  Settle(r, std::move(applied));
+  return r;
+}
+
+void ApplyLoop::Send(std::span<const ChangeEvent> chunk) {
+  Flight f{chunk, Status::Ok(), std::chrono::steady_clock::now()};
+  if (!open_) f.open = OpenSink();
+  if (f.open.ok()) sink_->Send(chunk);
+  flight_.push_back(std::move(f));
+}
+
+ChunkResult ApplyLoop::ReceiveChunk() {
+  ChunkResult r;
+  if (flight_.empty()) {
+    Settle(r, ApplyResult{Internal("nothing was sent to receive"), {}});
+    return r;
+  }
+  Flight f = std::move(flight_.front());
+  flight_.pop_front();
+  r.events = f.events;
+  if (!f.open.ok()) {
+    Settle(r, ApplyResult{std::move(f.open), {}});
+    return r;
+  }
+  ApplyResult applied = sink_->Receive();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.sent_at).count();
+  r.applied = true;
+  Settle(r, std::move(applied));
+  return r;
+}
+
+ApplyLoop::Next ApplyLoop::Receive(const AfterChunk& after) {
+  ChunkResult r = ReceiveChunk();
+  const Next next = after(r);
+  if (next == Next::kContinue) {
+    state_ = SinkState::kRunning;
+    backoff_.Reset();
+  } else if (next == Next::kRetry) {
+    state_ = SinkState::kBackoff;
+  }
+  return next;
+}
+
+void ApplyLoop::Settle(ChunkResult& r, ApplyResult applied) {
+  r.status = std::move(applied.status);
+  r.results = std::move(applied.results);
+  if (r.status.ok() && r.results.size() != r.events.size()) {
     r.status = Internal("the sink returned " + std::to_string(r.results.size()) + " results for " +
-                        std::to_string(chunk.size()) + " events");
+                        std::to_string(r.events.size()) + " events");
   }
   r.failure = ClassifyFailure(r.status);
   if (r.failure != FailureClass::kNone) {
     r.results.clear();
     state_ = SinkState::kBackoff;
-    return r;
+    return;
   }
   for (const EventResult& e : r.results) {
     switch (e.outcome) {
@@ -61,7 +107,6 @@ ChunkResult ApplyLoop::ApplyChunk(std::span<const ChangeEvent> chunk) {
       case Outcome::kRejected: ++r.counts.rejected; break;
     }
   }
-  return r;
 }
 
 size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& before, const AfterChunk& after) {

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -107,6 +108,19 @@ class ApplyLoop {
   // moves it back to running when `after` goes on from a chunk.
   ChunkResult ApplyChunk(std::span<const ChangeEvent> chunk);
 
+  // Pipelining, for a sink whose Capabilities::pipeline is above 1 (the
+  // caller keeps to that many chunks in flight and to the rest of the
+  // contract of Sink::Send): Send() opens the sink when closed and sends
+  // the chunk, whose events the caller keeps alive until it is received (a
+  // failed open becomes the chunk's result, and the next Send() tries to
+  // open again). ReceiveChunk() returns the oldest chunk's result, checked,
+  // classified and counted as ApplyChunk()'s; Receive() then calls `after`
+  // and moves the state as Run() does.
+  void Send(std::span<const ChangeEvent> chunk);
+  ChunkResult ReceiveChunk();
+  Next Receive(const AfterChunk& after);
+  size_t in_flight() const { return flight_.size(); }
+
   // Opens the sink if it is not open, then Sink::TakeOver(taken).
   Status TakeOver(const TakenOver& taken);
   // Sink::Idle() of an open sink (between chunks).
@@ -126,6 +140,15 @@ class ApplyLoop {
 
  private:
   Status OpenSink();
+  // Checks, classifies and counts what the sink returned for r.events.
+  void Settle(ChunkResult& r, ApplyResult applied);
+
+  // A chunk sent and not yet received.
+  struct Flight {
+    std::span<const ChangeEvent> events;
+    Status open;        // a failed open: never sent
+    std::chrono::steady_clock::time_point sent_at;
+  };
 
   Sink* sink_ = nullptr;          // null until made
   std::unique_ptr<Sink> owned_;   // the sink made by make_
@@ -134,6 +157,7 @@ class ApplyLoop {
   Backoff backoff_;
   bool open_ = false;
   SinkState state_ = SinkState::kRunning;
+  std::deque<Flight> flight_;  // sent, oldest first
 };
 
 }  // namespace sluice::connectors

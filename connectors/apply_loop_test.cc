@@ -43,6 +43,13 @@ class ScriptSink : public Sink {
     if (drop_one_result && !r.results.empty()) r.results.pop_back();
     return r;
   }
+  // Pipelining: what Send() got, answered by Receive() in order.
+  void Send(std::span<const ChangeEvent> events) override { sent.push_back(events); }
+  ApplyResult Receive() override {
+    const auto events = sent.front();
+    sent.pop_front();
+    return Apply(events);
+  }
   Status Health() override { return Status::Ok(); }
   void Close() override { ++closes; }
   Status Verify(const std::vector<EntitySnapshot>&, std::vector<Difference>&) override { return Status::Ok(); }
@@ -51,6 +58,7 @@ class ScriptSink : public Sink {
   bool drop_one_result = false;
   std::deque<Status> statuses;  // the next Apply() calls' statuses (ok when empty)
   std::vector<size_t> calls;    // events per Apply()
+  std::deque<std::span<const ChangeEvent>> sent;  // sent and not received
 
  private:
   std::string name_ = "script";
@@ -198,6 +206,96 @@ TEST(ApplyLoop, BackoffGrowsWithConsecutiveFailuresUpToItsCap) {
   EXPECT_LE(delays[0], 10);
   EXPECT_GE(delays[4], 20);
   EXPECT_LE(delays[4], 40);
+}
+
+TEST(ApplyLoopPipelined, ReceivesChunksInTheOrderSentEachCheckedAndCounted) {
+  ScriptSink sink;
+  ApplyLoop loop(sink, Chunks(4));
+  auto events = Events(6);
+  events[4].entity_id = "bad";
+  const std::span<const ChangeEvent> all(events);
+  loop.Send(all.subspan(0, 3));
+  loop.Send(all.subspan(3, 3));
+  EXPECT_EQ(loop.in_flight(), 2u);
+  EXPECT_EQ(sink.opens, 1);
+  EXPECT_TRUE(sink.calls.empty()) << "nothing is received before Receive()";
+  ChunkResult first = loop.ReceiveChunk();
+  EXPECT_EQ(first.events.data(), all.data());
+  EXPECT_TRUE(first.applied);
+  EXPECT_EQ(first.counts.applied, 3u);
+  std::vector<size_t> offsets_seen;
+  const auto next = loop.Receive([&](ChunkResult& r) {
+    offsets_seen.push_back(static_cast<size_t>(r.events.data() - all.data()));
+    EXPECT_EQ(r.counts.applied, 2u);
+    EXPECT_EQ(r.counts.rejected, 1u);
+    return ApplyLoop::Next::kContinue;
+  });
+  EXPECT_EQ(next, ApplyLoop::Next::kContinue);
+  EXPECT_EQ(offsets_seen, std::vector<size_t>{3});
+  EXPECT_EQ(loop.in_flight(), 0u);
+  EXPECT_EQ(loop.state(), SinkState::kRunning);
+}
+
+TEST(ApplyLoopPipelined, AFailedOpenIsThatChunksResultAndTheNextSendOpensAgain) {
+  ScriptSink sink;
+  sink.open_failures = 1;
+  ApplyLoop loop(sink, Chunks(4));
+  const auto events = Events(4);
+  const std::span<const ChangeEvent> all(events);
+  loop.Send(all.subspan(0, 2));
+  loop.Send(all.subspan(2, 2));
+  EXPECT_EQ(sink.opens, 2);
+  EXPECT_EQ(sink.sent.size(), 1u) << "the chunk whose open failed is never sent";
+  ChunkResult failed = loop.ReceiveChunk();
+  EXPECT_FALSE(failed.applied);
+  EXPECT_EQ(failed.failure, FailureClass::kUnavailable);
+  EXPECT_EQ(loop.state(), SinkState::kBackoff);
+  ChunkResult second = loop.ReceiveChunk();
+  EXPECT_TRUE(second.status.ok()) << second.status.message();
+  EXPECT_EQ(second.events.data(), all.data() + 2);
+}
+
+TEST(ApplyLoopPipelined, AFailureIsClassifiedAndTheStateFollowsTheCallersAnswer) {
+  ScriptSink sink;
+  sink.statuses = {Unavailable("timed out"), Status::Ok()};
+  ApplyLoop loop(sink, Chunks(4));
+  const auto events = Events(2);
+  const std::span<const ChangeEvent> all(events);
+  loop.Send(all.subspan(0, 1));
+  loop.Send(all.subspan(1, 1));
+  const auto retry = loop.Receive([](ChunkResult& r) {
+    EXPECT_EQ(r.failure, FailureClass::kUnavailable);
+    EXPECT_TRUE(r.results.empty());
+    return ApplyLoop::Next::kRetry;
+  });
+  EXPECT_EQ(retry, ApplyLoop::Next::kRetry);
+  EXPECT_EQ(loop.state(), SinkState::kBackoff);
+  loop.Receive([](ChunkResult& r) {
+    EXPECT_TRUE(r.status.ok());
+    return ApplyLoop::Next::kContinue;
+  });
+  EXPECT_EQ(loop.state(), SinkState::kRunning);
+}
+
+TEST(ApplyLoopPipelined, ReceivingWithNothingSentIsAnInternalError) {
+  ScriptSink sink;
+  ApplyLoop loop(sink, Chunks(4));
+  ChunkResult r = loop.ReceiveChunk();
+  EXPECT_EQ(r.failure, FailureClass::kFatal);
+}
+
+TEST(ApplyLoopPipelined, ASinkThatDoesNotPipelineRefusesReceive) {
+  class Plain : public ScriptSink {
+   public:
+    void Send(std::span<const ChangeEvent> events) override { Sink::Send(events); }
+    ApplyResult Receive() override { return Sink::Receive(); }
+  } sink;
+  ApplyLoop loop(sink, Chunks(4));
+  const auto events = Events(1);
+  loop.Send(events);
+  ChunkResult r = loop.ReceiveChunk();
+  EXPECT_EQ(r.failure, FailureClass::kFatal);
+  EXPECT_NE(r.status.message().find("does not pipeline"), std::string::npos) << r.status.message();
 }
 
 }  // namespace

@@ -37,6 +37,12 @@ Status Sink::ScanViewIds(size_t, const std::function<Status(std::span<const std:
                             "`sluice verify --sink " + name() + "` compares the whole view");
 }
 
+void Sink::Send(std::span<const ChangeEvent>) {}
+
+ApplyResult Sink::Receive() {
+  return ApplyResult{Internal("sink " + name() + " does not pipeline (Capabilities::pipeline is 1): call Apply()"), {}};
+}
+
 ApplyResult Sink::Repair(std::span<const ChangeEvent>, RepairGuard guard) {
   return ApplyResult{FailedPrecondition("sink " + name() + " cannot " +
                                         (guard == RepairGuard::kAny ? "overwrite rows whatever their version"

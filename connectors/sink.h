@@ -121,6 +121,10 @@ struct Capabilities {
   bool record_keys = false;
   // Prepare() does work ahead of Apply() (view code); the engine calls it.
   bool prepares = false;
+  // How many chunks the sink takes in flight at once through Send() and
+  // Receive() (above 1: the engine's applier sends the next chunk before
+  // the last one's results came back); 1: Apply() only.
+  uint32_t pipeline = 1;
 };
 
 // The latest truth about one entity, from main storage, for Verify().
@@ -183,6 +187,20 @@ class Sink {
 
   virtual Status Open() = 0;
   virtual ApplyResult Apply(std::span<const ChangeEvent> events) = 0;
+  // Pipelining, for a sink whose Capabilities::pipeline is above 1: Send()
+  // starts applying a chunk and returns without waiting for the server;
+  // Receive() waits for the oldest chunk sent and not yet received and
+  // returns what Apply() would have returned for it. The caller keeps at
+  // most `pipeline` chunks sent and not received, keeps each chunk's events
+  // alive until its Receive(), and calls nothing else on the sink while
+  // any chunk is in flight. Chunks in flight together may reach the server
+  // in any order: of two events of one entity in different chunks the
+  // older may come back kStale (the version check keeps the newer, as it
+  // would for a retry). After a failed Receive() the caller receives the
+  // others in flight (their results are moot), closes the sink and sends
+  // every one of them again. The defaults (pipeline 1) are never called.
+  virtual void Send(std::span<const ChangeEvent> events);
+  virtual ApplyResult Receive();
   // Work on events ahead of Apply() (Capabilities::prepares): the engine's
   // preparer thread calls it on each batch read, in order, so that it
   // overlaps the writes of the batches before and the reads of the next ones

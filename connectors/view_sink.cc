@@ -60,6 +60,7 @@ Capabilities ViewSink::capabilities() const {
   c.overwrite = false;
   c.record_keys = false;  // what the code sets; nothing a caller may set
   c.prepares = true;      // the code runs ahead, on the engine's reader thread
+  c.pipeline = 1;         // Apply() runs the code's writes one chunk at a time
   return c;
 }
 

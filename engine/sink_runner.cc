@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <memory>
 #include <utility>
 
 #include "core/backoff.h"
@@ -59,6 +60,7 @@ Status SinkRunner::Start() {
   last_flush_ = std::chrono::steady_clock::now();
   // Asked before the applier owns the sink.
   const bool entity_checks = sink_->capabilities().entity_checks;
+  pipeline_ = std::max<uint32_t>(1, sink_->capabilities().pipeline);
   full_events_ = sink_->capabilities().full_events;
   prepares_ = sink_->capabilities().prepares;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
@@ -667,17 +669,94 @@ bool SinkRunner::ApplyWork(Work& work) {
     // several segments fits in one chunk, so none of it is applied yet.
     std::lock_guard lock(mu_);
     if (work.segments.size() == 1) return true;
-    Work kept;
-    for (const auto& g : work.segments) {
-      if (Outdated(g.partition, g.epoch)) continue;
-      Batch b{g.partition, g.epoch, {}};
-      b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
-                      std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
-      kept.Add(std::move(b));
-    }
-    work = std::move(kept);
+    DropOutdatedLocked(work);
     if (work.events.empty()) return true;
   }
+}
+
+void SinkRunner::DropOutdatedLocked(Work& work) const {
+  const auto old = [this](const Work::Segment& g) { return Outdated(g.partition, g.epoch); };
+  if (std::none_of(work.segments.begin(), work.segments.end(), old)) return;
+  Work kept;
+  for (const auto& g : work.segments) {
+    if (Outdated(g.partition, g.epoch)) continue;
+    Batch b{g.partition, g.epoch, {}};
+    b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
+                    std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
+    kept.Add(std::move(b));
+  }
+  work = std::move(kept);
+}
+
+bool SinkRunner::CheckpointDue() const {
+  std::lock_guard lock(mu_);
+  return stopping_ || paused_ || !controls_.empty() || LeasesLapsed();
+}
+
+bool SinkRunner::SendWork(Work&& work) {
+  // A batch longer than a chunk (one partition's) goes as several works of
+  // one chunk each, so that each is acknowledged on its own.
+  std::vector<Work> chunks;
+  const size_t chunk_max = loop_->chunk_max();
+  if (work.events.size() <= chunk_max) {
+    chunks.push_back(std::move(work));
+  } else {
+    const Work::Segment g = work.segments.front();  // one segment: TakeWork joins only what fits
+    for (size_t begin = 0; begin < work.events.size(); begin += chunk_max) {
+      const size_t end = std::min(work.events.size(), begin + chunk_max);
+      Batch b{g.partition, g.epoch, {}};
+      b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(begin)),
+                      std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(end)));
+      chunks.emplace_back().Add(std::move(b));
+    }
+  }
+  for (Work& chunk : chunks) {
+    // As ApplyWork's hook before each chunk: controls, a pause and lapsed
+    // leases wait for the chunks in flight, then run.
+    if (CheckpointDue() && (!Settle(0) || !Checkpoint())) return false;
+    {
+      std::lock_guard lock(mu_);
+      DropOutdatedLocked(chunk);
+    }
+    if (chunk.events.empty()) continue;
+    if (!Settle(pipeline_ - 1)) return false;
+    sent_.push_back(std::make_unique<Work>(std::move(chunk)));
+    loop_->Send(sent_.back()->events);
+  }
+  return true;
+}
+
+std::deque<std::unique_ptr<SinkRunner::Work>> SinkRunner::TakeBackSent() {
+  std::deque<std::unique_ptr<Work>> taken;
+  taken.swap(sent_);
+  for (size_t i = 0; i < taken.size(); ++i) (void)loop_->ReceiveChunk();  // moot: sent again
+  return taken;
+}
+
+bool SinkRunner::Settle(size_t keep) {
+  while (sent_.size() > keep) {
+    std::unique_ptr<Work> work = std::move(sent_.front());
+    sent_.pop_front();
+    std::deque<std::unique_ptr<Work>> again;
+    const auto next = loop_->Receive([&](connectors::ChunkResult& chunk) {
+      // A failure: the chunks sent after it come back first (the sink is
+      // closed next), and go again after it, in order.
+      if (chunk.failure != connectors::FailureClass::kNone) again = TakeBackSent();
+      return AfterChunk(*work, chunk);
+    });
+    if (next == connectors::ApplyLoop::Next::kStop) {
+      TakeBackSent();  // applied or not, nothing after this chunk moves an offset
+      return false;
+    }
+    if (next == connectors::ApplyLoop::Next::kRetry) {
+      // One at a time until they are through, as after any failure.
+      if (!ApplyWork(*work)) return false;
+      for (auto& w : again) {
+        if (!ApplyWork(*w)) return false;
+      }
+    }
+  }
+  return true;
 }
 
 connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors::ChunkResult& chunk) {
@@ -761,12 +840,12 @@ connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors:
   return Next::kContinue;
 }
 
-bool SinkRunner::TakeWork(Work& work) {
+bool SinkRunner::TakeWork(Work& work, bool wait) {
   std::vector<Batch> taken;
   size_t events = 0;
   {
     std::unique_lock lock(mu_);
-    queue_cv_.wait_for(lock, options_.engine.offset_flush_interval,
+    queue_cv_.wait_for(lock, wait ? options_.engine.offset_flush_interval : std::chrono::milliseconds(0),
                        [this] { return stopping_ || !queue_.empty() || !controls_.empty(); });
     if (stopping_) return false;
     // The first batch, then the next ones while everything fits in one
@@ -796,17 +875,24 @@ void SinkRunner::ApplyLoop() {
   Backoff flush_backoff(std::chrono::milliseconds(50), options_.engine.retry_backoff_max);
   auto last_idle_tick = std::chrono::steady_clock::now();
   for (;;) {
-    if (!Checkpoint()) break;
+    // With chunks in flight (a pipelining sink) the checkpoint waits for
+    // them, and only when it has something to do.
+    if (!sent_.empty() && CheckpointDue() && !Settle(0)) break;
+    if (sent_.empty() && !Checkpoint()) break;
     Work work;
-    if (!TakeWork(work)) break;
+    // Nothing to send next: the oldest chunk's result is taken instead of waiting.
+    if (!TakeWork(work, /*wait=*/sent_.empty())) break;
     if (!work.events.empty()) {
       queue_cv_.notify_all();  // room for the reader
-      if (!ApplyWork(work)) break;
+      if (!(pipeline_ > 1 ? SendWork(std::move(work)) : ApplyWork(work))) break;
+    } else if (!sent_.empty() && !Settle(sent_.size() - 1)) {
+      break;
     }
     // Every flush interval, busy or not: a sink lets go of what it holds for
     // partitions that stopped sending (Sink::Idle), also while others send.
     if (const auto now = std::chrono::steady_clock::now();
         now - last_idle_tick >= options_.engine.offset_flush_interval) {
+      if (!Settle(0)) break;
       loop_->Idle();
       last_idle_tick = now;
     }
@@ -816,6 +902,7 @@ void SinkRunner::ApplyLoop() {
       dirty = dirty_;
     }
     if (dirty && std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
+      if (!Settle(0)) break;
       // A failed flush is handled like a failed Apply(): the sink is closed
       // and its events since the last flush are applied again.
       const Status st = SaveOffsets();
@@ -836,6 +923,9 @@ void SinkRunner::ApplyLoop() {
       }
     }
   }
+  // What is in flight: acknowledged where it went through (a stop), dropped
+  // after a chunk the runner stopped at (Settle took it back then).
+  Settle(0);
   // A failed flush here is logged, and the saved offsets stay at the last one.
   SaveOffsets().IgnoreError();
   loop_->Close();

@@ -241,10 +241,10 @@ class SinkRunner {
   void ReadLoop();
   void PrepareLoop();
   void ApplyLoop();
-  // Applier thread: waits up to a flush interval for read batches and takes
-  // those that fit in one chunk into `work` (none while controls wait);
-  // false when the runner stops.
-  bool TakeWork(Work& work);
+  // Applier thread: waits up to a flush interval (not at all unless `wait`)
+  // for read batches and takes those that fit in one chunk into `work`
+  // (none while controls wait); false when the runner stops.
+  bool TakeWork(Work& work, bool wait);
   // Under mu_: the events read and not yet taken by the applier.
   size_t InFlightLocked() const;
   // The anti-entropy's Compare: runs CompareAndRepair on the applier thread
@@ -254,6 +254,25 @@ class SinkRunner {
   // Applies the work through loop_ until it is acknowledged or the runner
   // must stop; false when the runner stops.
   bool ApplyWork(Work& work);
+  // Under mu_: drops the segments SetOffsets made outdated (all of a work of
+  // one segment, whose events may be partly applied: the rest goes).
+  void DropOutdatedLocked(Work& work) const;
+  // A pipelining sink (Capabilities::pipeline above 1), applier thread:
+  // sends the work in chunks, each once at most pipeline - 1 others are in
+  // flight (Settle), after the checkpoint when it has something to do.
+  // False when the runner stops.
+  bool SendWork(Work&& work);
+  // Receives chunks in flight, oldest first, through AfterChunk until at
+  // most `keep` remain. A failed chunk takes back those sent after it and
+  // applies them all again, one at a time (ApplyWork) after the backoff.
+  // False when the runner stops; then nothing is in flight, and nothing
+  // after the chunk it stopped at moved an offset.
+  bool Settle(size_t keep);
+  // Receives every chunk in flight, dropping the results; their works.
+  std::deque<std::unique_ptr<Work>> TakeBackSent();
+  // Whether Checkpoint() has something to do (controls, a pause, lapsed
+  // leases, a stop).
+  bool CheckpointDue() const;
   // After each chunk of ApplyWork: files dead letters, moves the offsets
   // past what the sink acknowledged, or backs off (and retries) or stops.
   connectors::ApplyLoop::Next AfterChunk(const Work& work, connectors::ChunkResult& chunk);
@@ -346,6 +365,11 @@ class SinkRunner {
   bool flush_failing_ = false;  // the last flush failed: the state stays backoff
   std::chrono::steady_clock::time_point last_flush_;
   bool dirty_ = false;
+
+  // Applier thread: a pipelining sink's chunks in flight, oldest first, and
+  // how many it takes (Capabilities::pipeline).
+  std::deque<std::unique_ptr<Work>> sent_;
+  uint32_t pipeline_ = 1;
 
   std::thread reader_;
   std::thread preparer_;

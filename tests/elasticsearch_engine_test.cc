@@ -8,6 +8,7 @@
 //       nothing lost and nothing dead-lettered
 //   (e) a document OpenSearch refuses (mapping conflict) is dead-lettered
 //       and its partition carries on
+// (b), (d) and (e) with connections: 2, chunks pipelined (Sink::Send).
 // Skipped when a server is unreachable; failed instead with CI=true.
 #include <atomic>
 #include <cstdlib>
@@ -36,7 +37,8 @@ struct Stack {
   IndexDeleter deleter;
 };
 
-Stack MakeStack(const std::string& name, uint32_t partitions, uint16_t opensearch_port) {
+// connections above 1: the engine keeps that many chunks in flight (pipelined).
+Stack MakeStack(const std::string& name, uint32_t partitions, uint16_t opensearch_port, uint32_t connections = 1) {
   Stack s;
   s.db = std::make_unique<TestDatabase>(name);
   s.index = UniquePrefix(name) + "_account";
@@ -49,7 +51,8 @@ Stack MakeStack(const std::string& name, uint32_t partitions, uint16_t opensearc
                      "  - name: search\n    type: elasticsearch\n    entity: account\n"
                      "    url: http://127.0.0.1:" + std::to_string(opensearch_port) + "\n"
                      "    index: \"" + s.index.substr(0, s.index.size() - 8) + "_{type}\"\n"
-                     "    request_timeout: 5s\n";
+                     "    request_timeout: 5s\n"
+                     "    connections: " + std::to_string(connections) + "\n";
   s.path = s.cfg.Write();
   return s;
 }
@@ -97,7 +100,7 @@ TEST(ElasticsearchEngine, MixedLoadLeavesTheIndexEqualToMainStorage) {
 TEST(ElasticsearchEngine, KilledRepeatedlyConvergesAndNeverGoesBackwards) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_OPENSEARCH();
-  auto s = MakeStack("eskill", 8, OpenSearchPort());
+  auto s = MakeStack("eskill", 8, OpenSearchPort(), /*connections=*/2);
   std::string out;
   ASSERT_EQ(RunSluice({"init", "--config", s.path}, &out), 0) << out;
   auto writer = Start(s, "writer");
@@ -173,7 +176,7 @@ TEST(ElasticsearchEngine, UnreachableDuringALoadLagsThenRecoversWithoutLoss) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_OPENSEARCH();
   TcpProxy proxy("127.0.0.1", OpenSearchPort());
-  auto s = MakeStack("esdown", 4, proxy.port());
+  auto s = MakeStack("esdown", 4, proxy.port(), /*connections=*/2);
   auto serve = Start(s, "serve");
   std::atomic<bool> stop{false};
   std::thread load([&] { MixedLoad(s.cfg.port, 1000000, 1000, 4, 4, &stop); });
@@ -203,7 +206,7 @@ TEST(ElasticsearchEngine, UnreachableDuringALoadLagsThenRecoversWithoutLoss) {
 TEST(ElasticsearchEngine, MappingConflictIsDeadLetteredAndThePartitionCarriesOn) {
   SLUICE_REQUIRE_MYSQL();
   SLUICE_REQUIRE_OPENSEARCH();
-  auto s = MakeStack("esconflict", 1, OpenSearchPort());
+  auto s = MakeStack("esconflict", 1, OpenSearchPort(), /*connections=*/2);
   auto serve = Start(s, "serve");
   HttpClient c(s.cfg.port);
   auto post = [&](const std::string& id, const std::string& body, const std::string& key) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <span>
@@ -54,6 +55,7 @@ class ElasticsearchSink final : public Sink {
       : cfg_(cfg), es_(cfg_.Options<ElasticsearchSinkOptions>()), client_(std::move(client)) {
     SetIndex(IndexName(cfg));
   }
+  ~ElasticsearchSink() override { JoinInFlight(); }
 
   const std::string& name() const override { return cfg_.name; }
 
@@ -63,6 +65,7 @@ class ElasticsearchSink final : public Sink {
     // Repair(kAny) is not offered: an external version can only go up, and a
     // real delete leaves its version behind for index.gc_deletes.
     c.entity_checks = true;
+    c.pipeline = std::max<uint32_t>(1, es_.connections);  // a _bulk in flight per connection
     return c;
   }
 
@@ -97,6 +100,11 @@ class ElasticsearchSink final : public Sink {
 
   ApplyResult Apply(std::span<const ChangeEvent> events) override { return Index(events, "external"); }
 
+  // Each chunk one _bulk on the next connection, on a thread of its own
+  // until Receive() (the engine keeps one chunk in flight per connection).
+  void Send(std::span<const ChangeEvent> events) override { Start(events, "external", /*wait=*/false); }
+  ApplyResult Receive() override { return Finish(); }
+
   // kNotOlder is version_type=external_gte: the same version is indexed again.
   ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override {
     if (guard != RepairGuard::kNotOlder) return Sink::Repair(events, guard);
@@ -115,65 +123,83 @@ class ElasticsearchSink final : public Sink {
   }
 
  private:
-  // One _bulk request of a batch: the connection it goes over, its NDJSON,
-  // which events of the batch it holds (in batch order), and the reply.
+  // One connection and the _bulk request it carries: its NDJSON, which
+  // events of the chunk it holds (in chunk order), and the reply.
   struct Lane {
     RestClient* client = nullptr;
     std::string body;  // kept for its capacity
     std::vector<size_t> sent;
     Result<HttpResponse> response = HttpResponse{};
   };
-
-  // The batch split by entity id over the sink's connections, one _bulk
-  // each, sent at once (the first on this thread): an entity's events stay
-  // in one request, in batch order.
-  ApplyResult Index(std::span<const ChangeEvent> events, std::string_view version_type) {
+  // A chunk sent and not yet received: its lane (null when the lanes could
+  // not be made: `failed`), the outcomes known before the reply (refused
+  // documents), and the thread the request runs on.
+  struct InFlight {
+    Lane* lane = nullptr;
+    Status failed;
     ApplyResult out;
-    out.results.resize(events.size());
-    if (Status st = MakeLanes(); !st.ok()) return Fail(st);
-    for (Lane& lane : lanes_) {
-      lane.body.clear();
-      lane.sent.clear();
+    std::thread thread;
+  };
+
+  // A chunk in one _bulk request, sent and received on this thread.
+  ApplyResult Index(std::span<const ChangeEvent> events, std::string_view version_type) {
+    Start(events, version_type, /*wait=*/true);
+    return Finish();
+  }
+
+  // Sends the chunk on the next lane: lanes are taken in turn and received
+  // in order, so with at most one chunk in flight per connection the next
+  // lane's last request has been received. With `wait` the request runs on
+  // this thread.
+  void Start(std::span<const ChangeEvent> events, std::string_view version_type, bool wait) {
+    InFlight& f = in_flight_.emplace_back();
+    f.out.results.resize(events.size());
+    if (Status st = MakeLanes(); !st.ok()) {
+      f.failed = std::move(st);
+      return;
     }
+    Lane& lane = lanes_[next_lane_++ % lanes_.size()];
+    f.lane = &lane;
+    lane.body.clear();
+    lane.sent.clear();
     for (size_t i = 0; i < events.size(); ++i) {
-      Lane& lane = lanes_[lanes_.size() == 1 ? 0 : std::hash<std::string_view>{}(events[i].entity_id) % lanes_.size()];
       std::string reason = AppendBulkItem(events[i], lane.body, version_type);
       if (reason.empty()) {
         lane.sent.push_back(i);
       } else {
-        out.results[i] = {Outcome::kRejected, std::move(reason)};
+        f.out.results[i] = {Outcome::kRejected, std::move(reason)};
       }
     }
-    std::vector<std::thread> threads;
-    threads.reserve(lanes_.size());  // emplace_back never reallocates: a failed start throws system_error only
-    Lane* here = nullptr;
-    for (Lane& lane : lanes_) {
-      if (lane.sent.empty()) continue;
-      if (here == nullptr) {
-        here = &lane;
-        continue;
-      }
+    if (lane.sent.empty()) return;
+    if (!wait) {
       try {
-        threads.emplace_back([this, &lane] { SendBulk(lane); });
+        f.thread = std::thread([this, &lane] { SendBulk(lane); });
+        return;
       } catch (const std::system_error&) {
-        SendBulk(lane);  // no thread to be had (the process's limit): in turn
+        // no thread to be had (the process's limit): sent here
       }
     }
-    if (here != nullptr) SendBulk(*here);
-    for (std::thread& t : threads) t.join();
-    // A lane that says the sink is misconfigured wins over one that says
-    // try again, whichever lane the entities hashed to.
-    Status failure = Status::Ok();
-    for (const Lane& lane : lanes_) {
-      if (lane.sent.empty()) continue;
-      Status st = TakeReply(lane, out);
-      if (!st.ok() && (failure.ok() || (failure.code() == StatusCode::kUnavailable &&
-                                        st.code() != StatusCode::kUnavailable))) {
-        failure = std::move(st);
-      }
+    SendBulk(lane);
+  }
+
+  // The oldest chunk in flight: its request's outcome per event.
+  ApplyResult Finish() {
+    if (in_flight_.empty()) return Fail(Internal(where_ + ": nothing was sent to receive"));
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    if (f.thread.joinable()) f.thread.join();
+    if (!f.failed.ok()) return Fail(std::move(f.failed));
+    if (f.lane->sent.empty()) return std::move(f.out);
+    if (Status st = TakeReply(*f.lane, f.out); !st.ok()) return Fail(std::move(st));
+    return std::move(f.out);
+  }
+
+  // Waits for requests still running (a caller that stopped receiving).
+  void JoinInFlight() {
+    for (InFlight& f : in_flight_) {
+      if (f.thread.joinable()) f.thread.join();
     }
-    if (!failure.ok()) return Fail(failure);
-    return out;
+    in_flight_.clear();
   }
 
   // The lanes, one per connection (the first is the sink's own client).
@@ -242,6 +268,7 @@ class ElasticsearchSink final : public Sink {
   }
 
   void Close() override {
+    JoinInFlight();
     client_->Disconnect();
     for (auto& c : lane_clients_) c->Disconnect();
   }
@@ -552,6 +579,8 @@ class ElasticsearchSink final : public Sink {
   std::string shadow_of_;
   bool shadow_prepared_ = false;
   std::vector<Lane> lanes_;  // made at the first batch (MakeLanes)
+  size_t next_lane_ = 0;     // the lane of the next chunk sent
+  std::deque<InFlight> in_flight_;  // sent, oldest first
   std::vector<std::unique_ptr<RestClient>> lane_clients_;  // the connections of lanes 1..
 };
 

@@ -130,11 +130,12 @@ TEST_F(ElasticsearchSinkTest, AppliesNewerVersionsAndSkipsOlderOnes) {
   EXPECT_EQ(b["_source"]["owner"], "bob");
 }
 
-// connections: 4 splits a batch by entity id over four _bulk requests sent at
-// once; every event's outcome comes back to its own place in the batch, and
-// each entity's events keep their order (its newest version wins, an older
-// one after it is stale).
-TEST_F(ElasticsearchSinkTest, ConnectionsSplitABatchByEntityAndEachOutcomeComesBackToItsEvent) {
+// connections: 4 lets the engine keep four chunks in flight (Send, one
+// _bulk per connection, each on its own thread), received in the order sent,
+// every event's outcome in its own place; Apply() still sends a chunk as one
+// request. Chunks in flight together may be indexed in any order: the newest
+// version of each entity wins, and an older one is stale whichever came first.
+TEST_F(ElasticsearchSinkTest, ConnectionsPipelineChunksEachOutcomeInItsPlaceAndTheNewestVersionWins) {
   sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().connections = 4;
   auto sink = MakeOpenSink();
   ASSERT_NE(sink, nullptr);
@@ -164,6 +165,41 @@ TEST_F(ElasticsearchSinkTest, ConnectionsSplitABatchByEntityAndEachOutcomeComesB
   for (size_t i = 0; i < batch.size(); ++i) {
     EXPECT_EQ(r.results[i].outcome, expected[i] == Outcome::kRejected ? Outcome::kRejected : Outcome::kStale) << i;
   }
+
+  // Pipelined: versions 6..13 of the 40 entities, one version per chunk, at
+  // most four chunks in flight.
+  ASSERT_EQ(sink->capabilities().pipeline, 4u);
+  std::vector<std::vector<ChangeEvent>> chunks;
+  for (uint64_t v = 6; v <= 13; ++v) {
+    auto& chunk = chunks.emplace_back();
+    for (int e = 0; e < 40; ++e) {
+      chunk.push_back(Event("e" + std::to_string(e), v + 2, R"({"v":)" + std::to_string(v + 2) + "}"));
+    }
+    if (v == 9) chunk.push_back(Event("e1", 99, "[1]"));  // refused before sending, in its own place
+  }
+  size_t received = 0;
+  uint64_t applied = 0;
+  const auto receive = [&] {
+    const std::vector<ChangeEvent>& chunk = chunks[received++];
+    ApplyResult got = sink->Receive();
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    ASSERT_EQ(got.results.size(), chunk.size());
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      if (chunk[i].state == "[1]") {
+        EXPECT_EQ(got.results[i].outcome, Outcome::kRejected) << i;
+        continue;
+      }
+      EXPECT_NE(got.results[i].outcome, Outcome::kRejected) << got.results[i].reason;
+      if (got.results[i].outcome == Outcome::kApplied) ++applied;
+    }
+  };
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    if (k >= 4) receive();
+    sink->Send(chunks[k]);
+  }
+  while (received < chunks.size()) receive();
+  EXPECT_GE(applied, 40u) << "each entity's newest version was applied";
+  for (int e = 0; e < 40; ++e) EXPECT_EQ(Doc("e" + std::to_string(e))["_version"], 15) << e;
 }
 
 TEST_F(ElasticsearchSinkTest, DeleteLeavesATombstoneThatNoOlderWriteResurrects) {

@@ -1,0 +1,167 @@
+// The pull loop with a sink that pipelines (Capabilities::pipeline): chunks
+// kept in flight, received in order; a failure, a rejection with on_error
+// stop, a failing flush, controls and a stop with chunks in flight; chunks
+// a server applies out of order. On the in-memory tables, no server.
+#include "engine/sink_runner.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/sink_runner_test_fixture.h"
+
+namespace sluice::engine {
+namespace {
+
+using namespace testing_fixture;
+using namespace std::chrono_literals;
+
+class PipelinedSinkRunnerTest : public SinkRunnerUnitTest {
+ protected:
+  void SetUp() override {
+    SinkRunnerUnitTest::SetUp();
+    script_.pipeline = 2;
+  }
+  // Every event id of partition p from 1 to n was applied at least once.
+  void EveryEventApplied(uint32_t p, uint64_t n) {
+    std::set<uint64_t> ids;
+    std::lock_guard lock(script_.mu);
+    for (const auto& [q, id] : script_.applied) {
+      if (q == p) ids.insert(id);
+    }
+    for (uint64_t id = 1; id <= n; ++id) EXPECT_TRUE(ids.count(id)) << "event " << id << " of partition " << p;
+  }
+  int CallsWhileInFlight() {
+    std::lock_guard lock(script_.mu);
+    return script_.calls_while_in_flight;
+  }
+};
+
+TEST_F(PipelinedSinkRunnerTest, KeepsTwoChunksInFlightAndAppliesEveryPartitionInOrder) {
+  Append(0, 30);  // one batch of 30, sent as chunks of 8
+  Append(1, 7);
+  Start(config::OnError::kDeadLetter, /*chunk=*/8);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 37; }));
+  runner_->Stop();
+  const auto last = EachPartitionInOrder();
+  EXPECT_EQ(last.at(0), 30u);
+  EXPECT_EQ(last.at(1), 7u);
+  EXPECT_EQ(Saved(0), 30u);
+  EXPECT_EQ(Saved(1), 7u);
+  EXPECT_EQ(script_.max_in_flight, 2u) << "the next chunk goes before the last one's results";
+  EXPECT_EQ(CallsWhileInFlight(), 0) << "the sink was called otherwise with chunks in flight";
+}
+
+// A failed chunk brings back the one sent after it; both are applied again
+// after the backoff: nothing lost, the newest version held, offsets at the end.
+TEST_F(PipelinedSinkRunnerTest, AFailedChunkIsAppliedAgainWithThoseSentAfterIt) {
+  Append(0, 20, "same");  // one entity, versions 1..20
+  script_.unavailable_calls = 3;
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 20; }));
+  runner_->Stop();
+  EveryEventApplied(0, 20);
+  const auto t = runner_->totals();
+  EXPECT_EQ(t.applied + t.stale, 20u);
+  // Chunk 1 fails, chunk 2 (in flight) fails too and is taken back unretried,
+  // chunk 1 fails once more alone: two retries for three failed calls.
+  EXPECT_EQ(t.retries, 2u);
+  EXPECT_EQ(Saved(0), 20u);
+  EXPECT_EQ(script_.versions["same"], 20u);
+  EXPECT_EQ(CallsWhileInFlight(), 0) << "closed or flushed with chunks in flight";
+}
+
+// A server may apply the later of two chunks in flight first: the older
+// versions come back stale, and the newest wins.
+TEST_F(PipelinedSinkRunnerTest, ChunksAppliedOutOfOrderLeaveTheNewestVersion) {
+  script_.reorder = true;
+  Append(0, 24, "same");
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 24; }));
+  runner_->Stop();
+  const auto t = runner_->totals();
+  EXPECT_EQ(t.applied + t.stale, 24u);
+  EXPECT_GT(t.stale, 0u) << "no chunk was overtaken";
+  EXPECT_EQ(script_.versions["same"], 24u);
+  EXPECT_EQ(Saved(0), 24u);
+}
+
+// The chunk after a rejection may already be applied; no offset passes the
+// rejected event.
+TEST_F(PipelinedSinkRunnerTest, ARejectionWithOnErrorStopMovesNoOffsetPastIt) {
+  Append(0, 10);
+  script_.reject = {{0, 3}};
+  Start(config::OnError::kStop, /*chunk=*/2);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.state == SinkState::kStopped; }));
+  runner_->Stop();
+  EXPECT_EQ(Saved(0), 2u);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "stopped");
+  EXPECT_TRUE(storage_->DeadLetters().empty());
+  EXPECT_EQ(CallsWhileInFlight(), 0);
+}
+
+TEST_F(PipelinedSinkRunnerTest, OffsetsNeverPassWhatTheSinkFlushed) {
+  Append(0, 40);
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = true;
+  }
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  ASSERT_TRUE(WaitFor([&](const auto&) {
+    std::lock_guard lock(script_.mu);
+    return script_.applied.size() >= 120;
+  }));
+  EXPECT_EQ(Saved(0), 0u);
+  {
+    std::lock_guard lock(script_.mu);
+    script_.fail_flush = false;
+  }
+  ASSERT_TRUE(WaitFor([&](const auto&) { return Saved(0) == 40; }));
+  runner_->Stop();
+  std::lock_guard lock(script_.mu);
+  for (uint64_t id = 1; id <= 40; ++id) EXPECT_TRUE(script_.durable.count({0, id})) << id;
+  EXPECT_EQ(script_.calls_while_in_flight, 0);
+}
+
+// Controls (the operator's, the anti-entropy's, a rebuild's switch-over)
+// wait for the chunks in flight: the sink has one caller at a time.
+TEST_F(PipelinedSinkRunnerTest, ControlsRunWithNothingInFlight) {
+  Append(0, 400);
+  Append(1, 400);
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  int controls = 0, saw_in_flight = 0;
+  while (runner_->totals().applied < 800 && controls < 200) {
+    ASSERT_TRUE(runner_
+                    ->RunOnApplier([&](connectors::Sink&) {
+                      std::lock_guard lock(script_.mu);
+                      if (script_.in_flight != 0) ++saw_in_flight;
+                      return Status::Ok();
+                    })
+                    .ok());
+    ++controls;
+  }
+  ASSERT_TRUE(runner_->Pause().ok());
+  ASSERT_TRUE(runner_->Resume().ok());
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied == 800; }));
+  runner_->Stop();
+  EXPECT_EQ(saw_in_flight, 0);
+  EXPECT_EQ(CallsWhileInFlight(), 0);
+  EachPartitionInOrder();
+  EXPECT_EQ(script_.max_in_flight, 2u);
+}
+
+// Stop() with chunks in flight: what came back is acknowledged and saved,
+// nothing past it.
+TEST_F(PipelinedSinkRunnerTest, AStopWithChunksInFlightSavesWhatCameBack) {
+  Append(0, 2000);
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied >= 100; }));
+  runner_->Stop();
+  const uint64_t saved = Saved(0);
+  EXPECT_GE(saved, 100u);
+  EXPECT_EQ(saved, runner_->totals().offsets.at(0));
+  std::lock_guard lock(script_.mu);
+  for (uint64_t id = 1; id <= saved; ++id) ASSERT_TRUE(script_.durable.count({0, id})) << id;
+  EXPECT_EQ(script_.calls_while_in_flight, 0);
+}
+
+}  // namespace
+}  // namespace sluice::engine
