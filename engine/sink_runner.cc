@@ -711,15 +711,18 @@ bool SinkRunner::SendWork(Work&& work) {
     }
   }
   for (Work& chunk : chunks) {
+    // Room first: receiving may fail, and a failure (a failed flush, a
+    // refused offset save, controls run before the retry) can move offsets.
+    if (!Settle(pipeline_ - 1)) return false;
     // As ApplyWork's hook before each chunk: controls, a pause and lapsed
     // leases wait for the chunks in flight, then run.
     if (CheckpointDue() && (!Settle(0) || !Checkpoint())) return false;
     {
+      // Nothing between this check and the send moves an offset.
       std::lock_guard lock(mu_);
       DropOutdatedLocked(chunk);
     }
     if (chunk.events.empty()) continue;
-    if (!Settle(pipeline_ - 1)) return false;
     sent_.push_back(std::make_unique<Work>(std::move(chunk)));
     loop_->Send(sent_.back()->events);
   }
@@ -737,13 +740,11 @@ bool SinkRunner::Settle(size_t keep) {
   while (sent_.size() > keep) {
     std::unique_ptr<Work> work = std::move(sent_.front());
     sent_.pop_front();
+    const auto next = loop_->Receive([&](connectors::ChunkResult& chunk) { return AfterChunk(*work, chunk); });
+    // A failure took back the chunks sent after it (AfterChunk): they go
+    // again after it, in order.
     std::deque<std::unique_ptr<Work>> again;
-    const auto next = loop_->Receive([&](connectors::ChunkResult& chunk) {
-      // A failure: the chunks sent after it come back first (the sink is
-      // closed next), and go again after it, in order.
-      if (chunk.failure != connectors::FailureClass::kNone) again = TakeBackSent();
-      return AfterChunk(*work, chunk);
-    });
+    again.swap(taken_back_);
     if (next == connectors::ApplyLoop::Next::kStop) {
       TakeBackSent();  // applied or not, nothing after this chunk moves an offset
       return false;
@@ -787,6 +788,10 @@ connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors:
     return Next::kStop;
   }
   if (failure != FailureClass::kNone) {
+    // The sink is closed next: the chunks in flight come back first, to be
+    // applied again after this one (Settle), also when the sink took this
+    // one and the dead letter could not be written.
+    if (!sent_.empty()) taken_back_ = TakeBackSent();
     {
       std::lock_guard lock(mu_);
       ++retries_;
@@ -811,7 +816,8 @@ connectors::ApplyLoop::Next SinkRunner::AfterChunk(const Work& work, connectors:
     uint64_t applied = 0, stale = 0, dead = 0;
     for (const auto& g : work.segments) {
       const size_t from = std::max(g.begin, done), to = std::min(g.end, done + stop_at);
-      if (from >= to) continue;
+      // A partition moved (or dropped) since the chunk went out keeps its new offset.
+      if (from >= to || Outdated(g.partition, g.epoch)) continue;
       auto& pp = progress_[g.partition];
       for (size_t i = from; i < to; ++i) {
         switch (chunk.results[i - done].outcome) {
@@ -889,20 +895,21 @@ void SinkRunner::ApplyLoop() {
       break;
     }
     // Every flush interval, busy or not: a sink lets go of what it holds for
-    // partitions that stopped sending (Sink::Idle), also while others send.
-    if (const auto now = std::chrono::steady_clock::now();
-        now - last_idle_tick >= options_.engine.offset_flush_interval) {
-      if (!Settle(0)) break;
-      loop_->Idle();
-      last_idle_tick = now;
-    }
+    // partitions that stopped sending (Sink::Idle), also while others send;
+    // told with each flush too, so that both wait once for the chunks in flight.
+    const auto now = std::chrono::steady_clock::now();
     bool dirty;
     {
       std::lock_guard lock(mu_);
       dirty = dirty_;
     }
-    if (dirty && std::chrono::steady_clock::now() - last_flush_ >= options_.engine.offset_flush_interval) {
+    const bool flush_due = dirty && now - last_flush_ >= options_.engine.offset_flush_interval;
+    if (flush_due || now - last_idle_tick >= options_.engine.offset_flush_interval) {
       if (!Settle(0)) break;
+      loop_->Idle();
+      last_idle_tick = now;
+    }
+    if (flush_due) {
       // A failed flush is handled like a failed Apply(): the sink is closed
       // and its events since the last flush are applied again.
       const Status st = SaveOffsets();

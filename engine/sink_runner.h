@@ -26,7 +26,12 @@
 //                   for the durability barrier and running the code of this
 //                   one overlap. The read-ahead bound counts its batches too.
 //   applier thread  applies each batch in chunks of sink.batch_max (through
-//                   connectors::ApplyLoop, as the writer's push does), then
+//                   connectors::ApplyLoop, as the writer's push does; a
+//                   sink that pipelines, Capabilities::pipeline, gets up to
+//                   that many chunks in flight, received in order, and
+//                   nothing else while any is: controls, flushes and the idle
+//                   tick wait for them; a failed one takes back those sent
+//                   after it, applied again after the backoff), then
 //                   advances the partition's in-memory offset past what the
 //                   sink acknowledged: applied, stale, or rejected and written
 //                   to the dead-letter table. Unavailable: capped exponential
@@ -369,6 +374,8 @@ class SinkRunner {
   // Applier thread: a pipelining sink's chunks in flight, oldest first, and
   // how many it takes (Capabilities::pipeline).
   std::deque<std::unique_ptr<Work>> sent_;
+  // Those a failed chunk took back (AfterChunk), for Settle to apply again.
+  std::deque<std::unique_ptr<Work>> taken_back_;
   uint32_t pipeline_ = 1;
 
   std::thread reader_;

@@ -4,6 +4,9 @@
 // a server applies out of order. On the in-memory tables, no server.
 #include "engine/sink_runner.h"
 
+#include <atomic>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "engine/sink_runner_test_fixture.h"
@@ -148,19 +151,84 @@ TEST_F(PipelinedSinkRunnerTest, ControlsRunWithNothingInFlight) {
   EXPECT_EQ(script_.max_in_flight, 2u);
 }
 
-// Stop() with chunks in flight: what came back is acknowledged and saved,
-// nothing past it.
+// Stop() while the applier waits for a chunk's result with another one in
+// flight: both are received, acknowledged and saved.
 TEST_F(PipelinedSinkRunnerTest, AStopWithChunksInFlightSavesWhatCameBack) {
-  Append(0, 2000);
+  Append(0, 8);  // two chunks of 4, both in flight
+  {
+    std::lock_guard lock(script_.mu);
+    script_.hold_receive = true;
+  }
   Start(config::OnError::kDeadLetter, /*chunk=*/4);
-  ASSERT_TRUE(WaitFor([](const auto& t) { return t.applied >= 100; }));
-  runner_->Stop();
-  const uint64_t saved = Saved(0);
-  EXPECT_GE(saved, 100u);
-  EXPECT_EQ(saved, runner_->totals().offsets.at(0));
+  {
+    std::unique_lock lock(script_.mu);
+    ASSERT_TRUE(script_.cv.wait_for(lock, 10s, [&] { return script_.in_receive && script_.in_flight == 2; }));
+  }
+  std::thread stop([&] { runner_->Stop(); });
+  std::this_thread::sleep_for(20ms);  // Stop() has set the runner stopping
+  {
+    std::lock_guard lock(script_.mu);
+    script_.hold_receive = false;
+  }
+  script_.cv.notify_all();
+  stop.join();
+  EXPECT_EQ(Saved(0), 8u) << "the chunks in flight at the stop were not acknowledged";
   std::lock_guard lock(script_.mu);
-  for (uint64_t id = 1; id <= saved; ++id) ASSERT_TRUE(script_.durable.count({0, id})) << id;
+  for (uint64_t id = 1; id <= 8; ++id) EXPECT_TRUE(script_.durable.count({0, id})) << id;
   EXPECT_EQ(script_.calls_while_in_flight, 0);
+}
+
+// The sink took a chunk but its dead letter could not be written: the
+// chunk after it, in flight, comes back before the sink is closed, and both
+// go again; the sink is never stopped for it.
+TEST_F(PipelinedSinkRunnerTest, AFailedDeadLetterWriteWithAChunkInFlightRetriesBoth) {
+  Append(0, 10);
+  script_.reject = {{0, 2}};
+  storage_->FailNext(MemoryStorage::Op::kDeadLetterAdd, Unavailable("storage went away"), 2);
+  Start(config::OnError::kDeadLetter, /*chunk=*/2);
+  ASSERT_TRUE(WaitFor([](const auto& t) { return t.offsets.at(0) == 10 || t.state == SinkState::kStopped; }));
+  runner_->Stop();
+  const auto t = runner_->totals();
+  EXPECT_NE(t.state, SinkState::kStopped) << t.last_error;
+  EXPECT_EQ(Saved(0), 10u);
+  EXPECT_EQ(storage_->DeadLetters().size(), 1u);
+  EveryEventApplied(0, 10);
+  EXPECT_EQ(CallsWhileInFlight(), 0);
+}
+
+// A failed chunk whose sink then fails to flush goes back to the last flush
+// (the events since are read again): a chunk sent after that must not move
+// the offset past events not yet applied again. Watched all along: no saved
+// offset ever passes an event the sink did not make durable.
+TEST_F(PipelinedSinkRunnerTest, AFailedFlushAfterAFailedChunkSavesNoOffsetPastWhatIsDurable) {
+  Append(0, 400);
+  // Chunks 1 and 2 go through (not flushed yet), chunk 3 fails with chunk 4
+  // in flight, and the flush before the sink is closed fails.
+  script_.unavailable_at_call = 3;
+  script_.fail_flushes = 1;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> violations{0};
+  std::thread watch([&] {
+    while (!done) {
+      const uint64_t saved = Saved(0);
+      std::lock_guard lock(script_.mu);
+      for (uint64_t id = 1; id <= saved; ++id) {
+        if (!script_.durable.count({0, id})) {
+          ++violations;
+          break;
+        }
+      }
+    }
+  });
+  Start(config::OnError::kDeadLetter, /*chunk=*/4);
+  const bool through = WaitFor([](const auto& t) { return t.offsets.at(0) == 400; });
+  runner_->Stop();
+  done = true;
+  watch.join();
+  ASSERT_TRUE(through);
+  EXPECT_EQ(violations.load(), 0u) << "an offset was saved past events the sink had not made durable";
+  EXPECT_EQ(Saved(0), 400u);
+  EXPECT_EQ(CallsWhileInFlight(), 0);
 }
 
 }  // namespace

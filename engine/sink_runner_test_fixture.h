@@ -34,8 +34,11 @@ constexpr uint32_t kPartitions = 2;
 struct Script {
   std::mutex mu;
   int unavailable_calls = 0;             // the next calls fail with kUnavailable
+  int unavailable_at_call = 0;           // this call (1, 2, ... of Apply/Receive) fails with kUnavailable
+  int calls = 0;
   int idle_calls = 0;                    // Sink::Idle() calls
   bool fail_flush = false;
+  int fail_flushes = 0;  // the next flushes fail (then they succeed)
   std::set<std::pair<uint32_t, uint64_t>> reject;  // (partition, event_id) refused for good
   std::vector<std::pair<uint32_t, uint64_t>> applied;  // every event of every successful Apply(), in order
   std::vector<std::chrono::steady_clock::time_point> applied_at;  // when each of `applied` was applied
@@ -55,6 +58,8 @@ struct Script {
   // applied at once, before the older one (as a server may).
   uint32_t pipeline = 1;
   bool reorder = false;
+  bool hold_receive = false;   // Receive() waits (on cv) until it is cleared
+  bool in_receive = false;
   size_t in_flight = 0, max_in_flight = 0;
   int calls_while_in_flight = 0;  // any other call of the sink while chunks were in flight
 };
@@ -99,7 +104,15 @@ class ScriptedSink : public connectors::Sink {
     s_->max_in_flight = std::max(s_->max_in_flight, sent_.size());
   }
   connectors::ApplyResult Receive() override {
-    std::lock_guard lock(s_->mu);
+    std::unique_lock lock(s_->mu);
+    s_->in_receive = true;
+    s_->cv.notify_all();
+    s_->cv.wait(lock, [&] { return !s_->hold_receive; });
+    s_->in_receive = false;
+    if (sent_.empty()) {
+      ++s_->calls_while_in_flight;  // a broken contract, as the elasticsearch sink would answer it
+      return connectors::ApplyResult{Internal("nothing was sent to receive"), {}};
+    }
     Sent sent = std::move(sent_.front());
     sent_.pop_front();
     s_->in_flight = sent_.size();
@@ -108,6 +121,10 @@ class ScriptedSink : public connectors::Sink {
   Status Flush() override {
     std::lock_guard lock(s_->mu);
     NothingInFlight();
+    if (s_->fail_flushes > 0) {
+      --s_->fail_flushes;
+      return Unavailable("the remote store refused the buffered batch");
+    }
     if (s_->fail_flush) return Unavailable("the remote store refused the buffered batch");
     s_->durable.insert(s_->buffered.begin(), s_->buffered.end());
     s_->buffered.clear();
@@ -124,6 +141,8 @@ class ScriptedSink : public connectors::Sink {
   void Close() override {
     std::lock_guard lock(s_->mu);
     NothingInFlight();
+    sent_.clear();  // what was in flight is gone, as in the elasticsearch sink
+    s_->in_flight = 0;
     s_->buffered.clear();
     s_->pending.clear();
   }
@@ -141,6 +160,10 @@ class ScriptedSink : public connectors::Sink {
   }
   connectors::ApplyResult ApplyLocked(std::span<const ChangeEvent> events) {
     connectors::ApplyResult r;
+    if (++s_->calls == s_->unavailable_at_call) {
+      r.status = Unavailable("server went away");
+      return r;
+    }
     if (s_->unavailable_calls > 0) {
       --s_->unavailable_calls;
       r.status = Unavailable("server went away");

@@ -100,9 +100,11 @@ class ElasticsearchSink final : public Sink {
 
   ApplyResult Apply(std::span<const ChangeEvent> events) override { return Index(events, "external"); }
 
-  // Each chunk one _bulk on the next connection, on a thread of its own
-  // until Receive() (the engine keeps one chunk in flight per connection).
-  void Send(std::span<const ChangeEvent> events) override { Start(events, "external", /*wait=*/false); }
+  // Pipelined (the engine's applier): each chunk one _bulk on the next
+  // connection, on a thread of its own until Receive(), one chunk in flight
+  // per connection. Apply() (a sink with view code, repairs) splits each
+  // chunk over the connections instead.
+  void Send(std::span<const ChangeEvent> events) override { Start(events, "external"); }
   ApplyResult Receive() override { return Finish(); }
 
   // kNotOlder is version_type=external_gte: the same version is indexed again.
@@ -141,17 +143,72 @@ class ElasticsearchSink final : public Sink {
     std::thread thread;
   };
 
-  // A chunk in one _bulk request, sent and received on this thread.
+  // The batch split by entity id over the sink's connections, one _bulk
+  // each, sent at once (the first on this thread): an entity's events stay
+  // in one request, in batch order.
   ApplyResult Index(std::span<const ChangeEvent> events, std::string_view version_type) {
-    Start(events, version_type, /*wait=*/true);
-    return Finish();
+    ApplyResult out;
+    out.results.resize(events.size());
+    if (Status st = MakeLanes(); !st.ok()) return Fail(st);
+    if (!in_flight_.empty()) return Fail(Internal(where_ + ": Apply() with chunks in flight"));
+    for (Lane& lane : lanes_) {
+      lane.body.clear();
+      lane.sent.clear();
+    }
+    Fill(events, version_type, out, [this](const ChangeEvent& e) -> Lane& {
+      return lanes_[lanes_.size() == 1 ? 0 : std::hash<std::string_view>{}(e.entity_id) % lanes_.size()];
+    });
+    std::vector<std::thread> threads;
+    threads.reserve(lanes_.size());  // emplace_back never reallocates: a failed start throws system_error only
+    Lane* here = nullptr;
+    for (Lane& lane : lanes_) {
+      if (lane.sent.empty()) continue;
+      if (here == nullptr) {
+        here = &lane;
+        continue;
+      }
+      try {
+        threads.emplace_back([this, &lane] { SendBulk(lane); });
+      } catch (const std::system_error&) {
+        SendBulk(lane);  // no thread to be had (the process's limit): in turn
+      }
+    }
+    if (here != nullptr) SendBulk(*here);
+    for (std::thread& t : threads) t.join();
+    // A lane that says the sink is misconfigured wins over one that says
+    // try again, whichever lane the entities hashed to.
+    Status failure = Status::Ok();
+    for (const Lane& lane : lanes_) {
+      if (lane.sent.empty()) continue;
+      Status st = TakeReply(lane, out);
+      if (!st.ok() && (failure.ok() || (failure.code() == StatusCode::kUnavailable &&
+                                        st.code() != StatusCode::kUnavailable))) {
+        failure = std::move(st);
+      }
+    }
+    if (!failure.ok()) return Fail(failure);
+    return out;
   }
 
-  // Sends the chunk on the next lane: lanes are taken in turn and received
-  // in order, so with at most one chunk in flight per connection the next
-  // lane's last request has been received. With `wait` the request runs on
-  // this thread.
-  void Start(std::span<const ChangeEvent> events, std::string_view version_type, bool wait) {
+  // Appends each event's action to the body of the lane `lane_of` picks for
+  // it; a document refused before sending gets its outcome in `out` at once.
+  template <class LaneOf>
+  void Fill(std::span<const ChangeEvent> events, std::string_view version_type, ApplyResult& out, LaneOf lane_of) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      Lane& lane = lane_of(events[i]);
+      std::string reason = AppendBulkItem(events[i], lane.body, version_type);
+      if (reason.empty()) {
+        lane.sent.push_back(i);
+      } else {
+        out.results[i] = {Outcome::kRejected, std::move(reason)};
+      }
+    }
+  }
+
+  // Sends the chunk on the next lane, on a thread of its own: lanes are
+  // taken in turn and received in order, so with at most one chunk in
+  // flight per connection the next lane's last request has been received.
+  void Start(std::span<const ChangeEvent> events, std::string_view version_type) {
     InFlight& f = in_flight_.emplace_back();
     f.out.results.resize(events.size());
     if (Status st = MakeLanes(); !st.ok()) {
@@ -162,24 +219,13 @@ class ElasticsearchSink final : public Sink {
     f.lane = &lane;
     lane.body.clear();
     lane.sent.clear();
-    for (size_t i = 0; i < events.size(); ++i) {
-      std::string reason = AppendBulkItem(events[i], lane.body, version_type);
-      if (reason.empty()) {
-        lane.sent.push_back(i);
-      } else {
-        f.out.results[i] = {Outcome::kRejected, std::move(reason)};
-      }
-    }
+    Fill(events, version_type, f.out, [&lane](const ChangeEvent&) -> Lane& { return lane; });
     if (lane.sent.empty()) return;
-    if (!wait) {
-      try {
-        f.thread = std::thread([this, &lane] { SendBulk(lane); });
-        return;
-      } catch (const std::system_error&) {
-        // no thread to be had (the process's limit): sent here
-      }
+    try {
+      f.thread = std::thread([this, &lane] { SendBulk(lane); });
+    } catch (const std::system_error&) {
+      SendBulk(lane);  // no thread to be had (the process's limit): sent here
     }
-    SendBulk(lane);
   }
 
   // The oldest chunk in flight: its request's outcome per event.

@@ -130,11 +130,13 @@ TEST_F(ElasticsearchSinkTest, AppliesNewerVersionsAndSkipsOlderOnes) {
   EXPECT_EQ(b["_source"]["owner"], "bob");
 }
 
-// connections: 4 lets the engine keep four chunks in flight (Send, one
-// _bulk per connection, each on its own thread), received in the order sent,
-// every event's outcome in its own place; Apply() still sends a chunk as one
-// request. Chunks in flight together may be indexed in any order: the newest
-// version of each entity wins, and an older one is stale whichever came first.
+// connections: 4. Apply() splits a batch by entity id over four _bulk
+// requests sent at once; every event's outcome comes back to its own place,
+// and each entity's events keep their order (its newest version wins, an
+// older one after it is stale). Send() keeps up to four chunks in flight
+// (one _bulk per connection, each on its own thread), received in the order
+// sent, every outcome in its place; chunks in flight together may be indexed
+// in any order: the newest version of each entity wins.
 TEST_F(ElasticsearchSinkTest, ConnectionsPipelineChunksEachOutcomeInItsPlaceAndTheNewestVersionWins) {
   sink_cfg_.MutableOptions<ElasticsearchSinkOptions>().connections = 4;
   auto sink = MakeOpenSink();
