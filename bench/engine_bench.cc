@@ -56,7 +56,8 @@ modes:
               in the view; samples VmRSS every 100 ms (peak) and VmHWM at the end, the CPU
               split of sluice and --watch processes; stops it, checks its stored counters
               and runs `sluice verify` on the sink
-  direct      the sink's own Apply() (--sink) on the same events in the engine's order and
+  direct      the sink's own Apply() (--sink; Send/Receive with as many chunks in flight
+              as a pipelining sink takes) on the same events in the engine's order and
               chunking, without the engine or MySQL reads: what the sink costs alone
   redis_raw   baseline: SET <key> <the same json value> for every event, pipelined
               (--pipeline per round trip), one hiredis connection, into --sink's key space

@@ -259,8 +259,9 @@ class SinkRunner {
   // Applies the work through loop_ until it is acknowledged or the runner
   // must stop; false when the runner stops.
   bool ApplyWork(Work& work);
-  // Under mu_: drops the segments SetOffsets made outdated (all of a work of
-  // one segment, whose events may be partly applied: the rest goes).
+  // Under mu_: drops the segments made outdated (SetOffsets, a failed flush,
+  // a partition dropped); all of a work of one segment, whose events may be
+  // partly applied: the rest goes.
   void DropOutdatedLocked(Work& work) const;
   // A pipelining sink (Capabilities::pipeline above 1), applier thread:
   // sends the work in chunks, each once at most pipeline - 1 others are in
@@ -278,8 +279,9 @@ class SinkRunner {
   // Whether Checkpoint() has something to do (controls, a pause, lapsed
   // leases, a stop).
   bool CheckpointDue() const;
-  // After each chunk of ApplyWork: files dead letters, moves the offsets
-  // past what the sink acknowledged, or backs off (and retries) or stops.
+  // After each chunk (ApplyWork's, or one Settle received): files dead
+  // letters, moves the offsets past what the sink acknowledged (not those of
+  // outdated segments), or backs off (and retries) or stops.
   connectors::ApplyLoop::Next AfterChunk(const Work& work, connectors::ChunkResult& chunk);
   Status DeadLetter(const connectors::ChangeEvent& e, const std::string& reason);
   // Applier thread: makes what the sink acknowledged since its last flush

@@ -4,6 +4,7 @@
 // a server applies out of order. On the in-memory tables, no server.
 #include "engine/sink_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -107,16 +108,29 @@ TEST_F(PipelinedSinkRunnerTest, OffsetsNeverPassWhatTheSinkFlushed) {
     std::lock_guard lock(script_.mu);
     script_.fail_flush = true;
   }
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> saved_while_failing{0};
+  std::thread watch([&] {
+    while (!done) {
+      {
+        std::lock_guard lock(script_.mu);
+        if (!script_.fail_flush) break;
+      }
+      saved_while_failing = std::max(saved_while_failing.load(), Saved(0));
+    }
+  });
   Start(config::OnError::kDeadLetter, /*chunk=*/4);
   ASSERT_TRUE(WaitFor([&](const auto&) {
     std::lock_guard lock(script_.mu);
     return script_.applied.size() >= 120;
   }));
-  EXPECT_EQ(Saved(0), 0u);
   {
     std::lock_guard lock(script_.mu);
     script_.fail_flush = false;
   }
+  done = true;
+  watch.join();
+  EXPECT_EQ(saved_while_failing.load(), 0u) << "an offset was saved while no flush succeeded";
   ASSERT_TRUE(WaitFor([&](const auto&) { return Saved(0) == 40; }));
   runner_->Stop();
   std::lock_guard lock(script_.mu);
@@ -192,8 +206,14 @@ TEST_F(PipelinedSinkRunnerTest, AFailedDeadLetterWriteWithAChunkInFlightRetriesB
   EXPECT_NE(t.state, SinkState::kStopped) << t.last_error;
   EXPECT_EQ(Saved(0), 10u);
   EXPECT_EQ(storage_->DeadLetters().size(), 1u);
-  EveryEventApplied(0, 10);
-  EXPECT_EQ(CallsWhileInFlight(), 0);
+  std::lock_guard lock(script_.mu);
+  // The taken-back chunk's writes went with the close: it was applied again.
+  for (uint64_t id = 1; id <= 10; ++id) {
+    if (id != 2) {
+      EXPECT_TRUE(script_.durable.count({0, id})) << id;
+    }
+  }
+  EXPECT_EQ(script_.calls_while_in_flight, 0);
 }
 
 // A failed chunk whose sink then fails to flush goes back to the last flush

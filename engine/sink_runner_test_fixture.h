@@ -34,7 +34,7 @@ constexpr uint32_t kPartitions = 2;
 struct Script {
   std::mutex mu;
   int unavailable_calls = 0;             // the next calls fail with kUnavailable
-  int unavailable_at_call = 0;           // this call (1, 2, ... of Apply/Receive) fails with kUnavailable
+  int unavailable_at_call = 0;           // this call (1, 2, ... of Apply/Receive, and Send with `reorder`) fails with kUnavailable
   int calls = 0;
   int idle_calls = 0;                    // Sink::Idle() calls
   bool fail_flush = false;
