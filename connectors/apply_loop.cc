@@ -37,14 +37,14 @@ ChunkResult ApplyLoop::ApplyChunk(std::span<const ChangeEvent> chunk) {
   r.events = chunk;
   if (!open_) r.status = OpenSink();
   if (!r.status.ok()) {
-    Settle(r, ApplyResult{r.status, {}});
+    Tally(r, ApplyResult{r.status, {}});
     return r;
   }
   const auto start = std::chrono::steady_clock::now();
   ApplyResult applied = sink_->Apply(chunk);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.applied = true;
-  Settle(r, std::move(applied));
+  Tally(r, std::move(applied));
   return r;
 }
 
@@ -58,26 +58,29 @@ void ApplyLoop::Send(std::span<const ChangeEvent> chunk) {
 ChunkResult ApplyLoop::ReceiveChunk() {
   ChunkResult r;
   if (flight_.empty()) {
-    Settle(r, ApplyResult{Internal("nothing was sent to receive"), {}});
+    Tally(r, ApplyResult{Internal("nothing was sent to receive"), {}});
     return r;
   }
   Flight f = std::move(flight_.front());
   flight_.pop_front();
   r.events = f.events;
   if (!f.open.ok()) {
-    Settle(r, ApplyResult{std::move(f.open), {}});
+    Tally(r, ApplyResult{std::move(f.open), {}});
     return r;
   }
   ApplyResult applied = sink_->Receive();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.sent_at).count();
   r.applied = true;
-  Settle(r, std::move(applied));
+  Tally(r, std::move(applied));
   return r;
 }
 
 ApplyLoop::Next ApplyLoop::Receive(const AfterChunk& after) {
   ChunkResult r = ReceiveChunk();
-  const Next next = after(r);
+  return Follow(after(r));
+}
+
+ApplyLoop::Next ApplyLoop::Follow(Next next) {
   if (next == Next::kContinue) {
     state_ = SinkState::kRunning;
     backoff_.Reset();
@@ -87,7 +90,7 @@ ApplyLoop::Next ApplyLoop::Receive(const AfterChunk& after) {
   return next;
 }
 
-void ApplyLoop::Settle(ChunkResult& r, ApplyResult applied) {
+void ApplyLoop::Tally(ChunkResult& r, ApplyResult applied) {
   r.status = std::move(applied.status);
   r.results = std::move(applied.results);
   if (r.status.ok() && r.results.size() != r.events.size()) {
@@ -116,13 +119,9 @@ size_t ApplyLoop::Run(std::span<const ChangeEvent> events, const BeforeChunk& be
     const auto chunk = events.subspan(done, std::min(chunk_max_, events.size() - done));
     ChunkResult r = ApplyChunk(chunk);
     r.offset = done;
-    switch (after(r)) {
-      case Next::kContinue:
-        done += chunk.size();
-        state_ = SinkState::kRunning;
-        backoff_.Reset();
-        break;
-      case Next::kRetry: state_ = SinkState::kBackoff; break;
+    switch (Follow(after(r))) {
+      case Next::kContinue: done += chunk.size(); break;
+      case Next::kRetry: break;
       case Next::kStop: return done;
     }
   }

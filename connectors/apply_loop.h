@@ -141,7 +141,10 @@ class ApplyLoop {
  private:
   Status OpenSink();
   // Checks, classifies and counts what the sink returned for r.events.
-  void Settle(ChunkResult& r, ApplyResult applied);
+  void Tally(ChunkResult& r, ApplyResult applied);
+  // The state after a hook's answer: running (backoff reset) once the
+  // caller goes on from a chunk, backoff while it retries one.
+  Next Follow(Next next);
 
   // A chunk sent and not yet received.
   struct Flight {

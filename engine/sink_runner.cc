@@ -291,6 +291,13 @@ void SinkRunner::Work::Add(Batch&& batch) {
   segments.push_back(Segment{batch.partition, batch.epoch, begin, events.size()});
 }
 
+SinkRunner::Batch SinkRunner::Work::Take(const Segment& g, size_t begin, size_t end) {
+  Batch b{g.partition, g.epoch, {}};
+  b.events.assign(std::make_move_iterator(events.begin() + static_cast<ptrdiff_t>(begin)),
+                  std::make_move_iterator(events.begin() + static_cast<ptrdiff_t>(end)));
+  return b;
+}
+
 void SinkRunner::RunControls() {
   for (;;) {
     std::shared_ptr<Control> control;

@@ -235,6 +235,8 @@ class SinkRunner {
     std::vector<Segment> segments;
     // Appends the batch's events (takes its vector when nothing is held or reserved).
     void Add(Batch&& batch);
+    // events[begin, end) moved out, as a batch of segment g's partition and epoch.
+    Batch Take(const Segment& g, size_t begin, size_t end);
   };
   struct Control {
     std::function<Status(connectors::Sink&)> fn;

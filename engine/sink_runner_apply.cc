@@ -155,11 +155,7 @@ void SinkRunner::DropOutdatedLocked(Work& work) const {
   if (std::none_of(work.segments.begin(), work.segments.end(), old)) return;
   Work kept;
   for (const auto& g : work.segments) {
-    if (Outdated(g.partition, g.epoch)) continue;
-    Batch b{g.partition, g.epoch, {}};
-    b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.begin)),
-                    std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(g.end)));
-    kept.Add(std::move(b));
+    if (!Outdated(g.partition, g.epoch)) kept.Add(work.Take(g, g.begin, g.end));
   }
   work = std::move(kept);
 }
@@ -179,11 +175,7 @@ bool SinkRunner::SendWork(Work&& work) {
   } else {
     const Work::Segment g = work.segments.front();  // one segment: TakeWork joins only what fits
     for (size_t begin = 0; begin < work.events.size(); begin += chunk_max) {
-      const size_t end = std::min(work.events.size(), begin + chunk_max);
-      Batch b{g.partition, g.epoch, {}};
-      b.events.assign(std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(begin)),
-                      std::make_move_iterator(work.events.begin() + static_cast<ptrdiff_t>(end)));
-      chunks.emplace_back().Add(std::move(b));
+      chunks.emplace_back().Add(work.Take(g, begin, std::min(work.events.size(), begin + chunk_max)));
     }
   }
   for (Work& chunk : chunks) {
