@@ -180,6 +180,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
     ("poll-interval-us", po::value(&a.lag.poll_interval_us)->default_value(1000), "lag: sampler pause between MGETs")
     ("source", po::value(&a.lag.source)->default_value("http"), "lag: http (commands to --url) | storage (rows into the event tables) | kafka_raw (a kafka sink's records produced straight into its topic, no sluice; in transactions when the sink is transactional)")
     ("storage-writers", po::value(&a.lag.storage_writers)->default_value(4), "lag, source storage: inserting threads, one transaction each per round")
+    ("notices", po::bool_switch(&a.lag.notices), "lag, source storage: announce each commit to the engines, as a writer does (engine.notices)")
     ("raw-tx-producers", po::value(&a.lag.raw_tx_producers)->default_value(1), "lag, source kafka_raw with a transactional sink: producers per source partition, taking the rounds in turn")
     ("dump-lags", po::value(&a.lag.dump_path), "lag: write every lag sample to this file (committed_at_us lag_us entity version)")
     ("format", po::value<std::string>()->default_value("text"), "text | kv (one line of key=value)");

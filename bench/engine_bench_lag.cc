@@ -24,7 +24,9 @@
 #include "core/partitioner.h"
 #include "sql/connection.h"
 #include "sql/params.h"
+#include "sql/routed_tables.h"
 #include "sql/schema.h"
+#include "writer/notice_sender.h"
 
 namespace sluice::bench {
 
@@ -330,22 +332,31 @@ class Sampler : public LagObserver {
 // event_ids and entity versions in them; per round it inserts every due
 // event of its partitions in one transaction (one INSERT per partition),
 // the way a partition worker batches what arrived while it committed.
+// With --notices each commit is announced to the engines the way a writer
+// announces it (writer/notice_sender.h), so that they read the partition at
+// once rather than at their next look at the heads.
 class StorageLoad {
  public:
   StorageLoad(const LagOptions& o, const config::Config& config, std::string type, uint32_t partitions)
       : o_(o), params_(sql::ParamsFrom(config.mysql)), type_(std::move(type)), partitions_(partitions),
         note_(MakeNote(o.run_id, 30)), version_(o.entities, 0), partition_of_(o.entities) {
     for (uint64_t k = 0; k < o.entities; ++k) partition_of_[k] = PartitionOf(LagEntityId(o.run_id, k), partitions);
+    if (o.notices) {
+      notices_ = std::make_unique<writer::NoticeSender>(writer::NoticeSender::Options{
+          .storage = sql::OpenStorage(sql::LayoutFrom(config)), .member_ttl = config.engine.lease_ttl});
+    }
   }
 
   // Runs the schedule to its end; the caller's thread waits for all writers.
   void Run(Clock::time_point start, uint64_t total, Clock::time_point window_begin, Clock::time_point end) {
+    if (notices_) notices_->Start();
     std::vector<std::thread> threads;
     const uint32_t writers = std::max<uint32_t>(1, std::min(o_.storage_writers, partitions_));
     for (uint32_t t = 0; t < writers; ++t) {
       threads.emplace_back([=, this] { Writer(t, writers, start, total, window_begin, end); });
     }
     for (auto& th : threads) th.join();
+    if (notices_) notices_->Stop();
   }
 
   std::atomic<uint64_t> inserted{0}, window_events{0}, unsent{0}, backlog{0};
@@ -428,14 +439,19 @@ class StorageLoad {
         continue;
       }
       Status st = c.Execute("BEGIN").status();
+      std::vector<uint32_t> written;
       for (uint32_t p = 0; p < partitions_ && st.ok(); ++p) {
         if (rows[p] == 0) continue;
         st = c.Execute(statements[p]).status();
         rows[p] = 0;
+        written.push_back(p);
       }
       if (st.ok()) st = c.Execute("COMMIT").status();
       if (!st.ok()) return Problem("storage writer: " + st.message());
       const auto committed = Clock::now();
+      if (notices_) {
+        for (uint32_t p : written) notices_->Announce(type_, p, next_event_id[p] - 1);
+      }
       inserted += n;
       if (committed >= window_begin && committed < end) window_events += n;
     }
@@ -448,6 +464,7 @@ class StorageLoad {
   const std::string note_;
   std::vector<uint64_t> version_;         // per entity; only its partition's writer touches it
   std::vector<uint32_t> partition_of_;    // per entity
+  std::unique_ptr<writer::NoticeSender> notices_;  // --notices
   mutable std::mutex mu_;
   std::vector<std::string> problems_;
 };

@@ -68,6 +68,10 @@ struct LagOptions {
   // events, produced straight into its topic (KafkaRawLoad), the baseline.
   std::string source = "http";
   uint32_t storage_writers = 4;
+  // storage: each round's commit announced to the engines as a writer
+  // announces it (writer/notice_sender.h), so that they read the partition
+  // at once instead of at their next look at the heads.
+  bool notices = false;
   // kafka_raw with a transactional sink: producers per source partition,
   // taking the rounds in turn (1: as the sink).
   uint32_t raw_tx_producers = 1;
