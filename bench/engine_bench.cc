@@ -219,6 +219,7 @@ std::optional<Args> ParseArgs(int argc, char** argv) {
       throw Usage{"--source must be http, storage or kafka_raw"};
     }
     if (a.lag.raw_tx_producers < 1 || a.lag.raw_tx_producers > 8) throw Usage{"--raw-tx-producers must be 1..8"};
+    if (a.lag.notices && a.lag.source != "storage") throw Usage{"--notices needs --source storage"};
     if (a.lag.source == "http") {
       if (a.url.empty()) throw Usage{"--mode lag needs --url (or --source storage)"};
       ParseUrl(a.url, a.lag);
@@ -488,6 +489,7 @@ int Run(const Args& a) {
       report.Add("seconds", a.lag.seconds, 1);
       report.Add("connections", static_cast<uint64_t>(a.lag.connections));
       report.Add("source", a.lag.source);
+      if (a.lag.source == "storage") report.Add("notices", a.lag.notices ? "yes" : "no");
       report.Add("entities", a.lag.entities);
       report.Add("commands", r->commands);
       report.Add("achieved_rate", r->achieved_rate, 0);
