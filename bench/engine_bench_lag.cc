@@ -483,7 +483,7 @@ Result<LagResult> RunLag(const config::Config& config, const config::SinkConfig&
   if (o.notices && !config.engine.notices.enabled) {
     return InvalidArgument("--notices: the config turns commit notices off (engine.notices.enabled: false)");
   }
-    const uint32_t partitions = config.entities.at(sink.entity).partitions;
+  const uint32_t partitions = config.entities.at(sink.entity).partitions;
   const uint32_t sample = static_cast<uint32_t>(std::min<uint64_t>(o.sample, o.entities));
   const bool raw = o.source == "kafka_raw";
   if (raw && !kafka) return InvalidArgument("the kafka_raw source needs a kafka sink");
