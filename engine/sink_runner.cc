@@ -38,6 +38,14 @@ Status SinkRunner::Start() {
   std::map<uint32_t, offsets::PartitionProgress> stored;
   if (options_.owner.empty()) {
     ASSIGN_OR_RETURN(stored, store_->Load(options_.sink.name, options_.sink.entity));
+  } else if (auto saved = store_->Load(options_.sink.name, options_.sink.entity); saved.ok()) {
+    // A sink an operator paused as a whole (every partition) is paused from
+    // the start, before its leases come: status does not say running
+    // meanwhile. Otherwise (or unread) each partition taken says so itself.
+    paused_ = saved->size() == options_.partitions &&
+              std::all_of(saved->begin(), saved->end(), [](const auto& kv) {
+                return SinkStateFromName(kv.second.state) == SinkState::kPaused;
+              });
   }
   for (uint32_t p = 0; options_.owner.empty() && p < options_.partitions; ++p) {
     owned_[p] = 0;
@@ -212,6 +220,12 @@ Status SinkRunner::Resume() {
     {
       std::lock_guard lock(mu_);
       if (!paused_) return Status::Ok();
+      if (!options_.owner.empty() && owned_.empty()) {
+        // The pause lives in the offsets of partitions it does not hold yet:
+        // cleared here, it would come back with them.
+        return Unavailable("sink " + name() +
+                           " holds no partitions yet (its leases come at the next lease round); try again");
+      }
       paused_ = false;
     }
     SetState(SinkState::kRunning, "");

@@ -200,10 +200,13 @@ class SinkRunner {
   // keys).
 
   // Stops applying after the chunk in flight; offsets are kept and saved
-  // with state "paused", which a restart keeps. Reading stops once the
+  // with state "paused", which a restart keeps (with an owner, from the
+  // start when every partition was paused). Reading stops once the
   // read-ahead queue is full.
   Status Pause(LateControl late = LateControl::kStaysQueued);
-  // Carries on from the kept offsets.
+  // Carries on from the kept offsets. With an owner and no partitions held
+  // yet (a restart before its first lease round) Unavailable: the pause is
+  // kept in their offsets.
   Status Resume();
   // Moves the offsets of the given partitions and restarts reading there:
   // batches already read past another position are dropped. Saved at once.

@@ -566,6 +566,55 @@ TEST_F(SharedSinkTest, ARestartedEngineTakesOverFromItsFormerProcess) {
   ASSERT_TRUE(Eventually([&] { return Saved(0) == 6; }));
 }
 
+// A sink paused as a whole stays paused across a restart, also in the
+// moments before the restarted engine holds its partitions again: status
+// never says running meanwhile, and a resume then is refused, not lost.
+TEST_F(SharedSinkTest, APausedSinkIsPausedFromTheStartOfARestartedEngine) {
+  Append(0, 2);
+  SinkRunner* before = Runner("engine-a", &script_);
+  LeaseKeeper* k = Keeper("engine-a", before, 10s);
+  ASSERT_TRUE(k->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 2; }));
+  ASSERT_TRUE(before->Pause().ok());
+  keepers_.clear();
+  before->Stop();
+  Append(0, 3);
+
+  SinkRunner* restarted = Runner("engine-a", &other_);
+  EXPECT_TRUE(restarted->owned().empty());
+  EXPECT_TRUE(restarted->totals().paused);
+  EXPECT_EQ(restarted->totals().state, SinkState::kPaused);
+  const Status early = restarted->Resume();
+  EXPECT_EQ(early.code(), StatusCode::kUnavailable) << early.ToString();
+  EXPECT_TRUE(restarted->totals().paused);
+
+  LeaseKeeper* again = Keeper("engine-a", restarted, 10s);
+  ASSERT_TRUE(again->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return restarted->owned().size() == 2; }));
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(AppliedOf(other_, 0), 0u);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "paused");
+  ASSERT_TRUE(restarted->Resume().ok());
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 5; }));
+  EXPECT_EQ(AppliedOf(other_, 0), 3u);
+}
+
+// Paused in part (another engine's share), a restarted engine starts
+// running and pauses only if a partition it takes says so.
+TEST_F(SharedSinkTest, ASinkPausedInPartStartsRunning) {
+  SinkRunner* a = Runner("engine-a", &script_);
+  auto leases = storage_->OpenLeases();
+  auto got = leases->Acquire("sink/rec", kType, {0}, "engine-a", 10s, {});
+  ASSERT_TRUE(got.ok());
+  a->SetOwned(*got, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 1; }));
+  ASSERT_TRUE(a->Pause().ok());
+  ASSERT_EQ(storage_->Offsets("rec", kType).at(0).state, "paused");
+  SinkRunner* b = Runner("engine-b", &other_);
+  EXPECT_FALSE(b->totals().paused);
+  EXPECT_EQ(b->totals().state, SinkState::kRunning);
+}
+
 // A runner whose sink stopped for good applies nothing: the keeper lets
 // its leases go.
 TEST_F(SharedSinkTest, AStoppedRunnerGivesItsLeasesBack) {

@@ -227,6 +227,16 @@ TEST(Admin, PausedViewHoldsStillWhileWritesContinueThenResumeCatchesUp) {
   ASSERT_EQ(live.status, 200) << live.body;
   EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
   EXPECT_EQ(SinkStatus(StatusJson(s->path), "table")["partitions"][0]["state"], "paused");
+  // Paused also once it holds its partitions again (a resume before that is
+  // refused: the pause lives in their offsets).
+  for (int i = 0; i < 300; ++i) {
+    live = restarted.Get("/v1/status", AdminAuth());
+    ASSERT_EQ(live.status, 200) << live.body;
+    if (!SinkStatus(Json::parse(live.body), "table")["partitions"].empty()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(SinkStatus(Json::parse(live.body), "table")["partitions"].size(), 4u) << live.body;
+  EXPECT_TRUE(SinkStatus(Json::parse(live.body), "table")["paused"].get<bool>()) << live.body;
   EXPECT_EQ(TableRows(*s->db), table_paused);
 
   ASSERT_EQ(Sluice({"resume", "--config", s->path, "--sink", "table"}, &out), 0) << out;
