@@ -38,14 +38,14 @@ Status SinkRunner::Start() {
   std::map<uint32_t, offsets::PartitionProgress> stored;
   if (options_.owner.empty()) {
     ASSIGN_OR_RETURN(stored, store_->Load(options_.sink.name, options_.sink.entity));
-  } else if (auto saved = store_->Load(options_.sink.name, options_.sink.entity); saved.ok()) {
-    // A sink an operator paused as a whole (every partition) is paused from
-    // the start, before its leases come: status does not say running
-    // meanwhile. Otherwise (or unread) each partition taken says so itself.
-    paused_ = saved->size() == options_.partitions &&
-              std::all_of(saved->begin(), saved->end(), [](const auto& kv) {
-                return SinkStateFromName(kv.second.state) == SinkState::kPaused;
-              });
+  } else if (auto all = StoredAsPaused(); all.ok()) {
+    // A sink an operator paused as a whole is paused from the start, before
+    // its leases come: status does not say running meanwhile. Otherwise
+    // each partition taken says so itself.
+    paused_ = paused_stored_ = *all;
+  } else {
+    Log(LogLevel::kWarn, "engine: sink " + name() + ": cannot read whether it is paused before its partitions come: " +
+                             all.status().message());
   }
   for (uint32_t p = 0; options_.owner.empty() && p < options_.partitions; ++p) {
     owned_[p] = 0;
@@ -217,21 +217,39 @@ Status SinkRunner::Pause(LateControl late) {
 
 Status SinkRunner::Resume() {
   return RunOnApplier([this](connectors::Sink&) {
+    bool stored_only = false;
     {
       std::lock_guard lock(mu_);
       if (!paused_) return Status::Ok();
-      if (!options_.owner.empty() && owned_.empty()) {
-        // The pause lives in the offsets of partitions it does not hold yet:
-        // cleared here, it would come back with them.
+      stored_only = paused_stored_;
+    }
+    if (stored_only) {
+      // The pause lives in the offsets of partitions this engine does not
+      // hold yet: cleared here, it would come back with them.
+      ASSIGN_OR_RETURN(const bool still, StoredAsPaused());
+      if (still) {
         return Unavailable("sink " + name() +
-                           " holds no partitions yet (its leases come at the next lease round); try again");
+                           " holds no partitions yet and every partition is stored as paused; resume it where they "
+                           "are held, or here once it holds them");
       }
-      paused_ = false;
+    }
+    {
+      std::lock_guard lock(mu_);
+      paused_ = paused_stored_ = false;
     }
     SetState(SinkState::kRunning, "");
     SaveOffsets().IgnoreError();  // paused: nothing was acknowledged since the pause's flush
     return Status::Ok();
   });
+}
+
+Result<bool> SinkRunner::StoredAsPaused() {
+  ASSIGN_OR_RETURN(const auto saved, store_->Load(options_.sink.name, options_.sink.entity));
+  for (uint32_t p = 0; p < options_.partitions; ++p) {
+    const auto it = saved.find(p);
+    if (it == saved.end() || SinkStateFromName(it->second.state) != SinkState::kPaused) return false;
+  }
+  return options_.partitions > 0;
 }
 
 Status SinkRunner::SetOffsets(const std::map<uint32_t, uint64_t>& offsets) {

@@ -204,9 +204,10 @@ class SinkRunner {
   // start when every partition was paused). Reading stops once the
   // read-ahead queue is full.
   Status Pause(LateControl late = LateControl::kStaysQueued);
-  // Carries on from the kept offsets. With an owner and no partitions held
-  // yet (a restart before its first lease round) Unavailable: the pause is
-  // kept in their offsets.
+  // Carries on from the kept offsets. Unavailable for a pause read from
+  // storage at Start() (with an owner, no partitions held yet) while every
+  // partition is still stored paused: cleared here, it would come back with
+  // them.
   Status Resume();
   // Moves the offsets of the given partitions and restarts reading there:
   // batches already read past another position are dropped. Saved at once.
@@ -297,6 +298,9 @@ class SinkRunner {
   // pass what the sink made durable. Returns the flush's failure, for the
   // caller to back off or stop as after a failed Apply().
   Status SaveOffsets();
+  // Whether every partition of the sink is stored as paused (an operator's
+  // pause of the whole sink).
+  Result<bool> StoredAsPaused();
   // Applier thread: closes the sink after a failed Apply(), flushing first.
   void CloseSink();
   // Under mu_: moves the offsets of the given partitions and restarts their
@@ -352,7 +356,11 @@ class SinkRunner {
   std::map<uint32_t, uint64_t> start_offsets_;
   std::deque<std::shared_ptr<Control>> controls_;
   bool applier_done_ = false;             // the applier has exited: controls fail
-  bool paused_ = false;                   // set and cleared by the applier thread
+  bool paused_ = false;                   // set at Start(), then set and cleared by the applier thread
+  // With an owner and no partitions held yet: paused_ came from storage
+  // (every partition stored paused) at Start(). Cleared when partitions
+  // come (each then says itself) or by a Resume().
+  bool paused_stored_ = false;
   std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts
   std::map<uint32_t, uint64_t> owned_;  // partition -> lease token: what the reader reads and the applier applies

@@ -91,6 +91,11 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   }
   {
     std::lock_guard lock(mu_);
+    if (paused_stored_) {
+      // The pause read at Start() stood in for these partitions' own states.
+      paused_ = paused_stored_ = false;
+      if (state_ == SinkState::kPaused) state_ = SinkState::kRunning;
+    }
     std::map<uint32_t, uint64_t> from;
     for (const auto& [p, token] : added) {
       offsets::PartitionProgress pp = stored->count(p) ? stored->at(p) : offsets::PartitionProgress{};

@@ -599,6 +599,74 @@ TEST_F(SharedSinkTest, APausedSinkIsPausedFromTheStartOfARestartedEngine) {
   EXPECT_EQ(AppliedOf(other_, 0), 3u);
 }
 
+// Resumed on the engine that holds the partitions while a restarted one
+// waits for them: the waiting engine's resume goes through, and it runs
+// the partitions it takes later.
+TEST_F(SharedSinkTest, AResumeElsewhereBeforeTheTakeoverHolds) {
+  Append(0, 2);
+  SinkRunner* a = Runner("engine-a", &script_);
+  LeaseKeeper* ka = Keeper("engine-a", a, 10s);
+  ASSERT_TRUE(ka->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
+  ASSERT_TRUE(a->Pause().ok());
+  SinkRunner* b = Runner("engine-b", &other_);
+  EXPECT_TRUE(b->totals().paused);
+  ASSERT_TRUE(a->Resume().ok());
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 2; }));
+  // The stored pause is gone: b's resume clears its own, nothing to refuse.
+  EXPECT_TRUE(b->Resume().ok());
+  EXPECT_FALSE(b->totals().paused);
+
+  // A second restart while a's resume is stored: b starts running, and
+  // the partitions it takes from a stay running.
+  SinkRunner* c = Runner("engine-c", &other_);
+  EXPECT_FALSE(c->totals().paused);
+  ka->Stop();
+  a->Stop();
+  ka->Leave();  // a leaves cleanly: its leases go back
+  LeaseKeeper* kc = Keeper("engine-c", c, 10s);
+  ASSERT_TRUE(kc->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return c->owned().size() == 2; }));
+  Append(0, 3);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 5; }));
+  EXPECT_FALSE(c->totals().paused);
+  EXPECT_EQ(storage_->Offsets("rec", kType).at(0).state, "running");
+}
+
+// The pause read at the start stands in for the partitions' own states
+// until they come: resumed elsewhere meanwhile, they come running.
+TEST_F(SharedSinkTest, APauseReadAtTheStartGivesWayToThePartitionsStates) {
+  SinkRunner* a = Runner("engine-a", &script_);
+  LeaseKeeper* ka = Keeper("engine-a", a, 10s);
+  ASSERT_TRUE(ka->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
+  ASSERT_TRUE(a->Pause().ok());
+  SinkRunner* b = Runner("engine-b", &other_);
+  EXPECT_TRUE(b->totals().paused);
+  ASSERT_TRUE(a->Resume().ok());
+  ka->Stop();
+  a->Stop();
+  ka->Leave();  // a leaves cleanly: its leases go back
+  LeaseKeeper* kb = Keeper("engine-b", b, 10s);
+  ASSERT_TRUE(kb->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return b->owned().size() == 2; }));
+  EXPECT_FALSE(b->totals().paused);
+  EXPECT_EQ(b->totals().state, SinkState::kRunning);
+  Append(1, 4);
+  ASSERT_TRUE(Eventually([&] { return Saved(1) == 4; }));
+}
+
+// A pause made in this process holding no partitions (an engine with no
+// share, a rebuild's switch-over) is always undone by its resume.
+TEST_F(SharedSinkTest, APauseAndResumeWithNoPartitionsHeldAreAPair) {
+  SinkRunner* a = Runner("engine-a", &script_);
+  ASSERT_TRUE(a->Pause().ok());
+  EXPECT_TRUE(a->totals().paused);
+  ASSERT_TRUE(a->Resume().ok());
+  EXPECT_FALSE(a->totals().paused);
+  EXPECT_EQ(a->totals().state, SinkState::kRunning);
+}
+
 // Paused in part (another engine's share), a restarted engine starts
 // running and pauses only if a partition it takes says so.
 TEST_F(SharedSinkTest, ASinkPausedInPartStartsRunning) {
