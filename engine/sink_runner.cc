@@ -207,6 +207,7 @@ Status SinkRunner::Pause(LateControl late) {
     {
       std::lock_guard lock(mu_);
       paused_ = true;
+      paused_stored_ = false;  // this process's own pause now: it holds
     }
     SetState(SinkState::kPaused, "");
     // A failed flush is logged and goes back to the last one; the pause holds.

@@ -301,6 +301,9 @@ class SinkRunner {
   // Whether every partition of the sink is stored as paused (an operator's
   // pause of the whole sink).
   Result<bool> StoredAsPaused();
+  // Applier thread, at a lease round that gave no partitions: drops a pause
+  // read at Start() once storage no longer says every partition is paused.
+  void RecheckStoredPause();
   // Applier thread: closes the sink after a failed Apply(), flushing first.
   void CloseSink();
   // Under mu_: moves the offsets of the given partitions and restarts their
@@ -359,7 +362,8 @@ class SinkRunner {
   bool paused_ = false;                   // set at Start(), then set and cleared by the applier thread
   // With an owner and no partitions held yet: paused_ came from storage
   // (every partition stored paused) at Start(). Cleared when partitions
-  // come (each then says itself) or by a Resume().
+  // come (each then says itself), when storage stops saying so (checked at
+  // each lease round), or by a Pause() or Resume() here.
   bool paused_stored_ = false;
   std::map<uint32_t, uint64_t> epoch_;    // per partition, bumped by SetOffsets
   std::map<uint32_t, uint64_t> reread_from_;  // per partition: where the reader restarts

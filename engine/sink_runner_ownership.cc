@@ -73,6 +73,7 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     DropOwnedLocked(gone);
   }
   if (added.empty()) {
+    RecheckStoredPause();
     SettleTakenOver({});
     return;
   }
@@ -94,7 +95,7 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     if (paused_stored_) {
       // The pause read at Start() stood in for these partitions' own states.
       paused_ = paused_stored_ = false;
-      if (state_ == SinkState::kPaused) state_ = SinkState::kRunning;
+      SetStateLocked(SinkState::kRunning, "");
     }
     std::map<uint32_t, uint64_t> from;
     for (const auto& [p, token] : added) {
@@ -113,6 +114,20 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   queue_cv_.notify_all();
   wake_cv_.notify_all();
   SettleTakenOver(added);
+}
+
+void SinkRunner::RecheckStoredPause() {
+  {
+    std::lock_guard lock(mu_);
+    if (!paused_stored_) return;
+  }
+  // Holding none of the sink's partitions, it says what storage says: a
+  // resume where they are held shows here at the next lease round.
+  const Result<bool> all = StoredAsPaused();
+  if (!all.ok() || *all) return;
+  std::lock_guard lock(mu_);
+  paused_ = paused_stored_ = false;
+  SetStateLocked(SinkState::kRunning, "");
 }
 
 void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken) {

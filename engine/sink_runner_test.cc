@@ -384,6 +384,23 @@ class SharedSinkTest : public SinkRunnerUnitTest {
     return keepers_.back().get();
   }
 
+  // Engine a takes every partition and an operator pauses the sink there.
+  std::pair<SinkRunner*, LeaseKeeper*> HoldEveryPartitionAndPause() {
+    SinkRunner* a = Runner("engine-a", &script_);
+    LeaseKeeper* ka = Keeper("engine-a", a, 10s);
+    EXPECT_TRUE(ka->Round().ok());
+    EXPECT_TRUE(Eventually([&] { return a->owned().size() == kPartitions; }));
+    EXPECT_TRUE(a->Pause().ok());
+    return {a, ka};
+  }
+
+  // The engine stops and gives its leases back (not left to expire).
+  static void LeaveCleanly(SinkRunner* runner, LeaseKeeper* keeper) {
+    keeper->Stop();
+    runner->Stop();
+    keeper->Leave();
+  }
+
   template <typename Pred>
   static bool Eventually(Pred pred, std::chrono::milliseconds within = 10s) {
     const auto until = std::chrono::steady_clock::now() + within;
@@ -480,9 +497,7 @@ TEST_F(SharedSinkTest, TwoEnginesSplitThePartitionsAndHandThemOver) {
   Append(1, 20);
   ASSERT_TRUE(Eventually([&] { return Saved(0) == 40 && Saved(1) == 40; }));
   // b leaves cleanly: a takes its partition at its next round.
-  kb->Stop();
-  b->Stop();
-  kb->Leave();
+  LeaveCleanly(b, kb);
   ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }, 3s));
   Append(0, 5);
   Append(1, 5);
@@ -604,11 +619,8 @@ TEST_F(SharedSinkTest, APausedSinkIsPausedFromTheStartOfARestartedEngine) {
 // the partitions it takes later.
 TEST_F(SharedSinkTest, AResumeElsewhereBeforeTheTakeoverHolds) {
   Append(0, 2);
-  SinkRunner* a = Runner("engine-a", &script_);
-  LeaseKeeper* ka = Keeper("engine-a", a, 10s);
-  ASSERT_TRUE(ka->Round().ok());
-  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
-  ASSERT_TRUE(a->Pause().ok());
+  auto [a, ka] = HoldEveryPartitionAndPause();
+  ASSERT_FALSE(HasFailure());
   SinkRunner* b = Runner("engine-b", &other_);
   EXPECT_TRUE(b->totals().paused);
   ASSERT_TRUE(a->Resume().ok());
@@ -617,13 +629,11 @@ TEST_F(SharedSinkTest, AResumeElsewhereBeforeTheTakeoverHolds) {
   EXPECT_TRUE(b->Resume().ok());
   EXPECT_FALSE(b->totals().paused);
 
-  // A second restart while a's resume is stored: b starts running, and
+  // A second restart while a's resume is stored: c starts running, and
   // the partitions it takes from a stay running.
   SinkRunner* c = Runner("engine-c", &other_);
   EXPECT_FALSE(c->totals().paused);
-  ka->Stop();
-  a->Stop();
-  ka->Leave();  // a leaves cleanly: its leases go back
+  LeaveCleanly(a, ka);
   LeaseKeeper* kc = Keeper("engine-c", c, 10s);
   ASSERT_TRUE(kc->Round().ok());
   ASSERT_TRUE(Eventually([&] { return c->owned().size() == 2; }));
@@ -636,17 +646,12 @@ TEST_F(SharedSinkTest, AResumeElsewhereBeforeTheTakeoverHolds) {
 // The pause read at the start stands in for the partitions' own states
 // until they come: resumed elsewhere meanwhile, they come running.
 TEST_F(SharedSinkTest, APauseReadAtTheStartGivesWayToThePartitionsStates) {
-  SinkRunner* a = Runner("engine-a", &script_);
-  LeaseKeeper* ka = Keeper("engine-a", a, 10s);
-  ASSERT_TRUE(ka->Round().ok());
-  ASSERT_TRUE(Eventually([&] { return a->owned().size() == 2; }));
-  ASSERT_TRUE(a->Pause().ok());
+  auto [a, ka] = HoldEveryPartitionAndPause();
+  ASSERT_FALSE(HasFailure());
   SinkRunner* b = Runner("engine-b", &other_);
   EXPECT_TRUE(b->totals().paused);
   ASSERT_TRUE(a->Resume().ok());
-  ka->Stop();
-  a->Stop();
-  ka->Leave();  // a leaves cleanly: its leases go back
+  LeaveCleanly(a, ka);
   LeaseKeeper* kb = Keeper("engine-b", b, 10s);
   ASSERT_TRUE(kb->Round().ok());
   ASSERT_TRUE(Eventually([&] { return b->owned().size() == 2; }));
@@ -654,6 +659,42 @@ TEST_F(SharedSinkTest, APauseReadAtTheStartGivesWayToThePartitionsStates) {
   EXPECT_EQ(b->totals().state, SinkState::kRunning);
   Append(1, 4);
   ASSERT_TRUE(Eventually([&] { return Saved(1) == 4; }));
+}
+
+// An engine with no share of the sink learns of a resume made where the
+// partitions are held at its next lease round.
+TEST_F(SharedSinkTest, AnEngineWithNoShareFollowsAResumeElsewhere) {
+  auto [a, ka] = HoldEveryPartitionAndPause();
+  ASSERT_FALSE(HasFailure());
+  SinkRunner* b = Runner("engine-b", &other_);
+  EXPECT_TRUE(b->totals().paused);
+  b->SetOwned({}, std::chrono::steady_clock::now() + 10s);  // a round that gave it nothing
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(b->totals().paused);  // still stored paused
+  ASSERT_TRUE(a->Resume().ok());
+  b->SetOwned({}, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] { return !b->totals().paused; }));
+  EXPECT_EQ(b->totals().state, SinkState::kRunning);
+}
+
+// A pause made on an engine whose pause was read at its start is its own:
+// a resume elsewhere does not undo it when the partitions come.
+TEST_F(SharedSinkTest, APauseMadeBeforeThePartitionsComeHolds) {
+  auto [a, ka] = HoldEveryPartitionAndPause();
+  ASSERT_FALSE(HasFailure());
+  SinkRunner* b = Runner("engine-b", &other_);
+  ASSERT_TRUE(b->Pause().ok());
+  ASSERT_TRUE(a->Resume().ok());
+  LeaveCleanly(a, ka);
+  LeaseKeeper* kb = Keeper("engine-b", b, 10s);
+  ASSERT_TRUE(kb->Round().ok());
+  ASSERT_TRUE(Eventually([&] { return b->owned().size() == kPartitions; }));
+  Append(0, 3);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(b->totals().paused);
+  EXPECT_EQ(AppliedOf(other_, 0), 0u);
+  ASSERT_TRUE(b->Resume().ok());
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 3; }));
 }
 
 // A pause made in this process holding no partitions (an engine with no
