@@ -405,6 +405,7 @@ int Run(const Args& a) {
       report.Add("mysql_selects_per_s", r->mysql_selects_per_s, 0);
       report.Add("mysql_inserts_per_s", r->mysql_inserts_per_s, 0);
       report.Add("mysql_fsyncs_per_s", r->mysql_fsyncs_per_s, 0);
+      report.Add("mysql_page_reads_per_event", r->mysql_page_reads_per_event, 2);
       AddCpu(report, r->cpu);
       problems = r->problems;
       verified = VerifySink(a, s.name, report, problems);

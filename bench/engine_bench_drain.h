@@ -54,6 +54,7 @@ struct DrainResult {
   double redis_us_per_event = -1;  // redis sinks: server time in EVALSHA per event
   // MySQL server-wide, from the start to the last event visible.
   double mysql_selects_per_s = 0, mysql_inserts_per_s = 0, mysql_fsyncs_per_s = 0;
+  double mysql_page_reads_per_event = 0;  // InnoDB pages looked up per event (the probe's included)
   std::vector<std::pair<std::string, std::string>> cpu;  // CpuWatch::Compare over the drain
   std::vector<std::string> problems;
 };

@@ -340,7 +340,8 @@ Result<std::vector<std::string>> CheckEventTable(sql::Connection& conn, const st
 
 Result<ServerCounters> ReadServerCounters(sql::Connection& conn) {
   ASSIGN_OR_RETURN(auto rows, conn.Query("SHOW GLOBAL STATUS WHERE Variable_name IN "
-                                         "('Com_insert','Com_select','Innodb_data_fsyncs')"));
+                                         "('Com_insert','Com_select','Innodb_data_fsyncs',"
+                                         "'Innodb_buffer_pool_read_requests')"));
   ServerCounters c;
   for (const auto& row : rows) {
     const std::string name = row.at(0).value_or("");
@@ -348,6 +349,7 @@ Result<ServerCounters> ReadServerCounters(sql::Connection& conn) {
     if (name == "Com_insert") c.inserts = value;
     if (name == "Com_select") c.selects = value;
     if (name == "Innodb_data_fsyncs") c.fsyncs = value;
+    if (name == "Innodb_buffer_pool_read_requests") c.page_reads = value;
   }
   return c;
 }

@@ -107,6 +107,7 @@ struct ServerCounters {
   uint64_t inserts = 0;  // Com_insert
   uint64_t selects = 0;  // Com_select
   uint64_t fsyncs = 0;   // Innodb_data_fsyncs (data and redo log files)
+  uint64_t page_reads = 0;  // Innodb_buffer_pool_read_requests (pages looked up, cached or not)
 };
 Result<ServerCounters> ReadServerCounters(sql::Connection& conn);
 
