@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -41,6 +42,9 @@ class ViewProbe {
   // For each of `partitions`, the version the view holds for its last
   // event's entity (0: none).
   virtual Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) = 0;
+  // How many partitions one look asks about: a probe whose look costs the
+  // same whatever it asks (it reads every row, or caches) asks about all.
+  virtual size_t window() const { return kProbeWindow; }
 };
 
 class RedisProbe final : public ViewProbe {
@@ -111,6 +115,7 @@ class AggregateProbe final : public ViewProbe {
              " WHERE entity_type=";
     conn_->AppendQuoted(query_, entity);
   }
+  size_t window() const override { return SIZE_MAX; }  // every row is read anyway
   Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
     std::vector<uint64_t> all(heads_.size(), 0), out;
     auto rows = conn_->Query(query_);
@@ -138,6 +143,7 @@ class EsProbe final : public ViewProbe {
   // At most one _mget per 50 ms: the probe must not load the 2-core
   // machine's search server the way a 5 ms loop would (the result is then up
   // to 50 ms late on a drain of tens of seconds).
+  size_t window() const override { return SIZE_MAX; }  // answers from its cache between two _mgets
   Result<std::vector<uint64_t>> Versions(const std::vector<uint32_t>& partitions) override {
     const auto now = Clock::now();
     if (last_.empty() || now - fetched_ >= std::chrono::milliseconds(50)) {
@@ -315,13 +321,15 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
       }
       // A partition that shows its last event is done for good: nothing
       // older overwrites a view's row. The partitions looked at go to the
-      // back of the line: the last one is noticed within
-      // pending / kProbeWindow looks.
-      const size_t look = std::min(pending.size(), kProbeWindow);
+      // back of the line: the last one is noticed within pending / window
+      // looks, and a look that finds some done is followed by the next at
+      // once (partitions of a drain finish together, at its end).
+      const size_t look = std::min(pending.size(), probe->window());
       const std::vector<uint32_t> window(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(look));
       auto versions = probe->Versions(window);
       if (!versions.ok()) return fail(versions.status());
       bool any = done > 0;
+      const uint32_t done_before = done;
       std::vector<uint32_t> still(pending.begin() + static_cast<std::ptrdiff_t>(look), pending.end());
       for (size_t i = 0; i < window.size(); ++i) {
         if ((*versions)[i] > 0) any = true;
@@ -345,7 +353,7 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
         return fail(Unavailable("the drain did not finish within " + std::to_string(options.timeout_seconds) +
                                 " s (" + std::to_string(done) + " partitions done)"));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.probe_interval_ms));
+      if (done == done_before) std::this_thread::sleep_for(std::chrono::milliseconds(options.probe_interval_ms));
     }
     const CpuWatch::Sample cpu_end = cpu.Take();
     r.cpu = cpu.Compare(cpu_start, cpu_end, total);
@@ -353,8 +361,8 @@ Result<DrainResult> RunDrain(const config::Config& config, const DrainOptions& o
       r.mysql_selects_per_s = static_cast<double>(counters->selects - counters_start.selects) / r.seconds;
       r.mysql_inserts_per_s = static_cast<double>(counters->inserts - counters_start.inserts) / r.seconds;
       r.mysql_fsyncs_per_s = static_cast<double>(counters->fsyncs - counters_start.fsyncs) / r.seconds;
-      r.mysql_page_reads_per_event = static_cast<double>(counters->page_reads - counters_start.page_reads) /
-                                     static_cast<double>(total);
+      r.mysql_page_reads_per_event =
+          static_cast<double>(counters->page_reads - counters_start.page_reads) / static_cast<double>(std::max<uint64_t>(total, 1));
     }
     if (stats) {
       auto usec = stats->WriteCommandMicros();
