@@ -218,21 +218,17 @@ Status SinkRunner::Pause(LateControl late) {
 
 Status SinkRunner::Resume() {
   return RunOnApplier([this](connectors::Sink&) {
-    bool stored_only = false;
     {
       std::lock_guard lock(mu_);
       if (!paused_) return Status::Ok();
-      stored_only = paused_stored_;
     }
-    if (stored_only) {
-      // The pause lives in the offsets of partitions this engine does not
-      // hold yet: cleared here, it would come back with them.
-      ASSIGN_OR_RETURN(const bool still, StoredAsPaused());
-      if (still) {
-        return Unavailable("sink " + name() +
-                           " holds no partitions yet and every partition is stored as paused; resume it where they "
-                           "are held, or here once it holds them");
-      }
+    // A pause that lives in the offsets of partitions this engine does not
+    // hold yet: cleared here, it would come back with them.
+    ASSIGN_OR_RETURN(const bool stands, StoredPauseStands());
+    if (stands) {
+      return Unavailable("sink " + name() +
+                         " holds no partitions yet and every partition is stored as paused; resume it where they "
+                         "are held, or here once it holds them");
     }
     {
       std::lock_guard lock(mu_);

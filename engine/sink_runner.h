@@ -301,9 +301,11 @@ class SinkRunner {
   // Whether every partition of the sink is stored as paused (an operator's
   // pause of the whole sink).
   Result<bool> StoredAsPaused();
-  // Applier thread, at a lease round that gave no partitions: drops a pause
-  // read at Start() once storage no longer says every partition is paused.
-  void RecheckStoredPause();
+  // Applier thread: whether the pause read at Start() (paused_stored_) still
+  // stands, storage saying every partition is paused; one that no longer
+  // does is dropped here. Called at a lease round that gave no partitions
+  // and by Resume().
+  Result<bool> StoredPauseStands();
   // Applier thread: closes the sink after a failed Apply(), flushing first.
   void CloseSink();
   // Under mu_: moves the offsets of the given partitions and restarts their

@@ -73,7 +73,7 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     DropOwnedLocked(gone);
   }
   if (added.empty()) {
-    RecheckStoredPause();
+    StoredPauseStands().status().IgnoreError();  // unreadable: asked again next round
     SettleTakenOver({});
     return;
   }
@@ -116,18 +116,19 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
   SettleTakenOver(added);
 }
 
-void SinkRunner::RecheckStoredPause() {
+Result<bool> SinkRunner::StoredPauseStands() {
   {
     std::lock_guard lock(mu_);
-    if (!paused_stored_) return;
+    if (!paused_stored_) return false;
   }
   // Holding none of the sink's partitions, it says what storage says: a
   // resume where they are held shows here at the next lease round.
-  const Result<bool> all = StoredAsPaused();
-  if (!all.ok() || *all) return;
+  ASSIGN_OR_RETURN(const bool all, StoredAsPaused());
+  if (all) return true;
   std::lock_guard lock(mu_);
   paused_ = paused_stored_ = false;
   SetStateLocked(SinkState::kRunning, "");
+  return false;
 }
 
 void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken) {
