@@ -677,6 +677,27 @@ TEST_F(SharedSinkTest, AnEngineWithNoShareFollowsAResumeElsewhere) {
   EXPECT_EQ(b->totals().state, SinkState::kRunning);
 }
 
+// While storage cannot be read, the pause read at the start stands: a lease
+// round with no partitions keeps it, and a resume fails with storage's
+// error instead of clearing it.
+TEST_F(SharedSinkTest, ThePauseReadAtTheStartStandsWhileStorageCannotBeRead) {
+  auto [a, ka] = HoldEveryPartitionAndPause();
+  ASSERT_FALSE(HasFailure());
+  SinkRunner* b = Runner("engine-b", &other_);
+  ASSERT_TRUE(b->totals().paused);
+  ASSERT_TRUE(a->Resume().ok());
+  storage_->FailNext(MemoryStorage::Op::kOffsetsLoad, Unavailable("storage went away"), 1);
+  b->SetOwned({}, std::chrono::steady_clock::now() + 10s);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(b->totals().paused);
+  storage_->FailNext(MemoryStorage::Op::kOffsetsLoad, Unavailable("storage went away"), 1);
+  const Status resumed = b->Resume();
+  EXPECT_NE(resumed.message().find("storage went away"), std::string::npos) << resumed.ToString();
+  EXPECT_TRUE(b->totals().paused);
+  b->SetOwned({}, std::chrono::steady_clock::now() + 10s);  // storage back: a's resume shows
+  ASSERT_TRUE(Eventually([&] { return !b->totals().paused; }));
+}
+
 // A pause made on an engine whose pause was read at its start is its own:
 // a resume elsewhere does not undo it when the partitions come.
 TEST_F(SharedSinkTest, APauseMadeBeforeThePartitionsComeHolds) {

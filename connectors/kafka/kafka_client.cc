@@ -214,10 +214,10 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
   for (auto& property : config.SecurityProperties()) settings.push_back(std::move(property));
   // No KIP-714 client metrics pushed to the brokers (librdkafka 2.5 and
   // later; unknown to older ones, which push none). With it on, librdkafka
-  // waited a second at about a third of the destroys: a stop with 1,024
-  // transactional producers open took 179 s (docs/BENCHMARKS.md, idle
-  // cost of a transactional Kafka sink). Before the sink's properties, which
-  // may turn it back on.
+  // waited a second in one in eight to three in eight destroys, and a stop
+  // with 1,024 transactional producers open took 98-179 s
+  // (docs/BENCHMARKS_LOG.md, 2026-12-02 03:10). Set before the sink's
+  // properties, which may turn it back on.
   char unused[512];
   (void)rd_kafka_conf_set(conf, "enable.metrics.push", "false", unused, sizeof(unused));
   for (const auto& [name, value] : settings) {

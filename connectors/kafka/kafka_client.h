@@ -69,7 +69,8 @@ inline constexpr int64_t kRecordBatchOverhead = 61;
 // then the sink's properties; or transactional, see ClientOptions) or a
 // consumer for reading ranges (no group, no commits, read_committed unless
 // told otherwise: records of aborted or open transactions are never seen;
-// producer-only properties are left out).
+// producer-only properties are left out). Either pushes no client metrics
+// (enable.metrics.push=false) unless the sink's properties say so.
 Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options);
 
 // The number of partitions of `topic`; kNotFound when the cluster says it

@@ -20,11 +20,11 @@ std::string Property(rd_kafka_t* rk, const char* name) {
   return value;
 }
 
-void SkipWithoutMetricsPush() {
+// Whether a test about the push is moot: the library predates it. Under CI,
+// where scripts/bootstrap builds librdkafka 2.8, it never is.
+bool NoMetricsPush() {
   const char* ci = std::getenv("CI");
-  if (rd_kafka_version() < kMetricsPushVersion && (ci == nullptr || std::string(ci) != "true")) {
-    GTEST_SKIP() << "librdkafka " << rd_kafka_version_str() << " has no client metrics push";
-  }
+  return rd_kafka_version() < kMetricsPushVersion && (ci == nullptr || std::string(ci) != "true");
 }
 
 KafkaSinkOptions Options() {
@@ -34,10 +34,10 @@ KafkaSinkOptions Options() {
   return o;
 }
 
-// With the push on, librdkafka waited a second at about a third of the
-// destroys, and a stop with 1,024 transactional producers open took minutes.
+// With the push on, librdkafka waited a second in some destroys, and a stop
+// with 1,024 transactional producers open took minutes.
 TEST(KafkaClient, EveryClientPushesNoClientMetrics) {
-  SkipWithoutMetricsPush();
+  if (NoMetricsPush()) GTEST_SKIP() << "librdkafka " << rd_kafka_version_str() << " has no client metrics push";
   for (const rd_kafka_type_t type : {RD_KAFKA_PRODUCER, RD_KAFKA_CONSUMER}) {
     ClientOptions co;
     co.type = type;
@@ -50,7 +50,7 @@ TEST(KafkaClient, EveryClientPushesNoClientMetrics) {
 }
 
 TEST(KafkaClient, TheSinksPropertiesCanTurnTheMetricsPushBackOn) {
-  SkipWithoutMetricsPush();
+  if (NoMetricsPush()) GTEST_SKIP() << "librdkafka " << rd_kafka_version_str() << " has no client metrics push";
   KafkaSinkOptions o = Options();
   o.properties["enable.metrics.push"] = "true";
   ClientOptions co;
