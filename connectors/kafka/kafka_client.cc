@@ -215,7 +215,7 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
   // No KIP-714 client metrics pushed to the brokers (librdkafka 2.5 and
   // later; unknown to older ones, which push none). With it on, librdkafka
   // waited a second in one in eight to three in eight destroys, and a stop
-  // with 1,024 transactional producers open took 98-179 s
+  // with 1,024 transactional producers open took 86-179 s
   // (docs/BENCHMARKS_LOG.md, 2026-12-02 03:10). Set before the sink's
   // properties, which may turn it back on.
   char unused[512];
