@@ -125,6 +125,13 @@ struct Capabilities {
   // Receive() (above 1: the engine's applier sends the next chunk before
   // the last one's results came back); 1: Apply() only.
   uint32_t pipeline = 1;
+  // Taking partitions over leaves the sink open: Open() learns nothing of a
+  // partition that TakeOver() does not (the Kafka sink reads the topic back
+  // there; a view whose writes are version-checked has nothing to learn).
+  // False: the engine closes the sink and opens it again before the
+  // partitions' first event, so that Open() learns what their last owner
+  // wrote.
+  bool stays_open_at_takeover = false;
 };
 
 // The latest truth about one entity, from main storage, for Verify().
@@ -220,7 +227,11 @@ class Sink {
   // event; a sink that writes in MySQL beside the leases (an aggregate view)
   // can keep the tokens and write only while they are current. Called after
   // Open(); the default does nothing. An error is logged and the call is
-  // repeated at the next lease round.
+  // repeated at the next lease round (with the same tokens: a sink makes
+  // that cheap for what it already did). A sink that says
+  // Capabilities::stays_open_at_takeover learns here what the partitions'
+  // former owner wrote, and its Apply() learns whatever a failed TakeOver()
+  // did not before it writes those partitions.
   virtual Status TakeOver(const TakenOver& taken) {
     (void)taken;
     return Status::Ok();

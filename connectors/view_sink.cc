@@ -61,6 +61,9 @@ Capabilities ViewSink::capabilities() const {
   c.record_keys = false;  // what the code sets; nothing a caller may set
   c.prepares = true;      // the code runs ahead, on the engine's reader thread
   c.pipeline = 1;         // Apply() runs the code's writes one chunk at a time
+  for (const Destination& d : destinations_) {
+    c.stays_open_at_takeover = c.stays_open_at_takeover && d.sink->capabilities().stays_open_at_takeover;
+  }
   return c;
 }
 

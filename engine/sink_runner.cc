@@ -64,10 +64,12 @@ Status SinkRunner::Start() {
   flushed_ = progress_;
   last_flush_ = std::chrono::steady_clock::now();
   // Asked before the applier owns the sink.
-  const bool entity_checks = sink_->capabilities().entity_checks;
-  pipeline_ = std::max<uint32_t>(1, sink_->capabilities().pipeline);
-  full_events_ = sink_->capabilities().full_events;
-  prepares_ = sink_->capabilities().prepares;
+  const connectors::Capabilities caps = sink_->capabilities();
+  const bool entity_checks = caps.entity_checks;
+  pipeline_ = std::max<uint32_t>(1, caps.pipeline);
+  full_events_ = caps.full_events;
+  prepares_ = caps.prepares;
+  stays_open_at_takeover_ = caps.stays_open_at_takeover;
   reader_ = StartNamedThread("sluice-pull", [this] { ReadLoop(); });
   if (prepares_) preparer_ = StartNamedThread("sluice-prep", [this] { PrepareLoop(); });
   applier_ = StartNamedThread("sluice-apply", [this] { ApplyLoop(); });

@@ -306,7 +306,8 @@ class SinkRunner {
   // does is dropped here. Called at a lease round that gave no partitions
   // and by Resume().
   Result<bool> StoredPauseStands();
-  // Applier thread: closes the sink after a failed Apply(), flushing first.
+  // Applier thread: closes the sink after a failed Apply() or at a takeover
+  // (without Capabilities::stays_open_at_takeover), flushing first.
   void CloseSink();
   // Under mu_: moves the offsets of the given partitions and restarts their
   // reading there; batches read from the old positions are dropped.
@@ -354,6 +355,7 @@ class SinkRunner {
   bool stopping_ = false;
   bool full_events_ = false;  // the sink's view code needs request, response and the state before
   bool prepares_ = false;     // the reader has the sink Prepare() each batch (its view code)
+  bool stays_open_at_takeover_ = false;  // Capabilities::stays_open_at_takeover
   uint64_t wake_seq_ = 0;
   bool wake_all_ = false;                  // Wake(): read every partition
   std::set<uint32_t> woken_;               // Wake(partition, head): read these

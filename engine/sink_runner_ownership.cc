@@ -77,10 +77,12 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     SettleTakenOver({});
     return;
   }
-  // Opened again before their first event: a sink that learns at Open()
-  // what is already written (Kafka reads its topic back) learns what their
-  // last owner wrote past its saved offsets.
-  CloseSink();
+  // A sink that learns at Open() what is already written is opened again
+  // before their first event, so that it learns what their last owner wrote
+  // past its saved offsets; the others learn it at SettleTakenOver() below
+  // (Sink::TakeOver: the Kafka sink reads the topic back there) and keep
+  // what they hold for the partitions they had.
+  if (!stays_open_at_takeover_) CloseSink();
   // Taken over from where their last owner saved them.
   auto stored = store_->Load(options_.sink.name, options_.sink.entity);
   if (!stored.ok()) {

@@ -464,6 +464,47 @@ TEST_F(SharedSinkTest, AFormerOwnerIsFencedAndDropsThePartition) {
   EXPECT_TRUE(a->totals().offsets.empty());
 }
 
+// A partition taken over while the engine holds others: a sink that learns
+// at TakeOver() what the partition's last owner wrote (Kafka reads its topic
+// back) stays open for the partitions it held; any other sink is closed and
+// opened again before the new partition's first event, so that its Open()
+// learns it. Either way the new partition is settled (TakeOver) and applied.
+TEST_F(SharedSinkTest, TakingAPartitionOverClosesTheSinkOnlyWhereOpenMustLearnIt) {
+  for (const bool stays_open : {true, false}) {
+    SCOPED_TRACE(stays_open ? "stays open" : "re-opened");
+    Append(0, 5);  // the second engine starts from the first's offsets
+    Append(1, 5);
+    Script& script = stays_open ? script_ : other_;  // members: they outlive the runners
+    script.stays_open = stays_open;
+    const std::string owner = stays_open ? "engine-a" : "engine-b";
+    SinkRunner* r = Runner(owner, &script);
+    auto leases = storage_->OpenLeases();
+    storage_->ExpireLeases("sink/rec", kType);
+    auto first = leases->Acquire("sink/rec", kType, {0}, owner, 10s, {});
+    ASSERT_TRUE(first.ok());
+    r->SetOwned(*first, std::chrono::steady_clock::now() + 10s);
+    ASSERT_TRUE(Eventually([&] { return AppliedOf(script, 0) == 5; }));
+    int closes_before = 0;
+    {
+      std::lock_guard lock(script.mu);
+      closes_before = script.closes;
+    }
+    auto both = leases->Acquire("sink/rec", kType, {0, 1}, owner, 10s, *first);
+    ASSERT_TRUE(both.ok());
+    ASSERT_EQ(both->size(), 2u);
+    r->SetOwned(*both, std::chrono::steady_clock::now() + 10s);
+    ASSERT_TRUE(Eventually([&] { return AppliedOf(script, 1) == 5; }));
+    {
+      std::lock_guard lock(script.mu);
+      EXPECT_EQ(script.closes - closes_before, stays_open ? 0 : 1);
+      ASSERT_EQ(script.taken.size(), 2u);
+      EXPECT_EQ(script.taken[0], *first);
+      EXPECT_EQ(script.taken[1], (std::map<uint32_t, uint64_t>{{1, both->at(1)}}));
+    }
+    r->Stop();
+  }
+}
+
 TEST_F(SharedSinkTest, PastItsLeasesValidityARunnerAppliesNothing) {
   SinkRunner* a = Runner("engine-a", &script_);
   auto got = storage_->OpenLeases()->Acquire("sink/rec", kType, {0, 1}, "engine-a", 10s, {});

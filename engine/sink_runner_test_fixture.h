@@ -62,6 +62,10 @@ struct Script {
   bool in_receive = false;
   size_t in_flight = 0, max_in_flight = 0;
   int calls_while_in_flight = 0;  // any other call of the sink while chunks were in flight
+  // Capabilities::stays_open_at_takeover; Close() and TakeOver() calls seen.
+  bool stays_open = false;
+  int closes = 0;
+  std::vector<std::map<uint32_t, uint64_t>> taken;  // the tokens of each TakeOver()
 };
 
 class ScriptedSink : public connectors::Sink {
@@ -72,6 +76,7 @@ class ScriptedSink : public connectors::Sink {
     connectors::Capabilities c;
     c.prepares = s_->prepares;
     c.pipeline = s_->pipeline;
+    c.stays_open_at_takeover = s_->stays_open;
     return c;
   }
   Status Open() override {
@@ -138,9 +143,16 @@ class ScriptedSink : public connectors::Sink {
     NothingInFlight();
     ++s_->idle_calls;
   }
+  Status TakeOver(const connectors::TakenOver& taken) override {
+    std::lock_guard lock(s_->mu);
+    NothingInFlight();
+    s_->taken.push_back(taken.tokens);
+    return Status::Ok();
+  }
   void Close() override {
     std::lock_guard lock(s_->mu);
     NothingInFlight();
+    ++s_->closes;
     sent_.clear();  // what was in flight is gone, as in the elasticsearch sink
     s_->in_flight = 0;
     s_->buffered.clear();

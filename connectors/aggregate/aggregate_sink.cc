@@ -71,6 +71,9 @@ class AggregateSink : public Sink {
     Capabilities c;
     c.full_events = true;
     c.prepares = true;
+    // Each transaction reads its partitions' offsets and checks the leases
+    // TakeOver() keeps: nothing to learn by opening again.
+    c.stays_open_at_takeover = true;
     return c;
   }
 

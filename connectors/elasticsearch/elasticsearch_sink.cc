@@ -66,6 +66,7 @@ class ElasticsearchSink final : public Sink {
     // real delete leaves its version behind for index.gc_deletes.
     c.entity_checks = true;
     c.pipeline = std::max<uint32_t>(1, es_.connections);  // a _bulk in flight per connection
+    c.stays_open_at_takeover = true;  // every write is version-checked: nothing to learn at a takeover
     return c;
   }
 

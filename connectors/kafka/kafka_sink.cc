@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <thread>
 #include <string>
@@ -56,6 +57,7 @@ class KafkaSink final : public Sink {
     c.can_push = false;  // a log of every event, not one row per entity
     c.verifies_history = true;
     c.record_keys = true;
+    c.stays_open_at_takeover = true;  // TakeOver() reads back what the topic holds of the partitions
     return c;
   }
 
@@ -112,6 +114,7 @@ class KafkaSink final : public Sink {
     }
     producer_ = std::move(producer).value();
     topic_partitions_ = partitions;
+    just_opened_ = true;
     return Status::Ok();
   }
 
@@ -124,17 +127,17 @@ class KafkaSink final : public Sink {
     out.results.resize(events.size());
     pending_.assign(events.size(), Pending{});
     limit_.NewBatch();
-    if (transactional()) {
-      // Every source partition of the batch is fenced first: whatever a
-      // former owner left in an open transaction is aborted, and what it
-      // committed is read back into delivered_ before anything is skipped.
-      for (const ChangeEvent& e : events) {
-        if (fenced_.count(e.partition) != 0) continue;
-        if (Status st = Fence(e.partition); !st.ok()) {
-          out.results.clear();
-          out.status = st;
-          return out;
-        }
+    just_opened_ = false;
+    // Transactional: every source partition of the batch is fenced first:
+    // whatever a former owner left in an open transaction is aborted, and
+    // what it committed is read back into delivered_ before anything is
+    // skipped. Idempotent: a partition taken over whose topic partition
+    // TakeOver() could not read back is read back first.
+    for (const ChangeEvent& e : events) {
+      if (Status st = Learn(e.partition); !st.ok()) {
+        out.results.clear();
+        out.status = st;
+        return out;
       }
     }
     const std::vector<size_t> send = ToSend(events, out);
@@ -149,12 +152,28 @@ class KafkaSink final : public Sink {
     return out;
   }
 
-  // Transactional: each partition taken over is fenced at once (its former
-  // owner's open transaction aborted, what it committed read back).
+  // The sink stays open when the engine takes partitions over
+  // (Capabilities::stays_open_at_takeover): what the topic holds of each
+  // partition taken (under a token not already learned) is learned here, at
+  // once. Transactional: its producer is made again, which fences whoever
+  // held it (their open transaction aborted) and reads back what they
+  // committed. Idempotent: its topic partition is read back. What fails here
+  // is done before the partition's next batch (Apply).
   Status TakeOver(const TakenOver& taken) override {
-    if (!transactional() || !producer_) return Status::Ok();
+    if (!producer_) return Status::Ok();  // Open() learns every partition
+    // Idempotent: an Open() with no Apply() since has just read every topic
+    // partition back (the engine opens the sink at its first takeover).
+    const bool just_read = just_opened_;
+    just_opened_ = false;
     for (const auto& [p, token] : taken.tokens) {
-      if (fenced_.count(p) == 0) RETURN_IF_ERROR(Fence(p));
+      if (const auto it = learned_.find(p); it != learned_.end() && it->second == token) continue;
+      learned_.erase(p);
+      if (!just_read) Forget(p);
+    }
+    for (const auto& [p, token] : taken.tokens) {
+      if (learned_.count(p) != 0) continue;
+      RETURN_IF_ERROR(Learn(p));
+      learned_[p] = token;
     }
     return Status::Ok();
   }
@@ -182,6 +201,8 @@ class KafkaSink final : public Sink {
     // the transaction timeout; read_committed consumers never see it.
     for (auto& [p, f] : fenced_) f->Purge();
     fenced_.clear();
+    unread_.clear();    // Open() reads every topic partition back
+    learned_.clear();
     reader_.reset();
     if (rkt_ != nullptr) {
       rd_kafka_topic_destroy(rkt_);
@@ -760,9 +781,7 @@ class KafkaSink final : public Sink {
   // found by reading its topic partition backwards in growing windows.
   Status RecoverPartition(uint32_t p) {
     const int32_t tp = TopicPartitionOf(p);
-    if (!reader_) {
-      ASSIGN_OR_RETURN(reader_, Client(RD_KAFKA_CONSUMER, "recover"));
-    }
+    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
     // The end of the log (not the last stable offset): records of p committed
     // after another partition's transaction that is still open are waited for.
     ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(producer_.get(), topic_, tp, kMetadataTimeout));
@@ -771,7 +790,7 @@ class KafkaSink final : public Sink {
     int64_t window = kFirstRecoveryWindow;
     while (!found && end > w.low) {
       const int64_t start = std::max(w.low, end - window);
-      RETURN_IF_ERROR(ReadPartition(reader_.get(), topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
+      RETURN_IF_ERROR(ReadPartition(reader, topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
         if (const auto at = SourcePosition(m); at && at->first == p) found = std::max(found.value_or(0), at->second);
         if (const auto pos = HeaderValue(m, kHeaderPositions)) {
           if (const auto decoded = DecodePositions(*pos); decoded && decoded->count(p) != 0) {
@@ -822,44 +841,82 @@ class KafkaSink final : public Sink {
   // sluice-positions.
   Status Recover(int32_t partitions) {
     ASSIGN_OR_RETURN(KafkaHandle consumer, Client(RD_KAFKA_CONSUMER, "recover"));
-    for (int32_t t = 0; t < partitions; ++t) {
-      ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer.get(), topic_, t, kMetadataTimeout));
-      Positions found;
-      bool anchored = false;
-      int64_t end = w.high;
-      int64_t window = kFirstRecoveryWindow;
-      while (!anchored && end > w.low) {
-        const int64_t start = std::max(w.low, end - window);
-        struct Seen {
-          std::optional<std::pair<uint32_t, uint64_t>> event;
-          std::optional<Positions> positions;
-        };
-        std::vector<Seen> seen;
-        RETURN_IF_ERROR(ReadPartition(consumer.get(), topic_, t, start, end, [&](const rd_kafka_message_t& m) {
-          Seen s;
-          s.event = SourcePosition(m);
-          if (const auto pos = HeaderValue(m, kHeaderPositions)) s.positions = DecodePositions(*pos);
-          if (s.event || s.positions) seen.push_back(std::move(s));
-        }, kReadTimeout));
-        for (auto it = seen.rbegin(); it != seen.rend() && !anchored; ++it) {
-          if (it->event) {
-            uint64_t& f = found[it->event->first];
-            f = std::max(f, it->event->second);
-          }
-          if (it->positions) {
-            for (const auto& [p, e] : *it->positions) found[p] = std::max(found[p], e);
-            anchored = true;
-          }
+    for (int32_t t = 0; t < partitions; ++t) RETURN_IF_ERROR(RecoverTopicPartition(consumer.get(), t));
+    return Status::Ok();
+  }
+
+  Status RecoverTopicPartition(rd_kafka_t* consumer, int32_t t) {
+    ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer, topic_, t, kMetadataTimeout));
+    Positions found;
+    bool anchored = false;
+    int64_t end = w.high;
+    int64_t window = kFirstRecoveryWindow;
+    while (!anchored && end > w.low) {
+      const int64_t start = std::max(w.low, end - window);
+      struct Seen {
+        std::optional<std::pair<uint32_t, uint64_t>> event;
+        std::optional<Positions> positions;
+      };
+      std::vector<Seen> seen;
+      RETURN_IF_ERROR(ReadPartition(consumer, topic_, t, start, end, [&](const rd_kafka_message_t& m) {
+        Seen s;
+        s.event = SourcePosition(m);
+        if (const auto pos = HeaderValue(m, kHeaderPositions)) s.positions = DecodePositions(*pos);
+        if (s.event || s.positions) seen.push_back(std::move(s));
+      }, kReadTimeout));
+      for (auto it = seen.rbegin(); it != seen.rend() && !anchored; ++it) {
+        if (it->event) {
+          uint64_t& f = found[it->event->first];
+          f = std::max(f, it->event->second);
         }
-        end = start;
-        window = std::min<int64_t>(window * 4, int64_t{1} << 22);
+        if (it->positions) {
+          for (const auto& [p, e] : *it->positions) found[p] = std::max(found[p], e);
+          anchored = true;
+        }
       }
-      for (const auto& [p, e] : found) {
-        uint64_t& d = delivered_[p];
-        d = std::max(d, e);
-      }
+      end = start;
+      window = std::min<int64_t>(window * 4, int64_t{1} << 22);
+    }
+    for (const auto& [p, e] : found) {
+      uint64_t& d = delivered_[p];
+      d = std::max(d, e);
     }
     return Status::Ok();
+  }
+
+  // What this sink knew of source partition p goes (it was taken over, and
+  // another engine may have written it meanwhile): transactional, its
+  // producer; idempotent, its topic partition is to be read back.
+  void Forget(uint32_t p) {
+    if (transactional()) {
+      if (const auto it = fenced_.find(p); it != fenced_.end()) {
+        it->second->Purge();
+        fenced_.erase(it);
+      }
+      return;
+    }
+    unread_.insert(TopicPartitionOf(p));
+  }
+
+  // Learns what the topic holds of source partition p if this sink does not
+  // know it: transactional, by making p's producer (Fence); idempotent, by
+  // reading p's topic partition back if Forget() left it unread.
+  Status Learn(uint32_t p) {
+    if (transactional()) return fenced_.count(p) != 0 ? Status::Ok() : Fence(p);
+    const int32_t tp = TopicPartitionOf(p);
+    if (unread_.count(tp) == 0) return Status::Ok();
+    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
+    RETURN_IF_ERROR(RecoverTopicPartition(reader, tp));
+    unread_.erase(tp);
+    return Status::Ok();
+  }
+
+  // The read_committed consumer that reads partitions back, made once.
+  Result<rd_kafka_t*> Reader() {
+    if (!reader_) {
+      ASSIGN_OR_RETURN(reader_, Client(RD_KAFKA_CONSUMER, "recover"));
+    }
+    return reader_.get();
   }
 
   // Transactional: the producer of one source partition.
@@ -886,7 +943,10 @@ class KafkaSink final : public Sink {
   KafkaHandle producer_;  // transactional: a consumer for metadata and reading back
   rd_kafka_topic_t* rkt_ = nullptr;  // idempotent only
   std::map<uint32_t, std::unique_ptr<FencedProducer>> fenced_;  // transactional: per source partition
-  KafkaHandle reader_;  // transactional: a read_committed consumer for reading back
+  KafkaHandle reader_;  // a read_committed consumer for reading back (transactional; idempotent: at a takeover)
+  std::set<int32_t> unread_;  // idempotent: topic partitions to read back before their next record (Forget)
+  std::map<uint32_t, uint64_t> learned_;  // source partition -> the takeover token TakeOver() learned it under
+  bool just_opened_ = false;  // Open() read the topic back (idempotent) and nothing was applied or taken since
   int32_t topic_partitions_ = 0;
   Positions delivered_;  // source partition -> highest event id known to be in the topic
   std::map<std::pair<uint32_t, uint64_t>, std::string> refused_;  // (partition, event id) -> why

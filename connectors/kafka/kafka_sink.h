@@ -38,7 +38,9 @@
 // next offset flush): transactional, the producer of a partition reads back
 // its last committed record (above); idempotent, Open() reads back, for every topic partition, the
 // records after the last sluice-positions header and so learns the highest
-// event id of every source partition that is already in the topic; Apply()
+// event id of every source partition that is already in the topic (and
+// TakeOver() again for the topic partitions of the partitions taken over,
+// what another engine wrote of them since); Apply()
 // then answers kStale for those events instead of producing them again.
 // Within one process the same map, fed by delivery reports, keeps a retried
 // batch from producing records twice.

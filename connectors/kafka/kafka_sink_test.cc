@@ -43,6 +43,12 @@ config::Config LoadWith(const std::string& sink_yaml, uint32_t partitions = 8) {
   return c.ok() ? std::move(c).value() : config::Config{};
 }
 
+// A sink of its own topic (created by the sink), transactional or idempotent.
+config::Config LoadTopic(const std::string& topic, bool transactional) {
+  return LoadWith("    topic: " + topic + "\n    create_topic: true\n    transactional: " +
+                  (transactional ? "true" : "false") + "\n");
+}
+
 std::unique_ptr<Sink> Make(const config::Config& c) {
   auto s = MakeKafkaSink(c.sinks.at(0), c);
   EXPECT_TRUE(s.ok()) << s.status().message();
@@ -81,8 +87,7 @@ TEST(KafkaSink, DeliversOneRecordPerEventWithKeyHeadersAndJsonValue) {
   for (const bool transactional : {true, false}) {
   SCOPED_TRACE(transactional ? "transactional" : "idempotent");
   const std::string topic = UniqueTopic("json");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    transactional: " +
-                    (transactional ? "true" : "false") + "\n");
+  auto c = LoadTopic(topic, transactional);
   auto sink = Make(c);
   ASSERT_TRUE(sink);
   ASSERT_OK(sink->Open());
@@ -643,6 +648,72 @@ TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) 
   EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
 }
 
+// librdkafka threads of this process.
+int KafkaThreads() {
+  int n = 0;
+  for (const auto& [name, count] : ThreadNamesOf()) {
+    if (name.rfind("rdk:", 0) == 0) n += count;
+  }
+  return n;
+}
+
+// The engine keeps the sink open when it takes a partition over
+// (Capabilities::stays_open_at_takeover); TakeOver() learns what another
+// engine wrote of the partition meanwhile. Transactional: the partition's
+// producer, fenced by the other engine's, is made again; idempotent: its
+// topic partition is read back. Nothing is produced twice, and the
+// partition this sink held throughout goes on.
+TEST(KafkaSink, APartitionTakenBackLearnsWhatAnotherEngineWroteWithoutClosingTheSink) {
+  SLUICE_REQUIRE_KAFKA();
+  for (const bool transactional : {true, false}) {
+    SCOPED_TRACE(transactional ? "transactional" : "idempotent");
+    const std::string topic = UniqueTopic("back");
+    auto c = LoadTopic(topic, transactional);
+    auto sink = Make(c);
+    ASSERT_TRUE(sink);
+    EXPECT_TRUE(sink->capabilities().stays_open_at_takeover);
+    ASSERT_OK(sink->Open());
+    ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{0, 1}, {1, 1}}}));
+    ASSERT_TRUE(sink->Apply(Events(0, 1, 3)).status.ok());
+    ASSERT_TRUE(sink->Apply(Events(1, 1, 3)).status.ok());
+    // Partition 1 went to another engine, which published 4..9 (and, when
+    // transactional, fenced this sink's producer of it).
+    {
+      auto other = Make(c);
+      ASSERT_TRUE(other);
+      ASSERT_OK(other->Open());
+      ASSERT_OK(other->TakeOver(TakenOver{"sink/feed", "e2", {{1, 2}}}));
+      auto r = other->Apply(Events(1, 4, 9));
+      ASSERT_TRUE(r.status.ok()) << r.status.message();
+      EXPECT_EQ(Count(r)[Outcome::kApplied], 6);
+    }
+    // Taken back under a new token, from this sink's offset 3: 4..9 are in
+    // the topic, 10..12 are new. Partition 0's producer stays (a
+    // transactional producer of partition 1 is made again in its place).
+    const int threads_before = KafkaThreads();
+    ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{1, 3}}}));
+    if (transactional) {
+      EXPECT_GE(KafkaThreads(), threads_before);
+    }
+    auto r = sink->Apply(Events(1, 4, 12));
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(Count(r)[Outcome::kStale], 6);
+    EXPECT_EQ(Count(r)[Outcome::kApplied], 3);
+    r = sink->Apply(Events(0, 4, 5));
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
+    sink->Close();
+    std::string error;
+    std::map<std::string, uint64_t> last;
+    const auto records = ReadTopic(topic, &error);
+    const auto problems = testing::CheckVersionsPerKey(records, &last);
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(last["p0"], 5u);
+    EXPECT_EQ(last["p1"], 12u);
+    EXPECT_EQ(records.size(), 5u + 12) << error;
+  }
+}
+
 // Two source partitions share one topic partition. A former owner of
 // partition 2 left a transaction open (frozen); partition 1's records
 // committed after it are past the last stable offset. The next owner of
@@ -682,15 +753,6 @@ TEST(KafkaSink, RecoveryReadsPastAnotherPartitionsOpenTransaction) {
   EXPECT_EQ(last["p1"], 10u);
   EXPECT_EQ(last["p2"], 3u);
   EXPECT_EQ(records.size(), 13u);
-}
-
-// librdkafka threads of this process.
-int KafkaThreads() {
-  int n = 0;
-  for (const auto& [name, count] : ThreadNamesOf()) {
-    if (name.rfind("rdk:", 0) == 0) n += count;
-  }
-  return n;
 }
 
 // Issue 24, item 4a: a transactional producer holds librdkafka threads and

@@ -138,7 +138,9 @@ class MysqlSink final : public Sink {
   const std::string& name() const override { return cfg_.name; }
   Capabilities capabilities() const override {
     return Capabilities{
-        .can_push = true, .entity_checks = true, .overwrite = true};
+        .can_push = true, .entity_checks = true, .overwrite = true,
+        // Every write is version-checked (the hints are only hints): nothing to learn at a takeover.
+        .stays_open_at_takeover = true};
   }
   Status Open() override;
   ApplyResult Apply(std::span<const ChangeEvent> events) override;

@@ -51,6 +51,7 @@ Capabilities RedisSink::capabilities() const {
   c.entity_checks = true;
   c.scan_repeats = true;
   c.overwrite = true;
+  c.stays_open_at_takeover = true;  // every write is version-checked: nothing to learn at a takeover
   return c;
 }
 
