@@ -184,7 +184,16 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
       });
     }
   } else {
+    // The sink's consumers read a partition up to an end they asked for
+    // first. A transactional partition ends in a commit marker, which is
+    // never delivered: the read ends at the partition's end-of-file event,
+    // which comes with an empty fetch, and the broker holds an empty fetch
+    // for fetch.wait.max.ms (librdkafka's 500 ms by default). With that,
+    // every partition read back (a producer made at a takeover or after
+    // producer_idle, verify) waited 0.5-1 s instead of about 20 ms
+    // (docs/BENCHMARKS.md, "Taking partitions over").
     settings.insert(settings.end(), {{"enable.partition.eof", "true"},
+                                     {"fetch.wait.max.ms", "10"},
                                      {"enable.auto.commit", "false"},
                                      {"isolation.level", options.read_uncommitted ? "read_uncommitted"
                                                                                   : "read_committed"}});

@@ -49,6 +49,23 @@ TEST(KafkaClient, EveryClientPushesNoClientMetrics) {
   }
 }
 
+// The sink's consumers read up to an end they know: a transactional
+// partition's last offset is a commit marker, never delivered, so each read
+// ends with an empty fetch, which the broker would otherwise hold 500 ms.
+TEST(KafkaClient, ConsumersDoNotLetTheBrokerHoldAnEmptyFetch) {
+  ClientOptions co;
+  co.type = RD_KAFKA_CONSUMER;
+  co.client_id = "test";
+  auto client = NewClient(Options(), co);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  EXPECT_EQ(Property(client->get(), "fetch.wait.max.ms"), "10");
+  KafkaSinkOptions o = Options();
+  o.properties["fetch.wait.max.ms"] = "100";  // the sink's properties still decide
+  auto own = NewClient(o, co);
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  EXPECT_EQ(Property(own->get(), "fetch.wait.max.ms"), "100");
+}
+
 TEST(KafkaClient, TheSinksPropertiesCanTurnTheMetricsPushBackOn) {
   if (NoMetricsPush()) GTEST_SKIP() << "librdkafka " << rd_kafka_version_str() << " has no client metrics push";
   KafkaSinkOptions o = Options();
