@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -198,8 +199,12 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
                                      {"isolation.level", options.read_uncommitted ? "read_uncommitted"
                                                                                   : "read_committed"}});
   }
-  // Producer-only properties on a consumer (and the reverse) would only draw
-  // librdkafka warnings; the sink's properties are meant for its producer.
+  // Producer-only properties on a consumer, and consumer-only ones on a
+  // producer, would only draw librdkafka warnings: each goes to its side.
+  static constexpr std::string_view kConsumerOnly[] = {
+      "fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
+      "max.partition.fetch.bytes", "fetch.error.backoff.ms", "fetch.queue.backoff.ms", "queued.min.messages",
+      "queued.max.messages.kbytes", "check.crcs"};
   static constexpr std::string_view kProducerOnly[] = {
       "linger.ms", "queue.buffering.max.ms", "batch.num.messages", "batch.size", "compression.type",
       "compression.codec", "compression.level", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
@@ -207,9 +212,11 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
       "retry.backoff.ms", "partitioner", "sticky.partitioning.linger.ms", "enable.gapless.guarantee",
       "request.timeout.ms", "message.copy.max.bytes", "queuing.strategy"};
   for (const auto& [name, value] : config.properties) {
-    const bool producer_only =
-        std::find(std::begin(kProducerOnly), std::end(kProducerOnly), name) != std::end(kProducerOnly);
-    if (producer || !producer_only) settings.emplace_back(name, value);
+    const std::span<const std::string_view> other_side =
+        producer ? std::span<const std::string_view>(kConsumerOnly) : std::span<const std::string_view>(kProducerOnly);
+    if (std::find(other_side.begin(), other_side.end(), name) == other_side.end()) {
+      settings.emplace_back(name, value);
+    }
   }
   if (producer && options.max_message_bytes > 0 && options.max_message_bytes < ProducerMessageLimit(config)) {
     // Set last, over the sink's own values: see ClientOptions. A batch stops
