@@ -191,7 +191,7 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
     // which comes with an empty fetch, and the broker holds an empty fetch
     // for fetch.wait.max.ms (librdkafka's 500 ms by default). With that,
     // every partition read back (a producer made at a takeover or after
-    // producer_idle, verify) waited 0.5-1 s instead of about 20 ms
+    // producer_idle, verify) waited 0.5-1 s instead of 16-24 ms
     // (docs/BENCHMARKS.md, "Taking partitions over").
     settings.insert(settings.end(), {{"enable.partition.eof", "true"},
                                      {"fetch.wait.max.ms", "10"},

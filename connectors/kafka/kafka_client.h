@@ -69,8 +69,11 @@ inline constexpr int64_t kRecordBatchOverhead = 61;
 // then the sink's properties; or transactional, see ClientOptions) or a
 // consumer for reading ranges (no group, no commits, read_committed unless
 // told otherwise: records of aborted or open transactions are never seen;
-// producer-only properties are left out). Either pushes no client metrics
-// (enable.metrics.push=false) unless the sink's properties say so.
+// fetch.wait.max.ms 10, so that a read ending in a transaction marker ends
+// at once). Producer-only properties are left off consumers and
+// consumer-only ones off producers. Either pushes no client metrics
+// (enable.metrics.push=false); the sink's properties may set these
+// otherwise.
 Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOptions& options);
 
 // The number of partitions of `topic`; kNotFound when the cluster says it

@@ -64,6 +64,13 @@ TEST(KafkaClient, ConsumersDoNotLetTheBrokerHoldAnEmptyFetch) {
   auto own = NewClient(o, co);
   ASSERT_TRUE(own.ok()) << own.status().message();
   EXPECT_EQ(Property(own->get(), "fetch.wait.max.ms"), "100");
+  // A consumer's property stays off the producers (librdkafka would warn).
+  ClientOptions po;
+  po.type = RD_KAFKA_PRODUCER;
+  po.client_id = "test";
+  auto producer = NewClient(o, po);
+  ASSERT_TRUE(producer.ok()) << producer.status().message();
+  EXPECT_EQ(Property(producer->get(), "fetch.wait.max.ms"), "500");
 }
 
 TEST(KafkaClient, TheSinksPropertiesCanTurnTheMetricsPushBackOn) {
