@@ -17,14 +17,7 @@
 //          same partitions) from one plain librdkafka producer with the same
 //          durability (acks=all, idempotent), all queued at once and
 //          flushed: what librdkafka and the broker do without the engine
-//   takeover  the sink alone (transactional: a producer per source
-//          partition), holding every partition of the entity, takes half of
-//          them over again (new tokens) and then applies one event to each
-//          partition, ROUNDS times each way, alternating: as the engine does
-//          now (the sink stays open; TakeOver() makes the producers of the
-//          partitions taken) and as it did before (Close(), Open(),
-//          TakeOver(); every producer made again). Reports the medians and
-//          checks the topic: per key versions 1..N, none repeated
+//   takeover, release  partitions changing hands: bench/kafka_bench_ownership.h
 //
 // Exit codes: 0 done and verified, 1 failed or not verified, 2 bad usage.
 #include <sys/types.h>
@@ -45,6 +38,7 @@
 #include "connectors/builtin_sink_types.h"
 #include "bench/engine_bench_backlog.h"
 #include "bench/engine_bench_util.h"
+#include "bench/kafka_bench_ownership.h"
 #include "config/config.h"
 #include "connectors/kafka/kafka_client.h"
 #include "connectors/kafka/kafka_options.h"
@@ -68,7 +62,7 @@ struct Args {
   uint64_t entities = 100000;
   uint32_t versions = 10;
   uint32_t load_threads = 2, rows_per_insert = 1000;
-  uint32_t rounds = 3;  // takeover: rounds each way
+  uint32_t rounds = 3;  // takeover, release: rounds each way
   double timeout_s = 600;
   bool kv = false;
   std::vector<std::pair<std::string, pid_t>> watch;  // --watch NAME=PID: their CPU too
@@ -371,123 +365,13 @@ int Cleanup(const Args& a, const config::SinkConfig& sink) {
   return kExitOk;
 }
 
-// --mode takeover (see the top of the file).
-int Takeover(const Args& a, const config::Config& cfg, const config::SinkConfig& sink) {
-  const uint32_t partitions = cfg.entities.at(sink.entity).partitions;
-  auto made = kafka::MakeKafkaSink(sink, cfg);
-  if (!made.ok()) {
-    std::cerr << made.status().message() << "\n";
-    return kExitFailure;
-  }
-  connectors::Sink& s = **made;
-  std::vector<std::string> problems;
-  uint64_t version = 0;  // of every partition's entity "t<p>" (event id = version)
-  // One event of each partition, the next version.
-  auto apply_all = [&]() -> Status {
-    ++version;
-    std::vector<ChangeEvent> events(partitions);
-    for (uint32_t p = 0; p < partitions; ++p) {
-      ChangeEvent& e = events[p];
-      e.entity_type = sink.entity;
-      e.partition = p;
-      e.event_id = version;
-      e.entity_id = "t" + std::to_string(p);
-      e.version = version;
-      e.state = R"({"n":)" + std::to_string(version) + "}";
-      e.command_name = "patch";
-      e.command_id = e.entity_id + "-" + std::to_string(version);
-    }
-    const connectors::ApplyResult r = s.Apply(events);
-    if (!r.status.ok()) return r.status;
-    for (const auto& x : r.results) {
-      if (x.outcome != connectors::Outcome::kApplied) return Internal("an event was not applied: " + x.reason);
-    }
-    return Status::Ok();
-  };
-  uint64_t token = 1;
-  auto take = [&](uint32_t from) {
-    connectors::TakenOver t{"sink/" + sink.name, "kafka_bench", {}};
-    for (uint32_t p = from; p < partitions; ++p) t.tokens[p] = token;
-    ++token;
-    return s.TakeOver(t);
-  };
-  auto fail = [&](const Status& st) {
-    std::cerr << "kafka_bench: " << st.message() << "\n";
-    s.Close();
-    return kExitFailure;
-  };
-  if (Status st = s.Open(); !st.ok()) return fail(st);
-  if (Status st = take(0); !st.ok()) return fail(st);
-  if (Status st = apply_all(); !st.ok()) return fail(st);
-  std::vector<uint64_t> stay, reopen;  // ns
-  {
-    std::atomic<uint32_t> done{0};
-    ProgressLine progress("takeover", [&](double) {
-      return std::to_string(done.load()) + "/" + std::to_string(2 * a.rounds) + " rounds";
-    });
-    for (uint32_t round = 0; round < 2 * a.rounds; ++round) {
-      const bool stays_open = round % 2 == 0;
-      const auto t0 = Clock::now();
-      if (!stays_open) {
-        s.Close();
-        if (Status st = s.Open(); !st.ok()) return fail(st);
-      }
-      if (Status st = take(partitions / 2); !st.ok()) return fail(st);
-      if (Status st = apply_all(); !st.ok()) return fail(st);
-      (stays_open ? stay : reopen).push_back(static_cast<uint64_t>(Elapsed(t0) * 1e9));
-      ++done;
-    }
-  }
-  s.Close();
-  // The topic: per key versions 1..N in order.
-  const std::string topic = kafka::TopicName(sink.Options<kafka::KafkaSinkOptions>().topic, sink.entity);
-  auto rk = Client(sink, RD_KAFKA_CONSUMER);
-  if (!rk.ok()) return fail(rk.status());
-  auto n = kafka::TopicPartitionCount(rk->get(), topic, kTimeout);
-  if (!n.ok()) return fail(n.status());
-  std::map<std::string, uint64_t> last;
-  uint64_t records = 0;
-  for (int32_t t = 0; t < *n; ++t) {
-    auto w = kafka::QueryWatermarks(rk->get(), topic, t, kTimeout);
-    if (!w.ok()) return fail(w.status());
-    Status st = kafka::ReadPartition(rk->get(), topic, t, w->low, w->high, [&](const rd_kafka_message_t& m) {
-      ++records;
-      const std::string key(static_cast<const char*>(m.key), m.key_len);
-      const uint64_t v = kafka::ParseDecimalHeader(kafka::HeaderValue(m, kafka::kHeaderVersion).value_or("")).value_or(0);
-      if (v != last[key] + 1 && problems.size() < 10) {
-        problems.push_back("key " + key + ": version " + std::to_string(v) + " after " + std::to_string(last[key]));
-      }
-      last[key] = v;
-    }, kTimeout);
-    if (!st.ok()) return fail(st);
-  }
-  if (records != uint64_t{partitions} * version) {
-    problems.push_back(std::to_string(records) + " records for " + std::to_string(uint64_t{partitions} * version) +
-                       " events");
-  }
-  const double stay_ms = Summarize(stay).p50_ms, reopen_ms = Summarize(reopen).p50_ms;
-  Report r;
-  r.Add("label", a.mode);
-  r.Add("partitions", uint64_t{partitions});
-  r.Add("taken", uint64_t{partitions - partitions / 2});
-  r.Add("rounds", uint64_t{a.rounds});
-  r.Add("stay_open_ms", stay_ms, 1);
-  r.Add("reopen_ms", reopen_ms, 1);
-  r.Add("stay_per_reopen", reopen_ms > 0 ? stay_ms / reopen_ms : 0, 3);
-  r.Add("records", records);
-  r.Add("verified", problems.empty() ? "yes" : "no");
-  r.Print(a.kv);
-  for (const auto& p : problems) std::cerr << "problem: " << p << "\n";
-  return problems.empty() ? kExitOk : kExitFailure;
-}
-
 int Main(int argc, char** argv) {
   Args a;
   std::string format = "text";
   std::vector<std::string> watch;
   po::options_description opts(
       "kafka_bench: drain a backlog into Kafka with the kafka sink, and the plain-producer baseline\n\n"
-      "usage: kafka_bench --mode load|drain|raw|takeover|cleanup --config FILE [options]\n\n"
+      "usage: kafka_bench --mode load|drain|raw|takeover|release|cleanup --config FILE [options]\n\n"
       "  load   the engine_bench backlog into the event tables of FILE's (sluice init'ed) database\n"
       "  drain  time `sluice sync --config FILE` (one kafka sink) until the topic holds every event;\n"
       "         RSS, CPU; then read the topic back: one record per event, versions 1..V per key\n"
@@ -495,9 +379,11 @@ int Main(int argc, char** argv) {
       "         into the topic of --sink (created with the same partitions), then read back the same way\n"
       "  takeover  the sink alone, holding every partition, takes half of them over again and applies\n"
       "         an event to each, staying open against closing and opening again (--rounds each way)\n"
+      "  release  the sink alone, holding every partition, loses half of them, told (Sink::Released)\n"
+      "         against not told; then an event to each partition kept (--rounds each way)\n"
       "  cleanup  delete every topic of the run (\"<run id>-...\") from the brokers of FILE's kafka sink\n\n"
       "options");
-  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain, raw, takeover or cleanup")(
+  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain, raw, takeover, release or cleanup")(
       "config", po::value(&a.config_path), "sluice config file")(
       "sink", po::value(&a.sink), "the kafka sink of FILE (default: its first sink)")(
       "run-id", po::value(&a.run_id), "backlog id (the same for load, drain and raw)")(
@@ -506,7 +392,7 @@ int Main(int argc, char** argv) {
       "load-threads", po::value(&a.load_threads)->default_value(a.load_threads), "load: connections")(
       "sluice", po::value(&a.sluice), "drain: the sluice binary")(
       "log", po::value(&a.log_path)->default_value("/tmp/kafka_bench_sync.log"), "drain: sluice sync's log")(
-      "rounds", po::value(&a.rounds)->default_value(a.rounds), "takeover: rounds each way")(
+      "rounds", po::value(&a.rounds)->default_value(a.rounds), "takeover, release: rounds each way")(
       "timeout", po::value(&a.timeout_s)->default_value(a.timeout_s), "seconds before giving up")(
       "format", po::value(&format)->default_value(format), "text or kv (one key=value line)")(
       "watch", po::value(&watch)->composing(), "NAME=PID: also report this process's CPU (repeatable)");
@@ -527,11 +413,12 @@ int Main(int argc, char** argv) {
     std::cerr << "kafka_bench: " << error << "\n";
     return kExitUsage;
   }
-  if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw" && a.mode != "cleanup" && a.mode != "takeover") ||
+  if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw" && a.mode != "cleanup" && a.mode != "takeover" &&
+       a.mode != "release") ||
       a.config_path.empty() ||
       a.run_id.empty() ||
       (a.mode == "drain" && a.sluice.empty()) || (format != "kv" && format != "text")) {
-    std::cerr << "kafka_bench: need --mode load|drain|raw|takeover|cleanup, --config, --run-id (and --sluice for drain); see --help\n";
+    std::cerr << "kafka_bench: need --mode load|drain|raw|takeover|release|cleanup, --config, --run-id (and --sluice for drain); see --help\n";
     return kExitUsage;
   }
   auto cfg = config::LoadConfig(a.config_path, connectors::BuiltinSinkTypes());
@@ -577,7 +464,7 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   if (a.mode == "cleanup") return Cleanup(a, *sink);
-  if (a.mode == "takeover") return Takeover(a, *cfg, *sink);
+  if (a.mode == "takeover" || a.mode == "release") return RunOwnership({a.mode, a.rounds, a.kv}, *cfg, *sink);
   return a.mode == "drain" ? Drain(a, *sink, backlog) : Raw(a, *sink, backlog);
 }
 

@@ -137,6 +137,10 @@ void ApplyLoop::Idle() {
   if (open_) sink_->Idle();
 }
 
+void ApplyLoop::Released(std::span<const uint32_t> partitions) {
+  if (open_ && !partitions.empty()) sink_->Released(partitions);
+}
+
 void ApplyLoop::Close() {
   // Also after a failed Open(), which may have left a connection behind.
   open_ = false;

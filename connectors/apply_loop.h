@@ -125,6 +125,9 @@ class ApplyLoop {
   Status TakeOver(const TakenOver& taken);
   // Sink::Idle() of an open sink (between chunks).
   void Idle();
+  // Sink::Released() of an open sink (between chunks); a closed sink holds
+  // nothing for them.
+  void Released(std::span<const uint32_t> partitions);
 
   // Closes the sink, once made, whether or not its last Open() succeeded
   // (after a failure, or to stop); the next chunk opens it again.

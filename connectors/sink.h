@@ -243,6 +243,15 @@ class Sink {
   // transactional producers of partitions without a batch for its
   // producer_idle. The default does nothing.
   virtual void Idle() {}
+  // The engine no longer applies these source partitions: another engine
+  // took them over, or this one lost their leases. Called on the applier's
+  // thread between Apply calls, once their offsets are saved, on an open
+  // sink. A sink may let go of what it holds for them only: the Kafka sink
+  // closes their transactional producers (fenced by the new owner anyway)
+  // instead of keeping them until producer_idle. Should the engine take
+  // one back, TakeOver() comes first, as for any partition taken. The
+  // default does nothing.
+  virtual void Released(std::span<const uint32_t> partitions) { (void)partitions; }
   // A cheap round trip to the view's server: ok, kUnavailable or kFailedPrecondition.
   virtual Status Health() = 0;
   // Releases its connections; also after a failed or no Open(), and more

@@ -94,6 +94,14 @@ Status ViewSink::TakeOver(const TakenOver& taken) {
   return ForEachDestination([&taken](Sink& s) { return s.TakeOver(taken); });
 }
 
+void ViewSink::Idle() {
+  for (Destination& d : destinations_) d.sink->Idle();
+}
+
+void ViewSink::Released(std::span<const uint32_t> partitions) {
+  for (Destination& d : destinations_) d.sink->Released(partitions);
+}
+
 void ViewSink::Close() {
   for (Destination& d : destinations_) d.sink->Close();
 }

@@ -84,6 +84,9 @@ class ViewSink : public Sink {
   Status Flush() override;
   Status Health() override;
   Status TakeOver(const TakenOver& taken) override;
+  // Each destination's.
+  void Idle() override;
+  void Released(std::span<const uint32_t> partitions) override;
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
   Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override;

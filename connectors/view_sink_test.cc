@@ -26,6 +26,8 @@ class RecordingSink : public Sink {
 
   bool log = false;  // says it is a log (verifies_history, record_keys), like kafka
   std::vector<ChangeEvent> history;  // what VerifyHistory was given
+  int idle_calls = 0;
+  std::vector<uint32_t> released;  // what Released was given
 
   const std::string& name() const override { return name_; }
   Capabilities capabilities() const override {
@@ -47,6 +49,10 @@ class RecordingSink : public Sink {
     return r;
   }
   Status Health() override { return Status::Ok(); }
+  void Idle() override { ++idle_calls; }
+  void Released(std::span<const uint32_t> partitions) override {
+    released.insert(released.end(), partitions.begin(), partitions.end());
+  }
   void Close() override {}
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>&) override {
     verified = truth;
@@ -177,6 +183,21 @@ TEST_F(ViewSinkTest, ALogWritesEachEventWhereItsRouteSays) {
   EXPECT_EQ(routed_["orders.eu"]->history.size(), 1u);
   EXPECT_EQ(routed_["orders.us"]->history.size(), 3u);
   EXPECT_EQ(routed_["orders"]->history.size(), 1u);
+}
+
+// What lets a destination free what it holds reaches every destination: a
+// kafka view by code closes its idle producers and those of partitions the
+// engine lost, like a kafka sink without code.
+TEST_F(ViewSinkTest, IdleAndReleasedReachEveryDestination) {
+  auto sink = MakeRouted(kRouteByRegion, /*log=*/true);
+  ASSERT_TRUE(sink);
+  sink->Idle();
+  const std::vector<uint32_t> lost = {2, 5};
+  sink->Released(lost);
+  for (const auto& [name, d] : routed_) {
+    EXPECT_EQ(d->idle_calls, 1) << name;
+    EXPECT_EQ(d->released, lost) << name;
+  }
 }
 
 TEST_F(ViewSinkTest, APointViewMovesAnEntityWithAVersionedDelete) {

@@ -319,6 +319,9 @@ class SinkRunner {
   void SettleTakenOver(const std::map<uint32_t, uint64_t>& taken);
   // Under mu_: stops applying the partitions (their batches are dropped).
   void DropOwnedLocked(const std::set<uint32_t>& partitions);
+  // Applier thread, after DropOwnedLocked (mu_ not held): Sink::Released,
+  // so that the sink lets go of what it holds for them.
+  void ReleaseFromSink(const std::set<uint32_t>& partitions);
   // Whether the leases have run past their validity (applier holds still).
   bool LeasesLapsed() const;
   // Applier thread: which of the (partition, event_id) are dead letters of this sink.

@@ -104,8 +104,11 @@ Status SinkRunner::SaveOffsets() {
       Log(LogLevel::kWarn, "engine: sink " + options_.sink.name + ": partition" + (refused->size() > 1 ? "s " : " ") +
                                which + " went to another engine (lease lost); its offsets were not saved here and "
                                "it is no longer applied here");
-      std::lock_guard lock(mu_);
-      DropOwnedLocked(*refused);
+      {
+        std::lock_guard lock(mu_);
+        DropOwnedLocked(*refused);
+      }
+      ReleaseFromSink(*refused);
     }
   }
   metrics_->OffsetFlush(st.ok());

@@ -63,14 +63,17 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
     // that fails they stay (the keeper keeps their leases): the next owner
     // must start from what this one applied, and the next call tries again.
     const Status saved = SaveOffsets();
-    std::lock_guard lock(mu_);
-    if (!saved.ok() || dirty_) {
-      for (const uint32_t p : gone) {
-        if (owned_.count(p)) added.erase(p);  // its token stays as it was
+    {
+      std::lock_guard lock(mu_);
+      if (!saved.ok() || dirty_) {
+        for (const uint32_t p : gone) {
+          if (owned_.count(p)) added.erase(p);  // its token stays as it was
+        }
+        gone.clear();
       }
-      gone.clear();
+      DropOwnedLocked(gone);
     }
-    DropOwnedLocked(gone);
+    ReleaseFromSink(gone);
   }
   if (added.empty()) {
     StoredPauseStands().status().IgnoreError();  // unreadable: asked again next round
@@ -158,6 +161,12 @@ void SinkRunner::SettleTakenOver(const std::map<uint32_t, uint64_t>& taken) {
                  "engine: sink " + options_.sink.name +
                      ": settling the partitions it took over failed (tried again at the next lease round): " +
                      st.message());
+}
+
+void SinkRunner::ReleaseFromSink(const std::set<uint32_t>& partitions) {
+  if (partitions.empty()) return;
+  const std::vector<uint32_t> released(partitions.begin(), partitions.end());
+  loop_->Released(released);
 }
 
 void SinkRunner::DropOwnedLocked(const std::set<uint32_t>& partitions) {

@@ -462,6 +462,41 @@ TEST_F(SharedSinkTest, AFormerOwnerIsFencedAndDropsThePartition) {
   ASSERT_TRUE(Eventually([&] { return a->owned().empty(); }));
   EXPECT_EQ(Saved(0), 3u);
   EXPECT_TRUE(a->totals().offsets.empty());
+  std::lock_guard lock(script_.mu);
+  EXPECT_EQ(script_.released, (std::vector<std::vector<uint32_t>>{{0}}));  // the sink lets go of it too
+}
+
+// A partition the lease round no longer gives (another engine took it) is
+// saved, dropped and then released from the sink (Sink::Released: the Kafka
+// sink closes its producer), between chunks; the partition kept goes on.
+TEST_F(SharedSinkTest, APartitionGivenUpIsReleasedFromTheSinkOnceItsOffsetsAreSaved) {
+  Append(0, 5);
+  Append(1, 5);
+  SinkRunner* a = Runner("engine-a", &script_);
+  auto leases = storage_->OpenLeases();
+  auto both = leases->Acquire("sink/rec", kType, {0, 1}, "engine-a", 10s, {});
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->size(), 2u);
+  a->SetOwned(*both, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] { return AppliedOf(script_, 0) == 5 && AppliedOf(script_, 1) == 5; }));
+  std::optional<uint64_t> saved_at_release;
+  script_.on_released = [&](std::span<const uint32_t>) { saved_at_release = Saved(1); };
+  a->SetOwned({{0, both->at(0)}}, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard lock(script_.mu);
+    return !script_.released.empty();
+  }));
+  {
+    std::lock_guard lock(script_.mu);
+    EXPECT_EQ(script_.released, (std::vector<std::vector<uint32_t>>{{1}}));
+    EXPECT_EQ(script_.calls_while_in_flight, 0);
+  }
+  EXPECT_EQ(saved_at_release, 5u);  // what it applied of partition 1 is saved first
+  Append(0, 3);
+  ASSERT_TRUE(Eventually([&] { return Saved(0) == 8; }));
+  EXPECT_EQ(a->owned(), (std::map<uint32_t, uint64_t>{{0, both->at(0)}}));
+  a->Stop();
+  script_.on_released = nullptr;
 }
 
 // A partition taken over while the engine holds others: a sink that learns

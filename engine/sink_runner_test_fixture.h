@@ -10,10 +10,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -66,6 +68,9 @@ struct Script {
   bool stays_open = false;
   int closes = 0;
   std::vector<std::map<uint32_t, uint64_t>> taken;  // the tokens of each TakeOver()
+  std::vector<std::vector<uint32_t>> released;      // the partitions of each Released()
+  // Called by Released(), without `mu` held (a test looks at storage there).
+  std::function<void(std::span<const uint32_t>)> on_released;
 };
 
 class ScriptedSink : public connectors::Sink {
@@ -148,6 +153,14 @@ class ScriptedSink : public connectors::Sink {
     NothingInFlight();
     s_->taken.push_back(taken.tokens);
     return Status::Ok();
+  }
+  void Released(std::span<const uint32_t> partitions) override {
+    {
+      std::lock_guard lock(s_->mu);
+      NothingInFlight();
+      s_->released.emplace_back(partitions.begin(), partitions.end());
+    }
+    if (s_->on_released) s_->on_released(partitions);
   }
   void Close() override {
     std::lock_guard lock(s_->mu);

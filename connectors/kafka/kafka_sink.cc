@@ -1,6 +1,7 @@
 #include "connectors/kafka/kafka_sink.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -133,12 +134,12 @@ class KafkaSink final : public Sink {
     // what it committed is read back into delivered_ before anything is
     // skipped. Idempotent: a partition taken over whose topic partition
     // TakeOver() could not read back is read back first.
-    for (const ChangeEvent& e : events) {
-      if (Status st = Learn(e.partition); !st.ok()) {
-        out.results.clear();
-        out.status = st;
-        return out;
-      }
+    std::set<uint32_t> partitions;
+    for (const ChangeEvent& e : events) partitions.insert(e.partition);
+    if (Status st = LearnAll(partitions); !st.ok()) {
+      out.results.clear();
+      out.status = st;
+      return out;
     }
     const std::vector<size_t> send = ToSend(events, out);
     const Status failure = transactional() ? ProduceInTransactions(events, send, out)
@@ -170,12 +171,17 @@ class KafkaSink final : public Sink {
       learned_.erase(p);
       if (!just_read) Forget(p);
     }
+    std::set<uint32_t> learn;
     for (const auto& [p, token] : taken.tokens) {
-      if (learned_.count(p) != 0) continue;
-      RETURN_IF_ERROR(Learn(p));
-      learned_[p] = token;
+      if (learned_.count(p) == 0) learn.insert(p);
     }
-    return Status::Ok();
+    // Those learned count even when others failed: a retry (the engine's
+    // next lease round, or Apply) learns only the rest.
+    const Status st = LearnAll(learn);
+    for (const uint32_t p : learn) {
+      if (Knows(p)) learned_[p] = taken.tokens.at(p);
+    }
+    return st;
   }
 
   Status Health() override {
@@ -224,6 +230,18 @@ class KafkaSink final : public Sink {
       producer_.reset();
     }
     outstanding_ = 0;
+  }
+
+  // The engine no longer applies these partitions. Transactional: their
+  // producers go now (whoever took a partition over has fenced its producer
+  // already) instead of at producer_idle; idempotent: their topic
+  // partitions are read back should they be taken again (TakeOver does so
+  // too). The engine calls TakeOver() before it gives any of them back.
+  void Released(std::span<const uint32_t> partitions) override {
+    for (const uint32_t p : partitions) {
+      learned_.erase(p);
+      Forget(p);
+    }
   }
 
   // Transactional: the producers of partitions without a batch for
@@ -757,33 +775,121 @@ class KafkaSink final : public Sink {
     return Where() + "partition " + std::to_string(p) + ": ";
   }
 
-  // Makes source partition p's producer: its transactional id fences every
+  // Transactional: the producer of one source partition.
+  struct FencedProducer {
+    KafkaHandle producer;
+    rd_kafka_topic_t* rkt = nullptr;
+    Clock::time_point last_used = Clock::now();  // made, or its last transaction begun
+    FencedProducer() = default;
+    FencedProducer(const FencedProducer&) = delete;
+    FencedProducer& operator=(const FencedProducer&) = delete;
+    // Drops what is queued or in flight, before the producer goes.
+    void Purge() {
+      rd_kafka_purge(producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+      rd_kafka_poll(producer.get(), 0);
+    }
+    ~FencedProducer() {
+      if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+    }
+  };
+
+  // Source partition p's producer, made: its transactional id fences every
   // earlier producer of p (their open transaction is aborted, their later
-  // records refused), and then the records of p already committed to the
-  // topic are read back.
-  Status Fence(uint32_t p) {
+  // records refused), and then `reader` reads back what the topic holds of
+  // p (its last record's event id; none when it holds nothing of p).
+  // Changes nothing of the sink (Fence keeps what it made): several run at
+  // once, each with a reader of its own (FenceAll).
+  struct Made {
+    std::unique_ptr<FencedProducer> producer;
+    std::optional<uint64_t> last;
+  };
+  Result<Made> MakeProducer(uint32_t p, rd_kafka_t* reader) {
     auto producer = Client(RD_KAFKA_PRODUCER, "p" + std::to_string(p), &KafkaSink::OnDelivery, TransactionalId(p));
     if (!producer.ok()) return producer.status();
     RETURN_IF_ERROR(TransactionStatus(
         rd_kafka_init_transactions(producer->get(), static_cast<int>(kMetadataTimeout.count())),
         PartitionWhere(p) + "taking the transactional id " + TransactionalId(p)));
-    auto f = std::make_unique<FencedProducer>();
-    f->rkt = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
-    if (f->rkt == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
-    f->producer = std::move(producer).value();
-    RETURN_IF_ERROR(RecoverPartition(p));
-    fenced_[p] = std::move(f);
+    Made made;
+    made.producer = std::make_unique<FencedProducer>();
+    made.producer->rkt = rd_kafka_topic_new(producer->get(), topic_.c_str(), nullptr);
+    if (made.producer->rkt == nullptr) return Internal(Where() + rd_kafka_err2str(rd_kafka_last_error()));
+    made.producer->producer = std::move(producer).value();
+    ASSIGN_OR_RETURN(made.last, LastOfPartition(p, reader));
+    return made;
+  }
+
+  // Keeps a producer MakeProducer made.
+  void Keep(uint32_t p, Made made) {
+    if (made.last) {
+      uint64_t& d = delivered_[p];
+      d = std::max(d, *made.last);
+    }
+    fenced_[p] = std::move(made.producer);
+  }
+
+  // Makes source partition p's producer (MakeProducer) and keeps it.
+  Status Fence(uint32_t p) {
+    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
+    ASSIGN_OR_RETURN(Made made, MakeProducer(p, reader));
+    Keep(p, std::move(made));
     return Status::Ok();
+  }
+
+  // Makes the producers of `partitions`, up to fence_concurrency at once
+  // (each a few round trips to the brokers: at a takeover of 64 partitions,
+  // one after another took 26 ms each), each thread with a reader of its
+  // own. Keeps every producer made, and returns the first failure.
+  Status FenceAll(const std::vector<uint32_t>& partitions) {
+    const size_t threads = std::min<size_t>(options().fence_concurrency, partitions.size());
+    if (threads <= 1) {
+      for (const uint32_t p : partitions) RETURN_IF_ERROR(Fence(p));
+      return Status::Ok();
+    }
+    std::vector<std::optional<Result<Made>>> made(partitions.size());
+    std::vector<Status> started(threads);  // per thread: whether it had a reader
+    std::atomic<size_t> next{0};
+    auto work = [&](size_t k) {
+      auto reader = Client(RD_KAFKA_CONSUMER, "recover");
+      if (!reader.ok()) {
+        started[k] = reader.status();
+        return;
+      }
+      for (size_t i = next++; i < partitions.size(); i = next++) made[i] = MakeProducer(partitions[i], reader->get());
+    };
+    std::vector<std::thread> running;
+    for (size_t k = 1; k < threads; ++k) {
+      try {
+        running.emplace_back(work, k);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had (the process's limit): fewer at once
+      }
+    }
+    work(0);
+    for (auto& t : running) t.join();
+    Status first = Status::Ok();
+    for (const Status& st : started) {
+      if (!st.ok() && first.ok()) first = st;
+    }
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      if (!made[i].has_value()) continue;  // its thread had no reader
+      if (!made[i]->ok()) {
+        if (first.ok()) first = made[i]->status();
+        continue;
+      }
+      Keep(partitions[i], std::move(*made[i]).value());
+    }
+    return first;
   }
 
   // What the topic holds of source partition p: the event id of its last
   // committed record (or of the last sluice-positions header naming it),
   // found by reading its topic partition backwards in growing windows.
-  Status RecoverPartition(uint32_t p) {
+  Result<std::optional<uint64_t>> LastOfPartition(uint32_t p, rd_kafka_t* reader) {
     const int32_t tp = TopicPartitionOf(p);
-    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
-    // The end of the log (not the last stable offset): records of p committed
-    // after another partition's transaction that is still open are waited for.
+    // The end of the log (not the last stable offset: asked of producer_, a
+    // read_uncommitted client, which several threads may ask at once):
+    // records of p committed after another partition's transaction that is
+    // still open are waited for.
     ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(producer_.get(), topic_, tp, kMetadataTimeout));
     std::optional<uint64_t> found;
     int64_t end = w.high;
@@ -801,11 +907,7 @@ class KafkaSink final : public Sink {
       end = start;
       window = std::min<int64_t>(window * 4, int64_t{1} << 22);
     }
-    if (found) {
-      uint64_t& d = delivered_[p];
-      d = std::max(d, *found);
-    }
-    return Status::Ok();
+    return found;
   }
 
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
@@ -898,16 +1000,31 @@ class KafkaSink final : public Sink {
     unread_.insert(TopicPartitionOf(p));
   }
 
-  // Learns what the topic holds of source partition p if this sink does not
-  // know it: transactional, by making p's producer (Fence); idempotent, by
-  // reading p's topic partition back if Forget() left it unread.
-  Status Learn(uint32_t p) {
-    if (transactional()) return fenced_.count(p) != 0 ? Status::Ok() : Fence(p);
-    const int32_t tp = TopicPartitionOf(p);
-    if (unread_.count(tp) == 0) return Status::Ok();
+  // Whether this sink knows what the topic holds of source partition p:
+  // transactional, it has p's producer; idempotent, Forget() left p's topic
+  // partition to be read back.
+  bool Knows(uint32_t p) const {
+    return transactional() ? fenced_.count(p) != 0 : unread_.count(TopicPartitionOf(p)) == 0;
+  }
+
+  // Learns what the topic holds of each of `partitions` this sink does not
+  // know: transactional, by making their producers (FenceAll); idempotent,
+  // by reading their topic partitions back. Keeps what it learned when it
+  // fails.
+  Status LearnAll(const std::set<uint32_t>& partitions) {
+    std::vector<uint32_t> unknown;
+    for (const uint32_t p : partitions) {
+      if (!Knows(p)) unknown.push_back(p);
+    }
+    if (unknown.empty()) return Status::Ok();
+    if (transactional()) return FenceAll(unknown);
     ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
-    RETURN_IF_ERROR(RecoverTopicPartition(reader, tp));
-    unread_.erase(tp);
+    for (const uint32_t p : unknown) {
+      const int32_t tp = TopicPartitionOf(p);
+      if (unread_.count(tp) == 0) continue;  // read for another partition of it
+      RETURN_IF_ERROR(RecoverTopicPartition(reader, tp));
+      unread_.erase(tp);
+    }
     return Status::Ok();
   }
 
@@ -918,24 +1035,6 @@ class KafkaSink final : public Sink {
     }
     return reader_.get();
   }
-
-  // Transactional: the producer of one source partition.
-  struct FencedProducer {
-    KafkaHandle producer;
-    rd_kafka_topic_t* rkt = nullptr;
-    Clock::time_point last_used = Clock::now();  // made, or its last transaction begun
-    FencedProducer() = default;
-    FencedProducer(const FencedProducer&) = delete;
-    FencedProducer& operator=(const FencedProducer&) = delete;
-    // Drops what is queued or in flight, before the producer goes.
-    void Purge() {
-      rd_kafka_purge(producer.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-      rd_kafka_poll(producer.get(), 0);
-    }
-    ~FencedProducer() {
-      if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
-    }
-  };
 
   const config::SinkConfig config_;
   const uint32_t source_partitions_;

@@ -714,6 +714,109 @@ TEST(KafkaSink, APartitionTakenBackLearnsWhatAnotherEngineWroteWithoutClosingThe
   }
 }
 
+// An engine that lost partitions tells its sink (Sink::Released): their
+// transactional producers go at once instead of after producer_idle, and the
+// partition it kept goes on. Taken back later, a released partition learns
+// what its other owner wrote meanwhile: nothing is produced twice.
+TEST(KafkaSink, ProducersOfReleasedPartitionsGoAtOnce) {
+  SLUICE_REQUIRE_KAFKA();
+  const std::string topic = UniqueTopic("released");
+  auto c = LoadTopic(topic, /*transactional=*/true);
+  auto sink = Make(c);
+  ASSERT_TRUE(sink);
+  ASSERT_OK(sink->Open());
+  ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{0, 1}, {1, 1}, {2, 1}, {3, 1}}}));
+  for (uint32_t p = 0; p < 4; ++p) ASSERT_TRUE(sink->Apply(Events(p, 1, 3)).status.ok());
+  const int busy = KafkaThreads();
+  const std::vector<uint32_t> lost = {1, 2, 3};
+  sink->Released(lost);
+  const int released = KafkaThreads();
+  // Three producers gone, each with at least three threads (main, internal,
+  // one per broker).
+  EXPECT_GE(busy - released, 3 * 3) << busy << " librdkafka threads before, " << released << " after";
+  auto r = sink->Apply(Events(0, 4, 5));  // the partition kept, with its producer
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
+  EXPECT_EQ(KafkaThreads(), released);
+  // Meanwhile another engine holds partition 1 and publishes 4..9.
+  {
+    auto other = Make(c);
+    ASSERT_TRUE(other);
+    ASSERT_OK(other->Open());
+    ASSERT_OK(other->TakeOver(TakenOver{"sink/feed", "e2", {{1, 2}}}));
+    r = other->Apply(Events(1, 4, 9));
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(Count(r)[Outcome::kApplied], 6);
+  }
+  // Taken back from this sink's offset 3: 4..9 are in the topic, 10..12 new.
+  ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{1, 3}}}));
+  r = sink->Apply(Events(1, 4, 12));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 6);
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 3);
+  sink->Close();
+  std::string error;
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(last["p0"], 5u);
+  EXPECT_EQ(last["p1"], 12u);
+  EXPECT_EQ(records.size(), 5u + 12 + 3 + 3) << error;
+}
+
+// A takeover of many partitions makes their producers several at a time
+// (fence_concurrency), each thread with a reader of its own: every former
+// owner's open transaction is aborted, and what each committed is read
+// back, whichever thread made the partition's producer.
+TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
+  SLUICE_REQUIRE_KAFKA();
+  constexpr uint32_t kPartitions = 6;
+  const std::string topic = UniqueTopic("fenceall");
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    fence_concurrency: 3\n", kPartitions);
+  // The former owner committed 1..3 of every partition, then froze with
+  // 4..5 of each in an open transaction.
+  std::vector<std::unique_ptr<testing::OpenTransaction>> frozen;
+  {
+    auto former = Make(c);
+    ASSERT_TRUE(former);
+    ASSERT_OK(former->Open());
+    for (uint32_t p = 0; p < kPartitions; ++p) ASSERT_TRUE(former->Apply(Events(p, 1, 3)).status.ok());
+    for (uint32_t p = 0; p < kPartitions; ++p) {
+      std::string error;
+      frozen.push_back(testing::OpenTransaction::Start(topic, static_cast<int32_t>(p),
+                                                       "sluice-feed-" + topic + "-" + std::to_string(p),
+                                                       RawRecords(p, 4, 5), &error));
+      ASSERT_TRUE(frozen.back()) << error;
+    }
+  }
+  auto next = Make(c);
+  ASSERT_TRUE(next);
+  ASSERT_OK(next->Open());
+  TakenOver all{"sink/feed", "e2", {}};
+  for (uint32_t p = 0; p < kPartitions; ++p) all.tokens[p] = 2;
+  ASSERT_OK(next->TakeOver(all));
+  for (auto& f : frozen) EXPECT_FALSE(f->Commit().empty());  // each fenced at the takeover
+  // From the former owner's saved offset 1: 2..3 are in the topic.
+  std::vector<ChangeEvent> events;
+  for (uint32_t p = 0; p < kPartitions; ++p) {
+    const auto e = Events(p, 2, 6);
+    events.insert(events.end(), e.begin(), e.end());
+  }
+  auto r = next->Apply(events);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kStale], 2 * static_cast<int>(kPartitions));
+  EXPECT_EQ(Count(r)[Outcome::kApplied], 3 * static_cast<int>(kPartitions));
+  next->Close();
+  std::string error;
+  std::map<std::string, uint64_t> last;
+  const auto records = ReadTopic(topic, &error);
+  const auto problems = testing::CheckVersionsPerKey(records, &last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  for (uint32_t p = 0; p < kPartitions; ++p) EXPECT_EQ(last["p" + std::to_string(p)], 6u) << p;
+  EXPECT_EQ(records.size(), 6u * kPartitions) << error;
+}
+
 // Two source partitions share one topic partition. A former owner of
 // partition 2 left a transaction open (frozen); partition 1's records
 // committed after it are past the last stable offset. The next owner of

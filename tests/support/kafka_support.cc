@@ -54,6 +54,9 @@ Handle NewHandle(rd_kafka_type_t type, std::string* error, bool uncommitted = fa
     rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr));
     rd_kafka_conf_set(conf, "isolation.level", uncommitted ? "read_uncommitted" : "read_committed", errstr,
                       sizeof(errstr));
+    // A read to a partition's end ends with an empty fetch, which the broker
+    // would hold for librdkafka's default 500 ms (the sink's readers ask 10).
+    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "10", errstr, sizeof(errstr));
   } else {
     if (!transactional_id.empty()) {
       rd_kafka_conf_set(conf, "transactional.id", transactional_id.c_str(), errstr, sizeof(errstr));
