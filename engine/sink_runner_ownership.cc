@@ -71,6 +71,8 @@ void SinkRunner::ApplyOwnership(const std::map<uint32_t, uint64_t>& tokens) {
         }
         gone.clear();
       }
+      // Those the save was refused for are dropped and released already.
+      std::erase_if(gone, [this](uint32_t p) { return owned_.count(p) == 0; });
       DropOwnedLocked(gone);
     }
     ReleaseFromSink(gone);

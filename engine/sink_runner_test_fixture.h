@@ -69,7 +69,8 @@ struct Script {
   int closes = 0;
   std::vector<std::map<uint32_t, uint64_t>> taken;  // the tokens of each TakeOver()
   std::vector<std::vector<uint32_t>> released;      // the partitions of each Released()
-  // Called by Released(), without `mu` held (a test looks at storage there).
+  // Called by Released() without `mu` held (a test looks at storage there),
+  // before it adds to `released`.
   std::function<void(std::span<const uint32_t>)> on_released;
 };
 
@@ -155,12 +156,10 @@ class ScriptedSink : public connectors::Sink {
     return Status::Ok();
   }
   void Released(std::span<const uint32_t> partitions) override {
-    {
-      std::lock_guard lock(s_->mu);
-      NothingInFlight();
-      s_->released.emplace_back(partitions.begin(), partitions.end());
-    }
-    if (s_->on_released) s_->on_released(partitions);
+    if (s_->on_released) s_->on_released(partitions);  // before it shows in `released`
+    std::lock_guard lock(s_->mu);
+    NothingInFlight();
+    s_->released.emplace_back(partitions.begin(), partitions.end());
   }
   void Close() override {
     std::lock_guard lock(s_->mu);
