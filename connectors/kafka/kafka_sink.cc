@@ -236,7 +236,7 @@ class KafkaSink final : public Sink {
   // them goes, so that a TakeOver() that gives one back learns it again.
   // Transactional: their producers go now (another engine's producer of the
   // partition fences them anyway) instead of at producer_idle, all at once:
-  // about 1.2 ms each (bench/run kafka_takeover), once per partition lost,
+  // about 1 ms each (bench/run kafka_takeover), once per partition lost,
   // where a cap (Idle's) would keep fenced producers' threads for longer.
   void Released(std::span<const uint32_t> partitions) override {
     for (const uint32_t p : partitions) {
@@ -838,8 +838,9 @@ class KafkaSink final : public Sink {
 
   // Makes the producers of `partitions`, up to fence_concurrency at once
   // (each a few round trips to the brokers: at a takeover of 64 partitions,
-  // one after another took 26 ms each), each thread with a reader of its
-  // own. Keeps every producer made, and returns the first failure.
+  // one after another took about 24 ms each, 8 at once a third of that in
+  // all), each thread with a reader of its own. Keeps every producer made,
+  // and returns the first failure.
   Status FenceAll(const std::vector<uint32_t>& partitions) {
     const size_t threads = std::min<size_t>(options().fence_concurrency, partitions.size());
     if (threads <= 1) {

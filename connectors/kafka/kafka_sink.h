@@ -21,8 +21,11 @@
 // transaction per source partition of its batch; read_committed consumers
 // (librdkafka's default, not Java's) see a partition's records only once
 // committed. A partition's producer without a batch for producer_idle is
-// closed at Idle() (each holds librdkafka threads and broker connections);
-// its next batch makes it again, which fences and reads back as above.
+// closed at Idle() (each holds librdkafka threads and broker connections),
+// and those of partitions the engine lost at Released(); its next batch
+// makes it again, which fences and reads back as above. The producers of
+// several partitions needed together (TakeOver, a batch) are made
+// fence_concurrency at a time, each on a thread of its own.
 // transactional: false uses one idempotent producer for all
 // partitions: right for one engine, but an engine that lost its partitions
 // while frozen may publish the batch it had queued.
@@ -46,7 +49,9 @@
 // batch from producing records twice.
 //
 // Threads: like every Sink, one thread at a time; delivery reports are
-// served on that thread (inside Apply).
+// served on that thread (inside Apply). Making producers at once (above),
+// the other threads touch nothing of the sink but its configuration, and
+// produce nothing.
 #pragma once
 
 #include <memory>

@@ -648,6 +648,31 @@ TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) 
   EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
 }
 
+// Another engine's sink over `c` takes source partition p over (token 2)
+// and applies its events from..to; `applied` of them are new to the topic.
+void AnotherEngineApplies(const config::Config& c, uint32_t p, uint64_t from, uint64_t to, int applied) {
+  auto other = Make(c);
+  ASSERT_TRUE(other);
+  ASSERT_OK(other->Open());
+  ASSERT_OK(other->TakeOver(TakenOver{"sink/feed", "e2", {{p, 2}}}));
+  auto r = other->Apply(Events(p, from, to));
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(Count(r)[Outcome::kApplied], applied);
+}
+
+// Closes the sink and reads its topic back: per key the versions in order,
+// none repeated (else a failure); the last version of each key in *last.
+std::vector<testing::KafkaRecord> CloseAndReadBack(Sink& sink, const std::string& topic,
+                                                   std::map<std::string, uint64_t>* last) {
+  sink.Close();
+  std::string error;
+  auto records = ReadTopic(topic, &error);
+  EXPECT_EQ(error, "");
+  const auto problems = testing::CheckVersionsPerKey(records, last);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  return records;
+}
+
 // librdkafka threads of this process.
 int KafkaThreads() {
   int n = 0;
@@ -678,15 +703,7 @@ TEST(KafkaSink, APartitionTakenBackLearnsWhatAnotherEngineWroteWithoutClosingThe
     ASSERT_TRUE(sink->Apply(Events(1, 1, 3)).status.ok());
     // Partition 1 went to another engine, which published 4..9 (and, when
     // transactional, fenced this sink's producer of it).
-    {
-      auto other = Make(c);
-      ASSERT_TRUE(other);
-      ASSERT_OK(other->Open());
-      ASSERT_OK(other->TakeOver(TakenOver{"sink/feed", "e2", {{1, 2}}}));
-      auto r = other->Apply(Events(1, 4, 9));
-      ASSERT_TRUE(r.status.ok()) << r.status.message();
-      EXPECT_EQ(Count(r)[Outcome::kApplied], 6);
-    }
+    AnotherEngineApplies(c, 1, 4, 9, 6);
     // Taken back under a new token, from this sink's offset 3: 4..9 are in
     // the topic, 10..12 are new. Partition 0's producer stays (a
     // transactional producer of partition 1 is made again in its place).
@@ -702,15 +719,10 @@ TEST(KafkaSink, APartitionTakenBackLearnsWhatAnotherEngineWroteWithoutClosingThe
     r = sink->Apply(Events(0, 4, 5));
     ASSERT_TRUE(r.status.ok()) << r.status.message();
     EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
-    sink->Close();
-    std::string error;
     std::map<std::string, uint64_t> last;
-    const auto records = ReadTopic(topic, &error);
-    const auto problems = testing::CheckVersionsPerKey(records, &last);
-    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(CloseAndReadBack(*sink, topic, &last).size(), 5u + 12);
     EXPECT_EQ(last["p0"], 5u);
     EXPECT_EQ(last["p1"], 12u);
-    EXPECT_EQ(records.size(), 5u + 12) << error;
   }
 }
 
@@ -739,30 +751,17 @@ TEST(KafkaSink, ProducersOfReleasedPartitionsGoAtOnce) {
   EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
   EXPECT_EQ(KafkaThreads(), released);
   // Meanwhile another engine holds partition 1 and publishes 4..9.
-  {
-    auto other = Make(c);
-    ASSERT_TRUE(other);
-    ASSERT_OK(other->Open());
-    ASSERT_OK(other->TakeOver(TakenOver{"sink/feed", "e2", {{1, 2}}}));
-    r = other->Apply(Events(1, 4, 9));
-    ASSERT_TRUE(r.status.ok()) << r.status.message();
-    EXPECT_EQ(Count(r)[Outcome::kApplied], 6);
-  }
+  AnotherEngineApplies(c, 1, 4, 9, 6);
   // Taken back from this sink's offset 3: 4..9 are in the topic, 10..12 new.
   ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{1, 3}}}));
   r = sink->Apply(Events(1, 4, 12));
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(Count(r)[Outcome::kStale], 6);
   EXPECT_EQ(Count(r)[Outcome::kApplied], 3);
-  sink->Close();
-  std::string error;
   std::map<std::string, uint64_t> last;
-  const auto records = ReadTopic(topic, &error);
-  const auto problems = testing::CheckVersionsPerKey(records, &last);
-  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(CloseAndReadBack(*sink, topic, &last).size(), 5u + 12 + 3 + 3);
   EXPECT_EQ(last["p0"], 5u);
   EXPECT_EQ(last["p1"], 12u);
-  EXPECT_EQ(records.size(), 5u + 12 + 3 + 3) << error;
 }
 
 // A takeover of many partitions makes their producers several at a time
@@ -807,14 +806,9 @@ TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(Count(r)[Outcome::kStale], 2 * static_cast<int>(kPartitions));
   EXPECT_EQ(Count(r)[Outcome::kApplied], 3 * static_cast<int>(kPartitions));
-  next->Close();
-  std::string error;
   std::map<std::string, uint64_t> last;
-  const auto records = ReadTopic(topic, &error);
-  const auto problems = testing::CheckVersionsPerKey(records, &last);
-  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(CloseAndReadBack(*next, topic, &last).size(), 6u * kPartitions);
   for (uint32_t p = 0; p < kPartitions; ++p) EXPECT_EQ(last["p" + std::to_string(p)], 6u) << p;
-  EXPECT_EQ(records.size(), 6u * kPartitions) << error;
 }
 
 // Two source partitions share one topic partition. A former owner of
@@ -882,29 +876,17 @@ TEST(KafkaSink, ProducersOfIdlePartitionsCloseAndComeBackWithoutDuplicates) {
   sink->Idle();  // partition 0's was used just now: it stays
   EXPECT_EQ(KafkaThreads(), idle);
   // Meanwhile another engine held partition 1 and published 6..9.
-  {
-    auto other = Make(c);
-    ASSERT_TRUE(other);
-    ASSERT_OK(other->Open());
-    auto r = other->Apply(Events(1, 4, 9));
-    ASSERT_TRUE(r.status.ok()) << r.status.message();
-    EXPECT_EQ(Count(r)[Outcome::kApplied], 4);
-  }
+  AnotherEngineApplies(c, 1, 4, 9, 4);
   // Partition 1 again, from this sink's saved offset 3: 4..9 are in the
   // topic (read back), 10..12 are new.
   auto r = sink->Apply(Events(1, 4, 12));
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(Count(r)[Outcome::kStale], 6);
   EXPECT_EQ(Count(r)[Outcome::kApplied], 3);
-  sink->Close();
-  std::string error;
   std::map<std::string, uint64_t> last;
-  const auto records = ReadTopic(topic, &error);
-  const auto problems = testing::CheckVersionsPerKey(records, &last);
-  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(CloseAndReadBack(*sink, topic, &last).size(), 8u + 12 + 5 + 5);
   EXPECT_EQ(last["p0"], 8u);
   EXPECT_EQ(last["p1"], 12u);
-  EXPECT_EQ(records.size(), 8u + 12 + 5 + 5);
 }
 
 }  // namespace
