@@ -21,6 +21,8 @@
 #include "connectors/kafka/kafka_options.h"
 #include "connectors/kafka/record_codec.h"
 #include "connectors/kafka/topic_limit.h"
+#include "connectors/kafka/topic_readback.h"
+#include "connectors/kafka/topic_verify.h"
 #include "core/json.h"
 #include "core/log.h"
 
@@ -35,9 +37,6 @@ constexpr milliseconds kHealthTimeout{2000};
 constexpr milliseconds kReadTimeout{10000};
 // How long Close waits for requests already sent after a failed batch.
 constexpr int kCloseGrace = 2000;
-// Records read back per step while looking for the last sluice-positions
-// header of a topic partition; each further step reads four times as many.
-constexpr int64_t kFirstRecoveryWindow = 256;
 // Idle producers closed per Sink::Idle() call (about one a second).
 constexpr size_t kClosePerIdle = 32;
 
@@ -278,105 +277,12 @@ class KafkaSink final : public Sink {
   }
 
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override {
-    struct Latest {
-      uint64_t version = 0;
-      bool deleted = false;
-      std::string state;
-      uint32_t repeated = 0;  // records whose version was not above the previous one
-    };
-    std::map<std::string, Latest> topic;
-    RETURN_IF_ERROR(ReadEveryRecord([&](ChangeEvent&& e, int32_t, int64_t) {
-      Latest& l = topic[e.entity_id];
-      if (e.version <= l.version) {
-        ++l.repeated;
-        return;
-      }
-      l.version = e.version;
-      l.deleted = e.deleted;
-      l.state = std::move(e.state);
-    }));
-    for (const EntitySnapshot& s : truth) {
-      const auto it = topic.find(s.entity_id);
-      if (it == topic.end()) {
-        if (!s.deleted) differences.push_back({Difference::Kind::kMissing, s.entity_id, "no record in " + topic_});
-        continue;
-      }
-      const Latest& l = it->second;
-      if (l.repeated > 0) {
-        differences.push_back({Difference::Kind::kExtra, s.entity_id,
-                               std::to_string(l.repeated) + " record(s) repeat or go back in version"});
-      }
-      if (l.version != s.version || l.deleted != s.deleted) {
-        differences.push_back({Difference::Kind::kVersionMismatch, s.entity_id,
-                               "topic has version " + std::to_string(l.version) + (l.deleted ? " (deleted)" : "") +
-                                   ", storage has " + std::to_string(s.version) + (s.deleted ? " (deleted)" : "")});
-      } else if (!s.deleted && !SameJson(l.state, s.state)) {
-        differences.push_back({Difference::Kind::kContentMismatch, s.entity_id,
-                               "the state of version " + std::to_string(s.version) + " differs"});
-      }
-      topic.erase(it);
-    }
-    for (const auto& [id, l] : topic) {
-      differences.push_back({Difference::Kind::kExtra, id, "in " + topic_ + " but not in storage"});
-    }
-    return Status::Ok();
+    return CompareLatest(topic_, [this](const EachRecord& each) { return ReadEveryRecord(each); }, truth, differences);
   }
 
   Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override {
-    // Every record by (entity, version), with where it is in the topic.
-    struct Record {
-      ChangeEvent event;
-      int32_t topic_partition = 0;
-      int64_t offset = 0;
-    };
-    std::map<std::pair<std::string, uint64_t>, std::vector<Record>> records;
-    RETURN_IF_ERROR(ReadEveryRecord([&](ChangeEvent&& e, int32_t topic_partition, int64_t offset) {
-      auto key = std::make_pair(e.entity_id, e.version);
-      records[std::move(key)].push_back(Record{std::move(e), topic_partition, offset});
-    }));
-    const auto where = [this](const Record& r) {
-      return topic_ + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
-    };
-    const auto describe = [](const ChangeEvent& e) {
-      return "version " + std::to_string(e.version) + ", partition " + std::to_string(e.partition) + " event " +
-             std::to_string(e.event_id) + ", command " + e.command_name + " id " + e.command_id +
-             (e.deleted ? ", deleted" : "");
-    };
-    for (const ChangeEvent& e : history) {
-      auto it = records.find({e.entity_id, e.version});
-      if (it == records.end() || it->second.empty()) {
-        differences.push_back({Difference::Kind::kMissing, e.entity_id, "no record of " + describe(e)});
-        continue;
-      }
-      std::vector<Record>& found = it->second;
-      // The record of this event: the one with its event_id, else the first.
-      auto match = std::find_if(found.begin(), found.end(), [&](const Record& r) {
-        return r.event.partition == e.partition && r.event.event_id == e.event_id;
-      });
-      if (match == found.end()) match = found.begin();
-      const ChangeEvent& r = match->event;
-      if (r.partition != e.partition || r.event_id != e.event_id || r.command_id != e.command_id ||
-          r.command_name != e.command_name || r.deleted != e.deleted || (!e.deleted && !SameJson(r.state, e.state))) {
-        differences.push_back({Difference::Kind::kContentMismatch, e.entity_id,
-                               where(*match) + " holds " + describe(r) + (SameJson(r.state, e.state) ? "" : " with another state") +
-                                   "; storage has " + describe(e)});
-      }
-      for (const Record& extra : found) {
-        if (&extra == &*match) continue;
-        const bool same = extra.event.event_id == e.event_id && extra.event.command_id == e.command_id;
-        differences.push_back({same ? Difference::Kind::kDuplicate : Difference::Kind::kPhantom, e.entity_id,
-                               where(extra) + (same ? " repeats " : " is no event of storage: ") +
-                                   describe(extra.event)});
-      }
-      records.erase(it);
-    }
-    for (const auto& [key, left] : records) {
-      for (const Record& r : left) {
-        differences.push_back({Difference::Kind::kPhantom, key.first,
-                               where(r) + " is no event of storage: " + describe(r.event)});
-      }
-    }
-    return Status::Ok();
+    return CompareHistory(topic_, [this](const EachRecord& each) { return ReadEveryRecord(each); }, history,
+                          differences);
   }
 
  private:
@@ -389,7 +295,7 @@ class KafkaSink final : public Sink {
 
   // Decodes every record of the topic, partition by partition up to the
   // high watermarks at the time of the call, for verify.
-  Status ReadEveryRecord(const std::function<void(ChangeEvent&&, int32_t topic_partition, int64_t offset)>& each) {
+  Status ReadEveryRecord(const EachRecord& each) {
     auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
     if (!consumer.ok()) return consumer.status();
     // Where each topic partition ends, past any open transaction (whose
@@ -460,12 +366,6 @@ class KafkaSink final : public Sink {
 
   int32_t TopicPartitionOf(uint32_t source_partition) const {
     return static_cast<int32_t>(source_partition % static_cast<uint32_t>(topic_partitions_));
-  }
-
-  static bool SameJson(const std::string& a, const std::string& b) {
-    auto ja = ParseJson(a);
-    auto jb = ParseJson(b);
-    return ja.ok() && jb.ok() && *ja == *jb;
   }
 
   // "p:e,..." for every source partition of topic partition tp: what is
@@ -893,33 +793,11 @@ class KafkaSink final : public Sink {
     return first;
   }
 
-  // What the topic holds of source partition p: the event id of its last
-  // committed record (or of the last sluice-positions header naming it),
-  // found by reading its topic partition backwards in growing windows.
+  // What the topic holds of source partition p (topic_readback.h); where
+  // the log ends is asked of producer_, a read_uncommitted client that
+  // several threads may ask at once.
   Result<std::optional<uint64_t>> LastOfPartition(uint32_t p, rd_kafka_t* reader) {
-    const int32_t tp = TopicPartitionOf(p);
-    // The end of the log (not the last stable offset: asked of producer_, a
-    // read_uncommitted client, which several threads may ask at once):
-    // records of p committed after another partition's transaction that is
-    // still open are waited for.
-    ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(producer_.get(), topic_, tp, kMetadataTimeout));
-    std::optional<uint64_t> found;
-    int64_t end = w.high;
-    int64_t window = kFirstRecoveryWindow;
-    while (!found && end > w.low) {
-      const int64_t start = std::max(w.low, end - window);
-      RETURN_IF_ERROR(ReadPartition(reader, topic_, tp, start, end, [&](const rd_kafka_message_t& m) {
-        if (const auto at = SourcePosition(m); at && at->first == p) found = std::max(found.value_or(0), at->second);
-        if (const auto pos = HeaderValue(m, kHeaderPositions)) {
-          if (const auto decoded = DecodePositions(*pos); decoded && decoded->count(p) != 0) {
-            found = std::max(found.value_or(0), decoded->at(p));
-          }
-        }
-      }, kReadTimeout));
-      end = start;
-      window = std::min<int64_t>(window * 4, int64_t{1} << 22);
-    }
-    return found;
+    return LastEventOf(producer_.get(), reader, topic_, TopicPartitionOf(p), p, kReadTimeout);
   }
 
   static void OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
@@ -939,17 +817,6 @@ class KafkaSink final : public Sink {
     return true;
   }
 
-  // The (source partition, event id) headers of one of our records.
-  static std::optional<std::pair<uint32_t, uint64_t>> SourcePosition(const rd_kafka_message_t& m) {
-    const auto p = HeaderValue(m, kHeaderPartition);
-    const auto e = HeaderValue(m, kHeaderEventId);
-    if (!p || !e) return std::nullopt;
-    const std::optional<uint64_t> pv = ParseDecimalHeader(*p);
-    const std::optional<uint64_t> ev = ParseDecimalHeader(*e);
-    if (!pv.has_value() || !ev.has_value() || pv.value() > UINT32_MAX) return std::nullopt;
-    return std::make_pair(static_cast<uint32_t>(pv.value()), ev.value());
-  }
-
   // Reads back what an earlier run of this sink delivered: for each topic
   // partition, the records after (and including) the last one that carries
   // sluice-positions.
@@ -960,37 +827,7 @@ class KafkaSink final : public Sink {
   }
 
   Status RecoverTopicPartition(rd_kafka_t* consumer, int32_t t) {
-    ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(consumer, topic_, t, kMetadataTimeout));
-    Positions found;
-    bool anchored = false;
-    int64_t end = w.high;
-    int64_t window = kFirstRecoveryWindow;
-    while (!anchored && end > w.low) {
-      const int64_t start = std::max(w.low, end - window);
-      struct Seen {
-        std::optional<std::pair<uint32_t, uint64_t>> event;
-        std::optional<Positions> positions;
-      };
-      std::vector<Seen> seen;
-      RETURN_IF_ERROR(ReadPartition(consumer, topic_, t, start, end, [&](const rd_kafka_message_t& m) {
-        Seen s;
-        s.event = SourcePosition(m);
-        if (const auto pos = HeaderValue(m, kHeaderPositions)) s.positions = DecodePositions(*pos);
-        if (s.event || s.positions) seen.push_back(std::move(s));
-      }, kReadTimeout));
-      for (auto it = seen.rbegin(); it != seen.rend() && !anchored; ++it) {
-        if (it->event) {
-          uint64_t& f = found[it->event->first];
-          f = std::max(f, it->event->second);
-        }
-        if (it->positions) {
-          for (const auto& [p, e] : *it->positions) found[p] = std::max(found[p], e);
-          anchored = true;
-        }
-      }
-      end = start;
-      window = std::min<int64_t>(window * 4, int64_t{1} << 22);
-    }
+    ASSIGN_OR_RETURN(const Positions found, PositionsOf(consumer, topic_, t, kReadTimeout));
     for (const auto& [p, e] : found) {
       uint64_t& d = delivered_[p];
       d = std::max(d, e);
