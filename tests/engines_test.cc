@@ -10,6 +10,7 @@
 //   (b) engines join and leave (SIGTERM, SIGKILL) repeatedly under load: the
 //       lease log shows no partition held by two engines at once, nothing is
 //       lost, and the Kafka topic holds every event exactly once
+//   (c) an engine that hands partitions over closes their Kafka producers
 // Loads are small (CI); the lease TTL is 2 s so that takeovers are quick.
 #include <signal.h>
 
@@ -23,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_name.h"
 #include "tests/support/config_support.h"
 #include "tests/support/kafka_support.h"
 #include "tests/support/owner_views.h"
@@ -240,6 +242,48 @@ TEST(SeveralEngines, EnginesJoiningAndLeavingNeverOwnAPartitionTogetherAndLoseNo
   // are read back by the one that takes its partitions: exactly once.
   ExpectTopicExactlyOnce(*s, events);
   EXPECT_GT(ExpectNoTwoOwnersAtOnce(*s->db), 4 * kPartitions);
+}
+
+// librdkafka threads of a process (named "rdk:...").
+int KafkaThreadsOf(pid_t pid) {
+  int n = 0;
+  for (const auto& [name, count] : ThreadNamesOf(pid)) {
+    if (name.rfind("rdk:", 0) == 0) n += count;
+  }
+  return n;
+}
+
+// An engine that hands partitions over to one that joins closes their
+// transactional Kafka producers at once (Sink::Released), not after
+// producer_idle (a minute): each held librdkafka threads and broker
+// connections, and the new owner fenced it anyway.
+TEST(SeveralEngines, AnEngineClosesTheKafkaProducersOfThePartitionsItHandsOver) {
+  SLUICE_REQUIRE_MYSQL();
+  SLUICE_REQUIRE_REDIS();
+  SLUICE_REQUIRE_KAFKA();
+  auto s = MakeStack("enginesrelease", true);
+  std::string out;
+  ASSERT_EQ(RunSluice({"init", "--config", s->path}, &out), 0) << out;
+  auto writer = StartSluice("writer", s->path, s->cfg.port);
+  auto e1 = StartEngine(*s, "e1");
+  OwnerLoad(s->cfg.port, 200, 100, 5);  // events on every partition: a producer each
+  ASSERT_TRUE(WaitCaughtUp(s->path, 120s, &out)) << out;
+  const int held = KafkaThreadsOf(e1->pid());
+  auto e2 = StartEngine(*s, "e2");
+  int moved = 0;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    moved = 0;
+    for (const auto& [p, owner] : Owners(*s, "feed")) moved += owner == "e2" ? 1 : 0;
+    // Each producer closed takes at least three threads (main, internal, a broker's).
+    if (moved > 0 && KafkaThreadsOf(e1->pid()) <= held - 3 * moved) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GT(moved, 0) << "e2 took none of the feed's partitions";
+  EXPECT_LE(KafkaThreadsOf(e1->pid()), held - 3 * moved)
+      << held << " librdkafka threads in e1 before e2 took " << moved << " partitions";
+  EXPECT_EQ(e2->Terminate(), 0);
+  EXPECT_EQ(e1->Terminate(), 0);
 }
 
 }  // namespace

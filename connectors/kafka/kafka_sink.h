@@ -50,8 +50,9 @@
 //
 // Threads: like every Sink, one thread at a time; delivery reports are
 // served on that thread (inside Apply). Making producers at once (above),
-// the other threads touch nothing of the sink but its configuration, and
-// produce nothing.
+// the other threads only read the sink (its configuration, the topic's
+// limit, where the log ends through its metadata handle) and produce
+// nothing; the calling thread keeps what they made.
 #pragma once
 
 #include <memory>

@@ -703,7 +703,7 @@ TEST(KafkaSink, APartitionTakenBackLearnsWhatAnotherEngineWroteWithoutClosingThe
     ASSERT_TRUE(sink->Apply(Events(1, 1, 3)).status.ok());
     // Partition 1 went to another engine, which published 4..9 (and, when
     // transactional, fenced this sink's producer of it).
-    AnotherEngineApplies(c, 1, 4, 9, 6);
+    ASSERT_NO_FATAL_FAILURE(AnotherEngineApplies(c, 1, 4, 9, 6));
     // Taken back under a new token, from this sink's offset 3: 4..9 are in
     // the topic, 10..12 are new. Partition 0's producer stays (a
     // transactional producer of partition 1 is made again in its place).
@@ -751,7 +751,7 @@ TEST(KafkaSink, ProducersOfReleasedPartitionsGoAtOnce) {
   EXPECT_EQ(Count(r)[Outcome::kApplied], 2);
   EXPECT_EQ(KafkaThreads(), released);
   // Meanwhile another engine holds partition 1 and publishes 4..9.
-  AnotherEngineApplies(c, 1, 4, 9, 6);
+  ASSERT_NO_FATAL_FAILURE(AnotherEngineApplies(c, 1, 4, 9, 6));
   // Taken back from this sink's offset 3: 4..9 are in the topic, 10..12 new.
   ASSERT_OK(sink->TakeOver(TakenOver{"sink/feed", "e1", {{1, 3}}}));
   r = sink->Apply(Events(1, 4, 12));
@@ -876,7 +876,7 @@ TEST(KafkaSink, ProducersOfIdlePartitionsCloseAndComeBackWithoutDuplicates) {
   sink->Idle();  // partition 0's was used just now: it stays
   EXPECT_EQ(KafkaThreads(), idle);
   // Meanwhile another engine held partition 1 and published 6..9.
-  AnotherEngineApplies(c, 1, 4, 9, 4);
+  ASSERT_NO_FATAL_FAILURE(AnotherEngineApplies(c, 1, 4, 9, 4));
   // Partition 1 again, from this sink's saved offset 3: 4..9 are in the
   // topic (read back), 10..12 are new.
   auto r = sink->Apply(Events(1, 4, 12));

@@ -68,11 +68,17 @@ TEST(CompareLatest, FindsEachKindOfDifference) {
 TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   const std::vector<ChangeEvent> history = {
       Event("a", 1, R"({"n":1})"), Event("a", 2, R"({"n":2})"), Event("b", 1, R"({})"), Event("c", 1, R"({})"),
+      Event("d", 1, R"({})"), Event("d", 2, ""),  // deleted
   };
   ChangeEvent altered = Event("b", 1, R"({"x":1})");
   ChangeEvent phantom = Event("a", 3, R"({})");
-  ChangeEvent other_event = Event("a", 1, R"({"n":1})", 99);  // version 1 again, another event id
-  const ReadRecords topic = Topic({history[0], history[1], history[1], altered, phantom, other_event});
+  // Version 1 of "a" again, of another event id, ahead of the record of the
+  // event itself: the one with the event's id is its record.
+  ChangeEvent other_event = Event("a", 1, R"({"n":1})", 99);
+  ChangeEvent spaced = history[1];
+  spaced.state = R"({"n": 2})";  // the same JSON as storage's
+  const ReadRecords topic =
+      Topic({other_event, history[0], spaced, history[1], altered, phantom, history[4], history[5]});
   std::vector<Difference> diffs;
   ASSERT_TRUE(CompareHistory("t", topic, history, diffs).ok());
   auto kinds = ByKind(diffs);
@@ -84,7 +90,7 @@ TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   // Where each record is, for the operator.
   for (const Difference& d : diffs) {
     if (d.kind == Difference::Kind::kDuplicate) {
-      EXPECT_NE(d.detail.find("t[0]@2"), std::string::npos) << d.detail;
+      EXPECT_NE(d.detail.find("t[0]@3"), std::string::npos) << d.detail;
     }
   }
 }
