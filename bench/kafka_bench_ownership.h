@@ -1,5 +1,6 @@
 // kafka_bench's modes about partitions changing hands (issue 24, item 4a):
-// the kafka sink alone (transactional: a producer per source partition),
+// the kafka sink alone (a producer per source partition when transactional,
+// the default; the config may say transactional: false),
 // holding every partition of the sink's entity, with one event of each
 // partition applied at a time (entity "t<p>", the next version). Both check
 // the topic at the end: per key the versions 1..N in order, none repeated.

@@ -57,11 +57,8 @@ class KafkaKeys : public config::SinkOptionsRead {
            r_.ReadDuration(f, std::chrono::milliseconds(100), std::chrono::milliseconds(std::chrono::hours(24)),
                            &o().producer_idle);
          }},
-        {"fence_concurrency", false,
-         [this](const Field& f) {
-           fence_concurrency_key_ = r_.Keep(f);
-           r_.ReadUint(f, 1, 64, &o().fence_concurrency);
-         }},
+        {"read_back_concurrency", false,
+         [this](const Field& f) { r_.ReadUint(f, 1, 64, &o().read_back_concurrency); }},
         {"properties", false, [this](const Field& f) { ReadProperties(f); }},
         {"security", false, [this](const Field& f) { ReadSecurity(f); }},
         {"sasl_mechanism", false,
@@ -95,10 +92,8 @@ class KafkaKeys : public config::SinkOptionsRead {
   // partitions and replication_factor only with create_topic: the last one given.
   void Check(const Field& sink) override {
     const KafkaSinkOptions& k = sink_.Options<KafkaSinkOptions>();
-    for (const auto& key : {producer_idle_key_, fence_concurrency_key_}) {
-      if (key && !k.transactional) {
-        r_.KeyProblem(*key, "only with transactional: true (the idempotent sink has one producer)");
-      }
+    if (producer_idle_key_ && !k.transactional) {
+      r_.KeyProblem(*producer_idle_key_, "only with transactional: true (the idempotent sink has one producer)");
     }
     if (create_options_key_ && !k.create_topic) {
       r_.KeyProblem(*create_options_key_, "only with create_topic: true");
@@ -257,7 +252,6 @@ class KafkaKeys : public config::SinkOptionsRead {
   config::SinkConfig& sink_;
   std::shared_ptr<const Field> create_options_key_;
   std::shared_ptr<const Field> producer_idle_key_;
-  std::shared_ptr<const Field> fence_concurrency_key_;
   config::TlsKeysRead tls_;
   std::shared_ptr<const Field> security_key_;
   std::vector<std::shared_ptr<const Field>> sasl_keys_;
@@ -277,10 +271,8 @@ void PrintKafkaSink(const config::SinkConfig& sink, config::SinkOptionPrinter& o
   }
   out.Duration("delivery_timeout", k.delivery_timeout);
   out.Value("transactional", k.transactional);
-  if (k.transactional) {
-    out.Duration("producer_idle", k.producer_idle);
-    out.Value("fence_concurrency", uint64_t{k.fence_concurrency});
-  }
+  if (k.transactional) out.Duration("producer_idle", k.producer_idle);
+  out.Value("read_back_concurrency", uint64_t{k.read_back_concurrency});
   if (!k.properties.empty()) out.SecretMapping("properties", k.properties);
   using Security = KafkaSinkOptions::Security;
   if (k.security != Security::kPlaintext) {

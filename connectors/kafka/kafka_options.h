@@ -37,11 +37,13 @@ struct KafkaSinkOptions {
   // Transactional: a source partition's producer unused that long is closed
   // (its threads and broker connections go); its next batch makes it again.
   std::chrono::milliseconds producer_idle{60000};
-  // Transactional: how many source partitions' producers are made at once
-  // when several are needed together (a takeover, a batch after
-  // producer_idle): each fences its transactional id and reads its
-  // partition back, a few round trips to the brokers; 1: one after another.
-  uint32_t fence_concurrency = 8;
+  // How many partitions are read back at once when several are (Open, a
+  // takeover, a batch after producer_idle), each on a thread with a consumer
+  // of its own: transactional, a source partition's producer is made (its
+  // transactional id fences the former owner's) and its topic partition read
+  // back; idempotent, a topic partition is read back. Each is a few round
+  // trips to the brokers; 1: one after another.
+  uint32_t read_back_concurrency = 8;
   // librdkafka properties passed through as they are (checked with
   // librdkafka's own validation). Secret: those whose names look secret
   // (IsSecretName) and those given as ${env:...}/${file:...}.

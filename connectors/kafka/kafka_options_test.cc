@@ -139,11 +139,11 @@ TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   auto idle = Load("    brokers: h:1\n    topic: t\n    producer_idle: 250ms\n");
   ASSERT_TRUE(idle.ok()) << idle.status().message();
   EXPECT_EQ(idle->sinks[0].Options<KafkaSinkOptions>().producer_idle, std::chrono::milliseconds(250));
-  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().fence_concurrency, 8u);
-  EXPECT_NE(c->Redacted().find("fence_concurrency: 8"), std::string::npos) << c->Redacted();
-  auto serial = Load("    brokers: h:1\n    topic: t\n    fence_concurrency: 1\n");
+  EXPECT_EQ(c->sinks[0].Options<KafkaSinkOptions>().read_back_concurrency, 8u);
+  EXPECT_NE(c->Redacted().find("read_back_concurrency: 8"), std::string::npos) << c->Redacted();
+  auto serial = Load("    brokers: h:1\n    topic: t\n    transactional: false\n    read_back_concurrency: 1\n");
   ASSERT_TRUE(serial.ok()) << serial.status().message();
-  EXPECT_EQ(serial->sinks[0].Options<KafkaSinkOptions>().fence_concurrency, 1u);
+  EXPECT_EQ(serial->sinks[0].Options<KafkaSinkOptions>().read_back_concurrency, 1u);
   // The properties that would undo the fencing are the sink's own.
   EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    properties: {transactional.id: x}\n")
                 .find("sinks[0].properties.transactional.id: is set by the kafka sink"),
@@ -191,12 +191,11 @@ TEST(KafkaConfig, ReportsEachProblemWithItsPosition) {
   EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    transactional: false\n    producer_idle: 5s\n")
                 .find("sinks[0].producer_idle: only with transactional: true"),
             std::string::npos);
-  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    transactional: false\n    fence_concurrency: 4\n")
-                .find("sinks[0].fence_concurrency: only with transactional: true"),
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    read_back_concurrency: 0\n")
+                .find("sinks[0].read_back_concurrency:"),
             std::string::npos);
-  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    fence_concurrency: 0\n").find("sinks[0].fence_concurrency:"),
-            std::string::npos);
-  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    fence_concurrency: 65\n").find("sinks[0].fence_concurrency:"),
+  EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    read_back_concurrency: 65\n")
+                .find("sinks[0].read_back_concurrency:"),
             std::string::npos);
 }
 

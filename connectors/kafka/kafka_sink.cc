@@ -728,32 +728,21 @@ class KafkaSink final : public Sink {
     fenced_[p] = std::move(made.producer);
   }
 
-  // Makes source partition p's producer (MakeProducer) and keeps it.
-  Status Fence(uint32_t p) {
-    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
-    ASSIGN_OR_RETURN(Made made, MakeProducer(p, reader));
-    Keep(p, std::move(made));
-    return Status::Ok();
-  }
-
-  // Makes the producers of `partitions`, up to fence_concurrency at once
-  // (each a few round trips to the brokers: at a takeover of 64 partitions,
-  // one after another took about 24 ms each, 8 at once a third of that in
-  // all), each thread with a reader of its own. Keeps every producer made,
-  // and returns the first failure.
-  Status FenceAll(const std::vector<uint32_t>& partitions) {
-    const size_t threads = std::min<size_t>(options().fence_concurrency, partitions.size());
-    if (threads <= 1) {
-      for (const uint32_t p : partitions) RETURN_IF_ERROR(Fence(p));
-      return Status::Ok();
-    }
-    std::vector<std::optional<Result<Made>>> made(partitions.size());
+  // Runs work(i, reader) for every i below n, up to read_back_concurrency
+  // at once (each item a few round trips to the brokers: at a takeover of
+  // 64 partitions, making their producers one after another took about
+  // 24 ms each, 8 at once a third of that in all), each thread with a
+  // read_committed consumer of its own: the calling thread with Reader(),
+  // the others with one made for the call. `work` only reads the sink and
+  // writes what belongs to item i. Returns the first failure to make a
+  // reader; the items its thread would have done are left undone.
+  template <class Work>
+  Status OnReaders(size_t n, Work&& work) {
+    const size_t threads = std::max<size_t>(1, std::min<size_t>(options().read_back_concurrency, n));
     std::vector<Status> started(threads);  // per thread: whether it had a reader
     std::atomic<size_t> next{0};
-    // This thread reads with the sink's reader (Reader(), made before the
-    // others start), the others each with one made for the call.
-    auto shared = Reader();
-    auto work = [&](size_t k) {
+    auto shared = Reader();  // made before the others start
+    auto run = [&](size_t k) {
       KafkaHandle own;
       rd_kafka_t* reader = nullptr;
       if (k == 0) {
@@ -766,22 +755,31 @@ class KafkaSink final : public Sink {
         started[k] = made_reader.status();
       }
       if (reader == nullptr) return;
-      for (size_t i = next++; i < partitions.size(); i = next++) made[i] = MakeProducer(partitions[i], reader);
+      for (size_t i = next++; i < n; i = next++) work(i, reader);
     };
     std::vector<std::thread> running;
     for (size_t k = 1; k < threads; ++k) {
       try {
-        running.emplace_back(work, k);
+        running.emplace_back(run, k);
       } catch (const std::system_error&) {
         break;  // no thread to be had (the process's limit): fewer at once
       }
     }
-    work(0);
+    run(0);
     for (auto& t : running) t.join();
-    Status first = Status::Ok();
     for (const Status& st : started) {
-      if (!st.ok() && first.ok()) first = st;
+      if (!st.ok()) return st;
     }
+    return Status::Ok();
+  }
+
+  // Makes the producers of `partitions` (OnReaders). Keeps every producer
+  // made, and returns the first failure.
+  Status FenceAll(const std::vector<uint32_t>& partitions) {
+    std::vector<std::optional<Result<Made>>> made(partitions.size());
+    Status first = OnReaders(partitions.size(), [&](size_t i, rd_kafka_t* reader) {
+      made[i] = MakeProducer(partitions[i], reader);
+    });
     for (size_t i = 0; i < partitions.size(); ++i) {
       if (!made[i].has_value()) continue;  // its thread had no reader
       if (!made[i]->ok()) {
@@ -789,6 +787,29 @@ class KafkaSink final : public Sink {
         continue;
       }
       Keep(partitions[i], std::move(*made[i]).value());
+    }
+    return first;
+  }
+
+  // Idempotent: reads topic partitions back (PositionsOf, through
+  // OnReaders): what each holds raises delivered_, and those read leave
+  // unread_. Keeps what was read, and returns the first failure.
+  Status ReadBack(const std::vector<int32_t>& topic_partitions) {
+    std::vector<std::optional<Result<Positions>>> read(topic_partitions.size());
+    Status first = OnReaders(topic_partitions.size(), [&](size_t i, rd_kafka_t* reader) {
+      read[i] = PositionsOf(reader, topic_, topic_partitions[i], kReadTimeout);
+    });
+    for (size_t i = 0; i < topic_partitions.size(); ++i) {
+      if (!read[i].has_value()) continue;  // its thread had no reader
+      if (!read[i]->ok()) {
+        if (first.ok()) first = read[i]->status();
+        continue;
+      }
+      for (const auto& [p, e] : **read[i]) {
+        uint64_t& d = delivered_[p];
+        d = std::max(d, e);
+      }
+      unread_.erase(topic_partitions[i]);
     }
     return first;
   }
@@ -821,18 +842,9 @@ class KafkaSink final : public Sink {
   // partition, the records after (and including) the last one that carries
   // sluice-positions.
   Status Recover(int32_t partitions) {
-    ASSIGN_OR_RETURN(KafkaHandle consumer, Client(RD_KAFKA_CONSUMER, "recover"));
-    for (int32_t t = 0; t < partitions; ++t) RETURN_IF_ERROR(RecoverTopicPartition(consumer.get(), t));
-    return Status::Ok();
-  }
-
-  Status RecoverTopicPartition(rd_kafka_t* consumer, int32_t t) {
-    ASSIGN_OR_RETURN(const Positions found, PositionsOf(consumer, topic_, t, kReadTimeout));
-    for (const auto& [p, e] : found) {
-      uint64_t& d = delivered_[p];
-      d = std::max(d, e);
-    }
-    return Status::Ok();
+    std::vector<int32_t> all(static_cast<size_t>(partitions));
+    for (int32_t t = 0; t < partitions; ++t) all[static_cast<size_t>(t)] = t;
+    return ReadBack(all);
   }
 
   // What this sink knew of source partition p goes (it was taken over, and
@@ -867,14 +879,9 @@ class KafkaSink final : public Sink {
     }
     if (unknown.empty()) return Status::Ok();
     if (transactional()) return FenceAll(unknown);
-    ASSIGN_OR_RETURN(rd_kafka_t* const reader, Reader());
-    for (const uint32_t p : unknown) {
-      const int32_t tp = TopicPartitionOf(p);
-      if (unread_.count(tp) == 0) continue;  // read for another partition of it
-      RETURN_IF_ERROR(RecoverTopicPartition(reader, tp));
-      unread_.erase(tp);
-    }
-    return Status::Ok();
+    std::set<int32_t> unread;  // each topic partition once
+    for (const uint32_t p : unknown) unread.insert(TopicPartitionOf(p));
+    return ReadBack(std::vector<int32_t>(unread.begin(), unread.end()));
   }
 
   // The read_committed consumer that reads partitions back, made once.

@@ -23,9 +23,10 @@
 // committed. A partition's producer without a batch for producer_idle is
 // closed at Idle() (each holds librdkafka threads and broker connections),
 // and those of partitions the engine lost at Released(); its next batch
-// makes it again, which fences and reads back as above. The producers of
-// several partitions needed together (TakeOver, a batch) are made
-// fence_concurrency at a time, each on a thread of its own.
+// makes it again, which fences and reads back as above. What several
+// partitions need together (producers at a TakeOver or a batch; the
+// idempotent mode's read back at Open) is done read_back_concurrency at a
+// time, each on a thread of its own.
 // transactional: false uses one idempotent producer for all
 // partitions: right for one engine, but an engine that lost its partitions
 // while frozen may publish the batch it had queued.

@@ -765,14 +765,14 @@ TEST(KafkaSink, ProducersOfReleasedPartitionsGoAtOnce) {
 }
 
 // A takeover of many partitions makes their producers several at a time
-// (fence_concurrency), each thread with a reader of its own: every former
+// (read_back_concurrency), each thread with a reader of its own: every former
 // owner's open transaction is aborted, and what each committed is read
 // back, whichever thread made the partition's producer.
 TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
   SLUICE_REQUIRE_KAFKA();
   constexpr uint32_t kPartitions = 6;
   const std::string topic = UniqueTopic("fenceall");
-  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    fence_concurrency: 3\n", kPartitions);
+  auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    read_back_concurrency: 3\n", kPartitions);
   // The former owner committed 1..3 of every partition, then froze with
   // 4..5 of each in an open transaction.
   std::vector<std::unique_ptr<testing::OpenTransaction>> frozen;
