@@ -144,6 +144,7 @@ TEST(KafkaConfig, DefaultsAndTheSharedFormatKey) {
   auto serial = Load("    brokers: h:1\n    topic: t\n    transactional: false\n    read_back_concurrency: 1\n");
   ASSERT_TRUE(serial.ok()) << serial.status().message();
   EXPECT_EQ(serial->sinks[0].Options<KafkaSinkOptions>().read_back_concurrency, 1u);
+  EXPECT_NE(serial->Redacted().find("read_back_concurrency: 1"), std::string::npos) << serial->Redacted();
   // The properties that would undo the fencing are the sink's own.
   EXPECT_NE(Errors("    brokers: h:1\n    topic: t\n    properties: {transactional.id: x}\n")
                 .find("sinks[0].properties.transactional.id: is set by the kafka sink"),

@@ -698,7 +698,7 @@ class KafkaSink final : public Sink {
   // earlier producer of p (their open transaction is aborted, their later
   // records refused), and then `reader` reads back what the topic holds of
   // p (its last record's event id; none when it holds nothing of p).
-  // Changes nothing of the sink (Fence keeps what it made): several run at
+  // Changes nothing of the sink (FenceAll keeps what it made): several run at
   // once, each with a reader of its own (FenceAll).
   struct Made {
     std::unique_ptr<FencedProducer> producer;
@@ -734,13 +734,16 @@ class KafkaSink final : public Sink {
   // 24 ms each, 8 at once a third of that in all), each thread with a
   // read_committed consumer of its own: the calling thread with Reader(),
   // the others with one made for the call. `work` only reads the sink and
-  // writes what belongs to item i. Returns the first failure to make a
-  // reader; the items its thread would have done are left undone.
+  // writes what belongs to item i, and returns whether it succeeded: after
+  // a failure no thread starts another item (each may wait for a broker up
+  // to kReadTimeout, and the caller fails anyway). Returns the first
+  // failure to make a reader; the items left are not done.
   template <class Work>
   Status OnReaders(size_t n, Work&& work) {
     const size_t threads = std::max<size_t>(1, std::min<size_t>(options().read_back_concurrency, n));
     std::vector<Status> started(threads);  // per thread: whether it had a reader
     std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
     auto shared = Reader();  // made before the others start
     auto run = [&](size_t k) {
       KafkaHandle own;
@@ -755,7 +758,9 @@ class KafkaSink final : public Sink {
         started[k] = made_reader.status();
       }
       if (reader == nullptr) return;
-      for (size_t i = next++; i < n; i = next++) work(i, reader);
+      for (size_t i = next++; i < n && !failed; i = next++) {
+        if (!work(i, reader)) failed = true;
+      }
     };
     std::vector<std::thread> running;
     for (size_t k = 1; k < threads; ++k) {
@@ -779,9 +784,10 @@ class KafkaSink final : public Sink {
     std::vector<std::optional<Result<Made>>> made(partitions.size());
     Status first = OnReaders(partitions.size(), [&](size_t i, rd_kafka_t* reader) {
       made[i] = MakeProducer(partitions[i], reader);
+      return made[i]->ok();
     });
     for (size_t i = 0; i < partitions.size(); ++i) {
-      if (!made[i].has_value()) continue;  // its thread had no reader
+      if (!made[i].has_value()) continue;  // not done (a failure first, or no reader)
       if (!made[i]->ok()) {
         if (first.ok()) first = made[i]->status();
         continue;
@@ -798,9 +804,10 @@ class KafkaSink final : public Sink {
     std::vector<std::optional<Result<Positions>>> read(topic_partitions.size());
     Status first = OnReaders(topic_partitions.size(), [&](size_t i, rd_kafka_t* reader) {
       read[i] = PositionsOf(reader, topic_, topic_partitions[i], kReadTimeout);
+      return read[i]->ok();
     });
     for (size_t i = 0; i < topic_partitions.size(); ++i) {
-      if (!read[i].has_value()) continue;  // its thread had no reader
+      if (!read[i].has_value()) continue;  // not done (a failure first, or no reader)
       if (!read[i]->ok()) {
         if (first.ok()) first = read[i]->status();
         continue;
@@ -841,10 +848,14 @@ class KafkaSink final : public Sink {
   // Reads back what an earlier run of this sink delivered: for each topic
   // partition, the records after (and including) the last one that carries
   // sluice-positions.
+  // Its reader goes afterwards: an idempotent sink reads back again only
+  // at a takeover.
   Status Recover(int32_t partitions) {
     std::vector<int32_t> all(static_cast<size_t>(partitions));
     for (int32_t t = 0; t < partitions; ++t) all[static_cast<size_t>(t)] = t;
-    return ReadBack(all);
+    const Status st = ReadBack(all);
+    reader_.reset();
+    return st;
   }
 
   // What this sink knew of source partition p goes (it was taken over, and
@@ -898,7 +909,7 @@ class KafkaSink final : public Sink {
   KafkaHandle producer_;  // transactional: a consumer for metadata and reading back
   rd_kafka_topic_t* rkt_ = nullptr;  // idempotent only
   std::map<uint32_t, std::unique_ptr<FencedProducer>> fenced_;  // transactional: per source partition
-  KafkaHandle reader_;  // a read_committed consumer for reading back (transactional; idempotent: at a takeover)
+  KafkaHandle reader_;  // a read_committed consumer for reading back (transactional; idempotent: at a takeover or a batch)
   std::set<int32_t> unread_;  // idempotent: topic partitions to read back before their next record (Forget)
   std::map<uint32_t, uint64_t> learned_;  // source partition -> the takeover token TakeOver() learned it under
   bool just_opened_ = false;  // Open() read the topic back (idempotent) and nothing was applied or taken since

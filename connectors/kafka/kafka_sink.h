@@ -25,8 +25,8 @@
 // and those of partitions the engine lost at Released(); its next batch
 // makes it again, which fences and reads back as above. What several
 // partitions need together (producers at a TakeOver or a batch; the
-// idempotent mode's read back at Open) is done read_back_concurrency at a
-// time, each on a thread of its own.
+// idempotent mode's topic partitions read back at Open or a TakeOver) is
+// done read_back_concurrency at a time, each on a thread of its own.
 // transactional: false uses one idempotent producer for all
 // partitions: right for one engine, but an engine that lost its partitions
 // while frozen may publish the batch it had queued.
@@ -50,10 +50,10 @@
 // batch from producing records twice.
 //
 // Threads: like every Sink, one thread at a time; delivery reports are
-// served on that thread (inside Apply). Making producers at once (above),
-// the other threads only read the sink (its configuration, the topic's
-// limit, where the log ends through its metadata handle) and produce
-// nothing; the calling thread keeps what they made.
+// served on that thread (inside Apply). Reading back at once (above), the
+// other threads only read the sink (its configuration, the topic's limit,
+// and, making producers, where the log ends through its metadata handle)
+// and produce nothing; the calling thread keeps what they made.
 #pragma once
 
 #include <memory>
