@@ -728,20 +728,20 @@ class KafkaSink final : public Sink {
     fenced_[p] = std::move(made.producer);
   }
 
-  // Runs work(i, reader) for every i below n, up to read_back_concurrency
-  // at once (each item a few round trips to the brokers: at a takeover of
-  // 64 partitions, making their producers one after another took about
-  // 24 ms each, 8 at once a third of that in all), each thread with a
-  // read_committed consumer of its own: the calling thread with Reader(),
-  // the others with one made for the call. `work` only reads the sink and
-  // writes what belongs to item i, and returns whether it succeeded: after
-  // a failure no thread starts another item (each may wait for a broker up
-  // to kReadTimeout, and the caller fails anyway). Returns the first
-  // failure to make a reader; the items left are not done.
-  template <class Work>
-  Status OnReaders(size_t n, Work&& work) {
+  // Makes a T for every i below n with make(i, reader), up to
+  // read_back_concurrency at once (each a few round trips to the brokers:
+  // at a takeover of 64 partitions, making their producers one after
+  // another took about 24 ms each, 8 at once a third of that in all), each
+  // thread with a read_committed consumer of its own: the calling thread
+  // with Reader(), the others with one made for the call. `make` only reads
+  // the sink. After a failure no thread starts another (each may wait for a
+  // broker up to kReadTimeout, and the caller fails anyway). Then, on the
+  // calling thread, keep(i, T) for each one made; returns the first failure.
+  template <class T, class Make, class KeepMade>
+  Status OnReaders(size_t n, Make&& make, KeepMade&& keep) {
     const size_t threads = std::max<size_t>(1, std::min<size_t>(options().read_back_concurrency, n));
-    std::vector<Status> started(threads);  // per thread: whether it had a reader
+    std::vector<std::optional<Result<T>>> made(n);  // not done: a failure first, or no reader
+    std::vector<Status> started(threads);            // per thread: whether it had a reader
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
     auto shared = Reader();  // made before the others start
@@ -759,7 +759,8 @@ class KafkaSink final : public Sink {
       }
       if (reader == nullptr) return;
       for (size_t i = next++; i < n && !failed; i = next++) {
-        if (!work(i, reader)) failed = true;
+        made[i] = make(i, reader);
+        if (!made[i]->ok()) failed = true;
       }
     };
     std::vector<std::thread> running;
@@ -772,53 +773,42 @@ class KafkaSink final : public Sink {
     }
     run(0);
     for (auto& t : running) t.join();
+    Status first = Status::Ok();
     for (const Status& st : started) {
-      if (!st.ok()) return st;
+      if (!st.ok() && first.ok()) first = st;
     }
-    return Status::Ok();
-  }
-
-  // Makes the producers of `partitions` (OnReaders). Keeps every producer
-  // made, and returns the first failure.
-  Status FenceAll(const std::vector<uint32_t>& partitions) {
-    std::vector<std::optional<Result<Made>>> made(partitions.size());
-    Status first = OnReaders(partitions.size(), [&](size_t i, rd_kafka_t* reader) {
-      made[i] = MakeProducer(partitions[i], reader);
-      return made[i]->ok();
-    });
-    for (size_t i = 0; i < partitions.size(); ++i) {
-      if (!made[i].has_value()) continue;  // not done (a failure first, or no reader)
+    for (size_t i = 0; i < n; ++i) {
+      if (!made[i].has_value()) continue;
       if (!made[i]->ok()) {
         if (first.ok()) first = made[i]->status();
         continue;
       }
-      Keep(partitions[i], std::move(*made[i]).value());
+      keep(i, std::move(*made[i]).value());
     }
     return first;
   }
 
+  // Makes the producers of `partitions` (OnReaders), and keeps them.
+  Status FenceAll(const std::vector<uint32_t>& partitions) {
+    return OnReaders<Made>(
+        partitions.size(), [&](size_t i, rd_kafka_t* reader) { return MakeProducer(partitions[i], reader); },
+        [&](size_t i, Made made) { Keep(partitions[i], std::move(made)); });
+  }
+
   // Idempotent: reads topic partitions back (PositionsOf, through
   // OnReaders): what each holds raises delivered_, and those read leave
-  // unread_. Keeps what was read, and returns the first failure.
+  // unread_.
   Status ReadBack(const std::vector<int32_t>& topic_partitions) {
-    std::vector<std::optional<Result<Positions>>> read(topic_partitions.size());
-    Status first = OnReaders(topic_partitions.size(), [&](size_t i, rd_kafka_t* reader) {
-      read[i] = PositionsOf(reader, topic_, topic_partitions[i], kReadTimeout);
-      return read[i]->ok();
-    });
-    for (size_t i = 0; i < topic_partitions.size(); ++i) {
-      if (!read[i].has_value()) continue;  // not done (a failure first, or no reader)
-      if (!read[i]->ok()) {
-        if (first.ok()) first = read[i]->status();
-        continue;
-      }
-      for (const auto& [p, e] : **read[i]) {
-        uint64_t& d = delivered_[p];
-        d = std::max(d, e);
-      }
-      unread_.erase(topic_partitions[i]);
-    }
-    return first;
+    return OnReaders<Positions>(
+        topic_partitions.size(),
+        [&](size_t i, rd_kafka_t* reader) { return PositionsOf(reader, topic_, topic_partitions[i], kReadTimeout); },
+        [&](size_t i, const Positions& found) {
+          for (const auto& [p, e] : found) {
+            uint64_t& d = delivered_[p];
+            d = std::max(d, e);
+          }
+          unread_.erase(topic_partitions[i]);
+        });
   }
 
   // What the topic holds of source partition p (topic_readback.h); where
