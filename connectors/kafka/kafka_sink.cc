@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,7 +22,6 @@
 #include "connectors/kafka/topic_limit.h"
 #include "connectors/kafka/topic_readback.h"
 #include "connectors/kafka/topic_verify.h"
-#include "core/json.h"
 #include "core/log.h"
 
 namespace sluice::connectors::kafka {
