@@ -18,6 +18,7 @@
 #include "connectors/elasticsearch/elasticsearch_options.h"
 #include "connectors/elasticsearch/rest_client.h"
 #include "core/json.h"
+#include "core/on_threads.h"
 
 namespace sluice::connectors::elasticsearch {
 namespace {
@@ -159,23 +160,11 @@ class ElasticsearchSink final : public Sink {
     Fill(events, version_type, out, [this](const ChangeEvent& e) -> Lane& {
       return lanes_[lanes_.size() == 1 ? 0 : std::hash<std::string_view>{}(e.entity_id) % lanes_.size()];
     });
-    std::vector<std::thread> threads;
-    threads.reserve(lanes_.size());  // emplace_back never reallocates: a failed start throws system_error only
-    Lane* here = nullptr;
+    std::vector<Lane*> sending;  // each lane's request on a thread of its own
     for (Lane& lane : lanes_) {
-      if (lane.sent.empty()) continue;
-      if (here == nullptr) {
-        here = &lane;
-        continue;
-      }
-      try {
-        threads.emplace_back([this, &lane] { SendBulk(lane); });
-      } catch (const std::system_error&) {
-        SendBulk(lane);  // no thread to be had (the process's limit): in turn
-      }
+      if (!lane.sent.empty()) sending.push_back(&lane);
     }
-    if (here != nullptr) SendBulk(*here);
-    for (std::thread& t : threads) t.join();
+    OnThreads(sending.size(), [&](size_t k) { SendBulk(*sending[k]); });
     // A lane that says the sink is misconfigured wins over one that says
     // try again, whichever lane the entities hashed to.
     Status failure = Status::Ok();
