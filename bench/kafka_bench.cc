@@ -17,6 +17,7 @@
 //          same partitions) from one plain librdkafka producer with the same
 //          durability (acks=all, idempotent), all queued at once and
 //          flushed: what librdkafka and the broker do without the engine
+//   verify `sluice verify` of the drained topic: its time, peak RSS and CPU
 //   takeover, release  partitions changing hands: bench/kafka_bench_ownership.h
 //
 // Exit codes: 0 done and verified, 1 failed or not verified, 2 bad usage.
@@ -349,6 +350,39 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
 
 // Deletes every topic of the run (named "<run id>-..."): each of the
 // scenarios' topics holds a copy of the backlog.
+// `sluice verify --config FILE --sink NAME` of a drained topic, once: its
+// time, its own peak RSS and CPU (the child's rusage), per backlog event.
+int Verify(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
+  rusage usage{};
+  const auto start = Clock::now();
+  Result<int> code = 0;
+  {
+    ProgressLine progress("sluice verify " + sink.name, [](double) { return std::string("running"); });
+    code = RunProgram({a.sluice, "verify", "--config", a.config_path, "--sink", sink.name}, a.log_path, &usage);
+  }
+  const double seconds = Elapsed(start);
+  std::vector<std::string> problems;
+  if (!code.ok()) {
+    problems.push_back("cannot run sluice verify: " + code.status().message());
+  } else if (*code != 0) {
+    problems.push_back("sluice verify found differences or failed (exit " + std::to_string(*code) + ", " +
+                       a.log_path + ")");
+  }
+  const double cpu_s = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  Report r;
+  r.Add("label", a.mode);
+  r.Add("events", b.total_events());
+  r.Add("seconds", seconds, 2);
+  r.Add("rate", static_cast<uint64_t>(static_cast<double>(b.total_events()) / seconds));
+  r.Add("verify_rss_mib", static_cast<double>(usage.ru_maxrss) / 1024.0, 1);
+  r.Add("sluice_us_per_op", cpu_s * 1e6 / static_cast<double>(b.total_events()), 2);
+  r.Add("verified", problems.empty() ? "yes" : "no");
+  r.Print(a.kv);
+  for (const auto& p : problems) std::cerr << "problem: " << p << "\n";
+  return problems.empty() ? kExitOk : kExitFailure;
+}
+
 int Cleanup(const Args& a, const config::SinkConfig& sink) {
   auto rk = Client(sink, RD_KAFKA_PRODUCER);
   if (!rk.ok()) {
@@ -381,17 +415,19 @@ int Main(int argc, char** argv) {
       "         an event to each, staying open against closing and opening again (--rounds each way)\n"
       "  release  the sink alone, holding every partition, loses half of them, told (Sink::Released)\n"
       "         against not told; then an event to each partition kept (--rounds each way)\n"
+      "  verify  `sluice verify --sink` of the drained topic (--sluice): seconds, rate, its peak RSS\n"
+      "         (verify_rss_mib) and CPU per event (sluice_us_per_op)\n"
       "  cleanup  delete every topic of the run (\"<run id>-...\") from the brokers of FILE's kafka sink\n\n"
       "options");
-  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain, raw, takeover, release or cleanup")(
+  opts.add_options()("help,h", "this help")("mode", po::value(&a.mode), "load, drain, raw, verify, takeover, release or cleanup")(
       "config", po::value(&a.config_path), "sluice config file")(
       "sink", po::value(&a.sink), "the kafka sink of FILE (default: its first sink)")(
       "run-id", po::value(&a.run_id), "backlog id (the same for load, drain and raw)")(
       "entities", po::value(&a.entities)->default_value(a.entities), "entities of the backlog")(
       "versions", po::value(&a.versions)->default_value(a.versions), "versions per entity")(
       "load-threads", po::value(&a.load_threads)->default_value(a.load_threads), "load: connections")(
-      "sluice", po::value(&a.sluice), "drain: the sluice binary")(
-      "log", po::value(&a.log_path)->default_value("/tmp/kafka_bench_sync.log"), "drain: sluice sync's log")(
+      "sluice", po::value(&a.sluice), "drain, verify: the sluice binary")(
+      "log", po::value(&a.log_path)->default_value("/tmp/kafka_bench_sync.log"), "drain: sluice sync's log; verify: its output")(
       "rounds", po::value(&a.rounds)->default_value(a.rounds), "takeover, release: rounds each way")(
       "timeout", po::value(&a.timeout_s)->default_value(a.timeout_s), "seconds before giving up")(
       "format", po::value(&format)->default_value(format), "text or kv (one key=value line)")(
@@ -414,11 +450,11 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   if ((a.mode != "load" && a.mode != "drain" && a.mode != "raw" && a.mode != "cleanup" && a.mode != "takeover" &&
-       a.mode != "release") ||
+       a.mode != "release" && a.mode != "verify") ||
       a.config_path.empty() ||
       a.run_id.empty() ||
-      (a.mode == "drain" && a.sluice.empty()) || (format != "kv" && format != "text")) {
-    std::cerr << "kafka_bench: need --mode load|drain|raw|takeover|release|cleanup, --config, --run-id (and --sluice for drain); see --help\n";
+      ((a.mode == "drain" || a.mode == "verify") && a.sluice.empty()) || (format != "kv" && format != "text")) {
+    std::cerr << "kafka_bench: need --mode load|drain|raw|verify|takeover|release|cleanup, --config, --run-id (and --sluice for drain and verify); see --help\n";
     return kExitUsage;
   }
   auto cfg = config::LoadConfig(a.config_path, connectors::BuiltinSinkTypes());
@@ -465,6 +501,7 @@ int Main(int argc, char** argv) {
   }
   if (a.mode == "cleanup") return Cleanup(a, *sink);
   if (a.mode == "takeover" || a.mode == "release") return RunOwnership({a.mode, a.rounds, a.kv}, *cfg, *sink);
+  if (a.mode == "verify") return Verify(a, *sink, backlog);
   return a.mode == "drain" ? Drain(a, *sink, backlog) : Raw(a, *sink, backlog);
 }
 

@@ -142,7 +142,10 @@ class ProgressLine {
     last_ = now;
     const double seconds = std::chrono::duration<double>(now - start_).count();
     char line[256];
-    if (!p.scanning_view) {
+    if (p.events) {
+      std::snprintf(line, sizeof line, "verify %s: %llu events compared, %.0f events/s", sink.c_str(),
+                    static_cast<unsigned long long>(p.entities), static_cast<double>(p.entities - base_) / seconds);
+    } else if (!p.scanning_view) {
       std::snprintf(line, sizeof line, "verify %s: %llu entities compared, partition %u of %u, %.0f entities/s",
                     sink.c_str(), static_cast<unsigned long long>(p.entities),
                     std::min(p.partitions_done + 1, p.partitions), p.partitions,

@@ -16,7 +16,7 @@ std::string_view DifferenceKindName(Difference::Kind kind) {
   return "unknown";
 }
 
-Status Sink::VerifyHistory(const std::vector<ChangeEvent>&, std::vector<Difference>&) {
+Status Sink::VerifyHistory(HistoryPages&, std::vector<Difference>&) {
   return FailedPrecondition("sink " + name() + " has no record-by-record check; verify compares its latest rows");
 }
 

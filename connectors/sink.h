@@ -142,6 +142,26 @@ struct EntitySnapshot {
   std::string state;  // JSON text; empty when deleted
 };
 
+// A log sink's history, read a page at a time (Sink::VerifyHistory), so
+// that a comparison holds a page per partition, not every event: every
+// event of the sink's type, per partition in event_id order (gaps
+// included), up to the partition heads storage had when it was first
+// asked.
+class HistoryPages {
+ public:
+  virtual ~HistoryPages() = default;
+  virtual uint32_t partitions() const = 0;
+  // The next up to `limit` events of `partition` after those it gave
+  // before; empty: no more.
+  virtual Result<std::vector<ChangeEvent>> Next(uint32_t partition, uint32_t limit) = 0;
+  // The events of `partition` with these event_ids that exist (up to the
+  // head), in event_id order: for records out of their place.
+  virtual Result<std::vector<ChangeEvent>> Of(uint32_t partition, const std::vector<uint64_t>& event_ids) = 0;
+  // From the first event again, up to heads asked for anew (the next log's
+  // comparison, after it learned where that log ends).
+  virtual void Rewind() = 0;
+};
+
 struct Difference {
   // A log sink (VerifyHistory) also reports kPhantom (a record of an event
   // storage does not have: e.g. an event a crash of the MySQL server rolled
@@ -265,14 +285,16 @@ class Sink {
   // mismatch). Deleted entities must be absent (their tombstones are fine).
   virtual Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) = 0;
 
-  // A sink that is a log (a Kafka topic holds a record per
-  // event) is checked record by record instead: `history` is every event of
-  // the sink's type, in (partition, event_id) order. Each event must have
-  // exactly one record with the same entity, version, event_id, command and
+  // A sink that is a log (a Kafka topic holds a record per event) is
+  // checked record by record instead, against `history` (every event of the
+  // sink's type), which it reads a page at a time: each event must have
+  // exactly one record with the same event_id, entity, version, command and
   // state (missing, duplicate, content_mismatch otherwise), and every record
-  // must be an event of `history` (phantom otherwise). Only sinks whose
-  // capabilities say verifies_history implement it.
-  virtual Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences);
+  // must be an event of `history` (phantom otherwise). The sink learns where
+  // its log ends before it asks `history` for anything, so that every record
+  // it reads is of an event `history` has. Only sinks whose capabilities say
+  // verifies_history implement it.
+  virtual Status VerifyHistory(HistoryPages& history, std::vector<Difference>& differences);
 
   // ---- entity checks and repair (capabilities().entity_checks), optional ----
   // Compares the view's rows of the given entities only, with one batched

@@ -377,16 +377,47 @@ Status ViewSink::VerifyEntities(std::span<const EntitySnapshot> truth, std::vect
   return ForEachDestination([&](Sink& s) { return s.VerifyEntities(parts[d++], differences); });
 }
 
-Status ViewSink::VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) {
-  Plan plan = PlanEvents(history);
+// The history as destination `d` should hold it: each page planned by the
+// code, and of it the events d got as their own write.
+class ViewSink::PlannedHistory final : public HistoryPages {
+ public:
+  PlannedHistory(ViewSink& view, HistoryPages& history, size_t d) : view_(view), history_(history), d_(d) {}
+  uint32_t partitions() const override { return history_.partitions(); }
+  Result<std::vector<ChangeEvent>> Next(uint32_t partition, uint32_t limit) override {
+    for (;;) {  // a page with none of d's events is not the end
+      ASSIGN_OR_RETURN(std::vector<ChangeEvent> page, history_.Next(partition, limit));
+      if (page.empty()) return page;
+      std::vector<ChangeEvent> own = Own(page);
+      if (!own.empty()) return own;
+    }
+  }
+  Result<std::vector<ChangeEvent>> Of(uint32_t partition, const std::vector<uint64_t>& event_ids) override {
+    ASSIGN_OR_RETURN(std::vector<ChangeEvent> events, history_.Of(partition, event_ids));
+    return Own(events);
+  }
+  void Rewind() override { history_.Rewind(); }
+
+ private:
+  std::vector<ChangeEvent> Own(std::span<const ChangeEvent> events) {
+    Plan plan = view_.PlanEvents(events);
+    std::vector<ChangeEvent> own;
+    for (size_t k = 0; k < plan.events[d_].size(); ++k) {
+      if (plan.writes[d_][k].own) own.push_back(std::move(plan.events[d_][k]));
+    }
+    return own;
+  }
+
+  ViewSink& view_;
+  HistoryPages& history_;
+  const size_t d_;
+};
+
+Status ViewSink::VerifyHistory(HistoryPages& history, std::vector<Difference>& differences) {
   size_t d = 0;
   return ForEachDestination([&](Sink& s) {
-    std::vector<ChangeEvent> own;
-    for (size_t k = 0; k < plan.events[d].size(); ++k) {
-      if (plan.writes[d][k].own) own.push_back(std::move(plan.events[d][k]));
-    }
-    ++d;
-    return s.VerifyHistory(own, differences);
+    if (d > 0) history.Rewind();  // each destination's log from its first event
+    PlannedHistory planned(*this, history, d++);
+    return s.VerifyHistory(planned, differences);
   });
 }
 

@@ -89,7 +89,7 @@ class ViewSink : public Sink {
   void Released(std::span<const uint32_t> partitions) override;
   void Close() override;
   Status Verify(const std::vector<EntitySnapshot>& truth, std::vector<Difference>& differences) override;
-  Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override;
+  Status VerifyHistory(HistoryPages& history, std::vector<Difference>& differences) override;
   Status VerifyEntities(std::span<const EntitySnapshot> truth, std::vector<Difference>& differences) override;
   ApplyResult Repair(std::span<const ChangeEvent> events, RepairGuard guard) override;
   Result<std::unique_ptr<Sink>> MakeRebuildShadow() const override;
@@ -99,6 +99,7 @@ class ViewSink : public Sink {
   // What each destination gets of a batch: its events, and for each the
   // index of the event it came from and whether it is that event's own write
   // (else a versioned delete that moves the entity out).
+  class PlannedHistory;
   struct Plan {
     struct Write {
       size_t event = 0;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "connectors/events_history.h"
 #include "core/json.h"
 #include "tests/support/config_support.h"
 
@@ -58,8 +59,15 @@ class RecordingSink : public Sink {
     verified = truth;
     return Status::Ok();
   }
-  Status VerifyHistory(const std::vector<ChangeEvent>& events, std::vector<Difference>&) override {
-    history = events;
+  Status VerifyHistory(HistoryPages& pages, std::vector<Difference>&) override {
+    history.clear();
+    for (uint32_t p = 0; p < pages.partitions(); ++p) {
+      for (;;) {
+        ASSIGN_OR_RETURN(std::vector<ChangeEvent> page, pages.Next(p, 2));
+        if (page.empty()) break;
+        history.insert(history.end(), page.begin(), page.end());
+      }
+    }
     return Status::Ok();
   }
 
@@ -179,10 +187,15 @@ TEST_F(ViewSinkTest, ALogWritesEachEventWhereItsRouteSays) {
 
   // verify compares each destination with the events routed to it.
   std::vector<Difference> diffs;
-  ASSERT_TRUE(sink->VerifyHistory(events, diffs).ok());
+  EventsHistory history(events, 2);
+  ASSERT_TRUE(sink->VerifyHistory(history, diffs).ok());
   EXPECT_EQ(routed_["orders.eu"]->history.size(), 1u);
   EXPECT_EQ(routed_["orders.us"]->history.size(), 3u);
   EXPECT_EQ(routed_["orders"]->history.size(), 1u);
+  EXPECT_EQ(history.rewinds(), 2) << "each destination after the first reads the history again";
+  // Pages of 2: the first page of the partition holds none of orders'
+  // events, which is not the end of them.
+  EXPECT_EQ(routed_["orders"]->history.at(0).entity_id, "c");
 }
 
 // What lets a destination free what it holds reaches every destination: a

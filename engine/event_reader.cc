@@ -123,28 +123,82 @@ Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, co
   return out;
 }
 
-Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, const std::string& type,
-                                                         uint32_t partitions, uint32_t page, bool full_events) {
-  std::vector<connectors::ChangeEvent> all;
-  page = std::max<uint32_t>(1, page);
-  const auto columns = full_events ? sql::EventLog::Columns::kFull : sql::EventLog::Columns::kView;
-  for (uint32_t p = 0; p < partitions; ++p) {
-    BeforeStates before;
-    uint64_t after = 0;
-    for (;;) {
-      // Not cut at a gap (I3 forbids one): the events past it are history too.
-      ASSIGN_OR_RETURN(auto rows, log.ReadAfter(type, {{p, after}}, page, columns));
-      std::vector<sql::EventRow>& list = rows[p];
-      if (list.empty()) break;
-      after = list.back().event_id;
-      const bool full = list.size() >= page;
-      std::vector<connectors::ChangeEvent> events = ToChangeEvents(std::move(list), type, p);
-      if (full_events) RETURN_IF_ERROR(before.Fill(log, type, p, events));
-      std::move(events.begin(), events.end(), std::back_inserter(all));
-      if (!full) break;
-    }
+// Where a partition's read stands.
+struct StoredHistory::Partition {
+  uint64_t after = 0;  // the last event given
+  bool done = false;
+  BeforeStates before{10000};  // full_events: the states before of its events
+};
+
+StoredHistory::StoredHistory(sql::EventLog& log, std::string type, uint32_t partitions, bool full_events)
+    : log_(log), type_(std::move(type)), partitions_(partitions), full_events_(full_events) {}
+
+StoredHistory::~StoredHistory() = default;
+
+Result<StoredHistory::Partition*> StoredHistory::Reading(uint32_t partition) {
+  if (partition >= partitions_) return InvalidArgument("no partition " + std::to_string(partition) + " of " + type_);
+  if (!heads_) {
+    std::vector<uint32_t> all(partitions_);
+    for (uint32_t p = 0; p < partitions_; ++p) all[p] = p;
+    ASSIGN_OR_RETURN(auto heads, log_.Heads(type_, all));
+    heads_ = std::move(heads);
   }
-  return all;
+  std::unique_ptr<Partition>& part = reading_[partition];
+  if (!part) part = std::make_unique<Partition>();
+  return part.get();
+}
+
+Result<std::vector<connectors::ChangeEvent>> StoredHistory::Next(uint32_t partition, uint32_t limit) {
+  ASSIGN_OR_RETURN(Partition * part, Reading(partition));
+  const auto head = heads_->find(partition);
+  if (part->done || head == heads_->end() || part->after >= head->second) {
+    part->done = true;
+    part->before.Clear();  // nothing more to read of it
+    return std::vector<connectors::ChangeEvent>();
+  }
+  const auto columns = full_events_ ? sql::EventLog::Columns::kFull : sql::EventLog::Columns::kView;
+  // Not cut at a gap (I3 forbids one): the events past it are history too.
+  ASSIGN_OR_RETURN(auto rows, log_.ReadAfter(type_, {{partition, part->after}}, std::max<uint32_t>(1, limit), columns));
+  std::vector<sql::EventRow>& list = rows[partition];
+  while (!list.empty() && list.back().event_id > head->second) list.pop_back();  // committed since
+  if (list.empty()) {
+    part->done = true;
+    part->before.Clear();
+    return std::vector<connectors::ChangeEvent>();
+  }
+  part->after = list.back().event_id;
+  std::vector<connectors::ChangeEvent> events = ToChangeEvents(std::move(list), type_, partition);
+  if (full_events_) RETURN_IF_ERROR(part->before.Fill(log_, type_, partition, events));
+  given_ += events.size();
+  read_ += events.size();
+  if (on_page) on_page(*this);
+  return events;
+}
+
+Result<std::vector<connectors::ChangeEvent>> StoredHistory::Of(uint32_t partition,
+                                                               const std::vector<uint64_t>& event_ids) {
+  RETURN_IF_ERROR(Reading(partition).status());  // the heads
+  const auto head = heads_->find(partition);
+  std::vector<uint64_t> ids;
+  for (const uint64_t id : event_ids) {
+    if (head != heads_->end() && id <= head->second) ids.push_back(id);
+  }
+  if (ids.empty()) return std::vector<connectors::ChangeEvent>();
+  ASSIGN_OR_RETURN(auto rows, log_.ByIds(type_, partition, ids));
+  std::vector<connectors::ChangeEvent> events = ToChangeEvents(std::move(rows), type_, partition);
+  if (full_events_) {
+    // Out of the order the partition is read in: states before from storage.
+    BeforeStates before(std::max<size_t>(1, events.size()));
+    RETURN_IF_ERROR(before.Fill(log_, type_, partition, events));
+  }
+  return events;
+}
+
+void StoredHistory::Rewind() {
+  most_given_ = std::max(most_given_, given_);
+  given_ = 0;
+  heads_.reset();
+  reading_.clear();
 }
 
 }  // namespace sluice::engine

@@ -4,9 +4,12 @@
 // from the one thread that uses the log.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,13 +47,44 @@ Result<std::map<uint32_t, ReadResult>> ReadEventsOfPartitions(sql::EventLog& log
 Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::EventLog& log, const std::string& type,
                                                             uint32_t partition, const std::vector<uint64_t>& ids);
 
-// Every event of the type, partition by partition in event_id order, gaps
-// included (what `verify` checks a log sink against, record by record),
-// read `page` events per statement. With `full_events`, each event also
-// carries its request, response and state before (what view code sees).
-Result<std::vector<connectors::ChangeEvent>> ReadHistory(sql::EventLog& log, const std::string& type,
-                                                         uint32_t partitions, uint32_t page = 10000,
-                                                         bool full_events = false);
+// Every event of the type (what `verify` checks a log sink against, record
+// by record: connectors::HistoryPages), per partition in event_id order,
+// gaps included, a page per statement, up to the partition heads read at
+// the first Next() (again after a Rewind()). With `full_events`, each
+// event also carries its request, response and state before (what view
+// code sees). Holds the page it reads and, for `full_events`, the states
+// before of the partitions being read.
+class StoredHistory final : public connectors::HistoryPages {
+ public:
+  StoredHistory(sql::EventLog& log, std::string type, uint32_t partitions, bool full_events);
+  ~StoredHistory() override;
+
+  uint32_t partitions() const override { return partitions_; }
+  Result<std::vector<connectors::ChangeEvent>> Next(uint32_t partition, uint32_t limit) override;
+  Result<std::vector<connectors::ChangeEvent>> Of(uint32_t partition, const std::vector<uint64_t>& event_ids) override;
+  void Rewind() override;
+
+  // The events Next() gave since the start or the last Rewind(), and the
+  // most of any such pass: the events compared.
+  uint64_t given() const { return given_; }
+  uint64_t most_given() const { return std::max(given_, most_given_); }
+  // Every event Next() gave, whatever the rewinds (a progress line).
+  uint64_t read() const { return read_; }
+  // Called after each page Next() gives (a progress line); may be empty.
+  std::function<void(const StoredHistory&)> on_page;
+
+ private:
+  struct Partition;
+  Result<Partition*> Reading(uint32_t partition);  // reads the heads first
+
+  sql::EventLog& log_;
+  const std::string type_;
+  const uint32_t partitions_;
+  const bool full_events_;
+  std::optional<std::map<uint32_t, uint64_t>> heads_;  // read at the first Next()
+  std::map<uint32_t, std::unique_ptr<Partition>> reading_;
+  uint64_t given_ = 0, most_given_ = 0, read_ = 0;
+};
 
 // The latest event of each of the first `limit` entities of (type,
 // partition) whose id sorts after `after_id` (bytewise; empty: from the

@@ -41,18 +41,67 @@ class EventReaderFakeTest : public ::testing::Test {
   std::unique_ptr<sql::EventLog> log_ = storage_->OpenEventLog();
 };
 
+// Every page of a partition until an empty one.
+std::vector<connectors::ChangeEvent> Drain(connectors::HistoryPages& history, uint32_t partition, uint32_t page) {
+  std::vector<connectors::ChangeEvent> all;
+  for (;;) {
+    auto next = history.Next(partition, page);
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || next->empty()) return all;
+    EXPECT_LE(next->size(), page);
+    std::move(next->begin(), next->end(), std::back_inserter(all));
+  }
+}
+
 TEST_F(EventReaderFakeTest, HistoryPagesOverEveryEventGapsIncluded) {
   for (uint32_t page : {1u, 2u, 3u, 7u, 10000u}) {
     const uint64_t reads_before = storage_->calls(sql::MemoryStorage::Op::kReadAfter);
-    auto history = ReadHistory(*log_, "account", 2, page);
-    ASSERT_TRUE(history.ok()) << history.status().ToString();
-    EXPECT_EQ(Ids(*history), (std::vector<uint64_t>{1, 2, 3, 4, 5, 8, 9, 1, 2})) << "page " << page;
-    EXPECT_EQ(history->at(7).partition, 1u);
-    EXPECT_EQ(history->at(7).entity_type, "account");
-    // Per partition: the full pages, then one that is not full (maybe empty).
+    StoredHistory history(*log_, "account", 2, /*full_events=*/false);
+    EXPECT_EQ(Ids(Drain(history, 0, page)), (std::vector<uint64_t>{1, 2, 3, 4, 5, 8, 9})) << "page " << page;
+    const auto p1 = Drain(history, 1, page);
+    EXPECT_EQ(Ids(p1), (std::vector<uint64_t>{1, 2})) << "page " << page;
+    EXPECT_EQ(p1.at(0).partition, 1u);
+    EXPECT_EQ(p1.at(0).entity_type, "account");
+    EXPECT_EQ(history.given(), 9u);
+    // Per partition: the pages up to the head, no read past it.
     const uint64_t reads = storage_->calls(sql::MemoryStorage::Op::kReadAfter) - reads_before;
-    EXPECT_EQ(reads, 7 / page + 1 + 2 / page + 1) << "page " << page;
+    EXPECT_EQ(reads, (7 + page - 1) / page + (2 + page - 1) / page) << "page " << page;
+    EXPECT_TRUE(history.Next(0, page)->empty()) << "the end stays the end";
   }
+}
+
+// The history ends at the heads of its first read: an event committed
+// since is not in it (a log sink learned where it ends before asking), until
+// a rewind, which asks again.
+TEST_F(EventReaderFakeTest, HistoryEndsAtTheHeadsOfItsFirstReadUntilARewind) {
+  StoredHistory history(*log_, "account", 2, /*full_events=*/false);
+  EXPECT_EQ(Ids(*history.Next(1, 1)), (std::vector<uint64_t>{1}));
+  Insert(1, 3, "c", 3);
+  EXPECT_EQ(Ids(Drain(history, 1, 10)), (std::vector<uint64_t>{2}));
+  EXPECT_TRUE(history.Of(1, {3})->empty()) << "past the head";
+  EXPECT_EQ(Ids(*history.Of(1, {2, 3, 7})), (std::vector<uint64_t>{2}));
+  history.Rewind();
+  EXPECT_EQ(Ids(Drain(history, 1, 10)), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(history.most_given(), 3u);
+  EXPECT_EQ(history.read(), 5u);
+}
+
+// With full events each carries its state before, in pages and looked up
+// out of order alike.
+TEST_F(EventReaderFakeTest, FullHistoryCarriesTheStateBefore) {
+  for (uint64_t id : {3, 4, 5}) Insert(1, id, "e", id - 2);  // e: versions 1..3
+  StoredHistory history(*log_, "account", 2, /*full_events=*/true);
+  const auto p1 = Drain(history, 1, 2);  // pages [1, 2], [3, 4], [5]
+  ASSERT_EQ(Ids(p1), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(p1[0].before, "");  // c's creation
+  EXPECT_EQ(p1[1].before, R"({"n":1})");
+  EXPECT_EQ(p1[3].before, R"({"n":3})");
+  EXPECT_EQ(p1[4].before, R"({"n":4})");  // the page before's
+  const auto looked_up = history.Of(1, {4, 5});
+  ASSERT_TRUE(looked_up.ok()) << looked_up.status().ToString();
+  ASSERT_EQ(looked_up->size(), 2u);
+  EXPECT_EQ(looked_up->at(0).before, R"({"n":3})");
+  EXPECT_EQ(looked_up->at(1).before, R"({"n":4})");
 }
 
 TEST_F(EventReaderFakeTest, ThePullLoopsReadsStopBeforeAGap) {

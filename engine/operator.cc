@@ -198,10 +198,18 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
     } else {
       std::vector<connectors::Difference> found;
       if (caps.verifies_history) {
-        Result<std::vector<connectors::ChangeEvent>> history =
-            ReadHistory(*events, s.entity, partitions, 10000, caps.full_events);
-        st = history.ok() ? view->VerifyHistory(*history, found) : history.status();
-        if (history.ok()) check.checked = history->size();
+        StoredHistory history(*events, s.entity, partitions, caps.full_events);
+        if (progress) {
+          history.on_page = [&](const StoredHistory& h) {
+            CompareProgress p;
+            p.events = true;
+            p.entities = h.read();
+            p.partitions = partitions;
+            progress(s.name, p);
+          };
+        }
+        st = view->VerifyHistory(history, found);
+        check.checked = history.most_given();
       } else {
         auto& truth = truth_by_type[s.entity];
         if (truth.empty()) {

@@ -20,9 +20,11 @@
 // (a view that lags behind such an entity is not said to hold an extra). `on_page` hears each page's differences (maybe
 // none) as they are found, so a caller can repair them before the next page.
 //
-// Other sinks (kafka, plugins, views with code) compare the whole truth at
-// once (Sink::Verify, Sink::VerifyHistory): ReadTruth and ReadHistory read
-// it in bounded statements, but it is all held.
+// A log sink (kafka, and views with code over one) compares its records
+// with the history a page at a time (Sink::VerifyHistory over
+// StoredHistory, engine/event_reader.h). Other sinks (plugins, views with
+// code over views) compare the whole truth at once (Sink::Verify): ReadTruth
+// reads it in bounded statements, but it is all held.
 //
 // Memory: a page, plus, for a sink whose scan may give an id twice
 // (capabilities().scan_repeats: Redis SCAN), the ids of the extras found.
@@ -54,6 +56,7 @@ struct DifferenceTally {
 
 // Where a comparison stands, for a progress line.
 struct CompareProgress {
+  bool events = false;           // a log's comparison: `entities` counts events read, partitions_done unknown
   uint64_t entities = 0;         // storage entities compared so far
   uint32_t partitions_done = 0;  // of pass 1
   uint32_t partitions = 0;

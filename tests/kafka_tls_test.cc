@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "connectors/events_history.h"
 #include "connectors/kafka/kafka_sink.h"
 #include "connectors/sink.h"
 #include "tests/support/certs.h"
@@ -110,7 +111,8 @@ class KafkaTls : public ::testing::Test {
     const auto applied = sink.Apply(events);
     ASSERT_TRUE(applied.status.ok()) << applied.status.message();
     std::vector<Difference> differences;
-    const Status checked = sink.VerifyHistory(events, differences);
+    connectors::EventsHistory history(events, 1);
+    const Status checked = sink.VerifyHistory(history, differences);
     ASSERT_TRUE(checked.ok()) << checked.message();
     EXPECT_TRUE(differences.empty()) << differences.size() << ": " << differences.front().detail;
     sink.Close();

@@ -281,9 +281,11 @@ class KafkaSink final : public Sink {
     return CompareLatest(topic_, [this](const EachRecord& each) { return ReadEveryRecord(each); }, truth, differences);
   }
 
-  Status VerifyHistory(const std::vector<ChangeEvent>& history, std::vector<Difference>& differences) override {
-    return CompareHistory(topic_, [this](const EachRecord& each) { return ReadEveryRecord(each); }, history,
-                          differences);
+  Status VerifyHistory(HistoryPages& history, std::vector<Difference>& differences) override {
+    ASSIGN_OR_RETURN(TopicNow now, ReadTopicEnds());
+    return CompareHistory(
+        topic_, static_cast<int32_t>(now.ends.size()), [this](uint32_t p) { return TopicPartitionOf(p); },
+        [&](int32_t t, const EachRecord& each) { return ReadRecords(now, t, each); }, history, differences);
   }
 
  private:
@@ -294,35 +296,52 @@ class KafkaSink final : public Sink {
 
   std::string Where() const { return "sink '" + config_.name + "': "; }
 
-  // Decodes every record of the topic, partition by partition up to the
-  // high watermarks at the time of the call, for verify.
-  Status ReadEveryRecord(const EachRecord& each) {
-    auto consumer = Client(RD_KAFKA_CONSUMER, "verify");
-    if (!consumer.ok()) return consumer.status();
-    // Where each topic partition ends, past any open transaction (whose
-    // records the read_committed consumer waits for).
+  // The topic as verify reads it: where each partition ends now (past any
+  // open transaction, whose records the read_committed consumer waits for),
+  // and the consumer that reads them.
+  struct TopicNow {
+    KafkaHandle consumer;
+    std::vector<Watermarks> ends;  // per topic partition
+  };
+  Result<TopicNow> ReadTopicEnds() {
+    TopicNow now;
+    ASSIGN_OR_RETURN(now.consumer, Client(RD_KAFKA_CONSUMER, "verify"));
     auto ends = Client(RD_KAFKA_CONSUMER, "verify-ends", nullptr, "", /*read_uncommitted=*/true);
     if (!ends.ok()) return ends.status();
-    auto count = TopicPartitionCount(consumer->get(), topic_, kMetadataTimeout);
+    auto count = TopicPartitionCount(now.consumer.get(), topic_, kMetadataTimeout);
     if (!count.ok()) return count.status().WithContext("sink '" + config_.name + "'");
     // The ends handle learns the topic's partitions and leaders first: asked
     // cold, a watermark query can answer "Unknown partition" (seen under load).
     if (auto known = TopicPartitionCount(ends->get(), topic_, kMetadataTimeout); !known.ok()) {
       return known.status().WithContext("sink '" + config_.name + "'");
     }
-    Status decode_error = Status::Ok();
     for (int32_t t = 0; t < *count; ++t) {
       ASSIGN_OR_RETURN(Watermarks w, QueryWatermarks(ends->get(), topic_, t, kMetadataTimeout));
-      RETURN_IF_ERROR(ReadPartition(consumer->get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
-        auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), options().format);
-        if (!e.ok()) {
-          if (decode_error.ok()) decode_error = e.status();
-          return;
-        }
-        each(std::move(e).value(), t, m.offset);
-      }, kReadTimeout));
+      now.ends.push_back(w);
     }
+    return now;
+  }
+
+  // Decodes the records of topic partition t up to where it ended.
+  Status ReadRecords(TopicNow& now, int32_t t, const EachRecord& each) {
+    const Watermarks& w = now.ends[static_cast<size_t>(t)];
+    Status decode_error = Status::Ok();
+    RETURN_IF_ERROR(ReadPartition(now.consumer.get(), topic_, t, w.low, w.high, [&](const rd_kafka_message_t& m) {
+      auto e = DecodeValue(std::string_view(static_cast<const char*>(m.payload), m.len), options().format);
+      if (!e.ok()) {
+        if (decode_error.ok()) decode_error = e.status();
+        return;
+      }
+      each(std::move(e).value(), t, m.offset);
+    }, kReadTimeout));
     if (!decode_error.ok()) return decode_error.WithContext(Where() + "a record of topic " + topic_);
+    return Status::Ok();
+  }
+
+  // Every record of the topic, partition by partition (Verify).
+  Status ReadEveryRecord(const EachRecord& each) {
+    ASSIGN_OR_RETURN(TopicNow now, ReadTopicEnds());
+    for (int32_t t = 0; t < static_cast<int32_t>(now.ends.size()); ++t) RETURN_IF_ERROR(ReadRecords(now, t, each));
     return Status::Ok();
   }
 

@@ -2,6 +2,7 @@
 // by scripts/services up kafka). Every test uses its own topic. What the sink
 // wrote is read back with an independent consumer (tests/support/kafka_support).
 #include "connectors/kafka/kafka_sink.h"
+#include "connectors/events_history.h"
 
 #include <gtest/gtest.h>
 
@@ -41,6 +42,14 @@ config::Config LoadWith(const std::string& sink_yaml, uint32_t partitions = 8) {
   auto c = config::LoadConfigFromString(text, "test.yaml", connectors::BuiltinSinkTypes());
   EXPECT_TRUE(c.ok()) << c.status().message();
   return c.ok() ? std::move(c).value() : config::Config{};
+}
+
+// Sink::VerifyHistory against `history` held in memory (EventsHistory), as
+// sluice verify reads storage's a page at a time.
+Status VerifyHistory(Sink& sink, std::vector<ChangeEvent> history, std::vector<Difference>& diffs,
+                     uint32_t partitions = 8) {
+  connectors::EventsHistory pages(std::move(history), partitions);
+  return sink.VerifyHistory(pages, diffs);
 }
 
 // A sink of its own topic (created by the sink), transactional or idempotent.
@@ -579,7 +588,7 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   std::vector<ChangeEvent> history = Events(0, 1, 4);
   ASSERT_TRUE(sink->Apply(history).status.ok());
   std::vector<Difference> diffs;
-  ASSERT_OK(sink->VerifyHistory(history, diffs));
+  ASSERT_OK(VerifyHistory(*sink, history, diffs, 1));
   EXPECT_TRUE(diffs.empty()) << diffs.front().detail;
 
   const auto kinds = [](const std::vector<Difference>& d) {
@@ -592,7 +601,7 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   altered[3].command_id = "other-command";
   altered[3].state = R"({"n":40})";
   diffs.clear();
-  ASSERT_OK(sink->VerifyHistory(altered, diffs));
+  ASSERT_OK(VerifyHistory(*sink, altered, diffs, 1));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"content_mismatch", 1}})) << diffs.front().detail;
   // Storage lost event 4 in a crash and gave its event_id to a command on
   // another entity: the record of p0 version 4 is a phantom, q's is missing.
@@ -601,17 +610,17 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   after_crash[3].version = 1;
   after_crash[3].command_id = "q-create";
   diffs.clear();
-  ASSERT_OK(sink->VerifyHistory(after_crash, diffs));
+  ASSERT_OK(VerifyHistory(*sink, after_crash, diffs, 1));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"missing", 1}, {"phantom", 1}}));
   // Storage has fewer events than the topic: the extra records are phantoms.
   diffs.clear();
-  ASSERT_OK(sink->VerifyHistory(std::vector<ChangeEvent>(history.begin(), history.begin() + 2), diffs));
+  ASSERT_OK(VerifyHistory(*sink, std::vector<ChangeEvent>(history.begin(), history.begin() + 2), diffs, 1));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"phantom", 2}}));
   // More events than records: missing.
   std::vector<ChangeEvent> longer = history;
   longer.push_back(Events(0, 5, 5)[0]);
   diffs.clear();
-  ASSERT_OK(sink->VerifyHistory(longer, diffs));
+  ASSERT_OK(VerifyHistory(*sink, longer, diffs, 1));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"missing", 1}}));
   // A record produced twice (past the sink) is a duplicate.
   const auto records = ReadTopic(topic);
@@ -619,7 +628,7 @@ TEST(KafkaSink, VerifyHistoryFindsPhantomAlteredDuplicateAndMissingRecords) {
   std::string error;
   ASSERT_TRUE(testing::ProduceRaw(topic, 0, {records[1]}, &error)) << error;
   diffs.clear();
-  ASSERT_OK(sink->VerifyHistory(history, diffs));
+  ASSERT_OK(VerifyHistory(*sink, history, diffs, 1));
   EXPECT_EQ(kinds(diffs), (std::map<std::string, int>{{"duplicate", 1}}));
   sink->Close();
 }
@@ -643,7 +652,7 @@ TEST(KafkaSink, TakingAPartitionOverAbortsItsFormerOwnersOpenTransactionAtOnce) 
   // Nothing is open any more: verify reads the whole topic at once.
   std::vector<ChangeEvent> history = Events(1, 1, 5);
   std::vector<Difference> diffs;
-  ASSERT_OK(next->VerifyHistory(history, diffs));
+  ASSERT_OK(VerifyHistory(*next, history, diffs));
   EXPECT_TRUE(diffs.empty()) << diffs.front().detail;
   EXPECT_EQ(ReadTopic(topic, &error).size(), 5u) << error;
 }

@@ -63,59 +63,197 @@ Status CompareLatest(const std::string& topic, const ReadRecords& read, const st
   return Status::Ok();
 }
 
-Status CompareHistory(const std::string& topic, const ReadRecords& read, const std::vector<ChangeEvent>& history,
-                      std::vector<Difference>& differences) {
-  // Every record by (entity, version), with where it is in the topic.
-  struct Record {
-    ChangeEvent event;
-    int32_t topic_partition = 0;
-    int64_t offset = 0;
-  };
-  std::map<std::pair<std::string, uint64_t>, std::vector<Record>> records;
-  RETURN_IF_ERROR(read([&](ChangeEvent&& e, int32_t topic_partition, int64_t offset) {
-    auto key = std::make_pair(e.entity_id, e.version);
-    records[std::move(key)].push_back(Record{std::move(e), topic_partition, offset});
-  }));
-  const auto where = [&topic](const Record& r) {
-    return topic + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
-  };
-  const auto describe = [](const ChangeEvent& e) {
-    return "version " + std::to_string(e.version) + ", partition " + std::to_string(e.partition) + " event " +
-           std::to_string(e.event_id) + ", command " + e.command_name + " id " + e.command_id +
-           (e.deleted ? ", deleted" : "");
-  };
-  for (const ChangeEvent& e : history) {
-    auto it = records.find({e.entity_id, e.version});
-    if (it == records.end() || it->second.empty()) {
-      differences.push_back({Difference::Kind::kMissing, e.entity_id, "no record of " + describe(e)});
-      continue;
+namespace {
+
+// Events of a source partition held at once, shared by the source
+// partitions of one topic partition (at least kMinPage each).
+constexpr uint32_t kPage = 10000;
+constexpr uint32_t kMinPage = 100;
+// Event ids per lookup of records out of their place.
+constexpr size_t kLookup = 1000;
+
+std::string Describe(const ChangeEvent& e) {
+  return "version " + std::to_string(e.version) + ", partition " + std::to_string(e.partition) + " event " +
+         std::to_string(e.event_id) + ", command " + e.command_name + " id " + e.command_id +
+         (e.deleted ? ", deleted" : "");
+}
+
+// A record of the topic, where it is.
+struct Record {
+  ChangeEvent event;
+  int32_t topic_partition = 0;
+  int64_t offset = 0;
+};
+
+// One source partition's side of the merge.
+class Cursor {
+ public:
+  Cursor(HistoryPages& history, uint32_t partition, uint32_t page)
+      : history_(history), partition_(partition), page_(page) {}
+
+  // The next event not yet matched or passed; nullptr at the end.
+  Result<const ChangeEvent*> Head() {
+    if (at_ == events_.size() && !done_) {
+      ASSIGN_OR_RETURN(events_, history_.Next(partition_, page_));
+      at_ = 0;
+      done_ = events_.empty();
     }
-    std::vector<Record>& found = it->second;
-    // The record of this event: the one with its event_id, else the first.
-    auto match = std::find_if(found.begin(), found.end(), [&](const Record& r) {
-      return r.event.partition == e.partition && r.event.event_id == e.event_id;
-    });
-    if (match == found.end()) match = found.begin();
-    const ChangeEvent& r = match->event;
-    if (r.partition != e.partition || r.event_id != e.event_id || r.command_id != e.command_id ||
-        r.command_name != e.command_name || r.deleted != e.deleted || (!e.deleted && !SameJson(r.state, e.state))) {
-      differences.push_back({Difference::Kind::kContentMismatch, e.entity_id,
-                             where(*match) + " holds " + describe(r) + (SameJson(r.state, e.state) ? "" : " with another state") +
-                                 "; storage has " + describe(e)});
-    }
-    for (const Record& extra : found) {
-      if (&extra == &*match) continue;
-      const bool same = extra.event.event_id == e.event_id && extra.event.command_id == e.command_id;
-      differences.push_back({same ? Difference::Kind::kDuplicate : Difference::Kind::kPhantom, e.entity_id,
-                             where(extra) + (same ? " repeats " : " is no event of storage: ") +
-                                 describe(extra.event)});
-    }
-    records.erase(it);
+    return at_ < events_.size() ? &events_[at_] : nullptr;
   }
-  for (const auto& [key, left] : records) {
-    for (const Record& r : left) {
-      differences.push_back({Difference::Kind::kPhantom, key.first,
-                             where(r) + " is no event of storage: " + describe(r.event)});
+  void Matched() { ++at_; }
+  // The head has no record (yet): missing, unless it comes later.
+  void Pass() { Passed(events_[at_++]); }
+  void Passed(const ChangeEvent& e) {
+    passed_.emplace(e.event_id, Difference{Difference::Kind::kMissing, e.entity_id, "no record of " + Describe(e)});
+  }
+  // The record of a passed event came after all: it is not missing.
+  bool Arrived(uint64_t event_id) { return passed_.erase(event_id) != 0; }
+  std::map<uint64_t, Difference>& passed() { return passed_; }
+
+ private:
+  HistoryPages& history_;
+  const uint32_t partition_;
+  const uint32_t page_;
+  std::vector<ChangeEvent> events_;
+  size_t at_ = 0;
+  bool done_ = false;
+  std::map<uint64_t, Difference> passed_;  // event_id -> its missing difference
+};
+
+class HistoryMerge {
+ public:
+  HistoryMerge(const std::string& topic, std::vector<Difference>& differences)
+      : topic_(topic), differences_(differences) {}
+
+  std::string Where(const Record& r) const {
+    return topic_ + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
+  }
+
+  void Phantom(const Record& r, const std::string& why = "") {
+    differences_.push_back({Difference::Kind::kPhantom, r.event.entity_id,
+                            Where(r) + " is no event of storage: " + Describe(r.event) + why});
+  }
+
+  // Whether `r` is the record of `e` (same event_id): false when it holds
+  // another entity or version (then it is a phantom, and e still has no
+  // record); otherwise a content mismatch when its command or state differ.
+  bool Match(const Record& r, const ChangeEvent& e) {
+    const ChangeEvent& got = r.event;
+    if (got.entity_id != e.entity_id || got.version != e.version) {
+      Phantom(r, "; storage's event " + std::to_string(e.event_id) + " is " + e.entity_id + " " + Describe(e));
+      return false;
+    }
+    if (got.command_id != e.command_id || got.command_name != e.command_name || got.deleted != e.deleted ||
+        (!e.deleted && !SameJson(got.state, e.state))) {
+      differences_.push_back({Difference::Kind::kContentMismatch, e.entity_id,
+                              Where(r) + " holds " + Describe(got) +
+                                  (SameJson(got.state, e.state) ? "" : " with another state") + "; storage has " +
+                                  Describe(e)});
+    }
+    return true;
+  }
+
+  // Records out of their place: each is a passed event's, come late; a
+  // repeat of its event's record (duplicate); or of no event (phantom).
+  Status Resolve(HistoryPages& history, uint32_t p, Cursor& cursor, std::vector<Record>& out_of_place) {
+    for (size_t from = 0; from < out_of_place.size(); from += kLookup) {
+      const size_t to = std::min(out_of_place.size(), from + kLookup);
+      std::vector<uint64_t> ids;
+      for (size_t i = from; i < to; ++i) ids.push_back(out_of_place[i].event.event_id);
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history.Of(p, ids));
+      std::map<uint64_t, const ChangeEvent*> by_id;
+      for (const ChangeEvent& e : found) by_id[e.event_id] = &e;
+      for (size_t i = from; i < to; ++i) {
+        const Record& r = out_of_place[i];
+        const auto it = by_id.find(r.event.event_id);
+        if (it == by_id.end()) {
+          Phantom(r);
+        } else if (cursor.passed().count(r.event.event_id) != 0) {
+          if (Match(r, *it->second)) cursor.Arrived(r.event.event_id);
+        } else if (r.event.entity_id == it->second->entity_id && r.event.version == it->second->version &&
+                   r.event.command_id == it->second->command_id) {
+          differences_.push_back({Difference::Kind::kDuplicate, r.event.entity_id,
+                                  Where(r) + " repeats " + Describe(r.event)});
+        } else {
+          Phantom(r);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  void Missing(Cursor& cursor) {
+    for (auto& [id, d] : cursor.passed()) differences_.push_back(std::move(d));
+    cursor.passed().clear();
+  }
+
+ private:
+  const std::string& topic_;
+  std::vector<Difference>& differences_;
+};
+
+}  // namespace
+
+Status CompareHistory(const std::string& topic, int32_t topic_partitions,
+                      const std::function<int32_t(uint32_t)>& topic_partition_of, const ReadTopicPartition& read,
+                      HistoryPages& history, std::vector<Difference>& differences) {
+  HistoryMerge merge(topic, differences);
+  for (int32_t t = 0; t < topic_partitions; ++t) {
+    std::vector<uint32_t> sources;
+    for (uint32_t p = 0; p < history.partitions(); ++p) {
+      if (topic_partition_of(p) == t) sources.push_back(p);
+    }
+    const uint32_t page =
+        std::max(kMinPage, kPage / static_cast<uint32_t>(std::max<size_t>(1, sources.size())));
+    std::map<uint32_t, Cursor> cursors;
+    for (const uint32_t p : sources) cursors.try_emplace(p, history, p, page);
+    std::map<uint32_t, std::vector<Record>> out_of_place;  // per source partition, in topic order
+    Status failed = Status::Ok();
+    RETURN_IF_ERROR(read(t, [&](ChangeEvent&& e, int32_t topic_partition, int64_t offset) {
+      if (!failed.ok()) return;
+      Record r{std::move(e), topic_partition, offset};
+      const auto c = cursors.find(r.event.partition);
+      if (c == cursors.end()) {
+        merge.Phantom(r, r.event.partition < history.partitions()
+                             ? " (its partition's records are in topic partition " +
+                                   std::to_string(topic_partition_of(r.event.partition)) + ")"
+                             : "");
+        return;
+      }
+      Cursor& cursor = c->second;
+      for (;;) {
+        Result<const ChangeEvent*> head = cursor.Head();
+        if (!head.ok()) {
+          failed = head.status();
+          return;
+        }
+        const ChangeEvent* next = *head;
+        if (next == nullptr || next->event_id > r.event.event_id) break;
+        if (next->event_id == r.event.event_id) {
+          if (merge.Match(r, *next)) {
+            cursor.Matched();
+          } else {
+            cursor.Pass();
+          }
+          return;
+        }
+        cursor.Pass();
+      }
+      out_of_place[r.event.partition].push_back(std::move(r));
+    }));
+    RETURN_IF_ERROR(failed);
+    for (auto& [p, cursor] : cursors) {
+      for (;;) {
+        ASSIGN_OR_RETURN(const ChangeEvent* next, cursor.Head());
+        if (next == nullptr) break;
+        cursor.Pass();
+      }
+      if (const auto o = out_of_place.find(p); o != out_of_place.end()) {
+        RETURN_IF_ERROR(merge.Resolve(history, p, cursor, o->second));
+      }
+      merge.Missing(cursor);
     }
   }
   return Status::Ok();

@@ -25,9 +25,23 @@ using ReadRecords = std::function<Status(const EachRecord& each)>;
 Status CompareLatest(const std::string& topic, const ReadRecords& read, const std::vector<EntitySnapshot>& truth,
                      std::vector<Difference>& differences);
 
-// Every event of `history` against its record: missing, content mismatch,
-// duplicate (the same event twice) or phantom (a record of no event).
-Status CompareHistory(const std::string& topic, const ReadRecords& read, const std::vector<ChangeEvent>& history,
-                      std::vector<Difference>& differences);
+// Reads the records of one topic partition (up to where it ended when the
+// comparison began) into `each`.
+using ReadTopicPartition = std::function<Status(int32_t topic_partition, const EachRecord& each)>;
+
+// Every event of `history` against its record (Sink::VerifyHistory), topic
+// partition by topic partition: the records of one, in their order, merged
+// by event_id with the events of the source partitions `topic_partition_of`
+// maps to it, a page of each at a time. A record is its event's when the
+// event_id, entity and version agree; then command and state must too
+// (content mismatch). An event passed by without its record is missing
+// unless the record comes later; a record behind its partition's events
+// (out of its place, a repeat) or of no event is looked up in `history` at
+// the end of the topic partition: a late record, a duplicate (its event's
+// record again) or a phantom. So memory holds a page per source partition
+// of the topic partition and what differs, not the history.
+Status CompareHistory(const std::string& topic, int32_t topic_partitions,
+                      const std::function<int32_t(uint32_t)>& topic_partition_of, const ReadTopicPartition& read,
+                      HistoryPages& history, std::vector<Difference>& differences);
 
 }  // namespace sluice::connectors::kafka

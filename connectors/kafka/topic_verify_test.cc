@@ -2,6 +2,8 @@
 // read from a real topic: kafka_sink_test's Verify tests).
 #include "connectors/kafka/topic_verify.h"
 
+#include "connectors/events_history.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -65,22 +67,48 @@ TEST(CompareLatest, FindsEachKindOfDifference) {
   EXPECT_EQ(diffs.size(), 5u);
 }
 
+// `records` per topic partition, at offsets 0, 1, ... of each.
+ReadTopicPartition Partitions(std::map<int32_t, std::vector<ChangeEvent>> records) {
+  return [records = std::move(records)](int32_t t, const EachRecord& each) {
+    const auto it = records.find(t);
+    if (it == records.end()) return Status::Ok();
+    int64_t offset = 0;
+    for (ChangeEvent e : it->second) each(std::move(e), t, offset++);
+    return Status::Ok();
+  };
+}
+
+// Source partition p's records are in topic partition p % n.
+std::function<int32_t(uint32_t)> Modulo(int32_t n) {
+  return [n](uint32_t p) { return static_cast<int32_t>(p % static_cast<uint32_t>(n)); };
+}
+
+ChangeEvent In(uint32_t partition, ChangeEvent e) {
+  e.partition = partition;
+  return e;
+}
+
 TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   const std::vector<ChangeEvent> history = {
-      Event("a", 1, R"({"n":1})"), Event("a", 2, R"({"n":2})"), Event("b", 1, R"({})"), Event("c", 1, R"({})"),
-      Event("d", 1, R"({})"), Event("d", 2, ""),  // deleted
+      Event("a", 1, R"({"n":1})", 1), Event("a", 2, R"({"n":2})", 2), Event("b", 1, R"({})", 3),
+      Event("c", 1, R"({})", 4),      Event("d", 1, R"({})", 5),      Event("d", 2, "", 6),  // deleted
   };
-  ChangeEvent altered = Event("b", 1, R"({"x":1})");
-  ChangeEvent phantom = Event("a", 3, R"({})");
-  // Version 1 of "a" again, of another event id, ahead of the record of the
-  // event itself: the one with the event's id is its record.
+  ChangeEvent altered = history[2];
+  altered.state = R"({"x":1})";
+  ChangeEvent phantom = Event("a", 3, R"({})", 7);  // past storage's last event
+  // Version 1 of "a" again under an event id storage does not have, ahead of
+  // the record of the event itself: the one with the event's id is its record.
   ChangeEvent other_event = Event("a", 1, R"({"n":1})", 99);
   ChangeEvent spaced = history[1];
   spaced.state = R"({"n": 2})";  // the same JSON as storage's
-  const ReadRecords topic =
-      Topic({other_event, history[0], spaced, history[1], altered, phantom, history[4], history[5]});
+  // d's records come after the phantom, out of their place: late, not missing.
+  EventsHistory pages(history, 1);
   std::vector<Difference> diffs;
-  ASSERT_TRUE(CompareHistory("t", topic, history, diffs).ok());
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1),
+                             Partitions({{0, {other_event, history[0], spaced, history[1], altered, phantom,
+                                              history[4], history[5]}}}),
+                             pages, diffs)
+                  .ok());
   auto kinds = ByKind(diffs);
   EXPECT_EQ(kinds[Difference::Kind::kMissing], std::vector<std::string>{"c"});
   EXPECT_EQ(kinds[Difference::Kind::kContentMismatch], std::vector<std::string>{"b"});
@@ -95,10 +123,80 @@ TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   }
 }
 
-TEST(CompareHistory, AFailedReadIsTheResult) {
-  const ReadRecords broken = [](const EachRecord&) { return Unavailable("broker down"); };
+// Storage lost an event in a crash and gave its event_id to another
+// command: the record of the lost one is a phantom, the new event missing.
+TEST(CompareHistory, ARecordOfAnotherEntityAtAnEventIdIsAPhantom) {
+  const std::vector<ChangeEvent> history = {Event("p", 1, "{}", 1), Event("q", 1, "{}", 2)};
+  EventsHistory pages(history, 1);
   std::vector<Difference> diffs;
-  EXPECT_EQ(CompareHistory("t", broken, {}, diffs).code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(
+      CompareHistory("t", 1, Modulo(1), Partitions({{0, {history[0], Event("p", 2, "{}", 2)}}}), pages, diffs).ok());
+  auto kinds = ByKind(diffs);
+  EXPECT_EQ(kinds[Difference::Kind::kPhantom], std::vector<std::string>{"p"});
+  EXPECT_EQ(kinds[Difference::Kind::kMissing], std::vector<std::string>{"q"});
+  EXPECT_EQ(diffs.size(), 2u);
+}
+
+// A source partition's records belong in the topic partition it maps to: a
+// record elsewhere is a phantom (consumers of a key would see it out of
+// order), and its event is missing from where it belongs.
+TEST(CompareHistory, ARecordInAnotherTopicPartitionIsAPhantom) {
+  const std::vector<ChangeEvent> history = {In(0, Event("a", 1, "{}", 1)), In(1, Event("b", 1, "{}", 1)),
+                                            In(2, Event("c", 1, "{}", 1)), In(3, Event("d", 1, "{}", 1))};
+  EventsHistory pages(history, 4);
+  std::vector<Difference> diffs;
+  // 4 source partitions over 2 topic partitions: 0 and 2 in 0, 1 and 3 in 1.
+  ASSERT_TRUE(CompareHistory("t", 2, Modulo(2),
+                             Partitions({{0, {history[0], history[2], history[3]}}, {1, {history[1]}}}), pages,
+                             diffs)
+                  .ok());
+  auto kinds = ByKind(diffs);
+  EXPECT_EQ(kinds[Difference::Kind::kPhantom], std::vector<std::string>{"d"});
+  EXPECT_EQ(kinds[Difference::Kind::kMissing], std::vector<std::string>{"d"});
+  ASSERT_EQ(diffs.size(), 2u);
+  EXPECT_NE(diffs[0].detail.find("in topic partition 1"), std::string::npos) << diffs[0].detail;
+}
+
+// The comparison holds a page of each source partition of the topic
+// partition it reads, not the history: 3 source partitions in one topic
+// partition share the 10,000 events of a page.
+TEST(CompareHistory, HoldsAPageNotTheHistory) {
+  std::vector<ChangeEvent> history;
+  std::vector<ChangeEvent> records;
+  for (uint64_t id = 1; id <= 12000; ++id) {
+    for (uint32_t p = 0; p < 3; ++p) {
+      history.push_back(In(p, Event("e" + std::to_string(id % 500), id, "{}", id)));
+      records.push_back(history.back());
+    }
+  }
+  EventsHistory pages(history, 3);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1), Partitions({{0, records}}), pages, diffs).ok());
+  EXPECT_TRUE(diffs.empty()) << diffs.size() << ": " << diffs.front().detail;
+  EXPECT_LE(pages.largest_page(), 10000u / 3);
+  EXPECT_EQ(pages.lookups(), 0) << "every record was in its place";
+}
+
+// A history that cannot be read, or a topic: the comparison's result.
+TEST(CompareHistory, AFailedReadIsTheResult) {
+  class Broken final : public HistoryPages {
+   public:
+    uint32_t partitions() const override { return 1; }
+    Result<std::vector<ChangeEvent>> Next(uint32_t, uint32_t) override { return Unavailable("storage down"); }
+    Result<std::vector<ChangeEvent>> Of(uint32_t, const std::vector<uint64_t>&) override {
+      return Unavailable("storage down");
+    }
+    void Rewind() override {}
+  };
+  Broken storage_down;
+  std::vector<Difference> diffs;
+  EXPECT_EQ(CompareHistory("t", 1, Modulo(1), Partitions({{0, {Event("a", 1, "{}", 1)}}}), storage_down, diffs).code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(CompareHistory("t", 1, Modulo(1), Partitions({}), storage_down, diffs).code(), StatusCode::kUnavailable);
+  EventsHistory pages({Event("a", 1, "{}", 1)}, 1);
+  const ReadTopicPartition broker_down = [](int32_t, const EachRecord&) { return Unavailable("broker down"); };
+  EXPECT_EQ(CompareHistory("t", 1, Modulo(1), broker_down, pages, diffs).code(), StatusCode::kUnavailable);
+  const ReadRecords broken = [](const EachRecord&) { return Unavailable("broker down"); };
   EXPECT_EQ(CompareLatest("t", broken, {}, diffs).code(), StatusCode::kUnavailable);
 }
 
