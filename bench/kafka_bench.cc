@@ -348,8 +348,6 @@ int Raw(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   return Finish(a, b, seconds, records, cpu.Compare(before, after, b.total_events()), problems, nullptr);
 }
 
-// Deletes every topic of the run (named "<run id>-..."): each of the
-// scenarios' topics holds a copy of the backlog.
 // `sluice verify --config FILE --sink NAME` of a drained topic, once: its
 // time, its own peak RSS and CPU (the child's rusage), per backlog event.
 int Verify(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
@@ -383,6 +381,8 @@ int Verify(const Args& a, const config::SinkConfig& sink, const Backlog& b) {
   return problems.empty() ? kExitOk : kExitFailure;
 }
 
+// Deletes every topic of the run (named "<run id>-..."): each of the
+// scenarios' topics holds a copy of the backlog.
 int Cleanup(const Args& a, const config::SinkConfig& sink) {
   auto rk = Client(sink, RD_KAFKA_PRODUCER);
   if (!rk.ok()) {

@@ -12,6 +12,7 @@ std::string_view DifferenceKindName(Difference::Kind kind) {
     case Difference::Kind::kContentMismatch: return "content_mismatch";
     case Difference::Kind::kPhantom: return "phantom";
     case Difference::Kind::kDuplicate: return "duplicate";
+    case Difference::Kind::kOutOfOrder: return "out_of_order";
   }
   return "unknown";
 }

@@ -46,6 +46,7 @@ DifferenceKind KindOf(Difference::Kind k) {
     // Only logs report these, and logs have no entity checks.
     case Difference::Kind::kPhantom: return DifferenceKind::kExtra;
     case Difference::Kind::kDuplicate: return DifferenceKind::kContentMismatch;
+    case Difference::Kind::kOutOfOrder: return DifferenceKind::kContentMismatch;
   }
   return DifferenceKind::kContentMismatch;
 }

@@ -127,7 +127,9 @@ Result<std::vector<connectors::EntitySnapshot>> ReadTruth(sql::EventLog& log, co
 struct StoredHistory::Partition {
   uint64_t after = 0;  // the last event given
   bool done = false;
-  BeforeStates before{10000};  // full_events: the states before of its events
+  // full_events: the latest states read, for the states before of its next
+  // events; as many entities as a page holds events.
+  std::unique_ptr<BeforeStates> before;
 };
 
 StoredHistory::StoredHistory(sql::EventLog& log, std::string type, uint32_t partitions, bool full_events)
@@ -153,7 +155,7 @@ Result<std::vector<connectors::ChangeEvent>> StoredHistory::Next(uint32_t partit
   const auto head = heads_->find(partition);
   if (part->done || head == heads_->end() || part->after >= head->second) {
     part->done = true;
-    part->before.Clear();  // nothing more to read of it
+    part->before.reset();  // nothing more to read of it
     return std::vector<connectors::ChangeEvent>();
   }
   const auto columns = full_events_ ? sql::EventLog::Columns::kFull : sql::EventLog::Columns::kView;
@@ -163,12 +165,15 @@ Result<std::vector<connectors::ChangeEvent>> StoredHistory::Next(uint32_t partit
   while (!list.empty() && list.back().event_id > head->second) list.pop_back();  // committed since
   if (list.empty()) {
     part->done = true;
-    part->before.Clear();
+    part->before.reset();
     return std::vector<connectors::ChangeEvent>();
   }
   part->after = list.back().event_id;
   std::vector<connectors::ChangeEvent> events = ToChangeEvents(std::move(list), type_, partition);
-  if (full_events_) RETURN_IF_ERROR(part->before.Fill(log_, type_, partition, events));
+  if (full_events_) {
+    if (!part->before) part->before = std::make_unique<BeforeStates>(std::max<uint32_t>(1, limit));
+    RETURN_IF_ERROR(part->before->Fill(log_, type_, partition, events));
+  }
   given_ += events.size();
   read_ += events.size();
   if (on_page) on_page(*this);

@@ -52,8 +52,9 @@ Result<std::vector<connectors::ChangeEvent>> ReadEventsById(sql::EventLog& log, 
 // gaps included, a page per statement, up to the partition heads read at
 // the first Next() (again after a Rewind()). With `full_events`, each
 // event also carries its request, response and state before (what view
-// code sees). Holds the page it reads and, for `full_events`, the states
-// before of the partitions being read.
+// code sees). Holds the page it reads and, for `full_events`, the latest
+// states of as many entities per partition being read as its pages hold
+// events (the states before of the next events).
 class StoredHistory final : public connectors::HistoryPages {
  public:
   StoredHistory(sql::EventLog& log, std::string type, uint32_t partitions, bool full_events);

@@ -1,4 +1,4 @@
-// engine/event_reader over the in-memory tables: the paging of ReadHistory,
+// engine/event_reader over the in-memory tables: the paging of StoredHistory,
 // the gap cut of the pull loop's reads, the truth per entity. No server;
 // tests/event_reader_test.cc runs the statements themselves on MariaDB.
 #include "engine/event_reader.h"

@@ -193,14 +193,8 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
     // every partition read back (a producer made at a takeover or after
     // producer_idle, verify) waited 0.5-1 s instead of 16-24 ms
     // (docs/BENCHMARKS.md, "Taking partitions over").
-    // They read ahead up to 20,000 records (librdkafka's 100,000 held a
-    // verify's whole partition: 116 against 79 MiB at 1,000,000 events,
-    // bench/run kafka_verify), fetching again 10 ms after the queue was
-    // full (its 1 s wait tripled the verify's time).
     settings.insert(settings.end(), {{"enable.partition.eof", "true"},
                                      {"fetch.wait.max.ms", "10"},
-                                     {"queued.min.messages", "20000"},
-                                     {"fetch.queue.backoff.ms", "10"},
                                      {"enable.auto.commit", "false"},
                                      {"isolation.level", options.read_uncommitted ? "read_uncommitted"
                                                                                   : "read_committed"}});
@@ -242,6 +236,17 @@ Result<KafkaHandle> NewClient(const KafkaSinkOptions& config, const ClientOption
   // properties, which may turn it back on.
   char unused[512];
   (void)rd_kafka_conf_set(conf, "enable.metrics.push", "false", unused, sizeof(unused));
+  if (!producer) {
+    // A consumer reads ahead up to 20,000 records (librdkafka's 100,000
+    // held a verify's whole partition: 116 against 76 MiB at 1,000,000
+    // events, bench/run kafka_verify), fetching again 10 ms after its queue
+    // was full (librdkafka's 1 s wait tripled the verify's time). A
+    // librdkafka without fetch.queue.backoff.ms (Debian's 2.0.2) keeps its
+    // own read-ahead.
+    if (rd_kafka_conf_set(conf, "fetch.queue.backoff.ms", "10", unused, sizeof(unused)) == RD_KAFKA_CONF_OK) {
+      (void)rd_kafka_conf_set(conf, "queued.min.messages", "20000", unused, sizeof(unused));
+    }
+  }
   for (const auto& [name, value] : settings) {
     if (Status st = Set(conf, name, value); !st.ok()) return fail(st);
   }
@@ -550,6 +555,7 @@ Status ReadPartition(rd_kafka_t* consumer, const std::string& topic, int32_t par
     next = m->offset + 1;
     each(*m);
     rd_kafka_message_destroy(m);
+    last_progress = std::chrono::steady_clock::now();  // the wait counts from here, not from before `each`
   }
   rd_kafka_consume_stop(rkt, partition);
   rd_kafka_topic_destroy(rkt);

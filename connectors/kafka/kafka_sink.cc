@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -752,7 +753,12 @@ class KafkaSink final : public Sink {
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
     auto shared = Reader();  // made before the others start
+    const auto caller = std::this_thread::get_id();
     auto run = [&](size_t k) {
+      // A thread that could not be started (the process's limit): the
+      // calling thread does its share with Reader() (k == 0) instead of
+      // making a client, and its threads, of its own.
+      if (k != 0 && std::this_thread::get_id() == caller) return;
       KafkaHandle own;
       rd_kafka_t* reader = nullptr;
       if (k == 0) {

@@ -69,7 +69,7 @@ namespace {
 // partitions of one topic partition (at least kMinPage each).
 constexpr uint32_t kPage = 10000;
 constexpr uint32_t kMinPage = 100;
-// Event ids per lookup of records out of their place.
+// Event ids per lookup of records behind their place.
 constexpr size_t kLookup = 1000;
 
 std::string Describe(const ChangeEvent& e) {
@@ -85,7 +85,7 @@ struct Record {
   int64_t offset = 0;
 };
 
-// One source partition's side of the merge.
+// One source partition's side of the merge: its events a page at a time.
 class Cursor {
  public:
   Cursor(HistoryPages& history, uint32_t partition, uint32_t page)
@@ -100,14 +100,18 @@ class Cursor {
     }
     return at_ < events_.size() ? &events_[at_] : nullptr;
   }
-  void Matched() { ++at_; }
-  // The head has no record (yet): missing, unless it comes later.
-  void Pass() { Passed(events_[at_++]); }
-  void Passed(const ChangeEvent& e) {
+  // The head had its record.
+  void Matched() { last_ = events_[at_++].event_id; }
+  // The head has no record before a later event's: missing, unless its
+  // record comes later (out of order).
+  void Pass() {
+    const ChangeEvent& e = events_[at_++];
+    last_ = e.event_id;
     passed_.emplace(e.event_id, Difference{Difference::Kind::kMissing, e.entity_id, "no record of " + Describe(e)});
   }
-  // The record of a passed event came after all: it is not missing.
-  bool Arrived(uint64_t event_id) { return passed_.erase(event_id) != 0; }
+  // The highest event id matched or passed: a record at or below it is
+  // behind its place.
+  uint64_t last() const { return last_; }
   std::map<uint64_t, Difference>& passed() { return passed_; }
 
  private:
@@ -117,13 +121,14 @@ class Cursor {
   std::vector<ChangeEvent> events_;
   size_t at_ = 0;
   bool done_ = false;
-  std::map<uint64_t, Difference> passed_;  // event_id -> its missing difference
+  uint64_t last_ = 0;
+  std::map<uint64_t, Difference> passed_;  // event_id -> its missing difference, each a difference
 };
 
 class HistoryMerge {
  public:
-  HistoryMerge(const std::string& topic, std::vector<Difference>& differences)
-      : topic_(topic), differences_(differences) {}
+  HistoryMerge(const std::string& topic, HistoryPages& history, std::vector<Difference>& differences)
+      : topic_(topic), history_(history), differences_(differences) {}
 
   std::string Where(const Record& r) const {
     return topic_ + "[" + std::to_string(r.topic_partition) + "]@" + std::to_string(r.offset);
@@ -153,25 +158,61 @@ class HistoryMerge {
     return true;
   }
 
-  // Records out of their place: each is a passed event's, come late; a
+  // A record of source partition p, in topic order. In place, it is the
+  // head's record. Ahead of the head, it is looked up: an event, and the
+  // events before it have no record (yet); none, a phantom. Behind (at or
+  // below the last event matched or passed), it is a difference whatever
+  // it is, kept in `behind` for one lookup of many at the end.
+  Status Add(Record&& r, Cursor& cursor, std::vector<Record>& behind) {
+    const uint64_t id = r.event.event_id;
+    if (id <= cursor.last()) {
+      behind.push_back(std::move(r));
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(const ChangeEvent* head, cursor.Head());
+    if (head != nullptr && head->event_id < id) {
+      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history_.Of(r.event.partition, {id}));
+      if (found.empty()) {
+        Phantom(r);
+        return Status::Ok();
+      }
+      while (head != nullptr && head->event_id < id) {
+        cursor.Pass();
+        ASSIGN_OR_RETURN(head, cursor.Head());
+      }
+    }
+    if (head == nullptr || head->event_id != id) {
+      Phantom(r);  // between two events, or past the last
+    } else if (Match(r, *head)) {
+      cursor.Matched();
+    }
+    return Status::Ok();
+  }
+
+  // Records behind their place: each a passed event's, out of order; a
   // repeat of its event's record (duplicate); or of no event (phantom).
-  Status Resolve(HistoryPages& history, uint32_t p, Cursor& cursor, std::vector<Record>& out_of_place) {
-    for (size_t from = 0; from < out_of_place.size(); from += kLookup) {
-      const size_t to = std::min(out_of_place.size(), from + kLookup);
+  Status Resolve(uint32_t p, Cursor& cursor, std::vector<Record>& behind) {
+    for (size_t from = 0; from < behind.size(); from += kLookup) {
+      const size_t to = std::min(behind.size(), from + kLookup);
       std::vector<uint64_t> ids;
-      for (size_t i = from; i < to; ++i) ids.push_back(out_of_place[i].event.event_id);
+      for (size_t i = from; i < to; ++i) ids.push_back(behind[i].event.event_id);
       std::sort(ids.begin(), ids.end());
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history.Of(p, ids));
+      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history_.Of(p, ids));
       std::map<uint64_t, const ChangeEvent*> by_id;
       for (const ChangeEvent& e : found) by_id[e.event_id] = &e;
       for (size_t i = from; i < to; ++i) {
-        const Record& r = out_of_place[i];
+        const Record& r = behind[i];
         const auto it = by_id.find(r.event.event_id);
         if (it == by_id.end()) {
           Phantom(r);
         } else if (cursor.passed().count(r.event.event_id) != 0) {
-          if (Match(r, *it->second)) cursor.Arrived(r.event.event_id);
+          if (Match(r, *it->second)) {
+            cursor.passed().erase(r.event.event_id);
+            differences_.push_back({Difference::Kind::kOutOfOrder, r.event.entity_id,
+                                    Where(r) + " holds " + Describe(r.event) +
+                                        " after the record of a later event of its partition"});
+          }
         } else if (r.event.entity_id == it->second->entity_id && r.event.version == it->second->version &&
                    r.event.command_id == it->second->command_id) {
           differences_.push_back({Difference::Kind::kDuplicate, r.event.entity_id,
@@ -191,6 +232,7 @@ class HistoryMerge {
 
  private:
   const std::string& topic_;
+  HistoryPages& history_;
   std::vector<Difference>& differences_;
 };
 
@@ -199,7 +241,7 @@ class HistoryMerge {
 Status CompareHistory(const std::string& topic, int32_t topic_partitions,
                       const std::function<int32_t(uint32_t)>& topic_partition_of, const ReadTopicPartition& read,
                       HistoryPages& history, std::vector<Difference>& differences) {
-  HistoryMerge merge(topic, differences);
+  HistoryMerge merge(topic, history, differences);
   for (int32_t t = 0; t < topic_partitions; ++t) {
     std::vector<uint32_t> sources;
     for (uint32_t p = 0; p < history.partitions(); ++p) {
@@ -209,10 +251,10 @@ Status CompareHistory(const std::string& topic, int32_t topic_partitions,
         std::max(kMinPage, kPage / static_cast<uint32_t>(std::max<size_t>(1, sources.size())));
     std::map<uint32_t, Cursor> cursors;
     for (const uint32_t p : sources) cursors.try_emplace(p, history, p, page);
-    std::map<uint32_t, std::vector<Record>> out_of_place;  // per source partition, in topic order
+    std::map<uint32_t, std::vector<Record>> behind;  // per source partition, in topic order
     Status failed = Status::Ok();
     RETURN_IF_ERROR(read(t, [&](ChangeEvent&& e, int32_t topic_partition, int64_t offset) {
-      if (!failed.ok()) return;
+      if (!failed.ok()) return;  // the rest of the partition is read, and ignored
       Record r{std::move(e), topic_partition, offset};
       const auto c = cursors.find(r.event.partition);
       if (c == cursors.end()) {
@@ -222,26 +264,8 @@ Status CompareHistory(const std::string& topic, int32_t topic_partitions,
                              : "");
         return;
       }
-      Cursor& cursor = c->second;
-      for (;;) {
-        Result<const ChangeEvent*> head = cursor.Head();
-        if (!head.ok()) {
-          failed = head.status();
-          return;
-        }
-        const ChangeEvent* next = *head;
-        if (next == nullptr || next->event_id > r.event.event_id) break;
-        if (next->event_id == r.event.event_id) {
-          if (merge.Match(r, *next)) {
-            cursor.Matched();
-          } else {
-            cursor.Pass();
-          }
-          return;
-        }
-        cursor.Pass();
-      }
-      out_of_place[r.event.partition].push_back(std::move(r));
+      const uint32_t p = r.event.partition;
+      failed = merge.Add(std::move(r), c->second, behind[p]);
     }));
     RETURN_IF_ERROR(failed);
     for (auto& [p, cursor] : cursors) {
@@ -250,9 +274,7 @@ Status CompareHistory(const std::string& topic, int32_t topic_partitions,
         if (next == nullptr) break;
         cursor.Pass();
       }
-      if (const auto o = out_of_place.find(p); o != out_of_place.end()) {
-        RETURN_IF_ERROR(merge.Resolve(history, p, cursor, o->second));
-      }
+      if (const auto b = behind.find(p); b != behind.end()) RETURN_IF_ERROR(merge.Resolve(p, cursor, b->second));
       merge.Missing(cursor);
     }
   }

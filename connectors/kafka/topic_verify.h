@@ -34,12 +34,13 @@ using ReadTopicPartition = std::function<Status(int32_t topic_partition, const E
 // by event_id with the events of the source partitions `topic_partition_of`
 // maps to it, a page of each at a time. A record is its event's when the
 // event_id, entity and version agree; then command and state must too
-// (content mismatch). An event passed by without its record is missing
-// unless the record comes later; a record behind its partition's events
-// (out of its place, a repeat) or of no event is looked up in `history` at
-// the end of the topic partition: a late record, a duplicate (its event's
-// record again) or a phantom. So memory holds a page per source partition
-// of the topic partition and what differs, not the history.
+// (content mismatch). A record ahead of its partition's next event is looked
+// up: the events before it have no record (missing, unless theirs comes
+// later: out of order); no such event, a phantom. A record behind its
+// place (a repeat, a late one) is looked up at the end of the topic
+// partition, many at a time: out of order, duplicate or phantom. So memory
+// holds a page per source partition of the topic partition and what
+// differs, not the history.
 Status CompareHistory(const std::string& topic, int32_t topic_partitions,
                       const std::function<int32_t(uint32_t)>& topic_partition_of, const ReadTopicPartition& read,
                       HistoryPages& history, std::vector<Difference>& differences);

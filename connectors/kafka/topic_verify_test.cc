@@ -95,18 +95,18 @@ TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   };
   ChangeEvent altered = history[2];
   altered.state = R"({"x":1})";
-  ChangeEvent phantom = Event("a", 3, R"({})", 7);  // past storage's last event
   // Version 1 of "a" again under an event id storage does not have, ahead of
   // the record of the event itself: the one with the event's id is its record.
   ChangeEvent other_event = Event("a", 1, R"({"n":1})", 99);
   ChangeEvent spaced = history[1];
   spaced.state = R"({"n": 2})";  // the same JSON as storage's
-  // d's records come after the phantom, out of their place: late, not missing.
+  ChangeEvent past_the_end = Event("a", 3, R"({})", 7);
   EventsHistory pages(history, 1);
   std::vector<Difference> diffs;
+  // c's record is not there; a's second comes twice.
   ASSERT_TRUE(CompareHistory("t", 1, Modulo(1),
-                             Partitions({{0, {other_event, history[0], spaced, history[1], altered, phantom,
-                                              history[4], history[5]}}}),
+                             Partitions({{0, {other_event, history[0], spaced, history[1], altered, history[4],
+                                              history[5], past_the_end}}}),
                              pages, diffs)
                   .ok());
   auto kinds = ByKind(diffs);
@@ -121,6 +121,65 @@ TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
       EXPECT_NE(d.detail.find("t[0]@3"), std::string::npos) << d.detail;
     }
   }
+  // Looked up: event 99 (the first record, ahead), event 5 (ahead of c, which
+  // has none), and at the end the repeat of event 2.
+  EXPECT_EQ(pages.lookups(), 3);
+}
+
+// Two records of a partition in the wrong order: consumers of the topic see
+// the later version first. The record that comes late is out of order, and
+// its event is not missing.
+TEST(CompareHistory, ARecordAfterALaterEventsIsOutOfOrder) {
+  const std::vector<ChangeEvent> history = {Event("a", 1, "{}", 1), Event("a", 2, "{}", 2), Event("a", 3, "{}", 3),
+                                            Event("a", 4, "{}", 4)};
+  EventsHistory pages(history, 1);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1), Partitions({{0, {history[0], history[2], history[1], history[3]}}}),
+                             pages, diffs)
+                  .ok());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kOutOfOrder);
+  EXPECT_NE(diffs[0].detail.find("t[0]@2"), std::string::npos) << diffs[0].detail;
+  // The same record once more is a duplicate; its first coming stays out of order.
+  diffs.clear();
+  pages.Rewind();
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1),
+                             Partitions({{0, {history[0], history[2], history[1], history[1], history[3]}}}), pages,
+                             diffs)
+                  .ok());
+  auto kinds = ByKind(diffs);
+  EXPECT_EQ(kinds[Difference::Kind::kOutOfOrder], std::vector<std::string>{"a"});
+  EXPECT_EQ(kinds[Difference::Kind::kDuplicate], std::vector<std::string>{"a"});
+  EXPECT_EQ(diffs.size(), 2u);
+}
+
+// A record that holds another event at the next event's id is a phantom;
+// the event's own record right after it is its record.
+TEST(CompareHistory, AWrongRecordAtAnEventIdLeavesTheEventToItsOwnRecord) {
+  const std::vector<ChangeEvent> history = {Event("a", 1, "{}", 1), Event("b", 1, "{}", 2)};
+  EventsHistory pages(history, 1);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1),
+                             Partitions({{0, {history[0], Event("z", 9, "{}", 2), history[1]}}}), pages, diffs)
+                  .ok());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kPhantom);
+  EXPECT_EQ(diffs[0].entity_id, "z");
+}
+
+// Records behind their place are looked up many at a time: 2,500 repeats
+// take three lookups, and each is a duplicate.
+TEST(CompareHistory, RecordsBehindTheirPlaceAreLookedUpInBatches) {
+  std::vector<ChangeEvent> history;
+  for (uint64_t id = 1; id <= 2500; ++id) history.push_back(Event("e" + std::to_string(id), 1, "{}", id));
+  std::vector<ChangeEvent> records = history;
+  records.insert(records.end(), history.begin(), history.end());
+  EventsHistory pages(history, 1);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1), Partitions({{0, records}}), pages, diffs).ok());
+  EXPECT_EQ(ByKind(diffs)[Difference::Kind::kDuplicate].size(), 2500u);
+  EXPECT_EQ(diffs.size(), 2500u);
+  EXPECT_EQ(pages.lookups(), 3);
 }
 
 // Storage lost an event in a crash and gave its event_id to another
