@@ -155,7 +155,7 @@ class HistoryPages {
   // before; empty: no more.
   virtual Result<std::vector<ChangeEvent>> Next(uint32_t partition, uint32_t limit) = 0;
   // The events of `partition` with these event_ids that exist (up to the
-  // head), in event_id order: for records out of their place.
+  // head), in event_id order: for records ahead of or behind their place.
   virtual Result<std::vector<ChangeEvent>> Of(uint32_t partition, const std::vector<uint64_t>& event_ids) = 0;
   // From the first event again, up to heads asked for anew (the next log's
   // comparison, after it learned where that log ends).
@@ -289,9 +289,10 @@ class Sink {
   // A sink that is a log (a Kafka topic holds a record per event) is
   // checked record by record instead, against `history` (every event of the
   // sink's type), which it reads a page at a time: each event must have
-  // exactly one record with the same event_id, entity, version, command and
-  // state (missing, duplicate, content_mismatch otherwise), and every record
-  // must be an event of `history` (phantom otherwise). The sink learns where
+  // exactly one record, in its partition's event order, with the same
+  // event_id, entity, version, command and state (missing, duplicate,
+  // out_of_order, content_mismatch otherwise), and every record must be an
+  // event of `history` (phantom otherwise). The sink learns where
   // its log ends before it asks `history` for anything, so that every record
   // it reads is of an event `history` has. Only sinks whose capabilities say
   // verifies_history implement it.

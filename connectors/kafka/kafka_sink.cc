@@ -9,8 +9,8 @@
 #include <optional>
 #include <set>
 #include <span>
-#include <thread>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>

@@ -159,21 +159,25 @@ class HistoryMerge {
   }
 
   // A record of source partition p, in topic order. In place, it is the
-  // head's record. Ahead of the head, it is looked up: an event, and the
-  // events before it have no record (yet); none, a phantom. Behind (at or
-  // below the last event matched or passed), it is a difference whatever
-  // it is, kept in `behind` for one lookup of many at the end.
+  // head's record. Ahead of the head, it is looked up: its event, and the
+  // events before it have no record (yet); none (or another entity or
+  // version there), a phantom. Behind (at or below the last event matched
+  // or passed), it is a difference whatever it is, kept in `behind` for
+  // lookups of kLookup at a time.
   Status Add(Record&& r, Cursor& cursor, std::vector<Record>& behind) {
     const uint64_t id = r.event.event_id;
+    const uint32_t p = r.event.partition;
     if (id <= cursor.last()) {
       behind.push_back(std::move(r));
+      // Settled by what is behind the cursor, which no later record changes.
+      if (behind.size() >= kLookup) return Resolve(p, cursor, behind);
       return Status::Ok();
     }
     ASSIGN_OR_RETURN(const ChangeEvent* head, cursor.Head());
     if (head != nullptr && head->event_id < id) {
-      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history_.Of(r.event.partition, {id}));
-      if (found.empty()) {
-        Phantom(r);
+      ASSIGN_OR_RETURN(std::vector<ChangeEvent> found, history_.Of(p, {id}));
+      if (found.empty() || found[0].entity_id != r.event.entity_id || found[0].version != r.event.version) {
+        Phantom(r);  // not that event: the events before it keep their chance
         return Status::Ok();
       }
       while (head != nullptr && head->event_id < id) {
@@ -189,8 +193,9 @@ class HistoryMerge {
     return Status::Ok();
   }
 
-  // Records behind their place: each a passed event's, out of order; a
-  // repeat of its event's record (duplicate); or of no event (phantom).
+  // Records behind their place, in topic order: each a passed event's, out
+  // of order; a repeat of its event's record (duplicate); or of no event
+  // (phantom). Settled, they go.
   Status Resolve(uint32_t p, Cursor& cursor, std::vector<Record>& behind) {
     for (size_t from = 0; from < behind.size(); from += kLookup) {
       const size_t to = std::min(behind.size(), from + kLookup);
@@ -222,6 +227,7 @@ class HistoryMerge {
         }
       }
     }
+    behind.clear();
     return Status::Ok();
   }
 
