@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+
+#include <simdjson.h>
 
 #include "core/change_event.pb.h"
 #include "core/json.h"
@@ -90,6 +93,120 @@ void AppendValue(std::string& out, const ChangeEvent& e, KafkaSinkOptions::Forma
   out += '}';
 }
 
+namespace {
+
+// The fields of a JSON record value, each a bit: all are required.
+enum Field : uint32_t {
+  kType = 1, kId = 2, kVersion = 4, kDeleted = 8, kState = 16, kPartition = 32, kEventId = 64, kCommand = 128,
+  kCommandId = 256, kCommittedAt = 512, kEveryField = 1023,
+};
+
+constexpr std::pair<std::string_view, Field> kFields[] = {
+    {"type", kType},       {"id", kId},           {"version", kVersion},       {"deleted", kDeleted},
+    {"state", kState},     {"partition", kPartition}, {"event_id", kEventId}, {"command", kCommand},
+    {"command_id", kCommandId}, {"committed_at_us", kCommittedAt},
+};
+
+std::string_view FieldName(uint32_t bit) {
+  for (const auto& [name, f] : kFields) {
+    if (f == bit) return name;
+  }
+  return "?";
+}
+
+// simdjson's On-Demand parser: a record's fields are read where they are
+// and the state is taken as the bytes it is, not parsed (a verify compares
+// it with storage's text first; see DecodeValue in the header).
+Result<ChangeEvent> DecodeJsonValue(std::string_view value) {
+  thread_local simdjson::ondemand::parser parser;
+  thread_local std::string padded;  // simdjson reads up to SIMDJSON_PADDING bytes past the end
+  padded.resize(value.size() + simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded.data(), value.data(), value.size());
+  const auto bad = [](std::string_view why) {
+    return InvalidArgument("not a sluice change event: " + std::string(why));
+  };
+  ChangeEvent e;
+  uint32_t seen = 0;
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object object;
+  if (auto err = parser.iterate(padded.data(), value.size(), padded.size()).get(doc); err != simdjson::SUCCESS) {
+    return bad(simdjson::error_message(err));
+  }
+  if (auto err = doc.get_object().get(object); err != simdjson::SUCCESS) return bad(simdjson::error_message(err));
+  const auto text = [](simdjson::ondemand::value v, std::string& out) {
+    std::string_view s;
+    const auto err = v.get_string().get(s);
+    if (err == simdjson::SUCCESS) out.assign(s);
+    return err;
+  };
+  for (auto field : object) {
+    std::string_view key;
+    simdjson::ondemand::value v;
+    if (auto err = field.unescaped_key().get(key); err != simdjson::SUCCESS) return bad(simdjson::error_message(err));
+    if (auto err = field.value().get(v); err != simdjson::SUCCESS) return bad(simdjson::error_message(err));
+    Field f{};
+    for (const auto& [name, bit] : kFields) {
+      if (name == key) f = bit;
+    }
+    simdjson::error_code err = simdjson::SUCCESS;
+    switch (f) {
+      case kType: err = text(v, e.entity_type); break;
+      case kId: err = text(v, e.entity_id); break;
+      case kVersion: err = v.get_uint64().get(e.version); break;
+      case kDeleted: err = v.get_bool().get(e.deleted); break;
+      case kState: {
+        bool null = false;
+        if (err = v.is_null().get(null); err != simdjson::SUCCESS || null) break;
+        simdjson::ondemand::json_type type;
+        if (err = v.type().get(type); err != simdjson::SUCCESS) break;
+        std::string_view raw;
+        if (type == simdjson::ondemand::json_type::object) {
+          simdjson::ondemand::object o;
+          if (err = v.get_object().get(o); err == simdjson::SUCCESS) err = o.raw_json().get(raw);
+        } else if (type == simdjson::ondemand::json_type::array) {
+          simdjson::ondemand::array a;
+          if (err = v.get_array().get(a); err == simdjson::SUCCESS) err = a.raw_json().get(raw);
+        } else {
+          raw = v.raw_json_token();
+        }
+        while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t')) {
+          raw.remove_suffix(1);
+        }
+        e.state.assign(raw);
+        break;
+      }
+      case kPartition: {
+        uint64_t p = 0;
+        err = v.get_uint64().get(p);
+        if (err == simdjson::SUCCESS && p > UINT32_MAX) return bad("partition " + std::to_string(p) + " is out of range");
+        e.partition = static_cast<uint32_t>(p);
+        break;
+      }
+      case kEventId: err = v.get_uint64().get(e.event_id); break;
+      case kCommand: err = text(v, e.command_name); break;
+      case kCommandId: err = text(v, e.command_id); break;
+      case kCommittedAt: err = v.get_int64().get(e.committed_at_us); break;
+      default: break;  // another producer's field: not ours to check
+    }
+    if (err != simdjson::SUCCESS) {
+      return bad("\"" + std::string(key) + "\": " + simdjson::error_message(err));
+    }
+    seen |= f;
+  }
+  // Past the object's end (simdjson 3.0's documents have no at_end()).
+  if (const char* more = nullptr; doc.current_location().get(more) != simdjson::OUT_OF_BOUNDS) {
+    return bad("more after the object");
+  }
+  if (seen != kEveryField) {
+    for (uint32_t bit = 1; bit < kEveryField; bit <<= 1) {
+      if ((seen & bit) == 0) return bad("no \"" + std::string(FieldName(bit)) + "\"");
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
 Result<ChangeEvent> DecodeValue(std::string_view value, KafkaSinkOptions::Format format) {
   ChangeEvent e;
   if (format == KafkaSinkOptions::Format::kProtobuf) {
@@ -109,22 +226,7 @@ Result<ChangeEvent> DecodeValue(std::string_view value, KafkaSinkOptions::Format
     e.committed_at_us = m.committed_at_us();
     return e;
   }
-  ASSIGN_OR_RETURN(Json j, ParseJson(value));
-  try {
-    e.entity_type = j.at("type").get<std::string>();
-    e.entity_id = j.at("id").get<std::string>();
-    e.version = j.at("version").get<uint64_t>();
-    e.deleted = j.at("deleted").get<bool>();
-    if (!j.at("state").is_null()) e.state = CanonicalJson(j.at("state"));
-    e.partition = j.at("partition").get<uint32_t>();
-    e.event_id = j.at("event_id").get<uint64_t>();
-    e.command_name = j.at("command").get<std::string>();
-    e.command_id = j.at("command_id").get<std::string>();
-    e.committed_at_us = j.at("committed_at_us").get<int64_t>();
-  } catch (const std::exception& ex) {
-    return InvalidArgument(std::string("not a sluice change event: ") + ex.what());
-  }
-  return e;
+  return DecodeJsonValue(value);
 }
 
 std::string EncodePositions(const Positions& positions) {

@@ -126,6 +126,35 @@ TEST(CompareHistory, FindsMissingAlteredDuplicateAndPhantomRecords) {
   EXPECT_EQ(pages.lookups(), 3);
 }
 
+// A record's state is its text as read (not checked to be JSON when
+// decoded): text that is not JSON differs from storage's state, as does
+// other JSON; the same bytes, or the same JSON spaced otherwise, do not.
+TEST(CompareHistory, AStateThatIsNotJsonDiffers) {
+  const std::vector<ChangeEvent> history = {Event("a", 1, R"({"n":1})", 1), Event("b", 1, R"({"n":1})", 2),
+                                            Event("c", 1, R"({"n":1})", 3)};
+  ChangeEvent broken = history[0];
+  broken.state = R"({"n":1,,})";
+  ChangeEvent cut = history[1];
+  cut.state = R"({"n":1)";
+  ChangeEvent spaced = history[2];
+  spaced.state = R"( { "n" : 1 } )";
+  EventsHistory pages(history, 1);
+  std::vector<Difference> diffs;
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1), Partitions({{0, {broken, cut, spaced}}}), pages, diffs).ok());
+  auto kinds = ByKind(diffs);
+  EXPECT_EQ(kinds[Difference::Kind::kContentMismatch], (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(diffs.size(), 2u);
+  diffs.clear();
+  ASSERT_TRUE(CompareLatest("t", Topic({broken, cut, spaced}),
+                            {{"a", 1, false, R"({"n":1})"}, {"b", 1, false, R"({"n":1})"},
+                             {"c", 1, false, R"({"n":1})"}},
+                            diffs)
+                  .ok());
+  kinds = ByKind(diffs);
+  EXPECT_EQ(kinds[Difference::Kind::kContentMismatch], (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(diffs.size(), 2u);
+}
+
 // Two records of a partition in the wrong order: consumers of the topic see
 // the later version first. The record that comes late is out of order, and
 // its event is not missing.
