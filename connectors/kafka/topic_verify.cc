@@ -145,19 +145,33 @@ class HistoryMerge {
 
   // Whether `r` is the record of `e` (same event_id): false when it holds
   // another entity or version (then it is a phantom, and e still has no
-  // record); otherwise a content mismatch when its command or state differ.
-  bool Match(const Record& r, const ChangeEvent& e) {
-    const ChangeEvent& got = r.event;
-    if (got.entity_id != e.entity_id || got.version != e.version) {
+  // record).
+  bool OfEvent(const Record& r, const ChangeEvent& e) {
+    if (r.event.entity_id != e.entity_id || r.event.version != e.version) {
       Phantom(r, "; storage's event " + std::to_string(e.event_id) + " is " + e.entity_id + " " + Describe(e));
       return false;
     }
-    if (got.command_id != e.command_id || got.command_name != e.command_name || got.deleted != e.deleted ||
-        (!e.deleted && !SameJson(got.state, e.state))) {
-      differences_.push_back({Difference::Kind::kContentMismatch, e.entity_id,
-                              Where(r) + " holds " + Describe(got) +
-                                  (SameJson(got.state, e.state) ? "" : " with another state") + "; storage has " +
-                                  Describe(e)});
+    return true;
+  }
+
+  // What differs between the record of `e` and `e` (command or state),
+  // empty when nothing does.
+  static std::string ContentDiffers(const Record& r, const ChangeEvent& e) {
+    const ChangeEvent& got = r.event;
+    const bool same_state = e.deleted || SameJson(got.state, e.state);
+    if (got.command_id == e.command_id && got.command_name == e.command_name && got.deleted == e.deleted &&
+        same_state) {
+      return "";
+    }
+    return Describe(got) + (same_state ? "" : " with another state") + "; storage has " + Describe(e);
+  }
+
+  // The record of `e` in its place: a content mismatch when its command or
+  // state differ.
+  bool Match(const Record& r, const ChangeEvent& e) {
+    if (!OfEvent(r, e)) return false;
+    if (std::string differs = ContentDiffers(r, e); !differs.empty()) {
+      differences_.push_back({Difference::Kind::kContentMismatch, e.entity_id, Where(r) + " holds " + differs});
     }
     return true;
   }
@@ -216,11 +230,15 @@ class HistoryMerge {
         if (it == by_id.end()) {
           Phantom(r);
         } else if (cursor.passed().count(r.event.event_id) != 0) {
-          if (Match(r, *it->second)) {
+          // One difference for the record: out of order, and what else
+          // differs in it.
+          if (OfEvent(r, *it->second)) {
             cursor.passed().erase(r.event.event_id);
+            const std::string differs = ContentDiffers(r, *it->second);
             differences_.push_back({Difference::Kind::kOutOfOrder, r.event.entity_id,
                                     Where(r) + " holds " + Describe(r.event) +
-                                        " after the record of a later event of its partition"});
+                                        " after the record of a later event of its partition" +
+                                        (differs.empty() ? "" : "; it also differs: " + differs)});
           }
         } else if (r.event.entity_id == it->second->entity_id && r.event.version == it->second->version &&
                    r.event.command_id == it->second->command_id) {

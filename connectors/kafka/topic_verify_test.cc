@@ -180,6 +180,17 @@ TEST(CompareHistory, ARecordAfterALaterEventsIsOutOfOrder) {
   EXPECT_EQ(kinds[Difference::Kind::kOutOfOrder], std::vector<std::string>{"a"});
   EXPECT_EQ(kinds[Difference::Kind::kDuplicate], std::vector<std::string>{"a"});
   EXPECT_EQ(diffs.size(), 2u);
+  // A late record whose state also differs is one difference, which says both.
+  ChangeEvent altered = history[1];
+  altered.state = R"({"x":1})";
+  diffs.clear();
+  pages.Rewind();
+  ASSERT_TRUE(CompareHistory("t", 1, Modulo(1), Partitions({{0, {history[0], history[2], altered, history[3]}}}),
+                             pages, diffs)
+                  .ok());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].kind, Difference::Kind::kOutOfOrder);
+  EXPECT_NE(diffs[0].detail.find("with another state"), std::string::npos) << diffs[0].detail;
 }
 
 // A record ahead that holds another entity at an event id storage has is a

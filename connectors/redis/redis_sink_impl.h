@@ -246,6 +246,7 @@ class RedisSink final : public Sink {
 
   // Reused by every Apply so that a warm sink allocates almost nothing per batch.
   std::string arena_;
+  std::string compare_buffer_;  // CompareJson: the value Apply() writes
   std::vector<Arg> args_;            // per sendable event: keys (2), version, delete flag, count, payload
   std::vector<Sendable> sendable_;   // events that passed BuildEvent, in batch order
   std::vector<Call> calls_;          // this round's EVALSHA calls
