@@ -832,10 +832,9 @@ TEST(KafkaSink, ProducersOfReleasedPartitionsGoAtOnce) {
 // (read_back_concurrency), each thread with a reader of its own: every former
 // owner's open transaction is aborted, and what each committed is read
 // back, whichever thread made the partition's producer.
-TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
-  SLUICE_REQUIRE_KAFKA();
+void TakeOverManyPartitions(const std::string& name) {
   constexpr uint32_t kPartitions = 6;
-  const std::string topic = UniqueTopic("fenceall");
+  const std::string topic = UniqueTopic(name);
   auto c = LoadWith("    topic: " + topic + "\n    create_topic: true\n    read_back_concurrency: 3\n", kPartitions);
   // The former owner committed 1..3 of every partition, then froze with
   // 4..5 of each in an open transaction.
@@ -874,6 +873,28 @@ TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
   EXPECT_EQ(CloseAndReadBack(*next, topic, &last).size(), 6u * kPartitions);
   for (uint32_t p = 0; p < kPartitions; ++p) EXPECT_EQ(last["p" + std::to_string(p)], 6u) << p;
 }
+
+TEST(KafkaSink, ATakeoverOfManyPartitionsFencesAndReadsBackEachOfThem) {
+  SLUICE_REQUIRE_KAFKA();
+  TakeOverManyPartitions("fenceall");
+}
+
+#ifdef SLUICE_FAILPOINTS
+// The same when no thread can be started (a failpoint stands in for the
+// process's thread limit): the calling thread's reader makes every
+// producer. In a process of its own, where the failpoint is read.
+TEST(KafkaSink, ATakeoverWithoutThreadsFencesAndReadsBackEachPartitionOnTheCaller) {
+  SLUICE_REQUIRE_KAFKA();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("SLUICE_FAILPOINTS", "on_threads.start=error", 1);
+        TakeOverManyPartitions("fencenothreads");
+        std::exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+#endif
 
 // Two source partitions share one topic partition. A former owner of
 // partition 2 left a transaction open (frozen); partition 1's records
