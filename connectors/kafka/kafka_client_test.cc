@@ -34,6 +34,16 @@ KafkaSinkOptions Options() {
   return o;
 }
 
+// `name` of a client NewClient makes with `o` (no transactional id).
+std::string PropertyOf(rd_kafka_type_t type, const KafkaSinkOptions& o, const char* name) {
+  ClientOptions co;
+  co.type = type;
+  co.client_id = "test";
+  auto client = NewClient(o, co);
+  if (!client.ok()) return "<no client: " + client.status().message() + ">";
+  return Property(client->get(), name);
+}
+
 // With the push on, librdkafka waited a second in some destroys, and a stop
 // with 1,024 transactional producers open took minutes.
 TEST(KafkaClient, EveryClientPushesNoClientMetrics) {
@@ -53,24 +63,12 @@ TEST(KafkaClient, EveryClientPushesNoClientMetrics) {
 // partition's last offset is a commit marker, never delivered, so each read
 // ends with an empty fetch, which the broker would otherwise hold 500 ms.
 TEST(KafkaClient, ConsumersDoNotLetTheBrokerHoldAnEmptyFetch) {
-  ClientOptions co;
-  co.type = RD_KAFKA_CONSUMER;
-  co.client_id = "test";
-  auto client = NewClient(Options(), co);
-  ASSERT_TRUE(client.ok()) << client.status().message();
-  EXPECT_EQ(Property(client->get(), "fetch.wait.max.ms"), "10");
+  EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, Options(), "fetch.wait.max.ms"), "10");
   KafkaSinkOptions o = Options();
   o.properties["fetch.wait.max.ms"] = "100";  // the sink's properties still decide
-  auto own = NewClient(o, co);
-  ASSERT_TRUE(own.ok()) << own.status().message();
-  EXPECT_EQ(Property(own->get(), "fetch.wait.max.ms"), "100");
+  EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, o, "fetch.wait.max.ms"), "100");
   // A consumer's property stays off the producers (librdkafka would warn).
-  ClientOptions po;
-  po.type = RD_KAFKA_PRODUCER;
-  po.client_id = "test";
-  auto producer = NewClient(o, po);
-  ASSERT_TRUE(producer.ok()) << producer.status().message();
-  EXPECT_EQ(Property(producer->get(), "fetch.wait.max.ms"), "500");
+  EXPECT_EQ(PropertyOf(RD_KAFKA_PRODUCER, o, "fetch.wait.max.ms"), "500");
 }
 
 // Whether this librdkafka knows fetch.queue.backoff.ms (Debian's 2.0.2 does
@@ -93,28 +91,16 @@ TEST(KafkaClient, ConsumersReadAheadLessOnlyWhereTheyFetchAgainSoon) {
   if (ci != nullptr && std::string(ci) == "true") {
     ASSERT_TRUE(HasFetchQueueBackoff()) << rd_kafka_version_str();
   }
-  ClientOptions co;
-  co.type = RD_KAFKA_CONSUMER;
-  co.client_id = "test";
-  auto consumer = NewClient(Options(), co);
-  ASSERT_TRUE(consumer.ok()) << consumer.status().message();
   if (HasFetchQueueBackoff()) {
-    EXPECT_EQ(Property(consumer->get(), "queued.min.messages"), "20000");
-    EXPECT_EQ(Property(consumer->get(), "fetch.queue.backoff.ms"), "10");
+    EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, Options(), "queued.min.messages"), "20000");
+    EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, Options(), "fetch.queue.backoff.ms"), "10");
   } else {
-    EXPECT_EQ(Property(consumer->get(), "queued.min.messages"), "100000") << rd_kafka_version_str();
+    EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, Options(), "queued.min.messages"), "100000") << rd_kafka_version_str();
   }
   KafkaSinkOptions o = Options();
   o.properties["queued.min.messages"] = "5000";
-  auto own = NewClient(o, co);
-  ASSERT_TRUE(own.ok()) << own.status().message();
-  EXPECT_EQ(Property(own->get(), "queued.min.messages"), "5000");
-  ClientOptions po;
-  po.type = RD_KAFKA_PRODUCER;
-  po.client_id = "test";
-  auto producer = NewClient(Options(), po);
-  ASSERT_TRUE(producer.ok()) << producer.status().message();
-  EXPECT_EQ(Property(producer->get(), "queued.min.messages"), "100000");
+  EXPECT_EQ(PropertyOf(RD_KAFKA_CONSUMER, o, "queued.min.messages"), "5000");
+  EXPECT_EQ(PropertyOf(RD_KAFKA_PRODUCER, Options(), "queued.min.messages"), "100000");
 }
 
 TEST(KafkaClient, TheSinksPropertiesCanTurnTheMetricsPushBackOn) {
