@@ -1,6 +1,8 @@
 #include "engine/event_reader.h"
 
 #include <algorithm>
+#include <future>
+#include <system_error>
 #include <iterator>
 
 #include "engine/before_states.h"
@@ -91,23 +93,41 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& l
 }
 
 Status ForEachLatestPage(sql::EventLog& log, const std::string& type, uint32_t partitions, uint32_t page,
-                         const std::function<Status(uint32_t, std::vector<connectors::EntitySnapshot>&)>& each) {
+                         const std::function<Status(uint32_t, std::vector<connectors::EntitySnapshot>&)>& each,
+                         sql::EventLog* ahead) {
   page = std::max<uint32_t>(1, page);
-  std::vector<connectors::EntitySnapshot> snapshots;
-  for (uint32_t p = 0; p < partitions; ++p) {
-    std::string after;
-    for (;;) {
-      ASSIGN_OR_RETURN(auto rows, log.LatestAfter(type, p, after, page));
-      if (rows.empty()) break;
-      after = rows.back().entity_id;
-      const bool full = rows.size() >= page;
-      snapshots.clear();
-      for (auto& r : rows) {
-        snapshots.push_back(connectors::EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
+  using Rows = Result<std::vector<sql::EventRow>>;
+  // The page after (p, after): read on `ahead` on a thread while the caller
+  // has the page before; without `ahead` (or without a thread: the
+  // process's limit), read when it is wanted.
+  const auto read = [&](uint32_t p, std::string after) -> std::future<Rows> {
+    sql::EventLog* on = ahead != nullptr ? ahead : &log;
+    auto work = [on, &type, p, after = std::move(after), page] { return on->LatestAfter(type, p, after, page); };
+    if (ahead != nullptr) {
+      try {
+        return std::async(std::launch::async, work);
+      } catch (const std::system_error&) {
       }
-      RETURN_IF_ERROR(each(p, snapshots));
-      if (!full) break;
     }
+    return std::async(std::launch::deferred, std::move(work));
+  };
+  std::vector<connectors::EntitySnapshot> snapshots;
+  uint32_t p = 0;
+  std::future<Rows> next = partitions > 0 ? read(0, "") : std::future<Rows>();
+  while (p < partitions) {
+    ASSIGN_OR_RETURN(auto rows, next.get());
+    // Where the read after this page starts: the same partition after its
+    // last entity while pages are full, else the next partition.
+    const bool full = rows.size() >= page;
+    const uint32_t next_p = full ? p : p + 1;
+    if (next_p < partitions) next = read(next_p, full ? rows.back().entity_id : "");
+    snapshots.clear();
+    for (auto& r : rows) {
+      snapshots.push_back(connectors::EntitySnapshot{std::move(r.entity_id), r.version, r.deleted, std::move(r.state)});
+    }
+    // A failure leaves the read ahead to finish: `next`'s destructor waits.
+    if (!snapshots.empty()) RETURN_IF_ERROR(each(p, snapshots));
+    p = next_p;
   }
   return Status::Ok();
 }

@@ -103,8 +103,13 @@ Result<std::vector<connectors::ChangeEvent>> ReadLatestEventsOf(sql::EventLog& l
 // Walks the latest event of every entity of the type, partition by partition
 // and in entity_id order within one, `page` entities per statement: `each`
 // gets each page's snapshots (it may move from them) and its partition.
+// With `ahead` (another session of the same storage, used by nothing else
+// meanwhile) the next page is read on it, on a thread of its own, while
+// `each` has the page before: two pages held instead of one, and `each`
+// may use `log`.
 Status ForEachLatestPage(sql::EventLog& log, const std::string& type, uint32_t partitions, uint32_t page,
-                         const std::function<Status(uint32_t partition, std::vector<connectors::EntitySnapshot>& page)>& each);
+                         const std::function<Status(uint32_t partition, std::vector<connectors::EntitySnapshot>& page)>& each,
+                         sql::EventLog* ahead = nullptr);
 
 // The latest event of every entity of the type (all partitions), `page`
 // entities per statement so that each statement stays short however large

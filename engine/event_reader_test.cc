@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "sql/memory_tables.h"
 
 namespace sluice::engine {
@@ -114,6 +117,66 @@ TEST_F(EventReaderFakeTest, ThePullLoopsReadsStopBeforeAGap) {
   auto past = ReadEvents(*log_, "account", 0, 7, 10);  // waiting at 7: 8 follows without a gap
   ASSERT_TRUE(past.ok());
   EXPECT_EQ(Ids(past->events), (std::vector<uint64_t>{8, 9}));
+}
+
+// With a session to read ahead on, the next page's read has started when
+// `each` gets a page (verify: storage is read while the view compares the
+// page before); without one, each read comes after the page before. The
+// same pages either way, and `each` may use the log meanwhile.
+TEST_F(EventReaderFakeTest, LatestPagesAreReadAheadOnTheSessionGiven) {
+  for (const bool read_ahead : {false, true}) {
+    SCOPED_TRACE(read_ahead ? "read ahead" : "one page at a time");
+    auto ahead = storage_->OpenEventLog();
+    const uint64_t before = storage_->calls(sql::MemoryStorage::Op::kLatestAfter);
+    std::vector<std::string> pages;
+    std::vector<uint64_t> reads_started;  // when each page was given
+    const Status st = ForEachLatestPage(
+        *log_, "account", 2, 1,
+        [&](uint32_t p, std::vector<connectors::EntitySnapshot>& page) {
+          pages.push_back(std::to_string(p) + page.at(0).entity_id);
+          // Reads started when the page is given: the walk's (p0 "", p0 a,
+          // p0 b: empty, p1 "", p1 c: empty) and the caller's own below, one
+          // per page before. The read ahead runs on a thread: wait for it.
+          const std::vector<uint64_t> want = read_ahead ? std::vector<uint64_t>{2, 4, 7} : std::vector<uint64_t>{1, 3, 6};
+          const uint64_t target = want.at(std::min(pages.size(), want.size()) - 1);
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          uint64_t started = 0;
+          do {
+            started = storage_->calls(sql::MemoryStorage::Op::kLatestAfter) - before;
+            if (started >= target) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          } while (std::chrono::steady_clock::now() < deadline);
+          reads_started.push_back(started);
+          EXPECT_TRUE(log_->LatestAfter("account", 0, "", 1).ok());  // the caller's session, meanwhile
+          return Status::Ok();
+        },
+        read_ahead ? ahead.get() : nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(pages, (std::vector<std::string>{"0a", "0b", "1c"}));
+    if (read_ahead) {
+      EXPECT_EQ(reads_started, (std::vector<uint64_t>{2, 4, 7}));
+    } else {
+      EXPECT_EQ(reads_started, (std::vector<uint64_t>{1, 3, 6}));
+    }
+  }
+}
+
+// A failed read ahead is the walk's failure; a failing `each` ends the walk
+// once the read in flight is done.
+TEST_F(EventReaderFakeTest, LatestPagesReadAheadFailuresEndTheWalk) {
+  auto ahead = storage_->OpenEventLog();
+  int given = 0;
+  storage_->FailNext(sql::MemoryStorage::Op::kLatestAfter, Status(StatusCode::kUnavailable, "gone"));
+  Status st = ForEachLatestPage(*log_, "account", 2, 1, [&](uint32_t, auto&) { ++given; return Status::Ok(); },
+                                ahead.get());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(given, 0);
+  auto again = storage_->OpenEventLog();
+  st = ForEachLatestPage(
+      *log_, "account", 2, 1, [&](uint32_t, auto&) { ++given; return Status(StatusCode::kInternal, "view"); },
+      again.get());
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_EQ(given, 1);
 }
 
 TEST_F(EventReaderFakeTest, TruthIsTheLatestEventOfEachEntityOfEveryPartition) {

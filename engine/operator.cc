@@ -188,6 +188,8 @@ Result<uint64_t> Verify(const config::Config& config, const std::optional<std::s
     if (caps.entity_checks) {
       CompareOptions options;
       if (progress) options.progress = [&](const CompareProgress& p) { progress(s.name, p); };
+      const auto ahead = storage->OpenEventLog();
+      options.read_ahead = ahead.get();
       Result<uint64_t> checked = CompareByPages(*events, *view, s.entity, partitions, options,
                                                 [&check](std::vector<connectors::Difference>& found) {
                                                   check.differences.Add(found);
@@ -389,6 +391,8 @@ Result<uint64_t> VerifyAndRepair(const config::Config& config, const std::option
     const auto barrier = barriers.ForType(s.entity, partitions);
     CompareOptions options;
     if (progress) options.progress = [&](const CompareProgress& p) { progress(s.name, p); };
+    const auto ahead = storage->OpenEventLog();
+    options.read_ahead = ahead.get();
     const Status st =
         RepairView(*events, *view, s, partitions, [&barrier] { return barrier->Wait(); }, report, options);
     view->Close();

@@ -38,7 +38,8 @@ Result<uint64_t> CompareStorageSide(sql::EventLog& log, connectors::Sink& view, 
                                       progress.entities += snapshots.size();
                                       if (options.progress) options.progress(progress);
                                       return Status::Ok();
-                                    }));
+                                    },
+                                    options.read_ahead));
   progress.partitions_done = partitions;
   return progress.entities;
 }

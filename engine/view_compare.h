@@ -67,6 +67,10 @@ struct CompareProgress {
 struct CompareOptions {
   uint32_t page = 5000;  // entities per storage read and per view read
   std::function<void(const CompareProgress&)> progress;  // after each page; may be empty
+  // Another session of the same storage, used by nothing else meanwhile:
+  // the storage side reads its next page on it while the view compares the
+  // page before (ForEachLatestPage). May be null: one page at a time.
+  sql::EventLog* read_ahead = nullptr;
 };
 
 // The differences of one page; may move from or clear `found`.
