@@ -167,7 +167,8 @@ struct Difference {
   // storage does not have: e.g. an event a crash of the MySQL server rolled
   // back after the sink got it) and kDuplicate (an event recorded twice); a
   // record whose event storage has with other fields is kContentMismatch.
-  // kOutOfOrder is a record after a later event's record of its partition.
+  // kOutOfOrder is a record after a later event's record of its partition
+  // (one difference, which also names other fields of the record).
   enum class Kind { kMissing, kExtra, kVersionMismatch, kContentMismatch, kPhantom, kDuplicate, kOutOfOrder };
   Difference() = default;
   Difference(Kind k, std::string id, std::string text, std::optional<uint64_t> version = std::nullopt)

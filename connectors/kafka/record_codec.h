@@ -47,7 +47,9 @@ void AppendValue(std::string& out, const ChangeEvent& e, KafkaSinkOptions::Forma
 // deleted, state, partition, event_id, command_name, command_id,
 // committed_at_us); InvalidArgument when it is not one of ours. In the JSON
 // format the state is the record's text of it as it is, not checked to be
-// JSON (a verify compares it with storage's text before parsing either).
+// JSON (a verify compares it with storage's text before parsing either);
+// the rest of the record is (fields of another producer's, a delete's
+// state).
 Result<ChangeEvent> DecodeValue(std::string_view value, KafkaSinkOptions::Format format);
 
 // Source partition -> highest delivered event id.

@@ -185,6 +185,30 @@ TEST(KafkaRecordValue, JsonRecordsThatAreNotEventsAreRefusedWithTheReason) {
   refused(with(R"("id":"acc-7")", "\"id\":\"a\xff\""), "");  // not UTF-8
   refused(with(R"("id":"acc-7")", R"("id":"a\q")"), "");     // no such escape
   refused(with(R"("command":"deposit")", R"("command":null)"), "\"command\"");
+  // A field of another producer's must be JSON, brackets matched, though no
+  // comparison reads it; so must a delete's state.
+  const std::string tail = good.substr(0, good.size() - 1);
+  refused(tail + R"(,"x":tru})", "");
+  refused(tail + R"(,"x":[}})", "");
+  refused(tail + R"(,"x":[},"id":"other"]})", "");
+  refused(tail + R"(,"x":"\q"})", "");
+  ASSERT_TRUE(DecodeValue(tail + R"(,"x":[1,{"y":"\u00e9"}]})", Format::kJson).ok());
+  ChangeEvent gone = sample;
+  gone.deleted = true;
+  gone.state.clear();
+  const std::string deleted = EncodeValue(gone, Format::kJson);
+  ASSERT_TRUE(DecodeValue(deleted, Format::kJson).ok());
+  std::string deleted_with = deleted;
+  refused(deleted_with.replace(deleted_with.find(R"("state":null)"), 12, R"("state":tru)"), "");
+  deleted_with = deleted;
+  EXPECT_TRUE(DecodeValue(deleted_with.replace(deleted_with.find(R"("state":null)"), 12, R"("state":{"a":1})"),
+                          Format::kJson)
+                  .ok());
+  // A field twice: the last is the record's, the state too.
+  auto twice = DecodeValue(tail + R"(,"state":null,"version":10})", Format::kJson);
+  ASSERT_TRUE(twice.ok()) << twice.status().message();
+  EXPECT_EQ(twice->state, "");
+  EXPECT_EQ(twice->version, 10u);
   // The state's brackets must close where its object ends; inside, its
   // text is not checked here: a verify finds such a state differs from
   // storage's (topic_verify_test).
