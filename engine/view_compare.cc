@@ -1,8 +1,12 @@
 #include "engine/view_compare.h"
 
 #include <algorithm>
+#include <future>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <span>
+#include <system_error>
 #include <unordered_set>
 #include <utility>
 
@@ -44,7 +48,11 @@ Result<uint64_t> CompareStorageSide(sql::EventLog& log, connectors::Sink& view, 
   return progress.entities;
 }
 
-// Pass 2: the view's live ids that storage has no events for.
+// Pass 2: the view's live ids that storage has no events for. With
+// options.read_ahead, a page's ids are looked up in storage on it, on a
+// thread, while the view reads its next page; the page is settled (its
+// unknown ids checked in the view, its differences given) when the next one
+// comes, before that one's ids are filtered, or at the end.
 Status CompareViewSide(sql::EventLog& log, connectors::Sink& view, const std::string& type, uint32_t partitions,
                        const CompareOptions& options, const PageDifferences& on_page, CompareProgress& progress) {
   progress.scanning_view = true;
@@ -55,22 +63,24 @@ Status CompareViewSide(sql::EventLog& log, connectors::Sink& view, const std::st
   std::unordered_set<std::string> reported;
   const size_t page = std::max<uint32_t>(1, options.page);
   std::vector<Difference> found;
-  std::vector<EntitySnapshot> unknown;
-  return view.ScanViewIds(page, [&](std::span<const std::string> ids) -> Status {
-    progress.view_ids += ids.size();
-    std::map<uint32_t, std::vector<std::string>> by_partition;
-    for (const std::string& id : ids) {
-      if (!reported.contains(id)) by_partition[PartitionOf(id, partitions)].push_back(id);
-    }
-    unknown.clear();
+  using Unknown = Result<std::vector<EntitySnapshot>>;
+  // The ids of `by_partition` storage has no events for.
+  const auto lookup = [&type](sql::EventLog* on, std::map<uint32_t, std::vector<std::string>> by_partition) -> Unknown {
+    std::vector<EntitySnapshot> unknown;
     for (auto& [partition, list] : by_partition) {
       std::sort(list.begin(), list.end());
       list.erase(std::unique(list.begin(), list.end()), list.end());
-      ASSIGN_OR_RETURN(const auto known, log.LatestVersions(type, partition, list));
+      ASSIGN_OR_RETURN(const auto known, on->LatestVersions(type, partition, list));
       for (std::string& id : list) {
         if (!known.contains(id)) unknown.push_back(EntitySnapshot{std::move(id), 0, true, ""});
       }
     }
+    return unknown;
+  };
+  std::future<Unknown> pending;
+  const auto settle = [&]() -> Status {
+    if (!pending.valid()) return Status::Ok();
+    ASSIGN_OR_RETURN(std::vector<EntitySnapshot> unknown, pending.get());
     found.clear();
     if (!unknown.empty()) RETURN_IF_ERROR(view.VerifyEntities(unknown, found));
     if (repeats) {
@@ -79,7 +89,31 @@ Status CompareViewSide(sql::EventLog& log, connectors::Sink& view, const std::st
     RETURN_IF_ERROR(on_page(found));
     if (options.progress) options.progress(progress);
     return Status::Ok();
-  });
+  };
+  RETURN_IF_ERROR(view.ScanViewIds(page, [&](std::span<const std::string> ids) -> Status {
+    RETURN_IF_ERROR(settle());
+    progress.view_ids += ids.size();
+    std::map<uint32_t, std::vector<std::string>> by_partition;
+    for (const std::string& id : ids) {
+      if (!reported.contains(id)) by_partition[PartitionOf(id, partitions)].push_back(id);
+    }
+    sql::EventLog* on = options.read_ahead != nullptr ? options.read_ahead : &log;
+    // Shared, so that a thread that cannot start leaves the ids to the
+    // lookup here.
+    auto ids_of = std::make_shared<std::map<uint32_t, std::vector<std::string>>>(std::move(by_partition));
+    auto work = [&lookup, on, ids_of] { return lookup(on, std::move(*ids_of)); };
+    if (options.read_ahead != nullptr) {
+      try {
+        pending = std::async(std::launch::async, work);
+        return Status::Ok();
+      } catch (const std::system_error&) {
+        // No thread (the process's limit): looked up here.
+      }
+    }
+    pending = std::async(std::launch::deferred, work);
+    return settle();
+  }));
+  return settle();
 }
 
 }  // namespace

@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/event_reader.h"
@@ -23,14 +27,19 @@ namespace {
 using connectors::Difference;
 using sql::MemoryStorage;
 
-class ViewCompareTest : public MemoryStorageViewTest {
+// Each test twice: one page at a time, and with a second session that
+// reads storage ahead (CompareOptions::read_ahead).
+class ViewCompareTest : public MemoryStorageViewTest, public ::testing::WithParamInterface<bool> {
  protected:
+  sql::EventLog* Ahead() { return GetParam() ? ahead_.get() : nullptr; }
+
   // Compares with `page` entities a page; each page's differences are kept
   // in `found_` by id, and the largest page handed over in `largest_page_`.
   Result<uint64_t> Compare(uint32_t page, const std::function<void(const CompareProgress&)>& progress = {}) {
     CompareOptions options;
     options.page = page;
     options.progress = progress;
+    options.read_ahead = Ahead();
     return CompareByPages(*log_, view_, "account", partitions_, options, [this](std::vector<Difference>& diffs) {
       largest_page_ = std::max(largest_page_, diffs.size());
       for (Difference& d : diffs) found_[d.entity_id].push_back(d.kind);
@@ -39,12 +48,13 @@ class ViewCompareTest : public MemoryStorageViewTest {
     });
   }
 
+  std::unique_ptr<sql::EventLog> ahead_ = storage_->OpenEventLog();
   std::map<std::string, std::vector<Difference::Kind>> found_;
   size_t largest_page_ = 0;
   DifferenceTally tally_;
 };
 
-TEST_F(ViewCompareTest, EveryKindOfDifferenceIsFoundAPageAtATime) {
+TEST_P(ViewCompareTest, EveryKindOfDifferenceIsFoundAPageAtATime) {
   std::vector<std::string> ids;
   for (int i = 0; i < 40; ++i) ids.push_back("e" + std::to_string(i));
   Store(ids);
@@ -82,7 +92,7 @@ TEST_F(ViewCompareTest, EveryKindOfDifferenceIsFoundAPageAtATime) {
   EXPECT_EQ(tally_.by_kind.at("extra"), 2u);
 }
 
-TEST_F(ViewCompareTest, AMatchingViewHasNoDifferences) {
+TEST_P(ViewCompareTest, AMatchingViewHasNoDifferences) {
   Store({"a", "b", "c"});
   Store({"b"});
   for (const char* id : {"a", "b", "c"}) view_.rows[id] = {versions_[id], false, R"({"v":)" + std::to_string(versions_[id]) + "}"};
@@ -106,13 +116,13 @@ class RepeatingView : public MemoryView {
   }
 };
 
-TEST_F(ViewCompareTest, AnExtraRowIsReportedOnceThoughTheScanGivesItTwice) {
+TEST_P(ViewCompareTest, AnExtraRowIsReportedOnceThoughTheScanGivesItTwice) {
   Store({"a"});
   RepeatingView view;
   view.rows["a"] = {1, false, R"({"v":1})"};
   view.rows["ghost"] = {3, false, "{}"};
   std::vector<Difference> all;
-  const auto checked = CompareByPages(*log_, view, "account", partitions_, CompareOptions{.page = 1, .progress = {}},
+  const auto checked = CompareByPages(*log_, view, "account", partitions_, CompareOptions{.page = 1, .progress = {}, .read_ahead = Ahead()},
                                       [&all](std::vector<Difference>& diffs) {
                                         all.insert(all.end(), diffs.begin(), diffs.end());
                                         return Status::Ok();
@@ -124,7 +134,7 @@ TEST_F(ViewCompareTest, AnExtraRowIsReportedOnceThoughTheScanGivesItTwice) {
   EXPECT_EQ(all[0].view_version, 3u);
 }
 
-TEST_F(ViewCompareTest, AnEntityStoredBetweenThePassesIsNotExtra) {
+TEST_P(ViewCompareTest, AnEntityStoredBetweenThePassesIsNotExtra) {
   Store({"a"});
   view_.rows["a"] = {1, false, R"({"v":1})"};
   bool stored = false;
@@ -140,7 +150,7 @@ TEST_F(ViewCompareTest, AnEntityStoredBetweenThePassesIsNotExtra) {
   EXPECT_TRUE(found_.empty());
 }
 
-TEST_F(ViewCompareTest, ProgressCountsEntitiesThenViewIds) {
+TEST_P(ViewCompareTest, ProgressCountsEntitiesThenViewIds) {
   std::vector<std::string> ids;
   for (int i = 0; i < 10; ++i) ids.push_back("e" + std::to_string(i));
   Store(ids);
@@ -165,12 +175,12 @@ TEST_F(ViewCompareTest, ProgressCountsEntitiesThenViewIds) {
   EXPECT_EQ(heard.back().view_ids, 10u);
 }
 
-TEST_F(ViewCompareTest, AFailingPageStopsTheComparisonWithItsError) {
+TEST_P(ViewCompareTest, AFailingPageStopsTheComparisonWithItsError) {
   std::vector<std::string> ids;
   for (int i = 0; i < 10; ++i) ids.push_back("e" + std::to_string(i));
   Store(ids);
   int pages = 0;
-  const auto checked = CompareByPages(*log_, view_, "account", partitions_, CompareOptions{.page = 2, .progress = {}},
+  const auto checked = CompareByPages(*log_, view_, "account", partitions_, CompareOptions{.page = 2, .progress = {}, .read_ahead = Ahead()},
                                       [&pages](std::vector<Difference>&) {
                                         return ++pages == 2 ? Unavailable("the view went away") : Status::Ok();
                                       });
@@ -179,7 +189,7 @@ TEST_F(ViewCompareTest, AFailingPageStopsTheComparisonWithItsError) {
   EXPECT_EQ(pages, 2);
 }
 
-TEST_F(ViewCompareTest, ASinkWithoutEntityChecksIsRefused) {
+TEST_P(ViewCompareTest, ASinkWithoutEntityChecksIsRefused) {
   class Plain : public MemoryView {
    public:
     connectors::Capabilities capabilities() const override { return {}; }
@@ -189,6 +199,64 @@ TEST_F(ViewCompareTest, ASinkWithoutEntityChecksIsRefused) {
   });
   ASSERT_FALSE(checked.ok());
   EXPECT_EQ(checked.status().code(), StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(PagesAndReadAhead, ViewCompareTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ReadAhead" : "OnePageAtATime";
+                         });
+
+// A view that calls after_page once each page of its scan was handed over.
+class PagingView : public MemoryView {
+ public:
+  std::function<void()> after_page;
+  Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string>)>& each) override {
+    return MemoryView::ScanViewIds(page, [&](std::span<const std::string> ids) -> Status {
+      RETURN_IF_ERROR(each(ids));
+      if (after_page) after_page();
+      return Status::Ok();
+    });
+  }
+};
+
+// With a session to read ahead on, storage is asked about a page of the
+// view's ids while the view goes on to its next page: the view's scan is
+// not held by the lookup (held here until the view's page was handed over).
+TEST_F(MemoryStorageViewTest, ViewIdsAreLookedUpInStorageWhileTheViewReadsOn) {
+  Store({"a", "b"});
+  PagingView view;
+  view.rows["a"] = {1, false, R"({"v":1})"};
+  view.rows["b"] = {1, false, R"({"v":1})"};
+  view.rows["ghost"] = {2, false, "{}"};
+  const auto ahead = storage_->OpenEventLog();
+  storage_->Hold(MemoryStorage::Op::kLatestVersions);
+  std::atomic<bool> released{false};
+  bool handed_over_while_held = false;
+  view.after_page = [&] {
+    if (!released.exchange(true)) {
+      handed_over_while_held = true;
+      storage_->Release(MemoryStorage::Op::kLatestVersions);
+    }
+  };
+  // Without a read ahead the lookup would hold the scan: released anyway
+  // after 10 s, so that the test fails instead of hanging.
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1000 && !released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!released.exchange(true)) storage_->Release(MemoryStorage::Op::kLatestVersions);
+  });
+  std::vector<Difference> all;
+  const auto checked = CompareByPages(*log_, view, "account", partitions_,
+                                      CompareOptions{.page = 1, .progress = {}, .read_ahead = ahead.get()},
+                                      [&all](std::vector<Difference>& diffs) {
+                                        all.insert(all.end(), diffs.begin(), diffs.end());
+                                        return Status::Ok();
+                                      });
+  watchdog.join();
+  ASSERT_TRUE(checked.ok()) << checked.status().message();
+  EXPECT_TRUE(handed_over_while_held);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].entity_id, "ghost");
+  EXPECT_EQ(all[0].kind, Difference::Kind::kExtra);
 }
 
 TEST(DifferenceTallyTest, CountsEveryDifferenceAndListsTheFirstOnes) {
@@ -206,7 +274,7 @@ TEST(DifferenceTallyTest, CountsEveryDifferenceAndListsTheFirstOnes) {
   EXPECT_EQ(tally.listed.front().entity_id, "m0");
 }
 
-TEST_F(ViewCompareTest, ReadTruthReadsInBoundedStatements) {
+TEST_P(ViewCompareTest, ReadTruthReadsInBoundedStatements) {
   std::vector<std::string> ids;
   for (int i = 0; i < 25; ++i) ids.push_back("e" + std::to_string(i));
   Store(ids);
