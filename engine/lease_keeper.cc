@@ -162,6 +162,17 @@ Status LeaseKeeper::Round() {
                                    std::to_string(p) + " (token " + std::to_string(token) + ")");
         }
       }
+      // Held and not renewed: its lease expired (this engine stalled past
+      // the TTL) and another engine took it.
+      std::map<uint32_t, uint64_t> lost;
+      for (const auto& [p, token] : held) {
+        if (!got.count(p)) lost[p] = token;
+      }
+      if (!lost.empty()) {
+        Log(LogLevel::kWarn, "engine " + options_.member + ": sink " + r->name() + " lost partition" +
+                                 (lost.size() > 1 ? "s " : " ") + PartitionsText(lost) +
+                                 " to another engine (lease lost: not renewed within its TTL)");
+      }
       held = got;
       return Status::Ok();
     }();

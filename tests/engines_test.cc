@@ -186,6 +186,13 @@ TEST(SeveralEngines, ThreeEnginesShareTheSinksThroughAKillAndAFreeze) {
   // The resumed engine found its leases gone and let go; it holds a share again.
   const std::string e2_log = e2->Log();
   EXPECT_NE(e2_log.find("lease lost"), std::string::npos) << e2_log.substr(e2_log.size() > 4000 ? e2_log.size() - 4000 : 0);
+  for (size_t at = e2_log.find("lease lost"), shown = 0; at != std::string::npos && shown < 8;
+       at = e2_log.find("lease lost", at + 1), ++shown) {
+    const size_t begin = e2_log.rfind('\n', at);
+    std::cout << "e2: " << e2_log.substr(begin == std::string::npos ? 0 : begin + 1,
+                                         e2_log.find('\n', at) - (begin == std::string::npos ? 0 : begin + 1))
+              << "\n";
+  }
   EXPECT_EQ(e2->Terminate(), 0);
   EXPECT_EQ(e3->Terminate(), 0);
 
