@@ -26,7 +26,8 @@
 // code over views) compare the whole truth at once (Sink::Verify): ReadTruth
 // reads it in bounded statements, but it is all held.
 //
-// Memory: a page, plus, for a sink whose scan may give an id twice
+// Memory: two pages with CompareOptions::read_ahead (else one), plus, for a
+// sink whose scan may give an id twice
 // (capabilities().scan_repeats: Redis SCAN), the ids of the extras found.
 //
 // Threads: one caller; `view` must be open and is called from it alone.
@@ -68,8 +69,9 @@ struct CompareOptions {
   uint32_t page = 5000;  // entities per storage read and per view read
   std::function<void(const CompareProgress&)> progress;  // after each page; may be empty
   // Another session of the same storage, used by nothing else meanwhile:
-  // the storage side reads its next page on it while the view compares the
-  // page before (ForEachLatestPage). May be null: one page at a time.
+  // pass 1 reads storage's next page on it while the view compares the page
+  // before (ForEachLatestPage); pass 2 looks a page of the view's ids up on
+  // it while the view reads its next page. May be null: one page at a time.
   sql::EventLog* read_ahead = nullptr;
 };
 

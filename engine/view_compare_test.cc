@@ -110,8 +110,13 @@ class RepeatingView : public MemoryView {
     c.scan_repeats = true;
     return c;
   }
+  // Each page twice in a row, then the whole scan again.
   Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string>)>& each) override {
-    RETURN_IF_ERROR(MemoryView::ScanViewIds(page, each));
+    const auto twice = [&each](std::span<const std::string> ids) -> Status {
+      RETURN_IF_ERROR(each(ids));
+      return each(ids);
+    };
+    RETURN_IF_ERROR(MemoryView::ScanViewIds(page, twice));
     return MemoryView::ScanViewIds(page, each);
   }
 };
@@ -187,6 +192,41 @@ TEST_P(ViewCompareTest, AFailingPageStopsTheComparisonWithItsError) {
   ASSERT_FALSE(checked.ok());
   EXPECT_EQ(checked.status().message(), "the view went away");
   EXPECT_EQ(pages, 2);
+}
+
+// In pass 2 too, with a lookup in flight: a failing page, or a failing
+// scan, is the comparison's error.
+TEST_P(ViewCompareTest, AFailureInTheViewsScanStopsTheComparisonWithItsError) {
+  Store({"a"});
+  view_.rows["a"] = {1, false, R"({"v":1})"};
+  for (int i = 0; i < 6; ++i) view_.rows["ghost" + std::to_string(i)] = {1, false, "{}"};
+  int extras = 0;
+  auto checked = CompareByPages(*log_, view_, "account", partitions_,
+                                CompareOptions{.page = 1, .progress = {}, .read_ahead = Ahead()},
+                                [&extras](std::vector<Difference>& diffs) {
+                                  extras += static_cast<int>(diffs.size());
+                                  return extras >= 2 ? Unavailable("the view went away") : Status::Ok();
+                                });
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.status().message(), "the view went away");
+  EXPECT_EQ(extras, 2);
+
+  class FailingScan : public MemoryView {
+   public:
+    Status ScanViewIds(size_t page, const std::function<Status(std::span<const std::string>)>& each) override {
+      int pages = 0;
+      return MemoryView::ScanViewIds(page, [&](std::span<const std::string> ids) -> Status {
+        if (++pages == 3) return Unavailable("the scan broke");
+        return each(ids);
+      });
+    }
+  } failing;
+  failing.rows = view_.rows;
+  checked = CompareByPages(*log_, failing, "account", partitions_,
+                           CompareOptions{.page = 1, .progress = {}, .read_ahead = Ahead()},
+                           [](std::vector<Difference>&) { return Status::Ok(); });
+  ASSERT_FALSE(checked.ok());
+  EXPECT_EQ(checked.status().message(), "the scan broke");
 }
 
 TEST_P(ViewCompareTest, ASinkWithoutEntityChecksIsRefused) {

@@ -183,8 +183,8 @@ Status RepairView(sql::EventLog& storage, connectors::Sink& view, const config::
     summary.checked = p.entities;
     if (options.progress) options.progress(p);
   };
-  // Each page's differences are repaired before the next page is read: the
-  // memory held is a page's, however large the view.
+  // Each page's differences are repaired before the page after the next is
+  // read: the memory held is two pages', however large the view.
   ASSIGN_OR_RETURN(summary.checked,
                    CompareByPages(storage, view, sink.entity, partitions, paged,
                                   [&](std::vector<Difference>& found) -> Status {

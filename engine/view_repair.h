@@ -3,8 +3,9 @@
 // and beside one.
 //
 //   1. Compares the view with main storage a page at a time, as `sluice
-//      verify` does (engine/view_compare.h); steps 2 to 4 run on each page's
-//      differences before the next page is read, so memory stays bounded.
+//      verify` does (engine/view_compare.h, reading one page ahead on a
+//      second session); steps 2 to 4 run on each page's differences before
+//      the page after the next is read, so memory stays bounded.
 //   2. For the entities that differ: reads their latest events again, waits
 //      for the durability barrier, and compares them once more one by one
 //      (Sink::VerifyEntities, which also says which version the view holds):

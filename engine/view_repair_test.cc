@@ -53,6 +53,27 @@ TEST_F(ViewRepairTest, AnEmptiedViewIsRewrittenWithBoundedReadsOfTheLatestEvents
   for (const auto guard : view_.repair_guards) EXPECT_EQ(guard, connectors::RepairGuard::kNotOlder);
 }
 
+// The same with a second session reading ahead (as `sluice verify
+// --repair` runs): the repairs, on the first session, meet the reads ahead.
+TEST_F(ViewRepairTest, AnEmptiedViewIsRewrittenWhileStorageIsReadAhead) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 300; ++i) ids.push_back("e" + std::to_string(i));
+  Store(ids);
+  Store({"e7"});
+  for (int i = 0; i < 5; ++i) view_.rows["ghost" + std::to_string(i)] = {1, false, "{}"};
+  view_.overwrite = true;  // the extras are deleted
+  view_.apply_allowed = true;
+  const auto ahead = storage_->OpenEventLog();
+  RepairReport report;
+  ASSERT_TRUE(Repair(report, CompareOptions{.page = 7, .progress = {}, .read_ahead = ahead.get()}).ok());
+  EXPECT_EQ(report.checked, 300u);
+  EXPECT_EQ(report.found, 305u);
+  EXPECT_EQ(report.remaining, 0u);
+  EXPECT_TRUE(report.finished);
+  EXPECT_EQ(view_.rows.size(), 300u);
+  EXPECT_EQ(view_.rows["e7"].version, 2u);
+}
+
 TEST_F(ViewRepairTest, AViewAheadOfStorageIsOverwrittenOnlyWhenTheSinkCan) {
   Store({"a", "b"});
   Store({"a"});
